@@ -1,0 +1,411 @@
+//! The event model shared by every ptscope stage.
+//!
+//! Decoders (the `perf script` text parser, the dlfilter) turn a recording into a
+//! stream of [`Event`]s; stack writers turn that stream into trace slices. Names
+//! (symbols, DSOs, error messages) are interned once in a [`StringTable`] and carried
+//! as [`Sym`] handles, so an event is a small `Copy`-able value for branch events
+//! and decoding allocates nothing per branch.
+//!
+//! ```
+//! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
+//!
+//! let mut strings = StringTable::new();
+//! let main = strings.intern("main");
+//! let foo = strings.intern("foo");
+//! let ev = Event::Ok {
+//!     thread: Thread { pid: Some(42), tid: Some(42) },
+//!     time: 1_000,
+//!     in_transaction: false,
+//!     data: EventData::Trace {
+//!         change: None,
+//!         kind: Some(Kind::Call),
+//!         src: Location::new(0x1000, Symbol::FromPerf(main), 0x10),
+//!         dst: Location::new(0x2000, Symbol::FromPerf(foo), 0),
+//!     },
+//! };
+//! assert_eq!(ev.time(), Some(1_000));
+//! assert_eq!(strings.display(Symbol::FromPerf(foo)), "foo");
+//! ```
+
+use rustc_hash::FxHashMap;
+use std::fmt;
+
+/// A handle to a string interned in a [`StringTable`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct Sym(pub u32);
+
+/// Interns names once and hands out [`Sym`] handles; lookups by handle are O(1).
+#[derive(Default, Debug, Clone)]
+pub struct StringTable {
+    map: FxHashMap<Box<str>, Sym>,
+    strings: Vec<Box<str>>,
+}
+
+impl StringTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Returns the handle of `s`, adding it if it is new (allocates only then).
+    pub fn intern(&mut self, s: &str) -> Sym {
+        if let Some(&sym) = self.map.get(s) {
+            return sym;
+        }
+        let sym = Sym(self.strings.len() as u32);
+        let boxed: Box<str> = s.into();
+        self.strings.push(boxed.clone());
+        self.map.insert(boxed, sym);
+        sym
+    }
+
+    /// Returns the handle of `s` if it was interned before.
+    pub fn lookup(&self, s: &str) -> Option<Sym> {
+        self.map.get(s).copied()
+    }
+
+    /// The string behind a handle. Panics only on a handle from another table.
+    pub fn get(&self, sym: Sym) -> &str {
+        &self.strings[sym.0 as usize]
+    }
+
+    /// The name a symbol is shown under in traces.
+    pub fn display(&self, symbol: Symbol) -> &str {
+        match symbol {
+            Symbol::FromPerf(s) => self.get(s),
+            Symbol::FromPerfMap { name, .. } => self.get(name),
+            Symbol::Unknown => "[unknown]",
+            Symbol::Untraced => "[untraced]",
+            Symbol::Returned => "[returned]",
+            Symbol::Syscall => "[syscall]",
+        }
+    }
+
+    /// Number of distinct strings interned.
+    pub fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// True when nothing has been interned.
+    pub fn is_empty(&self) -> bool {
+        self.strings.is_empty()
+    }
+}
+
+/// A process/thread pair as perf reports it; perf's `0` means "not known" and is `None`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
+pub struct Thread {
+    /// Process id.
+    pub pid: Option<u32>,
+    /// Thread id.
+    pub tid: Option<u32>,
+}
+
+/// The branch kinds perf's `flags` field distinguishes.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Kind {
+    /// Asynchronous branch (`async`), e.g. an interrupt observed as a trace end.
+    Async,
+    /// `call`.
+    Call,
+    /// `return`.
+    Return,
+    /// `syscall`.
+    Syscall,
+    /// `sysret`.
+    Sysret,
+    /// `hw int`.
+    HardwareInterrupt,
+    /// `int` (software interrupt).
+    Interrupt,
+    /// `iret`.
+    Iret,
+    /// `jmp` or `jcc`.
+    Jump,
+    /// `tx abrt`: a TSX transaction aborted.
+    TxAbort,
+}
+
+/// Whether a branch also switched tracing on (`tr strt`) or off (`tr end`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum TraceStateChange {
+    /// Tracing (re)started at this branch's destination.
+    Start,
+    /// Tracing stopped at this branch's source.
+    End,
+}
+
+/// What a code address is known as.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Symbol {
+    /// A name perf resolved (including perf's synthetic `[unknown @ …]` names).
+    FromPerf(Sym),
+    /// A name found in a JIT `perf-PID.map` file.
+    FromPerfMap {
+        /// Function name.
+        name: Sym,
+        /// Start address of the function.
+        start: u64,
+        /// Size of the function in bytes.
+        size: u64,
+    },
+    /// Nothing is known.
+    Unknown,
+    /// Synthetic frame: tracing was off.
+    Untraced,
+    /// Synthetic frame: tracing stopped at a return.
+    Returned,
+    /// Synthetic frame: tracing stopped at a syscall.
+    Syscall,
+}
+
+/// An instruction address with what it resolves to.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Location {
+    /// The instruction pointer.
+    pub ip: u64,
+    /// The symbol containing it.
+    pub symbol: Symbol,
+    /// Offset of `ip` from the symbol's start (perf's `symoff`, truncated to 63 bits).
+    pub offset: u64,
+    /// The DSO perf named, if any.
+    pub dso: Option<Sym>,
+}
+
+impl Location {
+    /// A location without a DSO.
+    pub fn new(ip: u64, symbol: Symbol, offset: u64) -> Self {
+        Location {
+            ip,
+            symbol,
+            offset,
+            dso: None,
+        }
+    }
+
+    /// A synthetic location with no address (e.g. `[untraced]`).
+    pub fn locationless(symbol: Symbol) -> Self {
+        Location::new(0, symbol, 0)
+    }
+}
+
+/// Extra sampled hardware events that magic-trace shows on their own tracks.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ExtraEvent {
+    /// `branch-misses`.
+    BranchMisses,
+    /// `cache-misses`.
+    CacheMisses,
+}
+
+impl ExtraEvent {
+    /// The perf event name, also used as the track name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExtraEvent::BranchMisses => "branch-misses",
+            ExtraEvent::CacheMisses => "cache-misses",
+        }
+    }
+}
+
+/// What a successfully decoded event carries.
+#[derive(Clone, PartialEq, Debug)]
+pub enum EventData {
+    /// A branch (Intel PT `branches` event or equivalent).
+    Trace {
+        /// Tracing switched on or off at this branch.
+        change: Option<TraceStateChange>,
+        /// The branch kind; `None` for a bare `tr strt`/`tr end`.
+        kind: Option<Kind>,
+        /// Where the branch came from.
+        src: Location,
+        /// Where it went.
+        dst: Location,
+    },
+    /// A core-to-bus ratio change (`cbr`), as a CPU frequency.
+    Power {
+        /// Frequency in MHz.
+        freq_mhz: u32,
+    },
+    /// A sampled call stack (`cycles`, `cpu-clock`, …), **root first**.
+    StackSample {
+        /// Frames from the root (outermost caller) to the leaf.
+        callstack: Vec<Location>,
+    },
+    /// A sampled extra event (branch or cache miss) at a location.
+    EventSample {
+        /// Where it happened.
+        location: Location,
+        /// The sample period.
+        count: u64,
+        /// Which event.
+        name: ExtraEvent,
+    },
+    /// A `ptwrite` payload.
+    Ptwrite {
+        /// Where it was written.
+        location: Location,
+        /// The payload.
+        data: u64,
+    },
+}
+
+/// One decoded event: either data at a time on a thread, or a decode error.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Event {
+    /// A decoded event.
+    Ok {
+        /// Which thread.
+        thread: Thread,
+        /// perf time in nanoseconds.
+        time: u64,
+        /// The payload.
+        data: EventData,
+        /// perf marked it `(x)`: inside a TSX transaction.
+        in_transaction: bool,
+    },
+    /// perf reported that it could not decode part of the trace.
+    DecodeError {
+        /// Which thread.
+        thread: Thread,
+        /// perf time in nanoseconds, when perf printed one.
+        time: Option<u64>,
+        /// The instruction pointer perf printed, `None` for `ip 0`.
+        ip: Option<u64>,
+        /// perf's message, e.g. `Overflow packet`.
+        message: Sym,
+    },
+}
+
+impl Event {
+    /// The thread this event belongs to.
+    pub fn thread(&self) -> Thread {
+        match self {
+            Event::Ok { thread, .. } | Event::DecodeError { thread, .. } => *thread,
+        }
+    }
+
+    /// The event's time, if it has one.
+    pub fn time(&self) -> Option<u64> {
+        match self {
+            Event::Ok { time, .. } => Some(*time),
+            Event::DecodeError { time, .. } => *time,
+        }
+    }
+
+    /// Shifts the event's time (if any) by `f`.
+    pub fn map_time(&mut self, f: impl FnOnce(u64) -> u64) {
+        match self {
+            Event::Ok { time, .. } => *time = f(*time),
+            Event::DecodeError { time: Some(t), .. } => *t = f(*t),
+            Event::DecodeError { time: None, .. } => {}
+        }
+    }
+}
+
+/// Which privilege levels a recording traced.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub enum TraceScope {
+    /// User space only (`u`), the default.
+    #[default]
+    Userspace,
+    /// User space and kernel (`uk`).
+    UserspaceAndKernel,
+    /// Kernel only (`k`).
+    Kernel,
+}
+
+impl TraceScope {
+    /// Parses `u`, `uk` or `k`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "u" => Some(TraceScope::Userspace),
+            "uk" | "ku" => Some(TraceScope::UserspaceAndKernel),
+            "k" => Some(TraceScope::Kernel),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for TraceScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TraceScope::Userspace => "u",
+            TraceScope::UserspaceAndKernel => "uk",
+            TraceScope::Kernel => "k",
+        })
+    }
+}
+
+/// Addresses of OCaml exception-handling code, from `.note.ocaml_eh` or a test case.
+#[derive(Clone, Debug, Default)]
+pub struct OcamlExceptionInfo {
+    /// Sorted `(address, is_pushtrap)` pairs; `false` means poptrap.
+    traps: Vec<(u64, bool)>,
+    entertraps: Vec<u64>,
+}
+
+impl OcamlExceptionInfo {
+    /// Builds the table from the three address lists.
+    pub fn new(pushtraps: &[u64], poptraps: &[u64], entertraps: &[u64]) -> Self {
+        let mut traps: Vec<(u64, bool)> = pushtraps
+            .iter()
+            .map(|&a| (a, true))
+            .chain(poptraps.iter().map(|&a| (a, false)))
+            .collect();
+        // Stable sort keeps pushtraps before poptraps at an equal address, as the reference does.
+        traps.sort_by_key(|&(a, _)| a);
+        let mut entertraps = entertraps.to_vec();
+        entertraps.sort_unstable();
+        entertraps.dedup();
+        OcamlExceptionInfo { traps, entertraps }
+    }
+
+    /// True if `addr` is the start of an exception handler.
+    pub fn is_entertrap(&self, addr: u64) -> bool {
+        self.entertraps.binary_search(&addr).is_ok()
+    }
+
+    /// The push/pop traps with `from <= addr <= to`, in address order (`true` = pushtrap).
+    pub fn traps_in_range(&self, from: u64, to: u64) -> &[(u64, bool)] {
+        let lo = self.traps.partition_point(|&(a, _)| a < from);
+        let hi = self.traps.partition_point(|&(a, _)| a <= to);
+        if lo < hi {
+            &self.traps[lo..hi]
+        } else {
+            &[]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traps_in_range_matches_reference_cases() {
+        let t = OcamlExceptionInfo::new(&[0, 5, 10], &[2, 100], &[50]);
+        let r = |a, b| t.traps_in_range(a, b).to_vec();
+        assert_eq!(r(0, 1), vec![(0, true)]);
+        assert_eq!(r(0, 4), vec![(0, true), (2, false)]);
+        assert_eq!(r(3, 7), vec![(5, true)]);
+        assert_eq!(r(49, 100), vec![(100, false)]);
+        assert_eq!(r(75, 101), vec![(100, false)]);
+        assert!(r(75, 80).is_empty());
+        assert!(r(150, 200).is_empty());
+        assert!(r(10, 3).is_empty());
+        assert!(t.is_entertrap(50) && !t.is_entertrap(51));
+    }
+
+    #[test]
+    fn interning_is_stable() {
+        let mut s = StringTable::new();
+        let a = s.intern("a");
+        let b = s.intern("b");
+        assert_eq!(s.intern("a"), a);
+        assert_ne!(a, b);
+        assert_eq!(s.get(b), "b");
+        assert_eq!(s.lookup("c"), None);
+        assert_eq!(s.display(Symbol::Untraced), "[untraced]");
+    }
+}

@@ -1,0 +1,72 @@
+//! Where stack writers send what they reconstruct.
+//!
+//! A [`TraceSink`] receives named tracks and timed slices; the FXT file writer and the
+//! test transcript are both sinks, so a stack writer never knows which one it feeds.
+//! Times are nanoseconds since the start of the trace (the first event), which is
+//! what FXT ticks and the transcript print.
+
+/// A value attached to a slice.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum ArgValue<'a> {
+    /// A signed integer.
+    Int(i64),
+    /// A string written once per use (not worth a table slot).
+    Str(&'a str),
+    /// A string that recurs and should be interned in the output's string table.
+    Interned(&'a str),
+    /// An address, shown in hex.
+    Pointer(u64),
+    /// A floating-point number.
+    Float(f64),
+}
+
+/// A named argument of a slice, instant or counter.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Arg<'a> {
+    /// The argument's name.
+    pub name: &'a str,
+    /// Its value.
+    pub value: ArgValue<'a>,
+}
+
+impl<'a> Arg<'a> {
+    /// Shorthand constructor.
+    pub fn new(name: &'a str, value: ArgValue<'a>) -> Self {
+        Arg { name, value }
+    }
+}
+
+/// A receiver of reconstructed trace data.
+///
+/// Sinks must not fail the stack writer: an I/O error is remembered by the sink and
+/// reported when it is finished, so nothing already reconstructed is thrown away.
+pub trait TraceSink {
+    /// The sink's handle for a thread track.
+    type Thread: Copy;
+
+    /// Creates a track group (a "process" in Perfetto) and returns its id.
+    fn allocate_pid(&mut self, name: &str) -> u32;
+    /// Creates a thread track inside group `pid`.
+    fn allocate_thread(&mut self, pid: u32, name: &str) -> Self::Thread;
+    /// Opens a slice.
+    fn duration_begin(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
+    /// Closes the innermost open slice on the track (`name` is informative).
+    fn duration_end(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
+    /// A slice whose start and end are both known.
+    fn duration_complete(
+        &mut self,
+        thread: Self::Thread,
+        name: &str,
+        start: i64,
+        end: i64,
+        args: &[Arg<'_>],
+    );
+    /// A zero-length slice.
+    fn duration_instant(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
+    /// A counter sample; each numeric arg is one series.
+    fn counter(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
+    /// A warning meant for the person running ptscope (e.g. a decode error).
+    fn warning(&mut self, message: &str) {
+        eprintln!("{message}");
+    }
+}
