@@ -1,8 +1,12 @@
 //! Call-stack reconstruction: from a stream of branch events to well-nested slices.
 //!
-//! `legacy` reproduces magic-trace's streaming writer exactly; it is the reference
-//! the segment-based writer is measured against.
+//! - [`legacy`] reproduces magic-trace's streaming writer exactly; it is the reference
+//!   the segment-based writer is measured against.
+//! - [`transcript`] renders what a writer emits in magic-trace's test-transcript form.
+//! - [`sink`] is the interface every output (FXT, transcript) implements.
 
+pub mod legacy;
 pub mod sink;
+pub mod transcript;
 
 pub use sink::{Arg, ArgValue, TraceSink};
