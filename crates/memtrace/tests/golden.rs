@@ -26,3 +26,33 @@ fn streaming_from_a_file_gives_the_same_dump() {
     tools::dump(&mut r, &mut out).expect("dump");
     assert_same_text(&out, &read_gz("multi.dump.txt.gz"), "multi via file");
 }
+
+/// Decodes every event of `data` and writes it back with the same trace info.
+fn reencode(data: &[u8]) -> Vec<u8> {
+    let mut r = Reader::from_bytes(data).expect("reader");
+    let mut w = memtrace::Writer::new(Vec::new(), r.info()).expect("writer");
+    while let Some(ev) = r.next_event().expect("event") {
+        w.put_event(&ev).expect("put_event");
+    }
+    w.finish().expect("finish")
+}
+
+#[test]
+fn reencoding_reproduces_each_fixture_byte_for_byte() {
+    for name in TRACES {
+        let data = read(&format!("{name}.ctf"));
+        let out = reencode(&data);
+        if out != data {
+            let at = out
+                .iter()
+                .zip(&data)
+                .position(|(a, b)| a != b)
+                .unwrap_or(out.len().min(data.len()));
+            panic!(
+                "{name}: first difference at byte {at} (len {} vs {})",
+                out.len(),
+                data.len()
+            );
+        }
+    }
+}
