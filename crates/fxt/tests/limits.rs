@@ -1,0 +1,212 @@
+//! The writer stays valid past every table and size limit of the format.
+
+use ptscope_fxt::check::validate_bytes;
+use ptscope_fxt::reader::{self, ArgValue as R, Record};
+use ptscope_fxt::{format, Arg, ArgValue as W, FxtWriter};
+
+/// Every non-large record header's size, to prove nothing reached 4096 words.
+fn max_record_words(bytes: &[u8]) -> u64 {
+    let mut max = 0;
+    let mut pos = 0;
+    while pos + 8 <= bytes.len() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[pos..pos + 8]);
+        let words = (u64::from_le_bytes(w) >> 4) & 0xfff;
+        assert!(words > 0);
+        max = max.max(words);
+        pos += words as usize * 8;
+    }
+    assert_eq!(pos, bytes.len());
+    max
+}
+
+#[test]
+fn forty_thousand_names_and_three_hundred_threads_round_trip() {
+    const NAMES: usize = 40_500;
+    const THREADS: u32 = 320;
+    let mut w = FxtWriter::new(Vec::new());
+    let mut threads = Vec::new();
+    for i in 0..THREADS {
+        let pid = 1 + i / 10;
+        let tid = 1000 + i;
+        w.thread_object(tid, pid, &format!("thread {i}"));
+        threads.push((w.thread(pid, tid), pid, tid));
+    }
+    // Expected (pid, tid, name, arg value) per event, in file order.
+    let mut expected = Vec::new();
+    let mut name = String::new();
+    let mut value = String::new();
+    for i in 0..NAMES {
+        // Reuse old names now and then so evicted strings are re-registered.
+        let n = if i % 7 == 3 { (i * 31) % (i + 1) } else { i };
+        name.clear();
+        name.push_str(&format!("symbol_{n}_{}", "z".repeat(n % 13)));
+        value.clear();
+        value.push_str(&format!("file_{}.rs", n % 50_000));
+        let (t, pid, tid) = threads[(i * 17) % threads.len()];
+        let ts = i as u64;
+        w.complete(t, "", &name, ts, ts, &[Arg::new("file", W::Str(&value))]);
+        expected.push((u64::from(pid), u64::from(tid), name.clone(), value.clone()));
+    }
+    let stats = w.stats().clone();
+    let bytes = w.finish().unwrap();
+    assert!(stats.string_evictions > 0, "{stats:?}");
+    assert!(stats.thread_evictions > 0, "{stats:?}");
+
+    let events = reader::read_events(&bytes).unwrap();
+    assert_eq!(events.len(), expected.len());
+    for (i, (e, (pid, tid, name, value))) in events.iter().zip(&expected).enumerate() {
+        assert_eq!((e.pid, e.tid), (*pid, *tid), "event {i}");
+        assert_eq!(e.name, name, "event {i}");
+        assert_eq!(e.args.get("file"), Some(R::Str(value)), "event {i}");
+    }
+    let report = validate_bytes(&bytes);
+    assert!(report.is_ok(), "{report}");
+    assert_eq!(report.threads.len(), THREADS as usize);
+    assert_eq!(report.thread_names.len(), THREADS as usize);
+    assert!(report.names.len() > 32_767, "{}", report.names.len());
+    // Table indexes really were reused: some index was registered twice.
+    let mut seen = vec![0u32; 32_768];
+    for r in reader::Reader::new(&bytes) {
+        if let Ok(Record::String { index, .. }) = r {
+            seen[usize::from(index)] += 1;
+        }
+    }
+    assert!(seen.iter().any(|&c| c > 1));
+    assert_eq!(seen[0], 0, "index 0 is never registered");
+}
+
+#[test]
+fn hundred_thousand_byte_names_are_truncated_at_a_char_boundary() {
+    // One ASCII byte, then 2-byte chars: byte 32 000 falls inside a char.
+    let long = format!("a{}", "é".repeat(50_000));
+    assert_eq!(long.len(), 100_001);
+    let mut w = FxtWriter::new(Vec::new());
+    w.process(1, &long);
+    let t = w.thread(1, 2);
+    w.begin(t, &long, &long, 0, &[Arg::new(&long, W::InlineStr(&long))]);
+    w.end(t, &long, &long, 1, &[Arg::new("s", W::Str(&long))]);
+    let stats = w.stats().clone();
+    let bytes = w.finish().unwrap();
+    // Kernel object name, the interned copy (shared by category, name and arg
+    // names) and the inline value.
+    assert_eq!(stats.truncated_strings, 3, "{stats:?}");
+    assert!(max_record_words(&bytes) < 4096);
+
+    let cut = &long[..31_999];
+    let records = reader::read_all(&bytes).unwrap();
+    let mut checked = 0;
+    for r in &records {
+        match r {
+            Record::KernelObject(k) => {
+                assert_eq!(k.name, cut);
+                checked += 1;
+            }
+            Record::Event(e) => {
+                assert_eq!(e.name, cut);
+                assert_eq!(e.category, cut);
+                let arg_name = if checked == 1 { cut } else { "s" };
+                assert_eq!(e.args[0].name, arg_name);
+                assert!(matches!(e.args[0].value, R::Str(s) if s == cut));
+                checked += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(checked, 3);
+    assert!(validate_bytes(&bytes).is_ok());
+}
+
+#[test]
+fn many_long_inline_strings_still_fit_one_record() {
+    let values: Vec<String> = (0..15)
+        .map(|i| format!("{i}{}", "v".repeat(30_000)))
+        .collect();
+    let args: Vec<Arg<'_>> = values
+        .iter()
+        .map(|v| Arg::new("k", W::InlineStr(v)))
+        .collect();
+    let mut w = FxtWriter::new(Vec::new());
+    let t = w.thread(1, 1);
+    w.instant(t, "", "big", 0, &args);
+    let bytes = w.finish().unwrap();
+    assert!(max_record_words(&bytes) < 4096);
+    let ev = reader::read_events(&bytes).unwrap();
+    let got: Vec<_> = ev[0].args.iter().map(|a| a.value).collect();
+    let want: Vec<_> = values.iter().map(|v| R::Str(v)).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn twenty_args_keep_the_first_fifteen() {
+    let names: Vec<String> = (0..20).map(|i| format!("arg{i}")).collect();
+    let args: Vec<Arg<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Arg::new(n, W::Int(i as i64)))
+        .collect();
+    let mut w = FxtWriter::new(Vec::new());
+    let t = w.thread(1, 1);
+    w.begin(t, "", "f", 0, &args);
+    w.end(t, "", "f", 1, &args);
+    w.process(1, "p");
+    w.kernel_object(format::object::PROCESS, 2, "q", &args);
+    assert_eq!(w.stats().dropped_args, 15);
+    let bytes = w.finish().unwrap();
+    let records = reader::read_all(&bytes).unwrap();
+    let mut seen = 0;
+    for r in records {
+        let args = match r {
+            Record::Event(e) => e.args,
+            Record::KernelObject(k) if k.koid == 2 => k.args,
+            _ => continue,
+        };
+        seen += 1;
+        let got: Vec<_> = args.iter().map(|a| (a.name, a.value)).collect();
+        let want: Vec<_> = (0..15)
+            .map(|i| (names[i].as_str(), R::Int32(i as i32)))
+            .collect();
+        assert_eq!(got, want);
+    }
+    assert_eq!(seen, 3);
+}
+
+#[test]
+fn truncate_utf8_never_splits_a_char() {
+    let s = "a€b"; // € is 3 bytes
+    assert_eq!(ptscope_fxt::truncate_utf8(s, 10), s);
+    assert_eq!(ptscope_fxt::truncate_utf8(s, 4), "a€");
+    assert_eq!(ptscope_fxt::truncate_utf8(s, 3), "a");
+    assert_eq!(ptscope_fxt::truncate_utf8(s, 1), "a");
+    assert_eq!(ptscope_fxt::truncate_utf8(s, 0), "");
+}
+
+/// A writer over a sink that fails after some bytes must report, not panic.
+#[test]
+fn io_errors_are_reported_by_finish() {
+    struct Failing(usize);
+    impl std::io::Write for Failing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0 == 0 {
+                return Err(std::io::Error::other("disk full"));
+            }
+            let n = buf.len().min(self.0);
+            self.0 -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = FxtWriter::new(Failing(100_000));
+    let t = w.thread(1, 1);
+    for i in 0..100_000u64 {
+        w.instant(t, "", "x", i, &[]);
+    }
+    assert!(
+        w.io_error().is_some(),
+        "the buffer was flushed past the limit"
+    );
+    let err = w.finish().err().expect("finish reports the error");
+    assert_eq!(err.to_string(), "disk full");
+}
