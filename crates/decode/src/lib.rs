@@ -1,1 +1,552 @@
-//! placeholder
+//! A streaming, constant-memory decoder of `perf script` text into ptscope [`Event`]s.
+//!
+//! ```
+//! use ptscope_decode::Decoder;
+//! use ptscope_event::{Event, EventData, Kind};
+//!
+//! let text = "\
+//! 30549/30549 174427.938462629:  1  branches:uH:   call  7ffff7ddc143 _start+0x3 (/lib/ld.so) =>  7ffff7ddc850 _dl_start+0x0 (/lib/ld.so)
+//! 30549/30549 174427.938463000:  250000 cpu-clock:
+//! \t  4005d6 leaf+0x6 (/tmp/prog)
+//! \t  400620 main+0x20 (/tmp/prog)
+//! ";
+//! let mut decoder = Decoder::new(text.as_bytes());
+//! let mut names = Vec::new();
+//! while let Some(event) = decoder.next_event()? {
+//!     match event {
+//!         Event::Ok { data: EventData::Trace { kind, dst, .. }, .. } => {
+//!             assert_eq!(kind, Some(Kind::Call));
+//!             // The string table can be borrowed between events.
+//!             names.push(decoder.strings().display(dst.symbol).to_owned());
+//!         }
+//!         Event::Ok { data: EventData::StackSample { callstack }, .. } => {
+//!             // Root first.
+//!             for frame in callstack {
+//!                 names.push(decoder.strings().display(frame.symbol).to_owned());
+//!             }
+//!         }
+//!         other => panic!("unexpected {other:?}"),
+//!     }
+//! }
+//! assert_eq!(names, ["_dl_start", "main", "leaf"]);
+//! assert_eq!(decoder.stats().warnings, 0);
+//! # Ok::<(), ptscope_decode::Error>(())
+//! ```
+//!
+//! # Input contract
+//!
+//! The decoder accepts everything magic-trace's `perf_decode.ml` accepts and a
+//! documented superset:
+//!
+//! - Lines are grouped like magic-trace: a header line plus the following lines that
+//!   start with a tab; a blank (or whitespace-only) line ends a group.
+//! - Headers are `pid/tid sec.frac: [period] event[/config][/sel]:[sel:] rest`. The
+//!   period may be absent. pid/tid `0` (or negative) is `None`.
+//! - `branches` → [`EventData::Trace`]; `cbr` → [`EventData::Power`]; `ptwrite` →
+//!   [`EventData::Ptwrite`]; `branch-misses`/`cache-misses` → [`EventData::EventSample`];
+//!   `psb` and PT power events are skipped ([`Stats::ignored`]); any other event
+//!   (`cycles`, `cpu-clock`, `task-clock`, …) is a sample whose tab lines are the
+//!   callchain, delivered **root first** in [`EventData::StackSample`]. A sample without
+//!   a callchain uses the location on its own line, if any.
+//! - ` instruction trace error …` lines → [`Event::DecodeError`].
+//! - Anything else is a [`Warning`], counted in [`Stats::warnings`]; the first few are
+//!   kept verbatim. Nothing in the input aborts decoding; only I/O errors are
+//!   returned as [`Error`].
+//!
+//! Bytes are parsed as bytes: invalid UTF-8 in names is replaced, never an error.
+//! Memory is bounded: one line buffer (lines over [`MAX_LINE`] bytes are dropped with
+//! a warning), the pending group, and the [`StringTable`], which grows only with
+//! distinct names.
+
+mod parse;
+pub mod perf;
+mod warning;
+
+pub use perf::{PerfScript, PerfScriptOptions, RecordingKind};
+pub use warning::{Stats, Warning, WarningKind};
+
+use parse::{EventClass, Scratch};
+use ptscope_event::{
+    Event, EventData, ExtraEvent, Location, StringTable, Thread, TraceStateChange,
+};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::Path;
+use std::process::ExitStatus;
+
+/// Longest line the decoder buffers; longer lines are dropped with a warning so
+/// memory stays bounded whatever the input.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// How many warnings are kept verbatim by default (all are counted).
+pub const DEFAULT_KEPT_WARNINGS: usize = 20;
+
+/// What can stop decoding or running perf.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading the input failed.
+    #[error("reading perf script output: {0}")]
+    Io(#[from] io::Error),
+    /// A program (perf) could not be started.
+    #[error("could not run `{program}`: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// perf ran but exited unsuccessfully.
+    #[error("`{command}` failed ({status}){}", stderr_suffix(.stderr))]
+    PerfFailed {
+        /// The command line, for the message.
+        command: String,
+        /// How it exited.
+        status: ExitStatus,
+        /// The end of what it printed on stderr.
+        stderr: String,
+    },
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    let t = stderr.trim();
+    if t.is_empty() {
+        String::new()
+    } else {
+        format!(":\n{t}")
+    }
+}
+
+/// The group whose header was read last and which further tab lines may extend.
+#[derive(Debug)]
+enum Group {
+    /// No group is open; a tab line now is an orphan.
+    None,
+    /// The group's event (if any) is already out; tab lines are ignored.
+    Done,
+    /// A sample waiting for its callchain.
+    Sample {
+        line: u64,
+        thread: Thread,
+        time: u64,
+        period: Option<u64>,
+        extra: Option<ExtraEvent>,
+        inline: Option<Location>,
+        rest_blank: bool,
+        tab_lines: u32,
+    },
+}
+
+/// Everything but the reader, so a line borrowed from the reader's buffer can be
+/// parsed without copying.
+#[derive(Debug)]
+struct State {
+    strings: StringTable,
+    scratch: Scratch,
+    group: Group,
+    /// Callchain of the open sample, leaf first as perf prints it; reused.
+    frames: Vec<Location>,
+    /// Header text of an open sample that may turn out unusable (for its warning).
+    header_text: Vec<u8>,
+    ready: VecDeque<Event>,
+    stats: Stats,
+    warnings: Vec<Warning>,
+    max_kept: usize,
+    line_no: u64,
+}
+
+impl State {
+    fn warn(&mut self, line: u64, kind: WarningKind, text: &[u8]) {
+        self.stats.warnings += 1;
+        if self.warnings.len() < self.max_kept {
+            let cut = &text[..text.len().min(Warning::MAX_TEXT)];
+            self.warnings.push(Warning {
+                line,
+                kind,
+                text: String::from_utf8_lossy(cut).into_owned(),
+            });
+        }
+    }
+
+    fn emit(&mut self, event: Event) {
+        self.stats.events += 1;
+        self.ready.push_back(event);
+    }
+
+    fn process_line(&mut self, line: &[u8], overlong: bool) {
+        self.line_no += 1;
+        self.stats.lines += 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if overlong {
+            self.warn(self.line_no, WarningKind::LineTooLong, line);
+            if line.first() != Some(&b'\t') {
+                self.close_group();
+                self.group = Group::Done;
+            }
+            return;
+        }
+        match line.first() {
+            None => self.close_group(),
+            Some(b'\t') => self.frame_line(line),
+            Some(&b) if parse::is_ws(b) && line.iter().all(|&b| parse::is_ws(b)) => {
+                self.close_group()
+            }
+            Some(_) => {
+                self.close_group();
+                self.header_line(line);
+            }
+        }
+    }
+
+    fn frame_line(&mut self, line: &[u8]) {
+        let line_no = self.line_no;
+        match &mut self.group {
+            Group::Sample { tab_lines, .. } => {
+                *tab_lines += 1;
+                match parse::parse_frame(line, &mut self.strings, &mut self.scratch) {
+                    Ok(loc) => self.frames.push(loc),
+                    Err(kind) => self.warn(line_no, kind, line),
+                }
+            }
+            Group::Done => {}
+            Group::None => {
+                self.warn(line_no, WarningKind::OrphanFrame, line);
+                // One warning per orphaned run is enough.
+                self.group = Group::Done;
+            }
+        }
+    }
+
+    fn header_line(&mut self, line: &[u8]) {
+        let line_no = self.line_no;
+        self.group = Group::Done;
+        if parse::is_trace_error(line) {
+            match parse::parse_trace_error(line) {
+                Ok(err) => {
+                    if err.unknown_key {
+                        self.warn(line_no, WarningKind::UnknownTraceErrorField, line);
+                    }
+                    let message = parse::intern_bytes(&mut self.strings, err.message);
+                    self.emit(Event::DecodeError {
+                        thread: err.thread,
+                        time: err.time,
+                        ip: err.ip,
+                        message,
+                    });
+                }
+                Err(kind) => self.warn(line_no, kind, line),
+            }
+            return;
+        }
+        let header = match parse::parse_header(line) {
+            Ok(h) => h,
+            Err(kind) => return self.warn(line_no, kind, line),
+        };
+        let (thread, time) = (header.thread, header.time);
+        match header.class {
+            EventClass::Branches => {
+                match parse::parse_branch(header.rest, &mut self.strings, &mut self.scratch) {
+                    Ok(b) => {
+                        if b.unknown_flags {
+                            self.warn(line_no, WarningKind::UnknownBranchFlags, line);
+                        }
+                        let change = match (b.start, b.end) {
+                            (true, false) => Some(TraceStateChange::Start),
+                            (false, true) => Some(TraceStateChange::End),
+                            _ => None,
+                        };
+                        self.emit(Event::Ok {
+                            thread,
+                            time,
+                            in_transaction: b.in_transaction,
+                            data: EventData::Trace {
+                                change,
+                                kind: b.kind,
+                                src: b.src,
+                                dst: b.dst,
+                            },
+                        });
+                    }
+                    Err(kind) => self.warn(line_no, kind, line),
+                }
+            }
+            EventClass::Cbr => match parse::parse_cbr(header.rest) {
+                Ok(freq_mhz) => self.emit(Event::Ok {
+                    thread,
+                    time,
+                    in_transaction: false,
+                    data: EventData::Power { freq_mhz },
+                }),
+                Err(kind) => self.warn(line_no, kind, line),
+            },
+            EventClass::Ptwrite => {
+                match parse::parse_ptwrite(header.rest, &mut self.strings, &mut self.scratch) {
+                    Ok((data, location)) => self.emit(Event::Ok {
+                        thread,
+                        time,
+                        in_transaction: false,
+                        data: EventData::Ptwrite { location, data },
+                    }),
+                    Err(kind) => self.warn(line_no, kind, line),
+                }
+            }
+            EventClass::Ignored => self.stats.ignored += 1,
+            EventClass::Extra(_) | EventClass::Sample => {
+                let extra = match header.class {
+                    EventClass::Extra(e) => Some(e),
+                    _ => None,
+                };
+                let inline =
+                    parse::parse_inline_location(header.rest, &mut self.strings, &mut self.scratch);
+                let rest_blank = header.rest.iter().all(|&b| parse::is_ws(b));
+                if inline.is_none() && !rest_blank {
+                    self.header_text.clear();
+                    self.header_text.extend_from_slice(line);
+                }
+                self.frames.clear();
+                self.group = Group::Sample {
+                    line: line_no,
+                    thread,
+                    time,
+                    period: header.period,
+                    extra,
+                    inline,
+                    rest_blank,
+                    tab_lines: 0,
+                };
+            }
+        }
+    }
+
+    fn close_group(&mut self) {
+        let group = std::mem::replace(&mut self.group, Group::None);
+        let Group::Sample {
+            line,
+            thread,
+            time,
+            period,
+            extra,
+            inline,
+            rest_blank,
+            tab_lines,
+        } = group
+        else {
+            return;
+        };
+        let data = match extra {
+            Some(name) => match self.frames.first().copied().or(inline) {
+                Some(location) => EventData::EventSample {
+                    location,
+                    // perf always prints the period for these; 1 is one event.
+                    count: period.unwrap_or(1),
+                    name,
+                },
+                None => {
+                    let text = std::mem::take(&mut self.header_text);
+                    self.warn(line, WarningKind::UnsupportedEvent, &text);
+                    self.header_text = text;
+                    return;
+                }
+            },
+            None => {
+                let callstack: Vec<Location> = if !self.frames.is_empty() || tab_lines > 0 {
+                    self.frames.iter().rev().copied().collect()
+                } else if let Some(loc) = inline {
+                    vec![loc]
+                } else if rest_blank {
+                    Vec::new()
+                } else {
+                    let text = std::mem::take(&mut self.header_text);
+                    self.warn(line, WarningKind::UnsupportedEvent, &text);
+                    self.header_text = text;
+                    return;
+                };
+                EventData::StackSample { callstack }
+            }
+        };
+        self.frames.clear();
+        self.emit(Event::Ok {
+            thread,
+            time,
+            in_transaction: false,
+            data,
+        });
+    }
+}
+
+/// Decodes `perf script` text from any [`BufRead`] into [`Event`]s, one group at a time.
+///
+/// The decoder owns the [`StringTable`] its events' [`Sym`](ptscope_event::Sym)s refer
+/// to; borrow it with [`Decoder::strings`] between events, or take it back with
+/// [`Decoder::into_strings`].
+#[derive(Debug)]
+pub struct Decoder<R> {
+    reader: R,
+    /// Holds a line that straddles the reader's buffer; most lines are parsed in place.
+    spill: Vec<u8>,
+    overlong: bool,
+    eof: bool,
+    st: State,
+}
+
+impl Decoder<BufReader<File>> {
+    /// Opens a file of `perf script` text with a large read buffer.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let file = File::open(path)?;
+        Ok(Decoder::new(BufReader::with_capacity(1 << 20, file)))
+    }
+}
+
+impl<R: BufRead> Decoder<R> {
+    /// A decoder with a fresh string table.
+    pub fn new(reader: R) -> Self {
+        Decoder::with_strings(reader, StringTable::new())
+    }
+
+    /// A decoder that interns into an existing table (e.g. one shared across snapshots).
+    pub fn with_strings(reader: R, strings: StringTable) -> Self {
+        Decoder {
+            reader,
+            spill: Vec::new(),
+            overlong: false,
+            eof: false,
+            st: State {
+                strings,
+                scratch: Scratch::default(),
+                group: Group::None,
+                frames: Vec::new(),
+                header_text: Vec::new(),
+                ready: VecDeque::with_capacity(2),
+                stats: Stats::default(),
+                warnings: Vec::new(),
+                max_kept: DEFAULT_KEPT_WARNINGS,
+                line_no: 0,
+            },
+        }
+    }
+
+    /// Keeps up to `n` warnings verbatim instead of [`DEFAULT_KEPT_WARNINGS`].
+    pub fn with_kept_warnings(mut self, n: usize) -> Self {
+        self.st.max_kept = n;
+        self
+    }
+
+    /// The next event, `Ok(None)` at the end of input. An I/O error is returned once;
+    /// events decoded before it are still delivered by later calls.
+    pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
+        loop {
+            if let Some(event) = self.st.ready.pop_front() {
+                return Ok(Some(event));
+            }
+            if self.eof {
+                return Ok(None);
+            }
+            let buf = match self.reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.finish_input();
+                    return Err(Error::Io(e));
+                }
+            };
+            if buf.is_empty() {
+                self.finish_input();
+                continue;
+            }
+            match memchr::memchr(b'\n', buf) {
+                Some(pos) => {
+                    if self.spill.is_empty() && !self.overlong {
+                        self.st.process_line(&buf[..pos], false);
+                    } else {
+                        push_capped(&mut self.spill, &mut self.overlong, &buf[..pos]);
+                        self.st.process_line(&self.spill, self.overlong);
+                        self.spill.clear();
+                        self.overlong = false;
+                    }
+                    self.st.stats.bytes += pos as u64 + 1;
+                    self.reader.consume(pos + 1);
+                }
+                None => {
+                    let n = buf.len();
+                    push_capped(&mut self.spill, &mut self.overlong, buf);
+                    self.st.stats.bytes += n as u64;
+                    self.reader.consume(n);
+                }
+            }
+        }
+    }
+
+    /// Ends the input: a final line without a newline still counts, and the open
+    /// group is flushed.
+    fn finish_input(&mut self) {
+        if self.eof {
+            return;
+        }
+        self.eof = true;
+        if !self.spill.is_empty() || self.overlong {
+            let line = std::mem::take(&mut self.spill);
+            self.st.process_line(&line, self.overlong);
+            self.overlong = false;
+        }
+        self.st.close_group();
+    }
+
+    /// The table the events' names are interned in.
+    pub fn strings(&self) -> &StringTable {
+        &self.st.strings
+    }
+
+    /// Mutable access, so a consumer can intern its own names in the same table.
+    pub fn strings_mut(&mut self) -> &mut StringTable {
+        &mut self.st.strings
+    }
+
+    /// Gives the string table back, e.g. to decode the next snapshot into it.
+    pub fn into_strings(self) -> StringTable {
+        self.st.strings
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> &Stats {
+        &self.st.stats
+    }
+
+    /// The first warnings, verbatim; [`Stats::warnings`] counts them all.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.st.warnings
+    }
+
+    /// The underlying reader.
+    pub fn get_ref(&self) -> &R {
+        &self.reader
+    }
+
+    /// True once the input has ended (or failed) and every event was returned.
+    pub fn is_finished(&self) -> bool {
+        self.eof && self.st.ready.is_empty()
+    }
+}
+
+fn push_capped(spill: &mut Vec<u8>, overlong: &mut bool, bytes: &[u8]) {
+    if *overlong {
+        return;
+    }
+    let room = MAX_LINE.saturating_sub(spill.len());
+    if bytes.len() > room {
+        // Only the start is needed, for the warning.
+        spill.truncate(Warning::MAX_TEXT);
+        *overlong = true;
+    } else {
+        spill.extend_from_slice(bytes);
+    }
+}
+
+impl<R: BufRead> Iterator for Decoder<R> {
+    type Item = Result<Event, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_event().transpose()
+    }
+}

@@ -1,0 +1,838 @@
+//! Byte-level parsers for the pieces of a `perf script` line.
+//!
+//! Every function here works on `&[u8]` so that invalid UTF-8 can never make parsing
+//! fail; only names that end up interned are converted (lossily). Where magic-trace
+//! uses a regular expression, the function says which one and reproduces its greedy
+//! matching on well-formed input, and accepts a documented superset of it otherwise.
+
+use crate::warning::WarningKind;
+use ptscope_event::{ExtraEvent, Kind, Location, StringTable, Sym, Symbol, Thread};
+use std::fmt::Write as _;
+
+/// What the event name in a header says the group is.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum EventClass {
+    Branches,
+    Cbr,
+    Ptwrite,
+    /// PT synthesized events magic-trace does not show (`psb`, power events, …).
+    Ignored,
+    Extra(ExtraEvent),
+    /// Anything else: a sampling event (`cycles`, `cpu-clock`, …) whose tab lines are a callchain.
+    Sample,
+}
+
+/// The fields every event header carries.
+#[derive(Debug)]
+pub(crate) struct Header<'a> {
+    pub thread: Thread,
+    pub time: u64,
+    pub period: Option<u64>,
+    pub class: EventClass,
+    /// Everything after the `event:` / `event:selector:` prefix.
+    pub rest: &'a [u8],
+}
+
+#[inline]
+fn skip_spaces(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() && s[i] == b' ' {
+        i += 1;
+    }
+    i
+}
+
+#[inline]
+pub(crate) fn is_ws(b: u8) -> bool {
+    // Matches the `\s` class of the regex library magic-trace uses.
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+#[inline]
+fn hex_val(b: u8) -> Option<u64> {
+    match b {
+        b'0'..=b'9' => Some((b - b'0') as u64),
+        b'a'..=b'f' => Some((b - b'a' + 10) as u64),
+        _ => None,
+    }
+}
+
+/// Length of the run of lowercase hex digits starting at `i`.
+#[inline]
+fn hex_run(s: &[u8], i: usize) -> usize {
+    let mut j = i;
+    while j < s.len() && hex_val(s[j]).is_some() {
+        j += 1;
+    }
+    j - i
+}
+
+#[inline]
+fn dec_run(s: &[u8], i: usize) -> usize {
+    let mut j = i;
+    while j < s.len() && s[j].is_ascii_digit() {
+        j += 1;
+    }
+    j - i
+}
+
+/// Parses lowercase hex that must fit in 64 bits.
+#[inline]
+pub(crate) fn parse_hex(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 16 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in s {
+        v = (v << 4) | hex_val(b)?;
+    }
+    Some(v)
+}
+
+/// Parses hex of any length keeping the low 63 bits, as magic-trace's symbol offsets do,
+/// so perf's garbage offsets (`+0xffffffffff22f000`) never fail.
+#[inline]
+fn parse_hex_trunc63(s: &[u8]) -> u64 {
+    let mut v = 0u64;
+    for &b in s {
+        v = (v << 4) | hex_val(b).unwrap_or(0);
+    }
+    v & (u64::MAX >> 1)
+}
+
+#[inline]
+fn parse_dec(s: &[u8]) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in s {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add((b - b'0') as u64)?;
+    }
+    Some(v)
+}
+
+/// A pid or tid: perf's `0` (and negative "unknown" values) mean `None`.
+fn parse_id(s: &[u8]) -> Option<Option<u32>> {
+    if let Some(neg) = s.strip_prefix(b"-") {
+        parse_dec(neg)?;
+        return Some(None);
+    }
+    let v = parse_dec(s)?;
+    if v == 0 {
+        Some(None)
+    } else {
+        Some(Some(u32::try_from(v).ok()?))
+    }
+}
+
+/// `SEC.FRAC` to nanoseconds; the fraction is padded or truncated to 9 digits.
+pub(crate) fn parse_time(sec: &[u8], frac: &[u8]) -> Option<u64> {
+    let sec = parse_dec(sec)?;
+    let mut ns = 0u64;
+    for i in 0..9 {
+        let d = match frac.get(i) {
+            Some(b) if b.is_ascii_digit() => (b - b'0') as u64,
+            Some(_) => return None,
+            None => 0,
+        };
+        ns = ns * 10 + d;
+    }
+    if frac.iter().skip(9).any(|b| !b.is_ascii_digit()) {
+        return None;
+    }
+    sec.checked_mul(1_000_000_000)?.checked_add(ns)
+}
+
+fn classify(name: &[u8]) -> EventClass {
+    match name {
+        b"branches" => EventClass::Branches,
+        b"cbr" => EventClass::Cbr,
+        b"ptwrite" => EventClass::Ptwrite,
+        b"psb" | b"mwait" | b"pwre" | b"pwrx" | b"exstop" | b"evt" | b"iflag" | b"cfe" => {
+            EventClass::Ignored
+        }
+        b"branch-misses" => EventClass::Extra(ExtraEvent::BranchMisses),
+        b"cache-misses" => EventClass::Extra(ExtraEvent::CacheMisses),
+        _ => EventClass::Sample,
+    }
+}
+
+#[inline]
+fn is_event_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
+}
+
+/// Parses `pid/tid time: [period] event[/config][/sel]:[sel:] rest`.
+///
+/// Superset of magic-trace's header regex: the period may be absent, event names may
+/// hold digits, `_` and `.`, the config may hold any non-space bytes, and negative
+/// pid/tid are accepted (as unknown).
+pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
+    let bad = WarningKind::MalformedHeader;
+    let s = line;
+    let mut i = skip_spaces(s, 0);
+    let start = i;
+    if s.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    i += dec_run(s, i);
+    let pid = parse_id(&s[start..i]).ok_or(bad)?;
+    if s.get(i) != Some(&b'/') {
+        return Err(bad);
+    }
+    i += 1;
+    let start = i;
+    if s.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    i += dec_run(s, i);
+    let tid = parse_id(&s[start..i]).ok_or(bad)?;
+    let j = skip_spaces(s, i);
+    if j == i {
+        return Err(bad);
+    }
+    i = j;
+    let n = dec_run(s, i);
+    let sec = &s[i..i + n];
+    i += n;
+    if n == 0 || s.get(i) != Some(&b'.') {
+        return Err(bad);
+    }
+    i += 1;
+    let n = dec_run(s, i);
+    let frac = &s[i..i + n];
+    i += n;
+    if n == 0 || s.get(i) != Some(&b':') {
+        return Err(bad);
+    }
+    i += 1;
+    let time = parse_time(sec, frac).ok_or(WarningKind::BadNumber)?;
+    let j = skip_spaces(s, i);
+    if j == i {
+        return Err(bad);
+    }
+    i = j;
+    let mut period = None;
+    let n = dec_run(s, i);
+    if n > 0 && s.get(i + n) == Some(&b' ') {
+        period = Some(parse_dec(&s[i..i + n]).ok_or(WarningKind::BadNumber)?);
+        i = skip_spaces(s, i + n);
+    }
+    let name_start = i;
+    while i < s.len() && is_event_name_byte(s[i]) {
+        i += 1;
+    }
+    if i == name_start {
+        return Err(bad);
+    }
+    let name = &s[name_start..i];
+    // `/config/` then `/selector`, e.g. `branch-misses/period=50/u:`.
+    if s.get(i) == Some(&b'/') {
+        i += 1;
+        while i < s.len() && !matches!(s[i], b'/' | b' ' | b':') {
+            i += 1;
+        }
+        if s.get(i) == Some(&b'/') {
+            i += 1;
+            while i < s.len() && s[i].is_ascii_alphabetic() {
+                i += 1;
+            }
+        }
+    }
+    if s.get(i) != Some(&b':') {
+        return Err(bad);
+    }
+    i += 1;
+    // Optional `selector:` glued to the colon, e.g. `branches:uH:`.
+    let n = {
+        let mut j = i;
+        while j < s.len() && s[j].is_ascii_alphabetic() {
+            j += 1;
+        }
+        j - i
+    };
+    if n > 0 && s.get(i + n) == Some(&b':') {
+        i += n + 1;
+    }
+    Ok(Header {
+        thread: Thread { pid, tid },
+        time,
+        period,
+        class: classify(name),
+        rest: &s[i..],
+    })
+}
+
+/// Interns `bytes` as a string, replacing invalid UTF-8 (allocating only then).
+#[inline]
+pub(crate) fn intern_bytes(strings: &mut StringTable, bytes: &[u8]) -> Sym {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => strings.intern(s),
+        Err(_) => strings.intern(&String::from_utf8_lossy(bytes)),
+    }
+}
+
+/// Formats `v` like OCaml's `Int64.Hex.to_string`: signed, `-0x…` for negative values.
+pub(crate) fn write_int64_hex(out: &mut String, v: u64) {
+    let signed = v as i64;
+    // Writing to a String cannot fail.
+    let _ = if signed < 0 {
+        write!(out, "-0x{:x}", signed.unsigned_abs())
+    } else {
+        write!(out, "0x{:x}", signed)
+    };
+}
+
+/// Scratch space reused across lines so symbol parsing does not allocate.
+#[derive(Default, Debug)]
+pub(crate) struct Scratch {
+    text: String,
+}
+
+/// Splits `sym+0xOFF (dso)` as magic-trace's `^(.*)\+(0x[0-9a-f]+)\s+\((.*)\)$` does:
+/// the name is the longest prefix that leaves a valid `+0x… (…)` suffix.
+fn split_symbol(s: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let n = s.len();
+    if n < 6 || s[n - 1] != b')' {
+        return None;
+    }
+    let mut end = n;
+    while let Some(p) = memchr::memrchr(b'+', &s[..end]) {
+        end = p;
+        if s.get(p + 1) != Some(&b'0') || s.get(p + 2) != Some(&b'x') {
+            continue;
+        }
+        let h = hex_run(s, p + 3);
+        if h == 0 {
+            continue;
+        }
+        let mut k = p + 3 + h;
+        let ws = k;
+        while k < n && is_ws(s[k]) {
+            k += 1;
+        }
+        if k == ws || k + 2 > n || s[k] != b'(' {
+            continue;
+        }
+        return Some((&s[..p], &s[p + 3..p + 3 + h], &s[k + 1..n - 1]));
+    }
+    None
+}
+
+/// Resolves the symbol text perf printed for address `ip` into a [`Location`].
+pub(crate) fn parse_location(
+    ip: u64,
+    s: &[u8],
+    strings: &mut StringTable,
+    scratch: &mut Scratch,
+) -> Location {
+    if let Some((name, off, dso)) = split_symbol(s) {
+        let name = intern_bytes(strings, name);
+        let dso = intern_bytes(strings, dso);
+        return Location {
+            ip,
+            symbol: Symbol::FromPerf(name),
+            offset: parse_hex_trunc63(off),
+            dso: Some(dso),
+        };
+    }
+    // `^\[unknown\]\s+\((.*)\)`: not anchored at the end, so the DSO runs to the last `)`.
+    if let Some(after) = s.strip_prefix(b"[unknown]") {
+        let k = after.iter().take_while(|&&b| is_ws(b)).count();
+        if k > 0 && after.get(k) == Some(&b'(') {
+            let inner = &after[k + 1..];
+            if let Some(close) = memchr::memrchr(b')', inner) {
+                let dso_bytes = &inner[..close];
+                let dso = intern_bytes(strings, dso_bytes);
+                let text = &mut scratch.text;
+                text.clear();
+                text.push_str("[unknown @ ");
+                write_int64_hex(text, ip);
+                text.push_str(" (");
+                text.push_str(&String::from_utf8_lossy(dso_bytes));
+                text.push_str(")]");
+                let name = strings.intern(text);
+                return Location {
+                    ip,
+                    symbol: Symbol::FromPerf(name),
+                    offset: 0,
+                    dso: Some(dso),
+                };
+            }
+        }
+    }
+    Location::new(ip, Symbol::Unknown, 0)
+}
+
+/// A parsed `branches` remainder.
+#[derive(Debug)]
+pub(crate) struct Branch {
+    pub start: bool,
+    pub end: bool,
+    pub kind: Option<Kind>,
+    pub in_transaction: bool,
+    /// The flags held a word this parser does not know; the event is kept with no kind.
+    pub unknown_flags: bool,
+    pub src: Location,
+    pub dst: Location,
+}
+
+/// Branch kinds perf prints (`sample_flags` in perf's builtin-script.c). `None` marks
+/// documented kinds the event model has no variant for.
+const KIND_WORDS: &[(&[u8], Option<Kind>)] = &[
+    (b"call", Some(Kind::Call)),
+    (b"return", Some(Kind::Return)),
+    (b"jcc", Some(Kind::Jump)),
+    (b"jmp", Some(Kind::Jump)),
+    (b"syscall", Some(Kind::Syscall)),
+    (b"sysret", Some(Kind::Sysret)),
+    (b"hw int", Some(Kind::HardwareInterrupt)),
+    (b"iret", Some(Kind::Iret)),
+    (b"int", Some(Kind::Interrupt)),
+    (b"async", Some(Kind::Async)),
+    (b"tx abrt", Some(Kind::TxAbort)),
+    (b"vmentry", None),
+    (b"vmexit", None),
+    (b"br miss", None),
+];
+
+/// True when `s[i..]` starts with `word` followed by a space or the end.
+#[inline]
+fn word_at(s: &[u8], i: usize, word: &[u8]) -> bool {
+    s[i..].starts_with(word) && matches!(s.get(i + word.len()), None | Some(b' '))
+}
+
+/// Finds the `" => +HEX "` that magic-trace's greedy `(.*) => +([0-9a-f]+) (.*)$` picks:
+/// the rightmost one at or after `from`. Returns (position of the space before `=>`,
+/// start of the hex, end of the hex).
+fn find_arrow(s: &[u8], from: usize) -> Option<(usize, usize, usize)> {
+    let mut end = s.len();
+    while end > from {
+        let gt = memchr::memrchr(b'>', &s[from..end])? + from;
+        end = gt;
+        if gt < from + 2 || s[gt - 1] != b'=' || s[gt - 2] != b' ' {
+            continue;
+        }
+        let hex_start = skip_spaces(s, gt + 1);
+        if hex_start == gt + 1 {
+            continue;
+        }
+        let h = hex_run(s, hex_start);
+        if h == 0 || s.get(hex_start + h) != Some(&b' ') {
+            continue;
+        }
+        return Some((gt - 2, hex_start, hex_start + h));
+    }
+    None
+}
+
+/// Parses the remainder of a `branches` header:
+/// `FLAGS [(x)] SRCIP SRCSYM => DSTIP DSTSYM`.
+pub(crate) fn parse_branch(
+    s: &[u8],
+    strings: &mut StringTable,
+    scratch: &mut Scratch,
+) -> Result<Branch, WarningKind> {
+    let bad = WarningKind::MalformedBranch;
+    let mut i = skip_spaces(s, 0);
+    let mut start = false;
+    let mut end = false;
+    let mut kind = None;
+    let mut in_transaction = false;
+    let mut unknown_flags = false;
+    if word_at(s, i, b"tr strt") {
+        start = true;
+        i = skip_spaces(s, i + 7);
+    }
+    if word_at(s, i, b"tr end") {
+        end = true;
+        i = skip_spaces(s, i + 6);
+    }
+    for &(word, k) in KIND_WORDS {
+        if word_at(s, i, word) {
+            // magic-trace drops the `jmp` of `tr strt jmp` and leaves the kind empty.
+            kind = if start && word == b"jmp" { None } else { k };
+            i = skip_spaces(s, i + word.len());
+            break;
+        }
+    }
+    // Aux flags like `(x)` (perf 6 may print `(x)`, `(D)`, `(t)` or combinations), and
+    // any flag words we do not know, until the source address.
+    loop {
+        if i >= s.len() {
+            return Err(bad);
+        }
+        let tok_end = memchr::memchr(b' ', &s[i..]).map_or(s.len(), |p| p + i);
+        let tok = &s[i..tok_end];
+        if tok_end < s.len() && hex_run(s, i) == tok.len() {
+            break;
+        }
+        if tok.len() >= 2 && tok[0] == b'(' && tok[tok.len() - 1] == b')' {
+            in_transaction |= tok.contains(&b'x');
+        } else {
+            unknown_flags = true;
+        }
+        i = skip_spaces(s, tok_end);
+    }
+    if unknown_flags {
+        kind = None;
+    }
+    let src_hex_end = i + hex_run(s, i);
+    let src_ip = parse_hex(&s[i..src_hex_end]).ok_or(bad)?;
+    // The regex needs `HEX (.*) => `: the arrow's space comes after the source's own.
+    let (arrow, dst_start, dst_end) = find_arrow(s, src_hex_end + 1).ok_or(bad)?;
+    let src_sym = &s[src_hex_end + 1..arrow];
+    let dst_ip = parse_hex(&s[dst_start..dst_end]).ok_or(bad)?;
+    let dst_sym = &s[dst_end + 1..];
+    let src = parse_location(src_ip, src_sym, strings, scratch);
+    let dst = parse_location(dst_ip, dst_sym, strings, scratch);
+    Ok(Branch {
+        start,
+        end,
+        kind,
+        in_transaction,
+        unknown_flags,
+        src,
+        dst,
+    })
+}
+
+/// Parses a callchain line `\t *IP SYM` (magic-trace: `^\t *([0-9a-f]+) (.*)$`).
+pub(crate) fn parse_frame(
+    line: &[u8],
+    strings: &mut StringTable,
+    scratch: &mut Scratch,
+) -> Result<Location, WarningKind> {
+    let bad = WarningKind::MalformedFrame;
+    let s = line.strip_prefix(b"\t").ok_or(bad)?;
+    let i = skip_spaces(s, 0);
+    let h = hex_run(s, i);
+    if h == 0 || s.get(i + h) != Some(&b' ') {
+        return Err(bad);
+    }
+    let ip = parse_hex(&s[i..i + h]).ok_or(bad)?;
+    Ok(parse_location(ip, &s[i + h + 1..], strings, scratch))
+}
+
+/// The location on a sample header's own line: `ADDR IP SYM` (magic-trace's
+/// `^ *([0-9]+) +([0-9a-f]+) (.*)$`), or `IP SYM` when perf printed no `addr` field.
+pub(crate) fn parse_inline_location(
+    s: &[u8],
+    strings: &mut StringTable,
+    scratch: &mut Scratch,
+) -> Option<Location> {
+    let i = skip_spaces(s, 0);
+    let d = dec_run(s, i);
+    if d > 0 && s.get(i + d) == Some(&b' ') {
+        let j = skip_spaces(s, i + d);
+        let h = hex_run(s, j);
+        if h > 0 && s.get(j + h) == Some(&b' ') {
+            let ip = parse_hex(&s[j..j + h])?;
+            return Some(parse_location(ip, &s[j + h + 1..], strings, scratch));
+        }
+    }
+    let h = hex_run(s, i);
+    if h > 0 && s.get(i + h) == Some(&b' ') {
+        let ip = parse_hex(&s[i..i + h])?;
+        return Some(parse_location(ip, &s[i + h + 1..], strings, scratch));
+    }
+    None
+}
+
+/// The frequency in a `cbr` remainder: `[flags] cbr: N freq: MHZ MHz …`.
+pub(crate) fn parse_cbr(s: &[u8]) -> Result<u32, WarningKind> {
+    let bad = WarningKind::MalformedCbr;
+    let mut from = 0;
+    let p = loop {
+        let p = memchr::memmem::find(&s[from..], b"cbr:").ok_or(bad)? + from;
+        if p > 0 && s[p - 1] == b' ' {
+            break p;
+        }
+        from = p + 4;
+    };
+    let mut i = skip_spaces(s, p + 4);
+    let n = dec_run(s, i);
+    if n == 0 || i == p + 4 {
+        return Err(bad);
+    }
+    i = skip_spaces(s, i + n);
+    if !s[i..].starts_with(b"freq:") {
+        return Err(bad);
+    }
+    let j = skip_spaces(s, i + 5);
+    let n = dec_run(s, j);
+    if n == 0 || j == i + 5 || !s[j + n..].starts_with(b" MHz") {
+        return Err(bad);
+    }
+    let freq = parse_dec(&s[j..j + n]).ok_or(WarningKind::BadNumber)?;
+    u32::try_from(freq).map_err(|_| WarningKind::BadNumber)
+}
+
+/// A `ptwrite` remainder: `[flags] IP: N payload: 0xHEX ASCII ADDR IP SYM`.
+pub(crate) fn parse_ptwrite(
+    s: &[u8],
+    strings: &mut StringTable,
+    scratch: &mut Scratch,
+) -> Result<(u64, Location), WarningKind> {
+    let bad = WarningKind::MalformedPtwrite;
+    let p = memchr::memmem::find(s, b"payload:").ok_or(bad)?;
+    if !s[..p].windows(3).any(|w| w == b"IP:") {
+        return Err(bad);
+    }
+    let i = skip_spaces(s, p + 8);
+    if i == p + 8 || !s[i..].starts_with(b"0x") {
+        return Err(bad);
+    }
+    let h = hex_run(s, i + 2);
+    let payload_end = i + 2 + h;
+    let data = parse_hex(&s[i + 2..payload_end]).ok_or(bad)?;
+    if s.get(payload_end) != Some(&b' ') {
+        return Err(bad);
+    }
+    // Greedy `(.*) ([0-9]+) +([0-9a-f]+) (.*)$`: the rightmost ` DEC +HEX ` wins.
+    let mut end = s.len();
+    while let Some(r) = memchr::memrchr(b' ', &s[payload_end + 1..end]) {
+        let r = r + payload_end + 1;
+        end = r;
+        let d = dec_run(s, r + 1);
+        if d == 0 || s.get(r + 1 + d) != Some(&b' ') {
+            continue;
+        }
+        let j = skip_spaces(s, r + 1 + d);
+        let h = hex_run(s, j);
+        if h == 0 || s.get(j + h) != Some(&b' ') {
+            continue;
+        }
+        let ip = parse_hex(&s[j..j + h]).ok_or(bad)?;
+        return Ok((data, parse_location(ip, &s[j + h + 1..], strings, scratch)));
+    }
+    Err(bad)
+}
+
+/// A parsed ` instruction trace error …` line.
+#[derive(Debug)]
+pub(crate) struct TraceError<'a> {
+    pub thread: Thread,
+    pub time: Option<u64>,
+    pub ip: Option<u64>,
+    pub message: &'a [u8],
+    /// A `key value` pair this parser does not know was skipped.
+    pub unknown_key: bool,
+}
+
+/// True for the lines perf prints for decoder errors (`--itrace=e`).
+#[inline]
+pub(crate) fn is_trace_error(line: &[u8]) -> bool {
+    line[skip_spaces(line, 0)..].starts_with(b"instruction trace error")
+}
+
+fn next_token(s: &[u8], i: usize) -> (&[u8], usize) {
+    let i = skip_spaces(s, i);
+    let e = memchr::memchr(b' ', &s[i..]).map_or(s.len(), |p| p + i);
+    (&s[i..e], e)
+}
+
+/// Parses ` instruction trace error type N [time S.NNN] [machine_pid P vcpu V] cpu C pid P
+/// tid T ip 0xIP|0 code N: MESSAGE`. Keys may come in any order; unknown keys are
+/// skipped with their value so a newer perf's additions do not lose the error.
+pub(crate) fn parse_trace_error(line: &[u8]) -> Result<TraceError<'_>, WarningKind> {
+    let bad = WarningKind::MalformedTraceError;
+    let s = line;
+    let mut i = skip_spaces(s, 0) + b"instruction trace error".len();
+    let mut err = TraceError {
+        thread: Thread::default(),
+        time: None,
+        ip: None,
+        message: b"",
+        unknown_key: false,
+    };
+    loop {
+        let (key, e) = next_token(s, i);
+        if key.is_empty() {
+            return Err(bad);
+        }
+        i = e;
+        if key == b"code" {
+            let (val, e) = next_token(s, i);
+            let num = val.strip_suffix(b":").ok_or(bad)?;
+            if dec_run(num, 0) != num.len() || num.is_empty() {
+                return Err(bad);
+            }
+            // `code N: (.*)$` needs the space after the colon.
+            if e >= s.len() {
+                return Err(bad);
+            }
+            err.message = &s[e + 1..];
+            return Ok(err);
+        }
+        let (val, e) = next_token(s, i);
+        if val.is_empty() {
+            return Err(bad);
+        }
+        i = e;
+        match key {
+            b"type" | b"cpu" | b"vcpu" | b"machine_pid" => {
+                let v = val.strip_prefix(b"-").unwrap_or(val);
+                if v.is_empty() || dec_run(v, 0) != v.len() {
+                    return Err(bad);
+                }
+            }
+            b"pid" => err.thread.pid = parse_id(val).ok_or(bad)?,
+            b"tid" => err.thread.tid = parse_id(val).ok_or(bad)?,
+            b"time" => {
+                err.time = match memchr::memchr(b'.', val) {
+                    Some(d) if d > 0 && d + 1 < val.len() => {
+                        Some(parse_time(&val[..d], &val[d + 1..]).ok_or(bad)?)
+                    }
+                    // perf prints a bare `time 0` when it has no timestamp.
+                    None if val == b"0" => None,
+                    _ => return Err(bad),
+                };
+            }
+            b"ip" => {
+                err.ip = if val == b"0" {
+                    None
+                } else {
+                    let hex = val
+                        .strip_prefix(b"0x")
+                        .or_else(|| val.strip_prefix(b"0X"))
+                        .ok_or(bad)?;
+                    let mut v = 0u64;
+                    if hex.is_empty() || hex.len() > 16 {
+                        return Err(bad);
+                    }
+                    for &b in hex {
+                        let d = (b as char).to_digit(16).ok_or(bad)?;
+                        v = (v << 4) | d as u64;
+                    }
+                    Some(v)
+                };
+            }
+            _ => err.unknown_key = true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_fraction_is_padded_and_truncated() {
+        assert_eq!(parse_time(b"1", b"5"), Some(1_500_000_000));
+        assert_eq!(parse_time(b"1", b"000000001999"), Some(1_000_000_001));
+        assert_eq!(parse_time(b"99999999999999", b"0"), None);
+        assert_eq!(parse_time(b"1", b"12x"), None);
+    }
+
+    #[test]
+    fn int64_hex_matches_ocaml() {
+        let f = |v| {
+            let mut s = String::new();
+            write_int64_hex(&mut s, v);
+            s
+        };
+        assert_eq!(f(0), "0x0");
+        assert_eq!(f(0x7f00), "0x7f00");
+        assert_eq!(f(0xffff_ffff_af00_1100), "-0x50ffef00");
+        assert_eq!(f(1 << 63), "-0x8000000000000000");
+    }
+
+    #[test]
+    fn symbol_split_is_greedy_like_the_regex() {
+        let s = |x: &[u8]| split_symbol(x).map(|(a, b, c)| (a.to_vec(), b.to_vec(), c.to_vec()));
+        assert_eq!(
+            s(b"x => +0xb (foo.so)"),
+            Some((b"x => ".to_vec(), b"b".to_vec(), b"foo.so".to_vec()))
+        );
+        assert_eq!(
+            s(b"foo+0x10 (a+0x5 (b))"),
+            Some((b"foo+0x10 (a".to_vec(), b"5".to_vec(), b"b)".to_vec()))
+        );
+        assert_eq!(
+            s(b"foo+0x10 ()"),
+            Some((b"foo".to_vec(), b"10".to_vec(), vec![]))
+        );
+        assert_eq!(s(b"foo+0x (x)"), None);
+        assert_eq!(s(b"foo+0x1(x)"), None);
+        assert_eq!(s(b"foo+0x1 (x"), None);
+        assert_eq!(s(b"+0x1 )"), None);
+    }
+
+    #[test]
+    fn garbage_offset_keeps_low_63_bits() {
+        assert_eq!(
+            parse_hex_trunc63(b"ffffffffff22f000"),
+            0x7fff_ffff_ff22_f000
+        );
+        assert_eq!(
+            parse_hex_trunc63(b"1ffffffffffffffff0"),
+            0x7fff_ffff_ffff_fff0
+        );
+    }
+
+    #[test]
+    fn header_without_period_and_with_config() {
+        let h = parse_header(b"1/2 3.4:   branches:uH:   call").unwrap();
+        assert_eq!(h.period, None);
+        assert_eq!(h.class, EventClass::Branches);
+        assert_eq!(h.rest, b"   call");
+        let h = parse_header(b" 1/2 3.4: 50 branch-misses/period=50/u: x").unwrap();
+        assert_eq!(h.period, Some(50));
+        assert_eq!(h.class, EventClass::Extra(ExtraEvent::BranchMisses));
+        assert_eq!(h.rest, b" x");
+        let h = parse_header(b"-1/-1 3.4: 1 cpu-clock: ").unwrap();
+        assert_eq!(h.thread, Thread::default());
+        assert_eq!(h.class, EventClass::Sample);
+        assert!(parse_header(b"1/2 3.4:1 cycles:").is_err());
+        assert!(parse_header(b"1/2 3: 1 cycles:").is_err());
+        assert!(parse_header(b"x/2 3.1: 1 cycles:").is_err());
+    }
+
+    #[test]
+    fn cbr_forms() {
+        assert_eq!(
+            parse_cbr(b"   cbr: 47 freq: 4706 MHz (162%)   0 "),
+            Ok(4706)
+        );
+        assert_eq!(
+            parse_cbr(b"  syscall     cbr:  8 freq:  801 MHz ( 28%)"),
+            Ok(801)
+        );
+        assert_eq!(parse_cbr(b" cbr: 47"), Err(WarningKind::MalformedCbr));
+        assert_eq!(
+            parse_cbr(b"xcbr: 1 freq: 2 MHz"),
+            Err(WarningKind::MalformedCbr)
+        );
+    }
+
+    #[test]
+    fn trace_error_forms() {
+        let e = parse_trace_error(
+            b" instruction trace error type 1 time 0 machine_pid 3 vcpu 1 cpu 2 pid 5 tid 6 ip 0x10 code 7: Oops: x",
+        )
+        .unwrap();
+        assert_eq!(e.time, None);
+        assert_eq!(e.ip, Some(0x10));
+        assert_eq!(e.thread.pid, Some(5));
+        assert_eq!(e.message, b"Oops: x");
+        assert!(!e.unknown_key);
+        let e = parse_trace_error(
+            b" instruction trace error type 1 cpu 2 pid -1 tid 0 new 9 ip 0 code 7: M",
+        )
+        .unwrap();
+        assert!(e.unknown_key);
+        assert_eq!(e.thread, Thread::default());
+        assert_eq!(e.ip, None);
+        assert!(
+            parse_trace_error(b" instruction trace error type 1 cpu 2 pid 1 tid 1 ip 0").is_err()
+        );
+        assert!(parse_trace_error(
+            b" instruction trace error type 1 cpu 2 pid 1 tid 1 ip 0x code 1: m"
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,270 @@
+//! Running `perf script` on a recording and decoding its output as it streams.
+//!
+//! ```no_run
+//! use ptscope_decode::{PerfScript, PerfScriptOptions};
+//!
+//! let mut script = PerfScript::spawn(&PerfScriptOptions::new("perf.data"))?;
+//! while let Some(event) = script.next_event()? {
+//!     let _ = (event, script.strings());
+//! }
+//! // Drain first, then ask how perf exited: its stderr tail is in the error.
+//! script.finish()?;
+//! # Ok::<(), ptscope_decode::Error>(())
+//! ```
+
+use crate::{Decoder, Error};
+use ptscope_event::{Event, StringTable};
+use std::ffi::OsString;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::thread::JoinHandle;
+
+/// How much of perf's stderr is kept for error messages.
+const STDERR_TAIL: usize = 8 * 1024;
+
+/// What a `perf.data` file holds, which decides the `perf script` fields.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum RecordingKind {
+    /// An `intel_pt` recording: branches, decoded with `--itrace=bep`.
+    IntelPt,
+    /// A sampling recording (`cycles`, `cpu-clock`, …) with callchains.
+    Sampling,
+}
+
+impl RecordingKind {
+    /// The `perf script` arguments magic-trace uses for this kind (after `-i FILE`).
+    pub fn script_args(self) -> &'static [&'static str] {
+        match self {
+            RecordingKind::IntelPt => &[
+                "--ns",
+                "--itrace=bep",
+                "-F",
+                "pid,tid,time,flags,ip,addr,sym,symoff,synth,dso,event,period",
+            ],
+            RecordingKind::Sampling => {
+                &["--ns", "-F", "pid,tid,time,ip,sym,symoff,dso,event,period"]
+            }
+        }
+    }
+}
+
+/// Where perf is and what to run it on.
+#[derive(Clone, Debug)]
+pub struct PerfScriptOptions {
+    /// The perf binary; defaults to `$PTSCOPE_PERF` or `perf` on `PATH`.
+    pub perf: PathBuf,
+    /// The `perf.data` file.
+    pub input: PathBuf,
+    /// `None` asks `perf evlist` which kind of recording `input` is.
+    pub kind: Option<RecordingKind>,
+    /// Appended to the `perf script` command line (e.g. `--dlfilter`, `--stitch-lbr`).
+    pub extra_args: Vec<OsString>,
+}
+
+impl PerfScriptOptions {
+    /// Options for `input` with the default perf and kind detection.
+    pub fn new(input: impl Into<PathBuf>) -> Self {
+        PerfScriptOptions {
+            perf: default_perf(),
+            input: input.into(),
+            kind: None,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// `$PTSCOPE_PERF`, else `perf`.
+pub fn default_perf() -> PathBuf {
+    std::env::var_os("PTSCOPE_PERF")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from("perf"), PathBuf::from)
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn tail(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(STDERR_TAIL);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// Asks `perf evlist` whether `input` is an Intel PT recording.
+pub fn detect_recording_kind(perf: &Path, input: &Path) -> Result<RecordingKind, Error> {
+    let mut cmd = Command::new(perf);
+    cmd.arg("evlist").arg("-i").arg(input).stdin(Stdio::null());
+    let out = cmd.output().map_err(|source| Error::Spawn {
+        program: perf.display().to_string(),
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(Error::PerfFailed {
+            command: describe(&cmd),
+            status: out.status,
+            stderr: tail(&out.stderr),
+        });
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(if text.lines().any(|l| l.contains("intel_pt")) {
+        RecordingKind::IntelPt
+    } else {
+        RecordingKind::Sampling
+    })
+}
+
+/// A running `perf script` whose stdout is decoded as it arrives.
+///
+/// Drain events with [`PerfScript::next_event`], then call [`PerfScript::finish`] to
+/// learn whether perf succeeded; events decoded before a failure are never lost.
+#[derive(Debug)]
+pub struct PerfScript {
+    decoder: Decoder<BufReader<ChildStdout>>,
+    child: Child,
+    stderr: Option<JoinHandle<Vec<u8>>>,
+    command: String,
+    kind: RecordingKind,
+    done: bool,
+}
+
+impl PerfScript {
+    /// Starts `perf script` with a fresh string table.
+    pub fn spawn(options: &PerfScriptOptions) -> Result<Self, Error> {
+        PerfScript::spawn_with_strings(options, StringTable::new())
+    }
+
+    /// Starts `perf script`, interning names into `strings`.
+    pub fn spawn_with_strings(
+        options: &PerfScriptOptions,
+        strings: StringTable,
+    ) -> Result<Self, Error> {
+        let kind = match options.kind {
+            Some(k) => k,
+            None => detect_recording_kind(&options.perf, &options.input)?,
+        };
+        let mut cmd = Command::new(&options.perf);
+        cmd.arg("script")
+            .arg("-i")
+            .arg(&options.input)
+            .args(kind.script_args())
+            .args(&options.extra_args)
+            .env("PAGER", "cat")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let command = describe(&cmd);
+        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
+            program: options.perf.display().to_string(),
+            source,
+        })?;
+        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::Spawn {
+                program: options.perf.display().to_string(),
+                source: std::io::Error::other("no pipes to the child"),
+            });
+        };
+        // perf can print a lot on stderr (e.g. lost-event notes); keeping only the end
+        // bounds memory and a dedicated reader stops a full pipe from stalling perf.
+        let stderr = std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > 2 * STDERR_TAIL {
+                    kept.drain(..kept.len() - STDERR_TAIL);
+                }
+            }
+            kept
+        });
+        Ok(PerfScript {
+            decoder: Decoder::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
+            child,
+            stderr: Some(stderr),
+            command,
+            kind,
+            done: false,
+        })
+    }
+
+    /// Which kind of recording perf is decoding.
+    pub fn kind(&self) -> RecordingKind {
+        self.kind
+    }
+
+    /// The command line that was started.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// The next event from perf's output; `Ok(None)` when perf closed its output.
+    pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
+        self.decoder.next_event()
+    }
+
+    /// The decoder (stats, warnings, strings).
+    pub fn decoder(&self) -> &Decoder<BufReader<ChildStdout>> {
+        &self.decoder
+    }
+
+    /// Mutable access to the decoder.
+    pub fn decoder_mut(&mut self) -> &mut Decoder<BufReader<ChildStdout>> {
+        &mut self.decoder
+    }
+
+    /// The table the events' names are interned in.
+    pub fn strings(&self) -> &StringTable {
+        self.decoder.strings()
+    }
+
+    /// Takes the string table, leaving an empty one (e.g. to reuse for the next file).
+    pub fn take_strings(&mut self) -> StringTable {
+        std::mem::take(self.decoder.strings_mut())
+    }
+
+    /// Waits for perf and reports how it exited, with its stderr tail on failure. If
+    /// the events were not drained, perf is stopped first (that is not an error).
+    pub fn finish(&mut self) -> Result<(), Error> {
+        if self.done {
+            return Ok(());
+        }
+        self.done = true;
+        let stopped_early = !self.decoder.is_finished();
+        if stopped_early {
+            let _ = self.child.kill();
+        }
+        let status = self.child.wait()?;
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        if status.success() || stopped_early {
+            Ok(())
+        } else {
+            Err(Error::PerfFailed {
+                command: self.command.clone(),
+                status,
+                stderr: tail(&stderr),
+            })
+        }
+    }
+}
+
+impl Drop for PerfScript {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
