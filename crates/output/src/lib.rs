@@ -1,1 +1,30 @@
-//! placeholder
+//! Trace sinks for ptscope: the Fuchsia trace (FXT) file Perfetto opens, and the
+//! magic-trace test transcript.
+//!
+//! ```
+//! use ptscope_output::FxtSink;
+//! use ptscope_stacks::{Arg, ArgValue, TraceSink};
+//!
+//! let mut sink = FxtSink::new(Vec::new());
+//! let pid = sink.allocate_pid("demo [pid=42]");
+//! let main = sink.allocate_thread(pid, "main");
+//! sink.duration_begin(main, "main", 0, &[]);
+//! sink.duration_complete(main, "read", 5, 9, &[Arg::new("fd", ArgValue::Int(3))]);
+//! sink.duration_end(main, "main", 10, &[]);
+//! let bytes = sink.finish().expect("writing to a Vec cannot fail");
+//!
+//! let report = ptscope_fxt::check::validate_bytes(&bytes);
+//! assert!(report.is_ok(), "{report}");
+//! assert_eq!(report.processes[&1], "demo [pid=42]");
+//! assert_eq!(report.count("read"), 1);
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod file;
+pub mod fxt_sink;
+// pub mod transcript;
+
+pub use file::{gunzip_if_needed, open_trace_output, read_trace_file, TraceOutput};
+pub use fxt_sink::{FxtSink, FxtThread, SinkStats};

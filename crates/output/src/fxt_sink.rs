@@ -1,0 +1,266 @@
+//! [`FxtSink`]: a [`TraceSink`] that writes a Fuchsia trace for Perfetto.
+//!
+//! Mapping choices:
+//! - Track groups and threads get synthetic koids from one counter starting at 1, as
+//!   magic-trace does, so they never collide and always fit Perfetto's 32-bit koids.
+//! - Every event has the empty category.
+//! - [`ArgValue::Interned`] becomes an indexed (table) string, [`ArgValue::Str`] an
+//!   inline string: one-off values should not evict recurring names from the table.
+//! - A duration end is written with the name of the begin it closes (kept on a
+//!   per-thread stack), because the Python `fxt` reader rejects ends whose name
+//!   differs; an end with nothing open is dropped (Perfetto ignores it anyway).
+//! - Negative times become 0 and a complete ending before it starts is shortened to
+//!   zero length: FXT ticks are unsigned and Perfetto drops inverted slices.
+//! - Counters get one id per counter name.
+
+use crate::TraceOutput;
+use ptscope_fxt::{format::MAX_ARGS, Arg as FxtArg, ArgValue as FxtValue, FxtWriter, ThreadId};
+use ptscope_stacks::{Arg, ArgValue, TraceSink};
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// The sink's handle for a thread track.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FxtThread(u32);
+
+/// What the sink changed or dropped to keep the trace valid.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SinkStats {
+    /// Duration ends with no open begin on their thread.
+    pub dropped_ends: u64,
+    /// Negative timestamps raised to 0.
+    pub clamped_times: u64,
+    /// Complete slices whose end was before their start.
+    pub clamped_completes: u64,
+    /// Arguments beyond the format's 15 per event.
+    pub dropped_args: u64,
+    /// Events whose thread handle did not come from this sink.
+    pub invalid_threads: u64,
+    /// Koid allocations after the 32-bit koid space ran out (the last koid is reused).
+    pub koid_overflows: u64,
+}
+
+/// A thread track and the names of its open slices.
+struct SinkThread {
+    id: ThreadId,
+    /// Names of open begins; entries past `depth` are kept for their capacity.
+    open: Vec<String>,
+    depth: usize,
+}
+
+/// A [`TraceSink`] writing FXT through [`FxtWriter`].
+pub struct FxtSink<W: Write> {
+    writer: FxtWriter<W>,
+    next_koid: u32,
+    threads: Vec<SinkThread>,
+    counter_ids: HashMap<String, u64>,
+    stats: SinkStats,
+}
+
+impl<W: Write> FxtSink<W> {
+    /// Starts a trace on `out` (the FXT header is written immediately).
+    pub fn new(out: W) -> Self {
+        FxtSink {
+            writer: FxtWriter::new(out),
+            next_koid: 1,
+            threads: Vec::new(),
+            counter_ids: HashMap::new(),
+            stats: SinkStats::default(),
+        }
+    }
+
+    /// What the sink adjusted so far.
+    pub fn stats(&self) -> &SinkStats {
+        &self.stats
+    }
+
+    /// What the underlying writer did to stay within FXT limits.
+    pub fn writer_stats(&self) -> &ptscope_fxt::WriterStats {
+        self.writer.stats()
+    }
+
+    /// The first I/O error met so far, if any.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        self.writer.io_error()
+    }
+
+    /// Flushes the trace and returns the output, or the first I/O error.
+    pub fn finish(self) -> io::Result<W> {
+        self.writer.finish()
+    }
+
+    fn koid(&mut self) -> u32 {
+        let k = self.next_koid;
+        match self.next_koid.checked_add(1) {
+            Some(n) => self.next_koid = n,
+            None => self.stats.koid_overflows += 1,
+        }
+        k
+    }
+
+    fn time(&mut self, t: i64) -> u64 {
+        u64::try_from(t).unwrap_or_else(|_| {
+            self.stats.clamped_times += 1;
+            0
+        })
+    }
+
+    /// Converts up to 15 arguments into `out`; returns how many.
+    fn convert<'a>(
+        stats: &mut SinkStats,
+        args: &[Arg<'a>],
+        out: &mut [FxtArg<'a>; MAX_ARGS],
+    ) -> usize {
+        let n = args.len().min(MAX_ARGS);
+        stats.dropped_args += (args.len() - n) as u64;
+        for (a, o) in args.iter().zip(out.iter_mut()) {
+            let value = match a.value {
+                ArgValue::Int(v) => FxtValue::Int(v),
+                ArgValue::Str(s) => FxtValue::InlineStr(s),
+                ArgValue::Interned(s) => FxtValue::Str(s),
+                ArgValue::Pointer(p) => FxtValue::Pointer(p),
+                ArgValue::Float(f) => FxtValue::Double(f),
+            };
+            *o = FxtArg::new(a.name, value);
+        }
+        n
+    }
+
+    fn thread_id(&mut self, t: FxtThread) -> Option<ThreadId> {
+        match self.threads.get(t.0 as usize) {
+            Some(th) => Some(th.id),
+            None => {
+                self.stats.invalid_threads += 1;
+                None
+            }
+        }
+    }
+}
+
+impl FxtSink<TraceOutput> {
+    /// Finishes the trace and then the file (writing the gzip trailer if compressed).
+    pub fn finish_output(self) -> io::Result<()> {
+        self.finish()?.finish()
+    }
+}
+
+const EMPTY_ARG: FxtArg<'static> = FxtArg {
+    name: "",
+    value: FxtValue::Null,
+};
+
+impl<W: Write> TraceSink for FxtSink<W> {
+    type Thread = FxtThread;
+
+    fn allocate_pid(&mut self, name: &str) -> u32 {
+        let koid = self.koid();
+        self.writer.process(koid, name);
+        koid
+    }
+
+    fn allocate_thread(&mut self, pid: u32, name: &str) -> FxtThread {
+        let tid = self.koid();
+        self.writer.thread_object(tid, pid, name);
+        let id = self.writer.thread(pid, tid);
+        let handle = FxtThread(self.threads.len() as u32);
+        self.threads.push(SinkThread {
+            id,
+            open: Vec::new(),
+            depth: 0,
+        });
+        handle
+    }
+
+    fn duration_begin(&mut self, thread: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
+        let Some(id) = self.thread_id(thread) else {
+            return;
+        };
+        let time = self.time(time);
+        let mut buf = [EMPTY_ARG; MAX_ARGS];
+        let n = Self::convert(&mut self.stats, args, &mut buf);
+        self.writer.begin(id, "", name, time, &buf[..n]);
+        if let Some(th) = self.threads.get_mut(thread.0 as usize) {
+            if let Some(slot) = th.open.get_mut(th.depth) {
+                slot.clear();
+                slot.push_str(name);
+            } else {
+                th.open.push(name.to_string());
+            }
+            th.depth += 1;
+        }
+    }
+
+    fn duration_end(&mut self, thread: FxtThread, _name: &str, time: i64, args: &[Arg<'_>]) {
+        let time = self.time(time);
+        let mut buf = [EMPTY_ARG; MAX_ARGS];
+        let n = Self::convert(&mut self.stats, args, &mut buf);
+        let FxtSink {
+            writer,
+            threads,
+            stats,
+            ..
+        } = self;
+        let Some(th) = threads.get_mut(thread.0 as usize) else {
+            stats.invalid_threads += 1;
+            return;
+        };
+        let Some(depth) = th.depth.checked_sub(1) else {
+            stats.dropped_ends += 1;
+            return;
+        };
+        th.depth = depth;
+        let open = th.open.get(depth).map_or("", String::as_str);
+        writer.end(th.id, "", open, time, &buf[..n]);
+    }
+
+    fn duration_complete(
+        &mut self,
+        thread: FxtThread,
+        name: &str,
+        start: i64,
+        end: i64,
+        args: &[Arg<'_>],
+    ) {
+        let Some(id) = self.thread_id(thread) else {
+            return;
+        };
+        let start = self.time(start);
+        let mut end = self.time(end);
+        if end < start {
+            self.stats.clamped_completes += 1;
+            end = start;
+        }
+        let mut buf = [EMPTY_ARG; MAX_ARGS];
+        let n = Self::convert(&mut self.stats, args, &mut buf);
+        self.writer.complete(id, "", name, start, end, &buf[..n]);
+    }
+
+    fn duration_instant(&mut self, thread: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
+        let Some(id) = self.thread_id(thread) else {
+            return;
+        };
+        let time = self.time(time);
+        let mut buf = [EMPTY_ARG; MAX_ARGS];
+        let n = Self::convert(&mut self.stats, args, &mut buf);
+        self.writer.instant(id, "", name, time, &buf[..n]);
+    }
+
+    fn counter(&mut self, thread: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
+        let Some(id) = self.thread_id(thread) else {
+            return;
+        };
+        let time = self.time(time);
+        let next = self.counter_ids.len() as u64;
+        let counter_id = match self.counter_ids.get(name) {
+            Some(&c) => c,
+            None => {
+                self.counter_ids.insert(name.to_string(), next);
+                next
+            }
+        };
+        let mut buf = [EMPTY_ARG; MAX_ARGS];
+        let n = Self::convert(&mut self.stats, args, &mut buf);
+        self.writer
+            .counter(id, "", name, time, counter_id, &buf[..n]);
+    }
+}
