@@ -1,0 +1,220 @@
+//! The perf runner, end to end: a real `perf record` of a small C program on this
+//! machine, and a fake perf for the failure paths.
+
+use ptscope_decode::{Error, PerfScript, PerfScriptOptions, RecordingKind};
+use ptscope_event::{Event, EventData};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "ptscope-decode-{tag}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn have(program: &str, arg: &str) -> bool {
+    Command::new(program)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Skips (returns false) when a tool is missing, except under CI where it must exist.
+fn require_tools() -> bool {
+    let missing: Vec<&str> = [("perf", "--version"), ("cc", "--version")]
+        .into_iter()
+        .filter(|(p, a)| !have(p, a))
+        .map(|(p, _)| p)
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but {missing:?} is missing"
+    );
+    eprintln!("skipping: {missing:?} not installed");
+    false
+}
+
+// -O0: gcc drops the frame pointer of leaf functions when optimising, which hides
+// the caller of the leaf from frame-pointer unwinding.
+const PROGRAM: &str = r#"
+#include <stdio.h>
+volatile double sink;
+__attribute__((noinline)) double ptscope_e2e_leaf(int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += i * 0.5;
+    return s;
+}
+__attribute__((noinline)) double ptscope_e2e_middle(int n) {
+    double r = ptscope_e2e_leaf(n);
+    sink = r;
+    return r + 1;
+}
+int main(void) {
+    double t = 0;
+    for (int i = 0; i < 400; i++) t += ptscope_e2e_middle(400000);
+    printf("%f\n", t);
+    return 0;
+}
+"#;
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn real_perf_cpu_clock_samples_name_the_program_functions() {
+    if !require_tools() {
+        return;
+    }
+    let dir = TempDir::new("e2e");
+    let src = dir.0.join("prog.c");
+    let prog = dir.0.join("prog");
+    let data = dir.0.join("perf.data");
+    std::fs::write(&src, PROGRAM).expect("write source");
+    run(Command::new("cc")
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&prog)
+        .arg(&src));
+    run(Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock", "-g", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&prog));
+
+    let mut script = PerfScript::spawn(&PerfScriptOptions::new(&data)).expect("spawn perf");
+    assert_eq!(script.kind(), RecordingKind::Sampling);
+    let mut samples = 0;
+    let mut leaf_under_middle = 0;
+    while let Some(event) = script.next_event().expect("read") {
+        let Event::Ok {
+            data: EventData::StackSample { callstack },
+            thread,
+            ..
+        } = event
+        else {
+            panic!("unexpected {event:?}");
+        };
+        samples += 1;
+        assert!(thread.pid.is_some());
+        let names: Vec<&str> = callstack
+            .iter()
+            .map(|l| script.strings().display(l.symbol))
+            .collect();
+        let pos = |f: &str| names.iter().position(|n| *n == f);
+        if let (Some(m), Some(l)) = (pos("ptscope_e2e_middle"), pos("ptscope_e2e_leaf")) {
+            // Root first: the caller comes before the callee, main before both.
+            assert!(m < l, "{names:?}");
+            assert!(pos("main").is_some_and(|x| x < m), "{names:?}");
+            leaf_under_middle += 1;
+        }
+    }
+    script.finish().expect("perf script succeeded");
+    let d = script.decoder();
+    assert_eq!(d.stats().warnings, 0, "{:?}", d.warnings());
+    assert!(samples > 20, "only {samples} samples");
+    assert!(
+        leaf_under_middle * 2 > samples,
+        "{leaf_under_middle} of {samples} samples in the leaf"
+    );
+}
+
+#[test]
+fn real_perf_failure_reports_its_stderr() {
+    if !require_tools() {
+        return;
+    }
+    let dir = TempDir::new("bad");
+    let data = dir.0.join("perf.data");
+    std::fs::write(&data, b"this is not a perf.data file\n").expect("write");
+    let err = ptscope_decode::perf::detect_recording_kind(Path::new("perf"), &data)
+        .expect_err("evlist must fail on garbage");
+    let Error::PerfFailed { stderr, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(!stderr.trim().is_empty(), "{err}");
+
+    let mut options = PerfScriptOptions::new(&data);
+    options.kind = Some(RecordingKind::Sampling);
+    let mut script = PerfScript::spawn(&options).expect("spawn");
+    while script.next_event().expect("read").is_some() {}
+    let err = script.finish().expect_err("perf script must fail");
+    assert!(err.to_string().contains("perf script"), "{err}");
+}
+
+/// A stand-in perf: prints two groups, complains on stderr, exits 3.
+fn fake_perf(dir: &Path) -> PathBuf {
+    let path = dir.join("fake-perf");
+    let script = r#"#!/bin/sh
+if [ "$1" = evlist ]; then echo "intel_pt//u"; exit 0; fi
+echo "$@" >&2
+printf ' 1/1 1.000000001:  1  branches:uH:   call   7f00 a+0x1 (x.so) =>  7f10 b+0x0 (x.so)\n'
+printf ' instruction trace error type 1 time 1.000000002 cpu 0 pid 1 tid 1 ip 0 code 8: Lost trace data\n'
+echo "decoder gave up" >&2
+exit 3
+"#;
+    std::fs::write(&path, script).expect("write fake perf");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+#[test]
+fn failing_perf_keeps_events_and_reports_stderr_tail() {
+    let dir = TempDir::new("fake");
+    let mut options = PerfScriptOptions::new(dir.0.join("perf.data"));
+    options.perf = fake_perf(&dir.0);
+    let mut script = PerfScript::spawn(&options).expect("spawn");
+    assert_eq!(script.kind(), RecordingKind::IntelPt);
+    assert!(script.command().contains("--itrace=bep"));
+    let mut events = Vec::new();
+    while let Some(e) = script.next_event().expect("read") {
+        events.push(e);
+    }
+    assert_eq!(events.len(), 2);
+    assert!(matches!(events[1], Event::DecodeError { .. }));
+    let err = script.finish().expect_err("exit 3 is a failure");
+    let Error::PerfFailed { status, stderr, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(status.code(), Some(3));
+    assert!(stderr.contains("decoder gave up"), "{stderr}");
+    // The PT field list reached perf.
+    assert!(stderr.contains("pid,tid,time,flags,ip,addr,sym,symoff,synth,dso,event,period"));
+    assert!(err.to_string().contains("decoder gave up"));
+    // Asking again is harmless.
+    assert!(script.finish().is_ok());
+}
+
+#[test]
+fn missing_perf_binary_is_a_spawn_error() {
+    let mut options = PerfScriptOptions::new("perf.data");
+    options.perf = PathBuf::from("/nonexistent/ptscope-perf");
+    options.kind = Some(RecordingKind::Sampling);
+    let err = PerfScript::spawn(&options).expect_err("no such binary");
+    assert!(matches!(err, Error::Spawn { .. }), "{err:?}");
+}
