@@ -1,12 +1,24 @@
-//! The `ptscope` command line.
+//! The `ptscope` command line: a thin layer over the stage crates.
 
+mod decode;
 mod mem;
 
 use clap::{Parser, Subcommand};
 
-/// See what a process actually did.
+/// See what a process actually did: every function call, as a timeline you can zoom
+/// to the nanosecond, for the moments before the one you care about.
 #[derive(Parser, Debug)]
-#[command(name = "ptscope", version)]
+#[command(
+    name = "ptscope",
+    version,
+    after_help = "\
+Examples:
+  ptscope decode perf.data -o trace.fxt.gz        # a perf recording to a Perfetto trace
+  ptscope decode --perf-script script.txt         # perf script text to trace.fxt.gz
+  ptscope mem dump trace.ctf                      # inspect a memtrace allocation trace
+
+Open .fxt.gz traces at https://ui.perfetto.dev."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -14,6 +26,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Turn a recording (perf.data, a working directory, or perf script text) into a trace.
+    Decode(decode::DecodeArgs),
     /// Work with memtrace allocation traces.
     Mem(mem::MemArgs),
 }
@@ -21,10 +35,11 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Decode(args) => decode::run(args),
         Command::Mem(args) => mem::run(args),
     };
     if let Err(e) = result {
-        eprintln!("ptscope: {e:#}");
+        eprintln!("ptscope: error: {e:#}");
         std::process::exit(1);
     }
 }

@@ -1,0 +1,506 @@
+//! `ptscope decode`: from a recording (or `perf script` text) to a trace file.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use ptscope_decode::{Decoder, PerfScript, PerfScriptOptions, Stats, Warning};
+use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
+use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::transcript::TranscriptSink;
+use ptscope_stacks::TraceSink;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Arguments of `ptscope decode`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  # Decode a recording made by `ptscope run -w DIR` or by perf itself:
+  ptscope decode DIR -o trace.fxt.gz
+  ptscope decode perf.data -o trace.fxt.gz
+  # Decode perf script text someone sent you (or pipe it in with `-`):
+  ptscope decode --perf-script script.txt -o trace.fxt.gz
+  perf script --ns --itrace=bep -F pid,tid,time,flags,ip,addr,sym,symoff,synth,dso,event,period \\
+    | ptscope decode --perf-script - -o trace.fxt.gz
+  # Print magic-trace's test transcript instead of a trace file:
+  ptscope decode --perf-script input.perf --format transcript -o -
+
+Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file).
+Ctrl-C stops decoding and still writes what was decoded so far; a second Ctrl-C quits at once.")]
+pub struct DecodeArgs {
+    /// A perf.data file, or a working directory holding perf.data files (one per snapshot).
+    #[arg(value_name = "RECORDING", conflicts_with = "perf_script")]
+    pub input: Option<PathBuf>,
+
+    /// Read `perf script` text from FILE instead of running perf (`-` for stdin).
+    #[arg(long, value_name = "FILE")]
+    pub perf_script: Option<PathBuf>,
+
+    /// Where to write the trace (`.fxt.gz` is gzipped, `.fxt` raw, `-` stdout).
+    #[arg(short, long, value_name = "FILE", default_value = "trace.fxt.gz")]
+    pub output: PathBuf,
+
+    /// What was traced: user space (`u`), user space and kernel (`uk`), kernel only (`k`).
+    #[arg(long, value_name = "SCOPE", default_value = "u", value_parser = parse_scope)]
+    pub scope: TraceScope,
+
+    /// Which stack reconstruction to use.
+    #[arg(long, value_enum, default_value_t = WriterKind::Legacy)]
+    pub writer: WriterKind,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Fxt)]
+    pub format: Format,
+
+    /// OCaml exception trap addresses, as a TOML file with `entertraps`, `pushtraps` and
+    /// `poptraps` arrays (top level or under `[ocaml_exception_info]`, as in magic-trace's test cases).
+    #[arg(long, value_name = "FILE")]
+    pub ocaml_exception_info: Option<PathBuf>,
+
+    /// The perf binary to run (default: `$PTSCOPE_PERF`, else `perf` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub perf: Option<PathBuf>,
+
+    /// Do not show a progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Stack writers to choose from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WriterKind {
+    /// magic-trace's streaming writer, reproduced exactly (the reference).
+    Legacy,
+}
+
+/// Output formats.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Fuchsia Trace Format, for the Perfetto UI.
+    Fxt,
+    /// magic-trace's test transcript (`-> TIME BEGIN name` lines).
+    Transcript,
+}
+
+fn parse_scope(s: &str) -> Result<TraceScope, String> {
+    TraceScope::parse(s).ok_or_else(|| format!("'{s}' is not a trace scope; use u, uk or k"))
+}
+
+/// One input to decode: each becomes its own snapshot.
+enum Source {
+    Text(Decoder<BufReader<Box<dyn Read>>>, u64),
+    Perf(PerfScript),
+}
+
+impl Source {
+    fn next_event(&mut self) -> Result<Option<Event>, ptscope_decode::Error> {
+        match self {
+            Source::Text(d, _) => d.next_event(),
+            Source::Perf(p) => p.next_event(),
+        }
+    }
+    fn strings(&self) -> &StringTable {
+        match self {
+            Source::Text(d, _) => d.strings(),
+            Source::Perf(p) => p.strings(),
+        }
+    }
+    fn decoder_stats(&self) -> Stats {
+        match self {
+            Source::Text(d, _) => *d.stats(),
+            Source::Perf(p) => *p.decoder().stats(),
+        }
+    }
+    fn warnings(&self) -> Vec<Warning> {
+        match self {
+            Source::Text(d, _) => d.warnings().to_vec(),
+            Source::Perf(p) => p.decoder().warnings().to_vec(),
+        }
+    }
+    fn size(&self) -> Option<u64> {
+        match self {
+            Source::Text(_, n) if *n > 0 => Some(*n),
+            _ => None,
+        }
+    }
+}
+
+/// What each input is: its name for messages, and how to open it.
+enum InputSpec {
+    Text(PathBuf),
+    PerfData(PathBuf),
+}
+
+impl InputSpec {
+    fn name(&self) -> String {
+        match self {
+            InputSpec::Text(p) if p == Path::new("-") => "standard input".into(),
+            InputSpec::Text(p) | InputSpec::PerfData(p) => p.display().to_string(),
+        }
+    }
+
+    fn open(&self, perf: &Path) -> Result<Source> {
+        match self {
+            InputSpec::Text(p) if p == Path::new("-") => {
+                let r: Box<dyn Read> = Box::new(io::stdin());
+                Ok(Source::Text(
+                    Decoder::new(BufReader::with_capacity(1 << 20, r)),
+                    0,
+                ))
+            }
+            InputSpec::Text(p) => {
+                let f = File::open(p)
+                    .with_context(|| format!("cannot open perf script text {}", p.display()))?;
+                let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+                let r: Box<dyn Read> = Box::new(f);
+                Ok(Source::Text(
+                    Decoder::new(BufReader::with_capacity(1 << 20, r)),
+                    size,
+                ))
+            }
+            InputSpec::PerfData(p) => {
+                let mut opts = PerfScriptOptions::new(p);
+                opts.perf = perf.to_path_buf();
+                let script = PerfScript::spawn(&opts)
+                    .with_context(|| format!("cannot decode {}", p.display()))?;
+                Ok(Source::Perf(script))
+            }
+        }
+    }
+}
+
+fn input_specs(args: &DecodeArgs) -> Result<Vec<InputSpec>> {
+    if let Some(p) = &args.perf_script {
+        if p != Path::new("-") && !p.exists() {
+            bail!(
+                "{}: no such file (expected `perf script` text; use `-` to read standard input)",
+                p.display()
+            );
+        }
+        return Ok(vec![InputSpec::Text(p.clone())]);
+    }
+    let input = args
+        .input
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("perf.data"));
+    if input.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&input)
+            .with_context(|| format!("cannot read directory {}", input.display()))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("perf.data") && !n.ends_with(".old"))
+                    && p.is_file()
+            })
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            bail!(
+                "{}: no perf.data files in this directory (expected a ptscope working directory)",
+                input.display()
+            );
+        }
+        return Ok(files.into_iter().map(InputSpec::PerfData).collect());
+    }
+    if !input.exists() {
+        bail!(
+            "{}: no such file. Give a perf.data file, a working directory, or --perf-script FILE",
+            input.display()
+        );
+    }
+    Ok(vec![InputSpec::PerfData(input)])
+}
+
+fn read_ocaml_info(path: &Path) -> Result<OcamlExceptionInfo> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read OCaml exception info {}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .with_context(|| format!("{}: not valid TOML", path.display()))?;
+    let t = table
+        .get("ocaml_exception_info")
+        .and_then(|v| v.as_table())
+        .unwrap_or(&table);
+    let list = |key: &str| -> Result<Vec<u64>> {
+        match t.get(key) {
+            None => Ok(Vec::new()),
+            Some(v) => v
+                .as_array()
+                .with_context(|| format!("{}: `{key}` must be an array", path.display()))?
+                .iter()
+                .map(|x| {
+                    x.as_integer().map(|i| i as u64).with_context(|| {
+                        format!("{}: `{key}` must hold integer addresses", path.display())
+                    })
+                })
+                .collect(),
+        }
+    };
+    Ok(OcamlExceptionInfo::new(
+        &list("pushtraps")?,
+        &list("poptraps")?,
+        &list("entertraps")?,
+    ))
+}
+
+/// A summary of one decode, for the closing message and the exit code.
+#[derive(Default)]
+struct Totals {
+    events: u64,
+    lines: u64,
+    bytes: u64,
+    warnings: u64,
+    kept: Vec<Warning>,
+    errors: Vec<String>,
+}
+
+/// Installs the Ctrl-C policy: the first press stops decoding gracefully, the second exits.
+fn install_ctrlc() -> Arc<AtomicUsize> {
+    let presses = Arc::new(AtomicUsize::new(0));
+    let p = presses.clone();
+    let _ = ctrlc::set_handler(move || {
+        if p.fetch_add(1, Ordering::SeqCst) >= 1 {
+            eprintln!("\nptscope: interrupted again, quitting without writing the trace");
+            std::process::exit(130);
+        }
+        eprintln!("\nptscope: interrupted; writing what was decoded so far (Ctrl-C again to quit)");
+    });
+    presses
+}
+
+fn progress(size: Option<u64>, quiet: bool, name: &str) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let pb = match size {
+        Some(n) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template(
+                "{spinner} decoding {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} decoding {msg}: {pos} events ({per_sec})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    };
+    pb.set_message(name.to_string());
+    pb
+}
+
+/// Feeds every input through one writer, snapshot by snapshot.
+fn drive<S: TraceSink>(
+    specs: &[InputSpec],
+    args: &DecodeArgs,
+    sink: S,
+    config: LegacyConfig,
+    on_end_of_input: impl FnOnce(&mut S),
+    totals: &mut Totals,
+) -> Result<(S, StringTable)> {
+    let perf = args
+        .perf
+        .clone()
+        .unwrap_or_else(ptscope_decode::perf::default_perf);
+    let presses = install_ctrlc();
+    let mut writer: Option<LegacyWriter<S>> = None;
+    let mut pending_sink = Some(sink);
+    let mut strings = StringTable::new();
+    for (i, spec) in specs.iter().enumerate() {
+        if presses.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        let mut source = match spec.open(&perf) {
+            Ok(s) => s,
+            Err(e) => {
+                totals.errors.push(format!("{e:#}"));
+                continue;
+            }
+        };
+        let pb = progress(source.size(), args.quiet, &spec.name());
+        let mut n = 0u64;
+        loop {
+            if presses.load(Ordering::SeqCst) > 0 {
+                break;
+            }
+            let event = match source.next_event() {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(e) => {
+                    totals.errors.push(format!(
+                        "{}: {e} (keeping the events decoded before it)",
+                        spec.name()
+                    ));
+                    break;
+                }
+            };
+            let w = match writer.as_mut() {
+                Some(w) => w,
+                None => {
+                    let Some(sink) = pending_sink.take() else {
+                        break;
+                    };
+                    let mut cfg = config.clone();
+                    cfg.earliest_time = event.time().unwrap_or(0);
+                    writer.insert(LegacyWriter::new(sink, cfg))
+                }
+            };
+            w.write_event(&event, source.strings());
+            n += 1;
+            if n % 65_536 == 0 {
+                match source.size() {
+                    Some(_) => pb.set_position(source.decoder_stats().bytes),
+                    None => pb.set_position(n),
+                }
+            }
+        }
+        pb.finish_and_clear();
+        let stats = source.decoder_stats();
+        totals.events += stats.events;
+        totals.lines += stats.lines;
+        totals.bytes += stats.bytes;
+        totals.warnings += stats.warnings;
+        for w in source.warnings() {
+            if totals.kept.len() < 5 {
+                totals.kept.push(w);
+            }
+        }
+        if let Source::Perf(mut p) = source {
+            if let Err(e) = p.finish() {
+                totals
+                    .errors
+                    .push(format!("{e} (keeping the events decoded before it)"));
+            }
+            strings = p.take_strings();
+        } else if let Source::Text(d, _) = source {
+            strings = d.into_strings();
+        }
+        // Each perf.data file is one snapshot: close its frames before the next one.
+        if i + 1 < specs.len() {
+            if let Some(w) = writer.as_mut() {
+                w.end_snapshot(None, &strings);
+            }
+        }
+    }
+    match writer {
+        Some(mut w) => {
+            on_end_of_input(w.sink_mut());
+            let sink = w.finish(&strings);
+            Ok((sink, strings))
+        }
+        None => {
+            let mut msg = String::from("no events were decoded");
+            for e in &totals.errors {
+                msg.push_str(&format!("\n  {e}"));
+            }
+            if totals.warnings > 0 {
+                msg.push_str(&format!(
+                    "\n  {} of {} lines were not understood as perf script output, e.g.:",
+                    totals.warnings, totals.lines
+                ));
+                for w in &totals.kept {
+                    msg.push_str(&format!("\n    {w}"));
+                }
+            } else if totals.lines == 0 {
+                msg.push_str("\n  the input is empty");
+            }
+            bail!(msg)
+        }
+    }
+}
+
+fn report(totals: &Totals) {
+    for e in &totals.errors {
+        eprintln!("ptscope: warning: {e}");
+    }
+    if totals.warnings > 0 {
+        eprintln!(
+            "ptscope: warning: {} line(s) of perf output were not understood and were skipped; the first:",
+            totals.warnings
+        );
+        for w in &totals.kept {
+            eprintln!("  {w}");
+        }
+    }
+}
+
+/// Renames an existing output to `*.old` so a previous trace is never silently lost.
+fn keep_old(path: &Path) {
+    if path != Path::new("-") && path.is_file() {
+        let mut old = path.as_os_str().to_owned();
+        old.push(".old");
+        let _ = std::fs::rename(path, old);
+    }
+}
+
+/// Runs `ptscope decode`.
+pub fn run(args: DecodeArgs) -> Result<()> {
+    let specs = input_specs(&args)?;
+    let ocaml_exception_info = match &args.ocaml_exception_info {
+        Some(p) => Some(read_ocaml_info(p)?),
+        None => None,
+    };
+    let config = LegacyConfig {
+        scope: args.scope,
+        annotate_inferred_start_times: args.format == Format::Transcript,
+        ocaml_exception_info,
+        ..LegacyConfig::default()
+    };
+    let mut totals = Totals::default();
+    match args.format {
+        Format::Transcript => {
+            let (sink, _) = drive(
+                &specs,
+                &args,
+                TranscriptSink::default(),
+                config,
+                |s| s.end_of_input(),
+                &mut totals,
+            )?;
+            report(&totals);
+            let text = sink.render();
+            if args.output == Path::new("-") {
+                io::stdout()
+                    .lock()
+                    .write_all(text.as_bytes())
+                    .context("writing the transcript to standard output")?;
+            } else {
+                keep_old(&args.output);
+                std::fs::write(&args.output, text)
+                    .with_context(|| format!("cannot write {}", args.output.display()))?;
+            }
+        }
+        Format::Fxt => {
+            keep_old(&args.output);
+            let out = ptscope_output::open_trace_output(&args.output)
+                .with_context(|| format!("cannot create {}", args.output.display()))?;
+            let sink = ptscope_output::FxtSink::new(out);
+            let (sink, _) = match drive(&specs, &args, sink, config, |_| {}, &mut totals) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Nothing usable was read: leave no empty trace behind.
+                    if args.output != Path::new("-") {
+                        let _ = std::fs::remove_file(&args.output);
+                    }
+                    return Err(e);
+                }
+            };
+            sink.finish_output()
+                .with_context(|| format!("writing {}", args.output.display()))?;
+            report(&totals);
+            if args.output != Path::new("-") {
+                eprintln!(
+                    "ptscope: wrote {} ({} events); open it at https://ui.perfetto.dev",
+                    args.output.display(),
+                    totals.events
+                );
+            }
+        }
+    }
+    Ok(())
+}
