@@ -6,6 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ptscope_decode::{Decoder, PerfScript, PerfScriptOptions, Stats, Warning};
 use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::ordered::OrderedSink;
 use ptscope_stacks::transcript::TranscriptSink;
 use ptscope_stacks::TraceSink;
 use std::fs::File;
@@ -479,7 +480,8 @@ pub fn run(args: DecodeArgs) -> Result<()> {
             keep_old(&args.output);
             let out = ptscope_output::open_trace_output(&args.output)
                 .with_context(|| format!("cannot create {}", args.output.display()))?;
-            let sink = ptscope_output::FxtSink::new(out);
+            // The legacy writer emits inferred frames late; restore per-thread time order.
+            let sink = OrderedSink::new(ptscope_output::FxtSink::new(out));
             let (sink, _) = match drive(&specs, &args, sink, config, |_| {}, &mut totals) {
                 Ok(r) => r,
                 Err(e) => {
@@ -490,7 +492,8 @@ pub fn run(args: DecodeArgs) -> Result<()> {
                     return Err(e);
                 }
             };
-            sink.finish_output()
+            sink.finish()
+                .and_then(|s| s.finish_output())
                 .with_context(|| format!("writing {}", args.output.display()))?;
             report(&totals);
             if args.output != Path::new("-") {

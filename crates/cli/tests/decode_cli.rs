@@ -159,6 +159,6 @@ fn truncated_and_unknown_lines_keep_what_was_decoded() {
     let data = std::fs::read(&trace).expect("trace written");
     let report = ptscope_fxt::check::validate_bytes(&data);
     assert!(report.is_ok(), "{report:?}");
-    assert!(report.events > 1000, "{report:?}");
+    assert!(report.events > 500, "{report:?}");
     let _ = std::fs::remove_dir_all(d);
 }

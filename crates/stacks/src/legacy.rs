@@ -39,8 +39,8 @@
 
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, OcamlExceptionInfo, StringTable, Symbol,
-    Thread, TraceScope, TraceStateChange,
+    Event, EventData, ExtraEvent, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread,
+    TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -96,9 +96,15 @@ pub struct Hit {
 
 #[derive(Clone, Copy, Debug)]
 enum PendingKind {
-    Call { addr: u64, offset: u64, from_untraced: bool },
+    Call {
+        addr: u64,
+        offset: u64,
+        from_untraced: bool,
+    },
     Ret,
-    RetFromUntraced { reset_time: i64 },
+    RetFromUntraced {
+        reset_time: i64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -256,7 +262,10 @@ impl<S: TraceSink> LegacyWriter<S> {
             let time = hit.time.wrapping_sub(self.base_time) as i64;
             let mut args = Vec::with_capacity(5);
             if hit.is_stop_indicator {
-                args.push(Arg::new("timestamp_passed", ArgValue::Int(hit.passed_time as i64)));
+                args.push(Arg::new(
+                    "timestamp_passed",
+                    ArgValue::Int(hit.passed_time as i64),
+                ));
                 args.push(Arg::new("arg", ArgValue::Int(hit.passed_value)));
             }
             args.push(Arg::new("timestamp", ArgValue::Int(hit.time as i64)));
@@ -270,7 +279,8 @@ impl<S: TraceSink> LegacyWriter<S> {
             } else {
                 time
             };
-            self.sink.duration_complete(thread, &name, start, time, &args);
+            self.sink
+                .duration_complete(thread, &name, start, time, &args);
         }
     }
 
@@ -280,7 +290,12 @@ impl<S: TraceSink> LegacyWriter<S> {
     }
 
     /// Feeds one event; `should_write` is false outside a `--filter` range.
-    pub fn write_event_filtered(&mut self, event: &Event, should_write: bool, strings: &StringTable) {
+    pub fn write_event_filtered(
+        &mut self,
+        event: &Event,
+        should_write: bool,
+        strings: &StringTable,
+    ) {
         // TSX: events inside a transaction only happened if it commits, so hold them
         // until we know; an abort discards them.
         match event {
@@ -300,7 +315,8 @@ impl<S: TraceSink> LegacyWriter<S> {
                     self.transaction_events.clear();
                     self.write_event_inner(event, should_write, strings);
                 } else if *in_transaction {
-                    self.transaction_events.push_back((event.clone(), should_write));
+                    self.transaction_events
+                        .push_back((event.clone(), should_write));
                 } else {
                     while let Some((ev, sw)) = self.transaction_events.pop_front() {
                         self.write_event_inner(&ev, sw, strings);
@@ -326,8 +342,12 @@ impl<S: TraceSink> LegacyWriter<S> {
             return i;
         }
         let effective_time = event.time().map(|t| self.map_time(t)).unwrap_or(0);
-        let pid = thread.pid.map_or_else(|| "?".to_string(), |p| p.to_string());
-        let tid = thread.tid.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let pid = thread
+            .pid
+            .map_or_else(|| "?".to_string(), |p| p.to_string());
+        let tid = thread
+            .tid
+            .map_or_else(|| "?".to_string(), |p| p.to_string());
         let default_name = if pid == tid {
             format!("[pid={pid}]")
         } else {
@@ -400,12 +420,12 @@ impl<S: TraceSink> LegacyWriter<S> {
         };
         let ti = &mut self.threads[slot];
         match event {
-            Event::DecodeError {
-                ip, message, ..
-            } => {
+            Event::DecodeError { ip, message, .. } => {
                 let message = strings.get(*message);
                 let warning = match ip {
-                    None => format!("Warning: perf reported an error decoding the trace: '{message}'"),
+                    None => {
+                        format!("Warning: perf reported an error decoding the trace: '{message}'")
+                    }
                     Some(ip) => format!(
                         "Warning: perf reported an error decoding the trace: '{message}' @ IP {}.",
                         ocaml_int64_hex(*ip)
@@ -417,13 +437,16 @@ impl<S: TraceSink> LegacyWriter<S> {
                 let kernel = ip.is_some_and(is_kernel_address);
                 end_of_thread(&mut ctx, ti, time, kernel);
             }
-            Event::Ok {
-                thread, data, ..
-            } => write_ok(&mut ctx, ti, *thread, time, data),
+            Event::Ok { thread, data, .. } => write_ok(&mut ctx, ti, *thread, time, data),
         }
     }
 
-    fn maybe_start_filtered_region(&mut self, should_write: bool, time: i64, strings: &StringTable) {
+    fn maybe_start_filtered_region(
+        &mut self,
+        should_write: bool,
+        time: i64,
+        strings: &StringTable,
+    ) {
         if self.in_filtered_region || !should_write {
             return;
         }
@@ -548,12 +571,7 @@ impl<S: TraceSink> Ctx<'_, S> {
     }
 }
 
-fn write_pending_now<S: TraceSink>(
-    ctx: &mut Ctx<'_, S>,
-    track: S::Thread,
-    time: i64,
-    ev: Pending,
-) {
+fn write_pending_now<S: TraceSink>(ctx: &mut Ctx<'_, S>, track: S::Thread, time: i64, ev: Pending) {
     let display = ctx.strings.display(ev.symbol);
     match ev.kind {
         PendingKind::Call {
@@ -818,11 +836,7 @@ fn unwind_stack<S: TraceSink>(
     }
 }
 
-fn clear_trap_stack<S: TraceSink>(
-    ctx: &mut Ctx<'_, S>,
-    ti: &mut ThreadInfo<S::Thread>,
-    time: i64,
-) {
+fn clear_trap_stack<S: TraceSink>(ctx: &mut Ctx<'_, S>, ti: &mut ThreadInfo<S::Thread>, time: i64) {
     clear_callstack(ctx, ti, time);
     ti.callstack = ti
         .inactive_callstacks
@@ -946,7 +960,10 @@ fn write_ok<S: TraceSink>(
             };
             let mut args = vec![
                 Arg::new("timestamp", ArgValue::Int(time)),
-                Arg::new("symbol", ArgValue::Str(ctx.strings.display(location.symbol))),
+                Arg::new(
+                    "symbol",
+                    ArgValue::Str(ctx.strings.display(location.symbol)),
+                ),
                 Arg::new("addr", ArgValue::Pointer(location.ip)),
                 Arg::new("count", ArgValue::Int(*count as i64)),
             ];
@@ -962,7 +979,10 @@ fn write_ok<S: TraceSink>(
             let payload = format!("0x{data:x}");
             let mut args = vec![
                 Arg::new("timestamp", ArgValue::Int(time)),
-                Arg::new("symbol", ArgValue::Str(ctx.strings.display(location.symbol))),
+                Arg::new(
+                    "symbol",
+                    ArgValue::Str(ctx.strings.display(location.symbol)),
+                ),
                 Arg::new("addr", ArgValue::Pointer(location.ip)),
                 Arg::new("data", ArgValue::Str(&payload)),
             ];
@@ -1038,9 +1058,7 @@ fn write_branch<S: TraceSink>(
             ctx.scope_warning(&[TraceScope::Userspace], "syscall trace-end");
             call(ctx, ti, time, &Location::locationless(Symbol::Syscall));
         }
-        (Some(Return), Some(End)) => {
-            call(ctx, ti, time, &Location::locationless(Symbol::Returned))
-        }
+        (Some(Return), Some(End)) => call(ctx, ti, time, &Location::locationless(Symbol::Returned)),
         (Some(Return), None) => {
             ret_track_exn_data(ctx, ti, time);
             // caml_raise_exn adjusts the stack and returns; compiled OCaml code uses jumps.

@@ -38,7 +38,8 @@ pub struct TranscriptSink {
 }
 
 /// The marker magic-trace prints between streaming output and what `finalize` writes.
-pub const END_OF_INPUT: &str = "INPUT TRACE STREAM ENDED, any lines printed below this were deferred";
+pub const END_OF_INPUT: &str =
+    "INPUT TRACE STREAM ENDED, any lines printed below this were deferred";
 
 impl TranscriptSink {
     /// Marks the end of the input stream (before the writer is finalised).
@@ -114,7 +115,9 @@ pub fn format_span(ns: i64) -> String {
 /// Core separates thousands with `_` in the integer part (only reachable for days).
 fn group_thousands(s: &str) -> String {
     let (sign, rest) = s.strip_prefix('-').map_or(("", s), |r| ("-", r));
-    let (int, frac) = rest.split_once('.').map_or((rest, None), |(a, b)| (a, Some(b)));
+    let (int, frac) = rest
+        .split_once('.')
+        .map_or((rest, None), |(a, b)| (a, Some(b)));
     let mut out = String::new();
     for (i, c) in int.chars().enumerate() {
         if i > 0 && (int.len() - i) % 3 == 0 {

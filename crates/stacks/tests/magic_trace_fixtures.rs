@@ -13,7 +13,12 @@ fn fixtures_dir() -> PathBuf {
 
 fn addrs(v: Option<&toml::Value>) -> Vec<u64> {
     v.and_then(|v| v.as_array())
-        .map(|a| a.iter().filter_map(|x| x.as_integer()).map(|x| x as u64).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_integer())
+                .map(|x| x as u64)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
