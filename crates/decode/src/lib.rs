@@ -58,6 +58,8 @@
 //! a warning), the pending group, and the [`StringTable`], which grows only with
 //! distinct names.
 
+#![warn(missing_docs)]
+
 mod parse;
 pub mod perf;
 mod warning;
@@ -67,7 +69,7 @@ pub use warning::{Stats, Warning, WarningKind};
 
 use parse::{EventClass, Scratch};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Location, StringTable, Thread, TraceStateChange,
+    Event, EventData, ExtraEvent, Location, StringTable, Sym, Thread, TraceStateChange,
 };
 use std::collections::VecDeque;
 use std::fs::File;
@@ -498,9 +500,22 @@ impl<R: BufRead> Decoder<R> {
         &self.st.strings
     }
 
-    /// Mutable access, so a consumer can intern its own names in the same table.
+    /// Interns a consumer's own name in the events' table (cheaper than
+    /// [`Decoder::strings_mut`], which must assume the table was replaced).
+    pub fn intern(&mut self, name: &str) -> Sym {
+        self.st.strings.intern(name)
+    }
+
+    /// Mutable access to the table. The decoder's symbol cache is dropped, since the
+    /// table may be replaced through this; to add names, prefer [`Decoder::intern`].
     pub fn strings_mut(&mut self) -> &mut StringTable {
+        self.st.scratch.invalidate();
         &mut self.st.strings
+    }
+
+    /// Takes the table, leaving an empty one for the events still to come.
+    pub fn take_strings(&mut self) -> StringTable {
+        std::mem::take(self.strings_mut())
     }
 
     /// Gives the string table back, e.g. to decode the next snapshot into it.

@@ -33,8 +33,19 @@ pub(crate) struct Header<'a> {
     pub rest: &'a [u8],
 }
 
+/// Index of the first non-space at or after `i`. perf pads its columns with long
+/// runs of spaces, so this looks at 8 bytes at a time.
 #[inline]
 fn skip_spaces(s: &[u8], mut i: usize) -> usize {
+    while let Some(chunk) = s.get(i..i + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let diff = u64::from_le_bytes(word) ^ 0x2020_2020_2020_2020;
+        if diff != 0 {
+            return i + (diff.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
     while i < s.len() && s[i] == b' ' {
         i += 1;
     }
@@ -290,6 +301,74 @@ pub(crate) fn write_int64_hex(out: &mut String, v: u64) {
 #[derive(Default, Debug)]
 pub(crate) struct Scratch {
     text: String,
+    cache: LocationCache,
+}
+
+/// Entries in the [`LocationCache`]; a power of two.
+const CACHE_SLOTS: usize = 4096;
+/// Longer symbol texts bypass the cache, which bounds its memory.
+const CACHE_MAX_KEY: usize = 256;
+
+/// A fixed-size, direct-mapped cache from (ip, symbol text) to the parsed location.
+///
+/// The same few thousand call sites dominate a trace, and a hit skips splitting the
+/// text, UTF-8 validation and two string-table lookups. Memory stays constant: at most
+/// [`CACHE_SLOTS`] keys of at most [`CACHE_MAX_KEY`] bytes.
+#[derive(Debug, Default)]
+struct LocationCache {
+    slots: Vec<CacheSlot>,
+    /// Slots filled under another generation are stale; bumping it empties the cache
+    /// in O(1) when the string table may have been replaced.
+    generation: u32,
+}
+
+#[derive(Debug, Default)]
+struct CacheSlot {
+    key: Vec<u8>,
+    generation: u32,
+    location: Option<Location>,
+}
+
+impl Scratch {
+    /// Forgets every cached location (their symbols may not be in the table any more).
+    pub(crate) fn invalidate(&mut self) {
+        let c = &mut self.cache;
+        c.generation = c.generation.wrapping_add(1);
+        if c.generation == 0 {
+            c.slots.iter_mut().for_each(|s| s.location = None);
+        }
+    }
+}
+
+/// A fast, non-cryptographic hash of the key (FxHash-style, 8 bytes at a time).
+#[inline]
+fn hash_key(ip: u64, text: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = ip.wrapping_mul(K);
+    let mut chunks = text.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    for &b in chunks.remainder() {
+        h = (h.rotate_left(5) ^ b as u64).wrapping_mul(K);
+    }
+    h ^ (h >> 29)
+}
+
+impl LocationCache {
+    #[inline]
+    fn slot(&mut self, ip: u64, text: &[u8]) -> Option<&mut CacheSlot> {
+        if text.len() > CACHE_MAX_KEY {
+            return None;
+        }
+        if self.slots.is_empty() {
+            self.slots.resize_with(CACHE_SLOTS, CacheSlot::default);
+        }
+        let i = hash_key(ip, text) as usize & (CACHE_SLOTS - 1);
+        self.slots.get_mut(i)
+    }
 }
 
 /// Splits `sym+0xOFF (dso)` as magic-trace's `^(.*)\+(0x[0-9a-f]+)\s+\((.*)\)$` does:
@@ -323,11 +402,35 @@ fn split_symbol(s: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
 }
 
 /// Resolves the symbol text perf printed for address `ip` into a [`Location`].
+#[inline]
 pub(crate) fn parse_location(
     ip: u64,
     s: &[u8],
     strings: &mut StringTable,
     scratch: &mut Scratch,
+) -> Location {
+    let generation = scratch.cache.generation;
+    let Some(slot) = scratch.cache.slot(ip, s) else {
+        return parse_location_uncached(ip, s, strings, &mut scratch.text);
+    };
+    if let Some(loc) = slot.location {
+        if loc.ip == ip && slot.generation == generation && slot.key == s {
+            return loc;
+        }
+    }
+    let loc = parse_location_uncached(ip, s, strings, &mut scratch.text);
+    slot.key.clear();
+    slot.key.extend_from_slice(s);
+    slot.generation = generation;
+    slot.location = Some(loc);
+    loc
+}
+
+fn parse_location_uncached(
+    ip: u64,
+    s: &[u8],
+    strings: &mut StringTable,
+    text: &mut String,
 ) -> Location {
     if let Some((name, off, dso)) = split_symbol(s) {
         let name = intern_bytes(strings, name);
@@ -347,7 +450,6 @@ pub(crate) fn parse_location(
             if let Some(close) = memchr::memrchr(b')', inner) {
                 let dso_bytes = &inner[..close];
                 let dso = intern_bytes(strings, dso_bytes);
-                let text = &mut scratch.text;
                 text.clear();
                 text.push_str("[unknown @ ");
                 write_int64_hex(text, ip);

@@ -228,7 +228,7 @@ impl PerfScript {
 
     /// Takes the string table, leaving an empty one (e.g. to reuse for the next file).
     pub fn take_strings(&mut self) -> StringTable {
-        std::mem::take(self.decoder.strings_mut())
+        self.decoder.take_strings()
     }
 
     /// Waits for perf and reports how it exited, with its stderr tail on failure. If

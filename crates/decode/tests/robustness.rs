@@ -372,3 +372,75 @@ fn random_mutations_of_fixtures_never_panic() {
     // The mutations must actually hit the error paths.
     assert!(warned > 300, "only {warned} inputs warned");
 }
+
+fn branch_line(i: usize) -> String {
+    format!(
+        "1/1 1.{i:09}:  1  branches:uH:   call   {:x} fn_{i}+0x{:x} (lib{}.so) =>  {:x} [unknown] (d{i})\n",
+        0x1000 + i,
+        i % 7,
+        i % 3,
+        0x9000 + i
+    )
+}
+
+/// The decoder caches parsed locations; every name must still be the one on its line,
+/// with many more distinct symbols than cache slots and each seen several times.
+#[test]
+fn cached_locations_always_match_their_line() {
+    let mut input = String::new();
+    for round in 0..3 {
+        for i in 0..10_000 {
+            // Revisit in a different order each round to mix hits, misses and evictions.
+            input += &branch_line((i * (round * 2 + 1)) % 10_000);
+        }
+    }
+    let mut d = Decoder::new(input.as_bytes());
+    let mut n = 0;
+    while let Some(e) = d.next_event().expect("slice") {
+        let Event::Ok {
+            data: EventData::Trace { src, dst, .. },
+            time,
+            ..
+        } = e
+        else {
+            panic!("{e:?}")
+        };
+        let i = (time - 1_000_000_000) as usize;
+        let s = d.strings();
+        assert_eq!(s.display(src.symbol), format!("fn_{i}"));
+        assert_eq!((src.ip, src.offset), (0x1000 + i as u64, (i % 7) as u64));
+        assert_eq!(s.get(src.dso.expect("dso")), format!("lib{}.so", i % 3));
+        assert_eq!(
+            s.display(dst.symbol),
+            format!("[unknown @ 0x{:x} (d{i})]", 0x9000 + i)
+        );
+        n += 1;
+    }
+    assert_eq!(n, 30_000);
+}
+
+#[test]
+fn replacing_the_string_table_midway_keeps_names_right() {
+    let input = branch_line(5).repeat(2) + &branch_line(6) + &branch_line(5);
+    let mut d = Decoder::new(input.as_bytes());
+    let name = |d: &Decoder<&[u8]>, e: &Event| match e {
+        Event::Ok {
+            data: EventData::Trace { src, .. },
+            ..
+        } => d.strings().display(src.symbol).to_string(),
+        e => panic!("{e:?}"),
+    };
+    let e = d.next_event().expect("slice").expect("event");
+    assert_eq!(name(&d, &e), "fn_5");
+    let old = d.take_strings();
+    assert!(old.lookup("fn_5").is_some());
+    let e = d.next_event().expect("slice").expect("event");
+    assert_eq!(name(&d, &e), "fn_5");
+    *d.strings_mut() = ptscope_event::StringTable::new();
+    let own = d.intern("mine");
+    let e = d.next_event().expect("slice").expect("event");
+    assert_eq!(name(&d, &e), "fn_6");
+    let e = d.next_event().expect("slice").expect("event");
+    assert_eq!(name(&d, &e), "fn_5");
+    assert_eq!(d.strings().get(own), "mine");
+}
