@@ -303,7 +303,8 @@ impl State {
                 let inline =
                     parse::parse_inline_location(header.rest, &mut self.strings, &mut self.scratch);
                 let rest_blank = header.rest.iter().all(|&b| parse::is_ws(b));
-                if inline.is_none() && !rest_blank {
+                // Kept in case the group turns out unusable and needs a warning.
+                if inline.is_none() {
                     self.header_text.clear();
                     self.header_text.extend_from_slice(line);
                 }
@@ -380,7 +381,7 @@ impl State {
 
 /// Decodes `perf script` text from any [`BufRead`] into [`Event`]s, one group at a time.
 ///
-/// The decoder owns the [`StringTable`] its events' [`Sym`](ptscope_event::Sym)s refer
+/// The decoder owns the [`StringTable`] its events' [`Sym`]s refer
 /// to; borrow it with [`Decoder::strings`] between events, or take it back with
 /// [`Decoder::into_strings`].
 #[derive(Debug)]

@@ -285,3 +285,17 @@ fn samples_without_callchain_use_their_own_line() {
         ptscope_decode::WarningKind::UnsupportedEvent
     );
 }
+
+#[test]
+fn extra_event_without_any_location_is_a_warning() {
+    let text = "1/1 1.000000001: 1 cycles:u: \n\t10 a+0x0 (x)\n1/2 3.000000004:   7 cache-misses/period=7/u: \n1/1 5.000000001: 1 cycles:u: \n\t10 a+0x0 (x)\n";
+    let (events, d) = decode_all(text.as_bytes());
+    assert_eq!(events.len(), 2);
+    assert_eq!(d.stats().warnings, 1);
+    let w = &d.warnings()[0];
+    assert_eq!(
+        (w.line, w.kind),
+        (3, ptscope_decode::WarningKind::UnsupportedEvent)
+    );
+    assert!(w.text.contains("cache-misses"), "{w}");
+}
