@@ -12,3 +12,29 @@ pub mod sink;
 pub mod transcript;
 
 pub use sink::{Arg, ArgValue, TraceSink};
+
+use ptscope_event::{Event, StringTable};
+
+/// A stack reconstruction strategy: events in, slices out to a [`TraceSink`].
+///
+/// Implemented by every writer so tools (the CLI, the fidelity harness) can swap them.
+pub trait StackWriter<S: TraceSink> {
+    /// Feeds one event; `strings` resolves the event's names.
+    fn write_event(&mut self, event: &Event, strings: &StringTable);
+    /// The sink, e.g. to mark the end of the input in a transcript.
+    fn sink_mut(&mut self) -> &mut S;
+    /// Writes whatever is still pending and returns the sink.
+    fn finish(self, strings: &StringTable) -> S;
+}
+
+impl<S: TraceSink> StackWriter<S> for legacy::LegacyWriter<S> {
+    fn write_event(&mut self, event: &Event, strings: &StringTable) {
+        legacy::LegacyWriter::write_event(self, event, strings)
+    }
+    fn sink_mut(&mut self) -> &mut S {
+        legacy::LegacyWriter::sink_mut(self)
+    }
+    fn finish(self, strings: &StringTable) -> S {
+        legacy::LegacyWriter::finish(self, strings)
+    }
+}
