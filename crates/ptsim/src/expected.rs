@@ -1,0 +1,252 @@
+//! Ground truth as perf reports branches: what ran, and what perf must decode.
+//!
+//! Files are tab-separated: `tid time_ns kind from to`, addresses in hex, kinds spelled as
+//! perf's `flags` field (`call`, `return`, `jmp`, `jcc`, `tr strt`, `tr end syscall`,
+//! `tr end async`) plus `error` where a fault makes perf report a decode error.
+
+use crate::pt::{Encoded, GapCause};
+use crate::truth::{Step, StepKind, ThreadTrace};
+use anyhow::{Context, Result};
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+
+/// The branch kinds perf reports with `--itrace=be`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum BranchKind {
+    /// `call`.
+    Call,
+    /// `return`.
+    Return,
+    /// `jmp`.
+    Jmp,
+    /// `jcc` (taken conditional branch).
+    Jcc,
+    /// `tr strt`: tracing starts (or decoding resynchronises) at `to`.
+    TraceStart,
+    /// `tr end syscall`: tracing stops at the syscall instruction at `from`.
+    SyscallEnd,
+    /// `tr end async`: tracing stops asynchronously at `from`.
+    AsyncEnd,
+    /// A decode error reported by perf.
+    Error,
+}
+
+impl BranchKind {
+    /// The spelling used in the truth files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BranchKind::Call => "call",
+            BranchKind::Return => "return",
+            BranchKind::Jmp => "jmp",
+            BranchKind::Jcc => "jcc",
+            BranchKind::TraceStart => "tr strt",
+            BranchKind::SyscallEnd => "tr end syscall",
+            BranchKind::AsyncEnd => "tr end async",
+            BranchKind::Error => "error",
+        }
+    }
+
+    /// Parses [`BranchKind::as_str`] output.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "call" => BranchKind::Call,
+            "return" => BranchKind::Return,
+            "jmp" => BranchKind::Jmp,
+            "jcc" => BranchKind::Jcc,
+            "tr strt" => BranchKind::TraceStart,
+            "tr end syscall" => BranchKind::SyscallEnd,
+            "tr end async" => BranchKind::AsyncEnd,
+            "error" => BranchKind::Error,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for BranchKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One reported branch.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Branch {
+    /// Thread id.
+    pub tid: u32,
+    /// Perf time in ns.
+    pub time: u64,
+    /// Kind.
+    pub kind: BranchKind,
+    /// Source address (0 when tracing starts).
+    pub from: u64,
+    /// Destination address (0 when tracing stops).
+    pub to: u64,
+}
+
+/// A thread's branches.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadExpectation {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Branches in order.
+    pub branches: Vec<Branch>,
+}
+
+fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<Branch> {
+    let kind = match s.kind {
+        StepKind::Start => BranchKind::TraceStart,
+        StepKind::Jcc { taken: true } => BranchKind::Jcc,
+        StepKind::Jcc { taken: false } => return None,
+        StepKind::Jmp | StepKind::IndirectJmp => BranchKind::Jmp,
+        StepKind::Call | StepKind::IndirectCall => BranchKind::Call,
+        StepKind::Return => BranchKind::Return,
+        StepKind::Syscall => BranchKind::SyscallEnd,
+        StepKind::Async => BranchKind::AsyncEnd,
+    };
+    Some(Branch {
+        tid,
+        time: ns(s.clock),
+        kind,
+        from: s.from,
+        to: s.to,
+    })
+}
+
+/// Every branch the thread executed.
+pub fn truth(t: &ThreadTrace, ns: &dyn Fn(u64) -> u64, pid: u32) -> ThreadExpectation {
+    ThreadExpectation {
+        pid,
+        tid: t.tid,
+        branches: t
+            .steps
+            .iter()
+            .filter_map(|s| to_branch(s, t.tid, ns))
+            .collect(),
+    }
+}
+
+/// The branches perf must decode from `enc` (cut to its last bytes from `cut` on, if set).
+pub fn expected(
+    t: &ThreadTrace,
+    enc: &Encoded,
+    cut: Option<usize>,
+    ns: &dyn Fn(u64) -> u64,
+    pid: u32,
+) -> ThreadExpectation {
+    let mut out = ThreadExpectation {
+        pid,
+        tid: t.tid,
+        branches: Vec::new(),
+    };
+    let mut i = 0;
+    if let Some(cut) = cut {
+        // The decoder skips to the first PSB in the snapshot.
+        let Some(p) = enc.psbs.iter().find(|p| p.offset >= cut) else {
+            return out;
+        };
+        // perf reports nothing for synchronising at a PSB's FUP: decoding simply starts.
+        i = p.steps_before;
+    }
+    let mut gaps = enc.gaps.clone();
+    gaps.sort_by_key(|g| g.first);
+    let start = i;
+    for g in gaps.iter().filter(|g| g.first >= start) {
+        let end = g.first.min(t.steps.len());
+        out.branches.extend(
+            t.steps[i..end]
+                .iter()
+                .filter_map(|s| to_branch(s, t.tid, ns)),
+        );
+        let when = t
+            .steps
+            .get(g.first)
+            .or(t.steps.last())
+            .map_or(0, |s| s.clock);
+        out.branches.push(Branch {
+            tid: t.tid,
+            time: ns(when),
+            kind: BranchKind::Error,
+            from: match g.cause {
+                GapCause::Overflow => 0,
+                GapCause::Corrupt => 1,
+            },
+            to: 0,
+        });
+        // After an overflow perf reports the FUP as a trace start; a PSB's FUP it does not.
+        if let (Some((ip, clock)), GapCause::Overflow) = (g.resume, g.cause) {
+            out.branches.push(Branch {
+                tid: t.tid,
+                time: ns(clock),
+                kind: BranchKind::TraceStart,
+                from: 0,
+                to: ip,
+            });
+        }
+        i = (g.first + g.count).min(t.steps.len());
+    }
+    out.branches.extend(
+        t.steps[i.min(t.steps.len())..]
+            .iter()
+            .filter_map(|s| to_branch(s, t.tid, ns)),
+    );
+    out
+}
+
+/// Writes threads' branches as a TSV file.
+pub fn write_tsv(path: &Path, threads: &[ThreadExpectation]) -> Result<()> {
+    let f =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    let res = (|| -> std::io::Result<()> {
+        writeln!(w, "# ptsim branches v1: pid tid time_ns kind from to")?;
+        for t in threads {
+            for b in &t.branches {
+                writeln!(
+                    w,
+                    "{}\t{}\t{}\t{}\t{:#x}\t{:#x}",
+                    t.pid, b.tid, b.time, b.kind, b.from, b.to
+                )?;
+            }
+        }
+        w.flush()
+    })();
+    res.with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Reads a file written by [`write_tsv`], grouping branches by thread.
+pub fn read_tsv(path: &Path) -> Result<Vec<ThreadExpectation>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out: Vec<ThreadExpectation> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let bad = || format!("{}:{}: malformed line {line:?}", path.display(), n + 1);
+        let f: Vec<&str> = line.split('\t').collect();
+        let [pid, tid, time, kind, from, to] = f[..] else {
+            anyhow::bail!(bad());
+        };
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16);
+        let b = Branch {
+            tid: tid.parse().with_context(bad)?,
+            time: time.parse().with_context(bad)?,
+            kind: BranchKind::parse(kind).with_context(bad)?,
+            from: hex(from).with_context(bad)?,
+            to: hex(to).with_context(bad)?,
+        };
+        let pid: u32 = pid.parse().with_context(bad)?;
+        match out.iter_mut().find(|t| t.tid == b.tid) {
+            Some(t) => t.branches.push(b),
+            None => out.push(ThreadExpectation {
+                pid,
+                tid: b.tid,
+                branches: vec![b],
+            }),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,384 @@
+//! ptsim: genuine Intel PT recordings, with their ground truth, from real program runs.
+//!
+//! A program runs under `qemu-x86_64` with the `ptsim-plugin` TCG plugin, which logs every
+//! executed translation block ([`blocklog`]). The block-ending instructions give the exact
+//! branch trace ([`truth`]), which is encoded as Intel PT packets ([`pt`]) and wrapped in a
+//! perf.data file ([`perfdata`]) that `perf script --itrace=bep` decodes with perf's own
+//! decoder. What perf should print is known exactly ([`expected`]), so the decode path can
+//! be checked branch by branch without Intel hardware.
+
+pub mod blocklog;
+pub mod expected;
+pub mod perfdata;
+pub mod perfscript;
+pub mod pt;
+pub mod testing;
+pub mod truth;
+
+use anyhow::{bail, Context, Result};
+use blocklog::BlockLog;
+use expected::{Branch, ThreadExpectation};
+use perfdata::{Mmap, Recording, ThreadData, TimeConv};
+use pt::{Faults, PtConfig};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use truth::ThreadTrace;
+
+/// Faults to inject, spread evenly over the main thread.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultSpec {
+    /// Number of overflows (OVF packets with lost branches).
+    pub overflows: usize,
+    /// Branches lost per overflow.
+    pub overflow_len: usize,
+    /// Number of corrupt packets.
+    pub corruptions: usize,
+}
+
+impl FaultSpec {
+    /// Parses `overflow=N,corrupt=N[,overflow-len=N]`.
+    pub fn parse(s: &str) -> Result<Self> {
+        let mut f = FaultSpec {
+            overflow_len: 200,
+            ..Default::default()
+        };
+        for part in s.split(',').filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .with_context(|| format!("fault {part:?} is not KEY=N"))?;
+            let n: usize = v
+                .parse()
+                .with_context(|| format!("fault count {v:?} is not a number"))?;
+            match k {
+                "overflow" => f.overflows = n,
+                "corrupt" => f.corruptions = n,
+                "overflow-len" => f.overflow_len = n,
+                _ => bail!("unknown fault {k:?} (expected overflow, corrupt, overflow-len)"),
+            }
+        }
+        Ok(f)
+    }
+
+    fn place(&self, steps: usize) -> Faults {
+        let spread = |n: usize| -> Vec<usize> { (1..=n).map(|k| steps * k / (n + 1)).collect() };
+        Faults {
+            overflows: spread(self.overflows)
+                .into_iter()
+                .map(|at| (at, self.overflow_len))
+                .collect(),
+            // Corruptions sit between overflows so their gaps do not overlap.
+            corruptions: spread(self.corruptions)
+                .into_iter()
+                .map(|at| at + steps / (4 * (self.corruptions + 1)))
+                .collect(),
+        }
+    }
+}
+
+/// Simulation settings.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Nominal core and TSC frequency: one instruction is one cycle at this rate.
+    pub freq_hz: u64,
+    /// Packet encoder settings.
+    pub pt: PtConfig,
+    /// Keep only the last this many bytes of each thread's trace, as `perf record -S` does.
+    pub snapshot_size: Option<usize>,
+    /// Faults to inject.
+    pub faults: FaultSpec,
+    /// Perf time of TSC 0, in ns.
+    pub time_zero: u64,
+    /// PMU type number for `intel_pt`.
+    pub pmu_type: u32,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            freq_hz: 2_000_000_000,
+            pt: PtConfig::default(),
+            snapshot_size: None,
+            faults: FaultSpec::default(),
+            time_zero: 1_000_000_000_000,
+            pmu_type: 8,
+        }
+    }
+}
+
+/// Figures about one simulation.
+#[derive(Clone, Debug, Default)]
+pub struct SimStats {
+    /// Block executions logged.
+    pub blocks: u64,
+    /// Guest instructions executed.
+    pub instructions: u64,
+    /// Branch-trace steps (including not-taken conditionals).
+    pub steps: u64,
+    /// Reported branches in the ground truth.
+    pub branches: u64,
+    /// Bytes of PT data written.
+    pub pt_bytes: u64,
+    /// Executions of code outside any file mapping (perf cannot decode those).
+    pub unmapped_blocks: u64,
+    /// Time spent running the program under QEMU.
+    pub qemu_time: Duration,
+    /// Time spent deriving, encoding and writing.
+    pub encode_time: Duration,
+}
+
+/// The result of a simulation: the recording and what it must decode to.
+pub struct Simulation {
+    /// The perf.data contents.
+    pub recording: Recording,
+    /// Each thread's true branches (everything that executed).
+    pub truth: Vec<ThreadExpectation>,
+    /// Each thread's branches as perf must decode them (snapshot cut, fault gaps).
+    pub expected: Vec<ThreadExpectation>,
+    /// Each thread's full branch trace, including not-taken conditional branches.
+    pub traces: Vec<ThreadTrace>,
+    /// Figures.
+    pub stats: SimStats,
+}
+
+/// Locates the plugin: `$PTSIM_PLUGIN`, else next to the running executable or its parent.
+pub fn find_plugin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PTSIM_PLUGIN") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let mut dir = exe.parent()?;
+    for _ in 0..3 {
+        for sub in ["", "release", "debug"] {
+            let cand = dir.join(sub).join("libptsim_plugin.so");
+            if cand.is_file() {
+                return Some(cand);
+            }
+        }
+        dir = dir.parent()?;
+    }
+    None
+}
+
+/// Runs `argv` under `qemu-x86_64` with the plugin, writing the block log to `log`.
+pub fn run_qemu(plugin: &Path, log: &Path, argv: &[OsString]) -> Result<std::process::ExitStatus> {
+    let Some((prog, args)) = argv.split_first() else {
+        bail!("no program to run");
+    };
+    let mut spec = OsString::from(plugin.as_os_str());
+    spec.push(",out=");
+    spec.push(log.as_os_str());
+    std::process::Command::new("qemu-x86_64")
+        .arg("-plugin")
+        .arg(spec)
+        .arg(prog)
+        .args(args)
+        .status()
+        .context("cannot run qemu-x86_64 (Debian package qemu-user)")
+}
+
+/// Builds the recording and its truth from a block log.
+pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
+    let started = Instant::now();
+    let (mut traces, tstats) = truth::derive(log);
+    // The main thread first, the others in order of appearance.
+    traces.sort_by_key(|t| {
+        (
+            t.tid != log.pid,
+            t.steps.first().map_or(u64::MAX, |s| s.clock),
+        )
+    });
+    let time = TimeConv::for_frequency(cfg.freq_hz, cfg.time_zero);
+    let ns = |clock: u64| time.tsc_to_ns(cfg.pt.tsc_offset + clock);
+
+    let mut threads = Vec::new();
+    let mut truths = Vec::new();
+    let mut expecteds = Vec::new();
+    let mut steps_total = 0u64;
+    for (i, t) in traces.iter().enumerate() {
+        steps_total += t.steps.len() as u64;
+        let faults = if i == 0 {
+            cfg.faults.place(t.steps.len())
+        } else {
+            Faults::default()
+        };
+        let enc = pt::encode(&t.steps, &cfg.pt, &faults);
+        let (aux, cut) = match cfg.snapshot_size {
+            Some(n) if enc.data.len() > n => {
+                let from = enc.data.len() - n;
+                (enc.data[from..].to_vec(), Some(from))
+            }
+            _ => (enc.data.clone(), None),
+        };
+        truths.push(expected::truth(t, &ns, log.pid));
+        expecteds.push(expected::expected(t, &enc, cut, &ns, log.pid));
+        let first = t.steps.first().map_or(0, |s| s.clock);
+        let last = t.steps.last().map_or(0, |s| s.clock);
+        threads.push(ThreadData {
+            tid: t.tid,
+            start: ns(first).saturating_sub(2),
+            exit: (i > 0).then(|| ns(last) + 1),
+            aux,
+            reference_tsc: cfg.pt.tsc_offset + last,
+        });
+    }
+    let (mmaps, unmapped) = code_mappings(log, &ns);
+    let config = perfdata::cfg_bits::TSC
+        | perfdata::cfg_bits::CYC
+        | if cfg.pt.retcomp {
+            0
+        } else {
+            perfdata::cfg_bits::NORETCOMP
+        }
+        | 1; // pt
+    let recording = Recording {
+        pid: log.pid,
+        comm: comm.to_string(),
+        threads,
+        mmaps,
+        time,
+        pmu_type: cfg.pmu_type,
+        config,
+        max_nonturbo_ratio: cfg.pt.cbr as u64,
+        snapshot: cfg.snapshot_size.is_some(),
+    };
+    let stats = SimStats {
+        blocks: tstats.blocks,
+        instructions: tstats.instructions,
+        steps: steps_total,
+        branches: truths.iter().map(|t| t.branches.len() as u64).sum(),
+        pt_bytes: recording.threads.iter().map(|t| t.aux.len() as u64).sum(),
+        unmapped_blocks: unmapped,
+        qemu_time: Duration::ZERO,
+        encode_time: started.elapsed(),
+    };
+    Simulation {
+        recording,
+        truth: truths,
+        expected: expecteds,
+        traces,
+        stats,
+    }
+}
+
+/// The file mappings that hold executed code, each announced when first seen.
+fn code_mappings(log: &BlockLog, ns: &dyn Fn(u64) -> u64) -> (Vec<Mmap>, u64) {
+    let mut executed: Vec<u64> = log.tbs.iter().flatten().map(|t| t.vaddr).collect();
+    executed.sort_unstable();
+    let mut out: Vec<Mmap> = Vec::new();
+    for snap in &log.maps {
+        for m in &snap.entries {
+            if m.path.is_empty() || !m.path.starts_with('/') {
+                continue;
+            }
+            let i = executed.partition_point(|&a| a < m.start);
+            if executed.get(i).is_none_or(|&a| a >= m.end) {
+                continue;
+            }
+            if out
+                .iter()
+                .any(|o| o.start == m.start && o.len == m.end - m.start && o.path == m.path)
+            {
+                continue;
+            }
+            out.push(Mmap {
+                time: ns(snap.clock).saturating_sub(1),
+                tid: log.pid,
+                start: m.start,
+                len: m.end - m.start,
+                pgoff: m.pgoff,
+                maj: m.maj,
+                min: m.min,
+                ino: m.ino,
+                path: m.path.clone(),
+            });
+        }
+    }
+    let mapped = |a: u64| out.iter().any(|m| a >= m.start && a < m.start + m.len);
+    let mut unmapped = 0u64;
+    let unmapped_tbs: Vec<bool> = log
+        .tbs
+        .iter()
+        .map(|t| t.as_ref().is_some_and(|t| !mapped(t.vaddr)))
+        .collect();
+    for t in &log.threads {
+        unmapped += t
+            .execs
+            .iter()
+            .filter(|e| unmapped_tbs.get(e.tb as usize).copied().unwrap_or(false))
+            .count() as u64;
+    }
+    (out, unmapped)
+}
+
+/// What a full simulation run produced on disk.
+pub struct RunOutput {
+    /// The simulation.
+    pub sim: Simulation,
+    /// The program's exit status under QEMU.
+    pub status: std::process::ExitStatus,
+}
+
+/// Runs a program under QEMU, then writes `perf.data` to `out` and the truth files beside it
+/// (`ground-truth.tsv`: every branch that ran; `expected.tsv`: what perf must decode).
+pub fn run(argv: &[OsString], out: &Path, cfg: &SimConfig) -> Result<RunOutput> {
+    let plugin = find_plugin().context(
+        "cannot find libptsim_plugin.so: build it with `cargo build -p ptsim-plugin` or set PTSIM_PLUGIN",
+    )?;
+    run_with_plugin(&plugin, argv, out, cfg)
+}
+
+/// [`run`] with an explicit plugin path.
+pub fn run_with_plugin(
+    plugin: &Path,
+    argv: &[OsString],
+    out: &Path,
+    cfg: &SimConfig,
+) -> Result<RunOutput> {
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let log_path = dir.join("ptsim-blocks.log");
+    let t0 = Instant::now();
+    let status = run_qemu(plugin, &log_path, argv)?;
+    let qemu_time = t0.elapsed();
+    let log = BlockLog::read(&log_path)?;
+    let comm = argv
+        .first()
+        .and_then(|p| Path::new(p).file_name())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut sim = simulate(&log, &comm, cfg);
+    sim.stats.qemu_time = qemu_time;
+    let t1 = Instant::now();
+    write_outputs(&sim, out)?;
+    sim.stats.encode_time += t1.elapsed();
+    Ok(RunOutput { sim, status })
+}
+
+/// Writes `perf.data` to `out` and `ground-truth.tsv` and `expected.tsv` beside it.
+pub fn write_outputs(sim: &Simulation, out: &Path) -> Result<()> {
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file =
+        std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    sim.recording
+        .write(&mut w)
+        .and_then(|_| std::io::Write::flush(&mut w))
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    expected::write_tsv(&dir.join("ground-truth.tsv"), &sim.truth)?;
+    expected::write_tsv(&dir.join("expected.tsv"), &sim.expected)?;
+    Ok(())
+}
+
+/// Convenience for tests: all branches of all threads, flattened in thread order.
+pub fn flatten(threads: &[ThreadExpectation]) -> Vec<Branch> {
+    threads
+        .iter()
+        .flat_map(|t| t.branches.iter().copied())
+        .collect()
+}

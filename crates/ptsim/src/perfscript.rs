@@ -1,0 +1,203 @@
+//! Runs `perf script` on a recording and compares what perf's decoder reports with the
+//! expected branches.
+
+use crate::expected::{Branch, BranchKind, ThreadExpectation};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+/// Parses `SECONDS.NANOS` as printed by `perf script --ns`.
+fn parse_time(s: &str) -> Option<u64> {
+    let (sec, ns) = s.trim_end_matches(':').split_once('.')?;
+    if ns.len() != 9 {
+        return None;
+    }
+    Some(sec.parse::<u64>().ok()? * 1_000_000_000 + ns.parse::<u64>().ok()?)
+}
+
+fn kind_of(flags: &str) -> Option<BranchKind> {
+    Some(match flags {
+        "call" => BranchKind::Call,
+        "return" => BranchKind::Return,
+        "jmp" => BranchKind::Jmp,
+        "jcc" => BranchKind::Jcc,
+        "tr strt" => BranchKind::TraceStart,
+        "tr end syscall" => BranchKind::SyscallEnd,
+        "tr end async" => BranchKind::AsyncEnd,
+        _ => return None,
+    })
+}
+
+/// Parses the output of `perf script --ns --itrace=be -F tid,time,flags,ip,addr`.
+///
+/// Decode errors become [`BranchKind::Error`] entries whose `from` is perf's error code.
+pub fn parse(text: &str) -> Result<Vec<Branch>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let bad = || format!("perf script line {}: cannot parse {line:?}", n + 1);
+        let t = line.trim();
+        if t.is_empty() {
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix("instruction trace error") {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let field = |name: &str| {
+                words
+                    .iter()
+                    .position(|w| *w == name)
+                    .and_then(|i| words.get(i + 1))
+                    .copied()
+            };
+            let tid = field("tid")
+                .and_then(|v| v.parse().ok())
+                .with_context(bad)?;
+            let time = field("time").and_then(parse_time).unwrap_or(0);
+            let code = field("code")
+                .and_then(|v| v.trim_end_matches(':').parse().ok())
+                .with_context(bad)?;
+            out.push(Branch {
+                tid,
+                time,
+                kind: BranchKind::Error,
+                from: code,
+                to: 0,
+            });
+            continue;
+        }
+        let words: Vec<&str> = t.split_whitespace().collect();
+        let Some(arrow) = words.iter().position(|w| *w == "=>") else {
+            bail!(bad());
+        };
+        if arrow < 3 || arrow + 1 >= words.len() {
+            bail!(bad());
+        }
+        let tid: u32 = words[0].parse().with_context(bad)?;
+        let time = parse_time(words[1]).with_context(bad)?;
+        let flags = words[2..arrow - 1].join(" ");
+        let hex = |s: &str| u64::from_str_radix(s, 16);
+        let from = hex(words[arrow - 1]).with_context(bad)?;
+        let to = hex(words[arrow + 1]).with_context(bad)?;
+        let kind =
+            kind_of(&flags).with_context(|| format!("{}: unknown flags {flags:?}", bad()))?;
+        out.push(Branch {
+            tid,
+            time,
+            kind,
+            from,
+            to,
+        });
+    }
+    Ok(out)
+}
+
+/// Runs perf's decoder on `perf_data` and returns the branches it reports.
+pub fn decode(perf_data: &Path) -> Result<Vec<Branch>> {
+    let out = std::process::Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(perf_data)
+        .args(["--ns", "--itrace=be", "-F", "tid,time,flags,ip,addr"])
+        .output()
+        .context("cannot run perf (Debian package linux-perf)")?;
+    if !out.status.success() {
+        bail!(
+            "perf script failed with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    parse(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// How perf's output compares with the expectation.
+#[derive(Clone, Debug, Default)]
+pub struct Comparison {
+    /// Branches (and errors) that matched in order.
+    pub matched: usize,
+    /// Expected entries.
+    pub expected: usize,
+    /// Entries perf reported.
+    pub reported: usize,
+    /// Human-readable description of the first differences.
+    pub differences: Vec<String>,
+    /// Largest amount by which perf's time trails the true time, in ns.
+    pub max_lag_ns: u64,
+    /// Branches perf timed before they happened.
+    pub early: usize,
+    /// Largest amount by which perf's time precedes the true time, in ns.
+    pub max_early_ns: u64,
+}
+
+impl Comparison {
+    /// True when every expected branch was reported, and nothing else.
+    pub fn exact(&self) -> bool {
+        self.differences.is_empty()
+            && self.matched == self.expected
+            && self.matched == self.reported
+    }
+}
+
+fn same(e: &Branch, r: &Branch) -> bool {
+    e.kind == r.kind && (e.kind == BranchKind::Error || (e.from == r.from && e.to == r.to))
+}
+
+/// Compares perf's branches with the expectation, thread by thread.
+pub fn compare(expected: &[ThreadExpectation], reported: &[Branch]) -> Comparison {
+    let mut c = Comparison {
+        reported: reported.len(),
+        ..Default::default()
+    };
+    for t in expected {
+        c.expected += t.branches.len();
+        let got: Vec<&Branch> = reported.iter().filter(|b| b.tid == t.tid).collect();
+        let mut diverged = false;
+        for (i, (e, &r)) in t.branches.iter().zip(&got).enumerate() {
+            if !same(e, r) {
+                if c.differences.len() < 10 {
+                    let ctx: Vec<String> = t.branches
+                        [i.saturating_sub(3)..(i + 3).min(t.branches.len())]
+                        .iter()
+                        .map(|b| format!("{} {:#x}->{:#x}", b.kind, b.from, b.to))
+                        .collect();
+                    c.differences.push(format!(
+                        "tid {} branch {i}: expected {} {:#x} -> {:#x}, perf reported {} {:#x} -> {:#x} (expected around: {})",
+                        t.tid,
+                        e.kind,
+                        e.from,
+                        e.to,
+                        r.kind,
+                        r.from,
+                        r.to,
+                        ctx.join(", ")
+                    ));
+                }
+                diverged = true;
+                break;
+            }
+            c.matched += 1;
+            if e.kind != BranchKind::Error {
+                if r.time < e.time {
+                    c.early += 1;
+                    c.max_early_ns = c.max_early_ns.max(e.time - r.time);
+                } else {
+                    c.max_lag_ns = c.max_lag_ns.max(r.time - e.time);
+                }
+            }
+        }
+        if !diverged && t.branches.len() != got.len() && c.differences.len() < 10 {
+            c.differences.push(format!(
+                "tid {}: expected {} branches, perf reported {}",
+                t.tid,
+                t.branches.len(),
+                got.len()
+            ));
+        }
+    }
+    let known: Vec<u32> = expected.iter().map(|t| t.tid).collect();
+    let stray = reported.iter().filter(|b| !known.contains(&b.tid)).count();
+    if stray > 0 {
+        c.differences.push(format!(
+            "{stray} branches reported for threads without expectations"
+        ));
+    }
+    c
+}

@@ -1,0 +1,382 @@
+//! Intel PT packet encoder: turns a thread's branch trace into the packet stream a
+//! processor tracing user space with `intel_pt/cyc,tsc[,noretcomp]/u` would write.
+//!
+//! Packet formats follow the Intel SDM vol. 3, ch. 33 ("Intel Processor Trace"). Timing
+//! uses a TSC packet in every PSB+ and CYC packets before every TNT and IP packet; the
+//! core clock equals the TSC clock (CBR = maximum non-turbo ratio), so one cycle is one
+//! TSC tick and CYC counts convert exactly.
+
+use crate::truth::{Step, StepKind};
+
+/// Faults to inject while encoding, given as step indices.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Each entry drops the packets of `count` steps starting at the first
+    /// step at or after `at`, then emits OVF and a FUP where tracing resumes.
+    pub overflows: Vec<(usize, usize)>,
+    /// Each entry inserts an undefined packet after the first step at or after this
+    /// index that ends with an IP packet; perf reports a bad packet and decodes on.
+    pub corruptions: Vec<usize>,
+}
+
+/// Encoder settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtConfig {
+    /// Compress returns into TNT bits as the hardware does (`noretcomp=0`).
+    pub retcomp: bool,
+    /// Approximate bytes between PSB packets.
+    pub psb_period: usize,
+    /// Added to the instruction clock to give TSC values.
+    pub tsc_offset: u64,
+    /// Core-to-bus ratio written in CBR packets (equal to the maximum non-turbo ratio).
+    pub cbr: u8,
+}
+
+impl Default for PtConfig {
+    fn default() -> Self {
+        Self {
+            retcomp: true,
+            psb_period: 16 * 1024,
+            tsc_offset: 1 << 32,
+            cbr: 20,
+        }
+    }
+}
+
+/// A PSB emitted in the stream: where decoding can (re)synchronise.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PsbMark {
+    /// Byte offset of the PSB.
+    pub offset: usize,
+    /// Number of steps fully encoded before it.
+    pub steps_before: usize,
+    /// Clock of the TSC packet it carries.
+    pub clock: u64,
+    /// IP in its FUP, if tracing was enabled.
+    pub ip: Option<u64>,
+}
+
+/// A stretch of steps the decoder cannot see, and why.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Gap {
+    /// First lost step.
+    pub first: usize,
+    /// Steps lost.
+    pub count: usize,
+    /// What caused it.
+    pub cause: GapCause,
+    /// Where decoding resumes, with its clock (`None` if it never does).
+    pub resume: Option<(u64, u64)>,
+}
+
+/// Causes of decoding gaps.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GapCause {
+    /// An OVF packet: the hardware dropped packets.
+    Overflow,
+    /// A corrupt packet; perf reports it and decoding continues.
+    Corrupt,
+}
+
+/// One thread's encoded stream.
+#[derive(Clone, Debug, Default)]
+pub struct Encoded {
+    /// The packets.
+    pub data: Vec<u8>,
+    /// PSB positions.
+    pub psbs: Vec<PsbMark>,
+    /// Gaps caused by injected faults.
+    pub gaps: Vec<Gap>,
+}
+
+const OP_TIP: u8 = 0x0d;
+const OP_TIP_PGE: u8 = 0x11;
+const OP_TIP_PGD: u8 = 0x01;
+const OP_FUP: u8 = 0x1d;
+
+struct Enc<'a> {
+    cfg: &'a PtConfig,
+    out: Vec<u8>,
+    last_ip: u64,
+    tnt_count: u8,
+    tnt_bits: u8,
+    tnt_clock: u64,
+    stack: Vec<u64>,
+    last_cyc: u64,
+    last_psb: usize,
+    enabled: bool,
+    psbs: Vec<PsbMark>,
+}
+
+impl Enc<'_> {
+    fn cyc(&mut self, clock: u64) {
+        let mut d = clock.saturating_sub(self.last_cyc);
+        self.last_cyc = self.last_cyc.max(clock);
+        if d == 0 {
+            return;
+        }
+        let mut b = 0x03 | (((d & 0x1f) as u8) << 3);
+        d >>= 5;
+        if d != 0 {
+            b |= 0x04;
+        }
+        self.out.push(b);
+        while d != 0 {
+            let mut b = ((d & 0x7f) as u8) << 1;
+            d >>= 7;
+            if d != 0 {
+                b |= 1;
+            }
+            self.out.push(b);
+        }
+    }
+
+    fn ip_packet(&mut self, op: u8, ip: Option<u64>) {
+        let Some(ip) = ip else {
+            self.out.push(op);
+            return;
+        };
+        let last = self.last_ip;
+        let sext48 = ((ip << 16) as i64 >> 16) as u64 == ip;
+        let (kind, n) = if last >> 16 == ip >> 16 {
+            (1u8, 2usize)
+        } else if last >> 32 == ip >> 32 {
+            (2, 4)
+        } else if sext48 {
+            (3, 6)
+        } else {
+            (6, 8)
+        };
+        self.out.push(op | (kind << 5));
+        self.out.extend_from_slice(&ip.to_le_bytes()[..n]);
+        self.last_ip = ip;
+    }
+
+    fn flush_tnt(&mut self) {
+        if self.tnt_count == 0 {
+            return;
+        }
+        self.cyc(self.tnt_clock);
+        let n = self.tnt_count;
+        self.out.push((1u8 << (n + 1)) | (self.tnt_bits << 1));
+        self.tnt_count = 0;
+        self.tnt_bits = 0;
+    }
+
+    fn tnt(&mut self, taken: bool, clock: u64) {
+        self.tnt_bits = (self.tnt_bits << 1) | taken as u8;
+        self.tnt_count += 1;
+        self.tnt_clock = clock;
+        if self.tnt_count == 6 {
+            self.flush_tnt();
+        }
+    }
+
+    fn psb_plus(&mut self, clock: u64, ip: Option<u64>, steps_before: usize) {
+        self.psbs.push(PsbMark {
+            offset: self.out.len(),
+            steps_before,
+            clock,
+            ip,
+        });
+        for _ in 0..8 {
+            self.out.extend_from_slice(&[0x02, 0x82]);
+        }
+        let tsc = self.cfg.tsc_offset + clock;
+        self.out.push(0x19);
+        self.out.extend_from_slice(&tsc.to_le_bytes()[..7]);
+        self.out
+            .extend_from_slice(&[0x02, 0x03, self.cfg.cbr, 0x00]);
+        self.last_ip = 0;
+        self.last_cyc = clock;
+        // The decoder forgets its return stack at a PSB, so compression restarts.
+        self.stack.clear();
+        if let Some(ip) = ip {
+            self.out.extend_from_slice(&[0x99, 0x01]);
+            self.ip_packet(OP_FUP, Some(ip));
+        }
+        self.out.extend_from_slice(&[0x02, 0x23]);
+        self.last_psb = self.out.len();
+    }
+
+    /// PSBs go where the decoder's position equals the true IP: right after an IP packet.
+    fn maybe_psb(&mut self, clock: u64, ip: u64, steps_before: usize) {
+        if self.out.len() - self.last_psb >= self.cfg.psb_period {
+            self.psb_plus(clock, Some(ip), steps_before);
+        }
+    }
+
+    fn tip(&mut self, clock: u64, to: u64) {
+        self.flush_tnt();
+        self.cyc(clock);
+        self.ip_packet(OP_TIP, Some(to));
+    }
+}
+
+/// True when the step makes the encoder emit an IP packet (given return compression state).
+fn ends_with_ip(kind: StepKind) -> bool {
+    matches!(
+        kind,
+        StepKind::IndirectJmp | StepKind::IndirectCall | StepKind::Return | StepKind::Start
+    )
+}
+
+/// Encodes one thread's steps.
+pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
+    let mut e = Enc {
+        cfg,
+        out: Vec::with_capacity(steps.len() / 2 + 64),
+        last_ip: 0,
+        tnt_count: 0,
+        tnt_bits: 0,
+        tnt_clock: 0,
+        stack: Vec::new(),
+        last_cyc: steps.first().map_or(0, |s| s.clock),
+        last_psb: 0,
+        enabled: false,
+        psbs: Vec::new(),
+    };
+    let mut gaps = Vec::new();
+    let mut overflows = faults.overflows.clone();
+    overflows.sort_unstable();
+    let mut overflows = overflows.into_iter().peekable();
+    let mut corruptions = faults.corruptions.clone();
+    corruptions.sort_unstable();
+    let mut corruptions = corruptions.into_iter().peekable();
+    // Steps still to drop in the current overflow, and the gap being built.
+    let mut dropping = 0usize;
+    let mut open_gap: Option<Gap> = None;
+    let mut pending_corrupt = false;
+
+    if let Some(first) = steps.first() {
+        e.psb_plus(first.clock, None, 0);
+    }
+    for (i, s) in steps.iter().enumerate() {
+        if dropping == 0 {
+            if let Some(&(at, count)) = overflows.peek() {
+                if i >= at && s.kind != StepKind::Start && e.enabled {
+                    overflows.next();
+                    // Packets before the overflow made it out.
+                    e.flush_tnt();
+                    dropping = count.max(1);
+                    open_gap = Some(Gap {
+                        first: i,
+                        count: 0,
+                        cause: GapCause::Overflow,
+                        resume: None,
+                    });
+                }
+            }
+        }
+        if dropping > 0 {
+            let stops = matches!(s.kind, StepKind::Syscall | StepKind::Async);
+            if !stops {
+                dropping -= 1;
+                if let Some(g) = open_gap.as_mut() {
+                    g.count += 1;
+                }
+                if dropping == 0 {
+                    e.stack.clear();
+                    e.cyc(s.clock);
+                    e.out.extend_from_slice(&[0x02, 0xf3]);
+                    e.ip_packet(OP_FUP, Some(s.to));
+                    if let Some(mut g) = open_gap.take() {
+                        g.resume = Some((s.to, s.clock));
+                        gaps.push(g);
+                    }
+                }
+                continue;
+            }
+            // Tracing stops inside the window: the stop is lost too and decoding
+            // resumes at the next TIP.PGE.
+            dropping = 0;
+            e.stack.clear();
+            e.cyc(s.clock);
+            e.out.extend_from_slice(&[0x02, 0xf3]);
+            e.enabled = false;
+            if let Some(mut g) = open_gap.take() {
+                g.count += 1;
+                gaps.push(g);
+            }
+            continue;
+        }
+        match s.kind {
+            StepKind::Start => {
+                if !e.psbs.is_empty() && e.out.len() - e.last_psb >= cfg.psb_period {
+                    e.psb_plus(s.clock, None, i);
+                }
+                e.cyc(s.clock);
+                e.out.extend_from_slice(&[0x99, 0x01]);
+                e.ip_packet(OP_TIP_PGE, Some(s.to));
+                e.stack.clear();
+                e.enabled = true;
+            }
+            StepKind::Jcc { taken } => e.tnt(taken, s.clock),
+            StepKind::Jmp => {}
+            StepKind::Call => e.stack.push(s.from + s.len as u64),
+            StepKind::IndirectCall => {
+                e.stack.push(s.from + s.len as u64);
+                e.tip(s.clock, s.to);
+                e.maybe_psb(s.clock, s.to, i + 1);
+            }
+            StepKind::IndirectJmp => {
+                e.tip(s.clock, s.to);
+                e.maybe_psb(s.clock, s.to, i + 1);
+            }
+            StepKind::Return => {
+                // The decoder pops its stack on every return, compressed or not.
+                let top = e.stack.pop();
+                if cfg.retcomp && top == Some(s.to) {
+                    e.tnt(true, s.clock);
+                } else {
+                    e.tip(s.clock, s.to);
+                    e.maybe_psb(s.clock, s.to, i + 1);
+                }
+            }
+            StepKind::Syscall => {
+                e.flush_tnt();
+                e.cyc(s.clock);
+                e.ip_packet(OP_TIP_PGD, None);
+                e.enabled = false;
+                e.stack.clear();
+            }
+            StepKind::Async => {
+                e.flush_tnt();
+                e.cyc(s.clock);
+                e.ip_packet(OP_FUP, Some(s.from));
+                e.ip_packet(OP_TIP_PGD, None);
+                e.enabled = false;
+                e.stack.clear();
+            }
+        }
+        if let Some(&at) = corruptions.peek() {
+            if i >= at {
+                pending_corrupt = true;
+            }
+        }
+        let ip_packet_done = ends_with_ip(s.kind) && e.tnt_count == 0 && e.enabled;
+        if pending_corrupt && ip_packet_done && e.last_psb != e.out.len() {
+            corruptions.next();
+            pending_corrupt = false;
+            // 0x02 0x00 is no packet: perf reports a bad packet, skips one byte, reads the
+            // 0x00 as PAD and carries on, so nothing is lost but the error is reported.
+            e.out.extend_from_slice(&[0x02, 0x00]);
+            gaps.push(Gap {
+                first: i + 1,
+                count: 0,
+                cause: GapCause::Corrupt,
+                resume: None,
+            });
+        }
+    }
+    e.flush_tnt();
+    if let Some(mut g) = open_gap.take() {
+        g.resume = None;
+        gaps.push(g);
+    }
+    Encoded {
+        data: e.out,
+        psbs: e.psbs,
+        gaps,
+    }
+}

@@ -1,0 +1,105 @@
+//! Helpers for tests that record programs: tool checks, the plugin, temporary directories.
+
+use crate::{run_with_plugin, RunOutput, SimConfig};
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// True when every tool is on `PATH`. When one is missing, tests should skip — except under
+/// CI (`CI` set), where a missing tool is a broken setup and this panics.
+pub fn tools_available(tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !on_path(t)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("required tools missing under CI: {missing:?} (see scripts/test)");
+    }
+    eprintln!("skipping: tools not installed: {missing:?}");
+    false
+}
+
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// The plugin library, built with `cargo build --release -p ptsim-plugin` if not found.
+pub fn plugin() -> Result<PathBuf> {
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = crate::find_plugin() {
+        return Ok(p);
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "ptsim-plugin"])
+        .status()
+        .context("cannot run cargo to build the plugin")?;
+    if !status.success() {
+        bail!("building ptsim-plugin failed");
+    }
+    crate::find_plugin().context("ptsim-plugin built but libptsim_plugin.so not found")
+}
+
+/// A fresh, empty directory for one test's files.
+pub fn scratch_dir(name: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("ptsim-{name}-{}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Compiles `source` (C, C++ or Rust, by the compiler given) into `dir/name`.
+pub fn compile(dir: &Path, name: &str, file: &str, source: &str, cmd: &[&str]) -> Result<PathBuf> {
+    let src = dir.join(file);
+    std::fs::write(&src, source).with_context(|| format!("cannot write {}", src.display()))?;
+    let out = dir.join(name);
+    let Some((prog, args)) = cmd.split_first() else {
+        bail!("empty compiler command");
+    };
+    let res = Command::new(prog)
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .current_dir(dir)
+        .output()
+        .with_context(|| format!("cannot run {prog}"))?;
+    if !res.status.success() {
+        bail!("{prog} failed: {}", String::from_utf8_lossy(&res.stderr));
+    }
+    Ok(out)
+}
+
+/// Records `argv` into `dir/perf.data` with the truth files beside it.
+pub fn record(dir: &Path, argv: &[&Path], cfg: &SimConfig) -> Result<RunOutput> {
+    let plugin = plugin()?;
+    let argv: Vec<OsString> = argv.iter().map(|p| p.as_os_str().to_owned()).collect();
+    run_with_plugin(&plugin, &argv, &dir.join("perf.data"), cfg)
+}
+
+/// Function addresses from `nm` for a non-PIE executable, by name.
+pub fn symbols(exe: &Path) -> Result<std::collections::HashMap<String, u64>> {
+    let out = Command::new("nm")
+        .arg(exe)
+        .output()
+        .context("cannot run nm (binutils)")?;
+    let mut map = std::collections::HashMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let [addr, kind, name] = f[..] {
+            if kind.eq_ignore_ascii_case("t") {
+                if let Ok(a) = u64::from_str_radix(addr, 16) {
+                    map.insert(name.to_string(), a);
+                }
+            }
+        }
+    }
+    Ok(map)
+}

@@ -1,0 +1,274 @@
+//! Ground truth: the exact branch trace of each thread, derived from executed blocks.
+//!
+//! Every translated block ends either at a control transfer or where QEMU chose to cut
+//! it (page boundary, instruction limit, `rep` iteration). The last instruction, decoded
+//! with iced-x86, and the start of the next executed block say which branch ran and
+//! whether it was taken.
+
+use crate::blocklog::{BlockLog, TbDef};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
+
+/// How a block's last instruction transfers control.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Conditional branch (`jcc`, `loop`, `jrcxz`) to a fixed target.
+    Cond {
+        /// Taken target.
+        target: u64,
+    },
+    /// Direct unconditional jump.
+    Jmp {
+        /// Target.
+        target: u64,
+    },
+    /// Indirect jump.
+    IndirectJmp,
+    /// Direct call.
+    Call {
+        /// Target.
+        target: u64,
+    },
+    /// Indirect call.
+    IndirectCall,
+    /// Near return.
+    Return,
+    /// A transfer into the kernel (`syscall`, `int`, `sysenter`): user-mode tracing stops.
+    Syscall,
+    /// Not a branch: the block was cut for another reason.
+    Other,
+    /// The last instruction did not execute: QEMU records an instruction that crosses
+    /// into the next page, then abandons it and starts a new block with it.
+    Abandoned,
+}
+
+/// Classifies the last instruction of `tb`.
+pub fn classify(tb: &TbDef) -> Flow {
+    let ip = tb.last_addr();
+    let mut dec = Decoder::with_ip(64, &tb.last, ip, DecoderOptions::NONE);
+    let insn = dec.decode();
+    if insn.is_invalid() || insn.len() != tb.last.len() {
+        return Flow::Abandoned;
+    }
+    // iced-x86 counts `syscall` as a call; for Intel PT it is a transfer to the kernel.
+    if matches!(
+        insn.mnemonic(),
+        Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int | Mnemonic::Int1
+    ) {
+        return Flow::Syscall;
+    }
+    match insn.flow_control() {
+        FlowControl::ConditionalBranch => Flow::Cond {
+            target: insn.near_branch_target(),
+        },
+        FlowControl::UnconditionalBranch => Flow::Jmp {
+            target: insn.near_branch_target(),
+        },
+        FlowControl::IndirectBranch => Flow::IndirectJmp,
+        FlowControl::Call => Flow::Call {
+            target: insn.near_branch_target(),
+        },
+        FlowControl::IndirectCall => Flow::IndirectCall,
+        FlowControl::Return => Flow::Return,
+        // int3/into/ud2 raise signals, seen as asynchronous transfers.
+        _ => Flow::Other,
+    }
+}
+
+/// What one step of the branch trace is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum StepKind {
+    /// Tracing (re)starts at `to` (first block, return from a syscall or a signal).
+    Start,
+    /// Conditional branch, taken or not.
+    Jcc {
+        /// Whether the branch went to its target.
+        taken: bool,
+    },
+    /// Direct jump.
+    Jmp,
+    /// Indirect jump.
+    IndirectJmp,
+    /// Direct call.
+    Call,
+    /// Indirect call.
+    IndirectCall,
+    /// Return.
+    Return,
+    /// Tracing stops at a syscall instruction at `from`.
+    Syscall,
+    /// Tracing stops asynchronously before the instruction at `from` (signal, exit of another thread).
+    Async,
+}
+
+/// One step of a thread's branch trace.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Global instruction clock at which the step completes.
+    pub clock: u64,
+    /// Kind of step.
+    pub kind: StepKind,
+    /// Address of the branch instruction (0 for [`StepKind::Start`]).
+    pub from: u64,
+    /// Destination (0 when tracing stops).
+    pub to: u64,
+    /// Length of the branch instruction, for return addresses of calls.
+    pub len: u8,
+}
+
+/// A thread's steps.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadTrace {
+    /// Thread id.
+    pub tid: u32,
+    /// Steps in order.
+    pub steps: Vec<Step>,
+}
+
+/// Statistics gathered while deriving the trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TruthStats {
+    /// Block executions read.
+    pub blocks: u64,
+    /// Instructions executed (sum of block sizes).
+    pub instructions: u64,
+    /// Asynchronous transfers seen (signals and the like).
+    pub async_transfers: u64,
+}
+
+/// Derives every thread's branch trace from a block log.
+pub fn derive(log: &BlockLog) -> (Vec<ThreadTrace>, TruthStats) {
+    let flows: Vec<Flow> = log
+        .tbs
+        .iter()
+        .map(|t| t.as_ref().map(classify).unwrap_or(Flow::Other))
+        .collect();
+    let mut stats = TruthStats::default();
+    let mut out = Vec::with_capacity(log.threads.len());
+    for t in &log.threads {
+        let mut steps = Vec::with_capacity(t.execs.len());
+        let mut traced = false;
+        for (i, &e) in t.execs.iter().enumerate() {
+            let tb = log.tb(e);
+            stats.blocks += 1;
+            stats.instructions += tb.n_insns as u64;
+            if !traced {
+                steps.push(Step {
+                    clock: e.clock,
+                    kind: StepKind::Start,
+                    from: 0,
+                    to: tb.vaddr,
+                    len: 0,
+                });
+                traced = true;
+            }
+            let clock = e.clock + tb.n_insns as u64;
+            let from = tb.last_addr();
+            let len = tb.last.len() as u8;
+            let fall = tb.end();
+            let next = t.execs.get(i + 1).map(|&n| log.tb(n).vaddr);
+            let step = |kind, to| Step {
+                clock,
+                kind,
+                from,
+                to,
+                len,
+            };
+            // Where execution continues if nothing asynchronous happens; None for indirect.
+            let (expected, branch): (Option<u64>, Option<Step>) = match flows[e.tb as usize] {
+                Flow::Cond { target } => match next {
+                    Some(n) if n == target && target != fall => {
+                        (Some(n), Some(step(StepKind::Jcc { taken: true }, target)))
+                    }
+                    Some(n) if n == fall => {
+                        (Some(n), Some(step(StepKind::Jcc { taken: false }, fall)))
+                    }
+                    // The outcome is unknown when a signal or the end follows.
+                    _ => (None, None),
+                },
+                Flow::Jmp { target } => (Some(target), Some(step(StepKind::Jmp, target))),
+                Flow::Call { target } => (Some(target), Some(step(StepKind::Call, target))),
+                Flow::IndirectJmp => (next, next.map(|n| step(StepKind::IndirectJmp, n))),
+                Flow::IndirectCall => (next, next.map(|n| step(StepKind::IndirectCall, n))),
+                Flow::Return => (next, next.map(|n| step(StepKind::Return, n))),
+                Flow::Syscall => {
+                    steps.push(step(StepKind::Syscall, 0));
+                    traced = false;
+                    continue;
+                }
+                Flow::Abandoned => (Some(from), None),
+                Flow::Other => match next {
+                    // A `rep` string instruction iterates by re-running its own block.
+                    Some(n) if n == from && tb.last.iter().any(|&b| b == 0xf3 || b == 0xf2) => {
+                        (Some(n), None)
+                    }
+                    _ => (Some(fall), None),
+                },
+            };
+            let unknown = branch.is_none() && expected.is_none();
+            let resume = match (branch, expected) {
+                (Some(b), _) => {
+                    steps.push(b);
+                    b.to
+                }
+                (None, Some(x)) => x,
+                // Unknown outcome: stop before the branch instruction itself.
+                (None, None) => from,
+            };
+            if next.is_some_and(|n| n != resume || unknown) {
+                stats.async_transfers += 1;
+                steps.push(Step {
+                    clock,
+                    kind: StepKind::Async,
+                    from: resume,
+                    to: 0,
+                    len: 0,
+                });
+                traced = false;
+            }
+        }
+        out.push(ThreadTrace { tid: t.tid, steps });
+    }
+    (out, stats)
+}
+
+/// A frame of the true call stack.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Entry address of the called function.
+    pub func: u64,
+    /// Address the call returns to.
+    pub ret: u64,
+    /// Clock of the call.
+    pub since: u64,
+}
+
+/// Replays calls and returns to give the call stack after each step.
+///
+/// A return pops down to the frame whose return address it targets, so `longjmp`-style
+/// unwinding that ends in a return is followed exactly; a return matching no frame pops one.
+#[derive(Clone, Debug, Default)]
+pub struct StackReplay {
+    /// Current frames, outermost first.
+    pub frames: Vec<Frame>,
+}
+
+impl StackReplay {
+    /// Applies one step.
+    pub fn apply(&mut self, s: &Step) {
+        match s.kind {
+            StepKind::Call | StepKind::IndirectCall => self.frames.push(Frame {
+                func: s.to,
+                ret: s.from + s.len as u64,
+                since: s.clock,
+            }),
+            StepKind::Return => {
+                if let Some(i) = self.frames.iter().rposition(|f| f.ret == s.to) {
+                    self.frames.truncate(i);
+                } else {
+                    self.frames.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+}

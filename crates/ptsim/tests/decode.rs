@@ -1,0 +1,162 @@
+//! Real programs run under qemu-user; their simulated Intel PT recordings must decode,
+//! with perf's own decoder, to exactly the branches that ran.
+
+use ptsim::blocklog::BlockLog;
+use ptsim::expected::BranchKind;
+use ptsim::perfscript::{compare, decode, Comparison};
+use ptsim::testing::{compile, record, scratch_dir, symbols, tools_available};
+use ptsim::truth::{StackReplay, StepKind};
+use ptsim::{simulate, write_outputs, FaultSpec, SimConfig, Simulation};
+use std::path::Path;
+
+const CALL_TREE_C: &str = r#"
+#include <stdio.h>
+__attribute__((noinline)) int leaf(int x) { return x * 2 + 1; }
+__attribute__((noinline)) int mid(int n) { int s = 0; for (int i = 0; i < n; i++) s += leaf(i); return s; }
+__attribute__((noinline)) int top(int n) { int s = 0; for (int i = 0; i < n; i++) s += mid(i); return s; }
+int main(void) { printf("%d\n", top(5)); return 0; }
+"#;
+
+fn tools() -> bool {
+    tools_available(&["qemu-x86_64", "perf", "cc", "nm"])
+}
+
+/// Decodes `dir/perf.data` with perf and compares it with the simulation's expectation.
+fn check(dir: &Path, sim: &Simulation) -> Comparison {
+    let got = decode(&dir.join("perf.data")).expect("perf script");
+    compare(&sim.expected, &got)
+}
+
+fn assert_exact(what: &str, c: &Comparison) {
+    assert!(
+        c.exact(),
+        "{what}: {} of {} matched, perf reported {}: {:#?}",
+        c.matched,
+        c.expected,
+        c.reported,
+        c.differences
+    );
+}
+
+#[test]
+fn c_call_tree_ground_truth_and_decode() {
+    if !tools() {
+        return;
+    }
+    let dir = scratch_dir("calltree").unwrap();
+    let exe = compile(
+        &dir,
+        "calltree",
+        "calltree.c",
+        CALL_TREE_C,
+        &["cc", "-O1", "-fno-inline", "-no-pie"],
+    )
+    .unwrap();
+    let out = record(&dir, &[&exe], &SimConfig::default()).unwrap();
+    assert!(out.status.success());
+    let sim = &out.sim;
+    let syms = symbols(&exe).unwrap();
+    let (main, top, mid, leaf) = (syms["main"], syms["top"], syms["mid"], syms["leaf"]);
+
+    // Ground truth: the call tree main -> top -> mid (x5) -> leaf (0+1+2+3+4 = 10 times).
+    let trace = &sim.traces[0];
+    let mut stack = StackReplay::default();
+    let (mut mids, mut leaves) = (0, 0);
+    for s in &trace.steps {
+        stack.apply(s);
+        if matches!(s.kind, StepKind::Call) && s.to == leaf {
+            leaves += 1;
+            let funcs: Vec<u64> = stack.frames.iter().map(|f| f.func).collect();
+            assert!(
+                funcs.ends_with(&[main, top, mid, leaf]),
+                "stack at leaf: {funcs:x?}"
+            );
+        }
+        if matches!(s.kind, StepKind::Call) && s.to == mid {
+            mids += 1;
+        }
+    }
+    assert_eq!((mids, leaves), (5, 10));
+    // Execution starts in the dynamic loader, as in magic-trace's hello-world fixture.
+    let first = trace.steps[0];
+    assert_eq!(first.kind, StepKind::Start);
+    let ld = sim
+        .recording
+        .mmaps
+        .iter()
+        .find(|m| first.to >= m.start && first.to < m.start + m.len)
+        .expect("start address is mapped");
+    assert!(ld.path.contains("ld-linux"), "started in {}", ld.path);
+    assert_eq!(sim.stats.unmapped_blocks, 0);
+
+    // perf decodes exactly these branches, with timestamps close to the truth.
+    let c = check(&dir, sim);
+    assert_exact("full recording", &c);
+    assert!(c.matched > 5000, "only {} branches", c.matched);
+    assert!(c.max_lag_ns < 5_000 && c.max_early_ns < 5_000, "{c:?}");
+}
+
+#[test]
+fn c_variants_noretcomp_snapshot_faults() {
+    if !tools() {
+        return;
+    }
+    let dir = scratch_dir("variants").unwrap();
+    let exe = compile(
+        &dir,
+        "calltree",
+        "calltree.c",
+        CALL_TREE_C,
+        &["cc", "-O1", "-fno-inline"],
+    )
+    .unwrap();
+    let out = record(&dir, &[&exe], &SimConfig::default()).unwrap();
+    let log = BlockLog::read(&dir.join("ptsim-blocks.log")).unwrap();
+    let full_bytes = out.sim.stats.pt_bytes;
+
+    let mut noret = SimConfig::default();
+    noret.pt.retcomp = false;
+    let mut snapshot = SimConfig {
+        snapshot_size: Some(4096),
+        ..SimConfig::default()
+    };
+    // Decoding can only start at a PSB, so the buffer must hold a few.
+    snapshot.pt.psb_period = 1024;
+    let faults = SimConfig {
+        faults: FaultSpec::parse("overflow=2,corrupt=2,overflow-len=50").unwrap(),
+        ..SimConfig::default()
+    };
+    for (name, cfg) in [
+        ("noretcomp", noret),
+        ("snapshot", snapshot),
+        ("faults", faults),
+    ] {
+        let sub = dir.join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let sim = simulate(&log, "calltree", &cfg);
+        write_outputs(&sim, &sub.join("perf.data")).unwrap();
+        let c = check(&sub, &sim);
+        assert_exact(name, &c);
+        match name {
+            "noretcomp" => assert!(
+                sim.stats.pt_bytes > full_bytes,
+                "uncompressed returns take more room"
+            ),
+            "snapshot" => {
+                assert!(sim.stats.pt_bytes <= 4096);
+                // The snapshot holds the end of the execution, from a PSB in mid-flight.
+                let (exp, all) = (&sim.expected[0].branches, &sim.truth[0].branches);
+                assert!(!exp.is_empty() && exp.len() < all.len() / 2);
+                assert_eq!(exp[..], all[all.len() - exp.len()..]);
+            }
+            _ => {
+                let errors = sim.expected[0]
+                    .branches
+                    .iter()
+                    .filter(|b| b.kind == BranchKind::Error)
+                    .count();
+                assert_eq!(errors, 4, "two overflows and two corrupt packets");
+            }
+        }
+    }
+}

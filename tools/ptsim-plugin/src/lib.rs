@@ -1,0 +1,333 @@
+//! QEMU TCG plugin (plugin API v1, as loaded by Debian's qemu-user 7.2) that logs every
+//! executed translation block, for the `ptsim` Intel PT simulator.
+//!
+//! Load with `qemu-x86_64 -plugin libptsim_plugin.so,out=FILE prog args`.
+//!
+//! The log is a sequence of chunks, each `[kind u8][0u8; 3][tid u32][len u64]` followed by
+//! `len` payload bytes (little-endian throughout):
+//!
+//! * `KIND_HEADER`: `pid u32`, `magic u32`.
+//! * `KIND_TBS`: translated blocks, each `id u32, vaddr u64, n_insns u32, size u32,
+//!   last_len u8, last instruction bytes`. Blocks are described once per translation,
+//!   so executions cost 4 bytes each.
+//! * `KIND_EXEC`: one thread's executions as `u32` block ids. `MARKER` followed by a
+//!   `u64` clock (two `u32` words) says where the global instruction clock stood when the
+//!   next block started; it is written whenever another thread ran in between.
+//! * `KIND_MAPS`: `clock u64` then the text of `/proc/self/maps`, written whenever a
+//!   block is translated outside every mapping of the last snapshot.
+//!
+//! The global clock counts guest instructions over all threads: the nominal time base.
+//!
+//! QEMU ships no plugin header in Debian, so the few API functions used are declared here
+//! from the QEMU 7.2 `qemu-plugin.h` prototypes.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Chunk kind: process header.
+const KIND_HEADER: u8 = 0;
+/// Chunk kind: translated-block descriptions.
+const KIND_TBS: u8 = 1;
+/// Chunk kind: one thread's block executions.
+const KIND_EXEC: u8 = 2;
+/// Chunk kind: a `/proc/self/maps` snapshot.
+const KIND_MAPS: u8 = 3;
+/// Exec-stream word announcing a clock value.
+const MARKER: u32 = u32::MAX;
+/// Identifies the log format version.
+const MAGIC: u32 = 0x5054_5331; // "PTS1"
+/// Per-thread buffer size before it is handed to the file.
+const FLUSH_AT: usize = 1 << 18;
+
+/// The plugin API version this plugin was written against (QEMU checks it on load).
+#[no_mangle]
+pub static qemu_plugin_version: c_int = 1;
+
+type PluginId = u64;
+type TbTransCb = extern "C" fn(PluginId, *mut c_void);
+type ExecCb = extern "C" fn(c_uint, *mut c_void);
+type AtExitCb = extern "C" fn(PluginId, *mut c_void);
+
+extern "C" {
+    fn qemu_plugin_register_vcpu_tb_trans_cb(id: PluginId, cb: TbTransCb);
+    fn qemu_plugin_register_vcpu_tb_exec_cb(
+        tb: *mut c_void,
+        cb: ExecCb,
+        flags: c_int,
+        userdata: *mut c_void,
+    );
+    fn qemu_plugin_register_atexit_cb(id: PluginId, cb: AtExitCb, userdata: *mut c_void);
+    fn qemu_plugin_tb_n_insns(tb: *const c_void) -> usize;
+    fn qemu_plugin_tb_vaddr(tb: *const c_void) -> u64;
+    fn qemu_plugin_tb_get_insn(tb: *const c_void, idx: usize) -> *mut c_void;
+    fn qemu_plugin_insn_data(insn: *const c_void) -> *const c_void;
+    fn qemu_plugin_insn_size(insn: *const c_void) -> usize;
+    fn qemu_plugin_insn_vaddr(insn: *const c_void) -> u64;
+    fn qemu_plugin_outs(s: *const c_char);
+}
+
+/// `QEMU_PLUGIN_CB_NO_REGS`: the exec callback reads no guest registers.
+const CB_NO_REGS: c_int = 0;
+
+/// State shared by all threads.
+struct Shared {
+    out: Mutex<BufWriter<File>>,
+    /// Address ranges mapped at the last maps snapshot.
+    exec_ranges: Mutex<Vec<(u64, u64)>>,
+    /// Every live thread's buffer, so the exit handler can flush them all.
+    threads: Mutex<Vec<Arc<Mutex<ThreadBuf>>>>,
+}
+
+static SHARED: OnceLock<Shared> = OnceLock::new();
+static CLOCK: AtomicU64 = AtomicU64::new(0);
+static NEXT_TB: AtomicU32 = AtomicU32::new(0);
+
+/// One thread's pending executions.
+struct ThreadBuf {
+    tid: u32,
+    /// Clock value the next block starts at if no other thread runs first.
+    expected: u64,
+    buf: Vec<u8>,
+}
+
+/// Owner of a thread's buffer: flushes it when the guest thread exits.
+struct ThreadSlot(Arc<Mutex<ThreadBuf>>);
+
+impl Drop for ThreadSlot {
+    fn drop(&mut self) {
+        if let Some(shared) = SHARED.get() {
+            if let Ok(mut tb) = self.0.lock() {
+                flush_thread(shared, &mut tb);
+            }
+            if let Ok(mut threads) = shared.threads.lock() {
+                threads.retain(|t| !Arc::ptr_eq(t, &self.0));
+            }
+        }
+    }
+}
+
+thread_local! {
+    static SLOT: RefCell<Option<ThreadSlot>> = const { RefCell::new(None) };
+}
+
+fn write_chunk<W: Write + ?Sized>(out: &mut W, kind: u8, tid: u32, payload: &[u8]) {
+    let mut head = [0u8; 16];
+    head[0] = kind;
+    head[4..8].copy_from_slice(&tid.to_le_bytes());
+    head[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    // A failed write cannot be reported to the guest; the reader detects truncation.
+    let _ = out.write_all(&head);
+    let _ = out.write_all(payload);
+}
+
+fn flush_thread(shared: &Shared, tb: &mut ThreadBuf) {
+    if tb.buf.is_empty() {
+        return;
+    }
+    if let Ok(mut out) = shared.out.lock() {
+        write_chunk(&mut *out, KIND_EXEC, tb.tid, &tb.buf);
+    }
+    tb.buf.clear();
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc_syscall(186) as u32 }
+}
+
+extern "C" {
+    #[link_name = "syscall"]
+    fn libc_syscall(num: i64, ...) -> i64;
+    fn getpid() -> c_int;
+}
+
+fn new_slot(shared: &Shared) -> ThreadSlot {
+    let buf = Arc::new(Mutex::new(ThreadBuf {
+        tid: gettid(),
+        expected: u64::MAX,
+        buf: Vec::with_capacity(FLUSH_AT + 16),
+    }));
+    if let Ok(mut threads) = shared.threads.lock() {
+        threads.push(buf.clone());
+    }
+    ThreadSlot(buf)
+}
+
+extern "C" fn on_exec(_vcpu: c_uint, userdata: *mut c_void) {
+    let Some(shared) = SHARED.get() else { return };
+    let ud = userdata as usize as u64;
+    let id = (ud >> 16) as u32;
+    let n = ud & 0xffff;
+    let start = CLOCK.fetch_add(n, Ordering::Relaxed);
+    let _ = SLOT.try_with(|slot| {
+        let mut slot = slot.borrow_mut();
+        let slot = slot.get_or_insert_with(|| new_slot(shared));
+        let Ok(mut tb) = slot.0.lock() else { return };
+        if start != tb.expected {
+            tb.buf.extend_from_slice(&MARKER.to_le_bytes());
+            tb.buf.extend_from_slice(&start.to_le_bytes());
+        }
+        tb.buf.extend_from_slice(&id.to_le_bytes());
+        tb.expected = start + n;
+        if tb.buf.len() >= FLUSH_AT {
+            flush_thread(shared, &mut tb);
+        }
+    });
+}
+
+/// Parses the address ranges out of `/proc/self/maps` text. All mappings count: qemu-user
+/// maps guest code without host execute permission.
+fn mapped_ranges(maps: &str) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let Some(range) = line.split_whitespace().next() else {
+            continue;
+        };
+        if let Some((a, b)) = range.split_once('-') {
+            if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                out.push((a, b));
+            }
+        }
+    }
+    out
+}
+
+extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
+    let Some(shared) = SHARED.get() else { return };
+    // SAFETY: `tb` is the live translation-block handle QEMU passes to this callback,
+    // and instruction handles and data stay valid for the callback's duration.
+    let (vaddr, n, last_vaddr, last) = unsafe {
+        let n = qemu_plugin_tb_n_insns(tb);
+        if n == 0 {
+            return;
+        }
+        let insn = qemu_plugin_tb_get_insn(tb, n - 1);
+        let len = qemu_plugin_insn_size(insn).min(15);
+        let data = qemu_plugin_insn_data(insn) as *const u8;
+        let bytes = std::slice::from_raw_parts(data, len).to_vec();
+        (
+            qemu_plugin_tb_vaddr(tb),
+            n,
+            qemu_plugin_insn_vaddr(insn),
+            bytes,
+        )
+    };
+    let id = NEXT_TB.fetch_add(1, Ordering::Relaxed);
+    let size = (last_vaddr + last.len() as u64).saturating_sub(vaddr);
+
+    let mut rec = Vec::with_capacity(40);
+    rec.extend_from_slice(&id.to_le_bytes());
+    rec.extend_from_slice(&vaddr.to_le_bytes());
+    rec.extend_from_slice(&(n as u32).to_le_bytes());
+    rec.extend_from_slice(&(size as u32).to_le_bytes());
+    rec.push(last.len() as u8);
+    rec.extend_from_slice(&last);
+
+    let covered = shared
+        .exec_ranges
+        .lock()
+        .map(|r| r.iter().any(|&(a, b)| vaddr >= a && vaddr < b))
+        .unwrap_or(true);
+    let maps = if covered {
+        None
+    } else {
+        std::fs::read_to_string("/proc/self/maps").ok()
+    };
+    if let Ok(mut out) = shared.out.lock() {
+        if let Some(maps) = maps {
+            let mut payload = CLOCK.load(Ordering::Relaxed).to_le_bytes().to_vec();
+            payload.extend_from_slice(maps.as_bytes());
+            write_chunk(&mut *out, KIND_MAPS, 0, &payload);
+            if let Ok(mut r) = shared.exec_ranges.lock() {
+                *r = mapped_ranges(&maps);
+            }
+        }
+        write_chunk(&mut *out, KIND_TBS, 0, &rec);
+    }
+    // The block id and instruction count travel in the callback's user-data word.
+    let ud = ((id as u64) << 16) | (n as u64 & 0xffff);
+    // SAFETY: registering an exec callback on the block being translated is the
+    // documented use of this API.
+    unsafe {
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, on_exec, CB_NO_REGS, ud as usize as *mut c_void)
+    };
+}
+
+extern "C" fn on_exit(_id: PluginId, _p: *mut c_void) {
+    let Some(shared) = SHARED.get() else { return };
+    let threads = shared.threads.lock().map(|t| t.clone()).unwrap_or_default();
+    for t in threads {
+        if let Ok(mut tb) = t.lock() {
+            flush_thread(shared, &mut tb);
+        }
+    }
+    if let Ok(mut out) = shared.out.lock() {
+        let _ = out.flush();
+    }
+}
+
+fn say(msg: &str) {
+    if let Ok(s) = std::ffi::CString::new(msg) {
+        // SAFETY: `s` is a valid NUL-terminated string for the duration of the call.
+        unsafe { qemu_plugin_outs(s.as_ptr()) };
+    }
+}
+
+/// Plugin entry point called by QEMU once at load; arguments are `key=value` strings.
+///
+/// # Safety
+/// Called by QEMU with `argc` valid C strings in `argv`.
+#[no_mangle]
+pub unsafe extern "C" fn qemu_plugin_install(
+    id: PluginId,
+    _info: *const c_void,
+    argc: c_int,
+    argv: *const *const c_char,
+) -> c_int {
+    let mut out_path = None;
+    for i in 0..argc.max(0) as usize {
+        // SAFETY: QEMU passes `argc` valid C strings.
+        let arg = unsafe { CStr::from_ptr(*argv.add(i)) }.to_string_lossy();
+        match arg.split_once('=') {
+            Some(("out", path)) => out_path = Some(path.to_string()),
+            _ => {
+                say(&format!("ptsim-plugin: unknown argument {arg:?}\n"));
+                return -1;
+            }
+        }
+    }
+    let Some(out_path) = out_path else {
+        say("ptsim-plugin: missing out=FILE argument\n");
+        return -1;
+    };
+    let mut file = match File::create(&out_path) {
+        Ok(f) => f,
+        Err(e) => {
+            say(&format!("ptsim-plugin: cannot create {out_path}: {e}\n"));
+            return -1;
+        }
+    };
+    let mut head = Vec::new();
+    // SAFETY: getpid has no preconditions.
+    head.extend_from_slice(&(unsafe { getpid() } as u32).to_le_bytes());
+    head.extend_from_slice(&MAGIC.to_le_bytes());
+    write_chunk(&mut file, KIND_HEADER, 0, &head);
+    let shared = Shared {
+        out: Mutex::new(BufWriter::with_capacity(1 << 20, file)),
+        exec_ranges: Mutex::new(Vec::new()),
+        threads: Mutex::new(Vec::new()),
+    };
+    if SHARED.set(shared).is_err() {
+        return -1;
+    }
+    // SAFETY: registering callbacks with the id QEMU gave us.
+    unsafe {
+        qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
+        qemu_plugin_register_atexit_cb(id, on_exit, std::ptr::null_mut());
+    }
+    0
+}
