@@ -1,0 +1,109 @@
+//! Prints the fidelity table (Markdown) of every standard scenario.
+//!
+//! `cargo run -p ptscope-groundtruth --release --bin fidelity -- [--seed N] [--writer NAME]...`
+
+use ptscope_groundtruth::{evaluate, gen, legacy_writer, reconstruct, score, Fidelity, Scenario};
+
+/// Prints the legacy writer's first mismatching intervals on one scenario (debugging aid).
+fn explain_legacy(seed: u64, name: &str) {
+    let Some(spec) = gen::standard_specs(seed)
+        .into_iter()
+        .find(|s| s.name == name)
+    else {
+        eprintln!("unknown scenario {name}");
+        std::process::exit(2)
+    };
+    let sc = gen::generate(&spec);
+    let recon = reconstruct(&sc, legacy_writer);
+    for t in &sc.truth {
+        let Some(r) = recon.iter().find(|r| r.thread == t.thread) else {
+            println!("{:?}: no track", t.thread);
+            continue;
+        };
+        println!("{:?}: gaps {:?}", t.thread, t.gaps);
+        for m in score::mismatches(t, r, 40) {
+            println!(
+                "{}..{} ({} ns)\n  truth: {}\n  recon: {}",
+                m.start,
+                m.end,
+                m.end - m.start,
+                m.truth.join(" > "),
+                m.recon.join(" > ")
+            );
+        }
+    }
+}
+
+/// A writer the table can compare; adding one is one line in [`WRITERS`].
+type Run = fn(&Scenario) -> Fidelity;
+
+const WRITERS: &[(&str, Run)] = &[
+    ("legacy", |s| evaluate(s, legacy_writer)),
+    // ("segments", |s| evaluate(s, |sink, sc| SegmentsWriter::new(sink, sc.earliest_time()))),
+];
+
+fn pct(x: f64) -> String {
+    format!("{:.2}", 100.0 * x)
+}
+
+fn main() {
+    let mut seed = 1u64;
+    let mut chosen: Vec<String> = Vec::new();
+    let mut explain: Option<String> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--seed" => seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N"),
+            "--writer" => chosen.push(args.next().expect("--writer NAME")),
+            "--explain" => explain = Some(args.next().expect("--explain SCENARIO")),
+            _ => {
+                eprintln!("usage: fidelity [--seed N] [--writer legacy|…]...");
+                std::process::exit(2);
+            }
+        }
+    }
+    if chosen.is_empty() {
+        chosen = WRITERS.iter().map(|w| w.0.to_string()).collect();
+    }
+    let writers: Vec<&(&str, Run)> = chosen
+        .iter()
+        .map(|c| {
+            WRITERS.iter().find(|w| w.0 == c).unwrap_or_else(|| {
+                eprintln!("unknown writer {c}");
+                std::process::exit(2)
+            })
+        })
+        .collect();
+
+    if let Some(name) = explain {
+        explain_legacy(seed, &name);
+        return;
+    }
+    let mut header = String::from("| scenario | events |");
+    let mut rule = String::from("|---|---:|");
+    for (name, _) in &writers {
+        header += &format!(
+            " {name} exact % | {name} order-exact % | {name} root % | {name} exact % (no gaps) | {name} strict % | {name} phantom | {name} inferred |"
+        );
+        rule += "---:|---:|---:|---:|---:|---:|---:|";
+    }
+    println!("{header}\n{rule}");
+    for spec in gen::standard_specs(seed) {
+        let sc = gen::generate(&spec);
+        let mut row = format!("| {} | {} |", sc.name, sc.events.len());
+        for (_, run) in &writers {
+            let f = run(&sc);
+            row += &format!(
+                " {} | {} | {} | {} | {} | {} | {} |",
+                pct(f.exact),
+                pct(f.exact_order),
+                pct(f.root_correct),
+                pct(f.exact_outside_gaps),
+                pct(f.exact_strict),
+                f.phantom_frames,
+                f.inferred_frames
+            );
+        }
+        println!("{row}");
+    }
+}

@@ -1,0 +1,78 @@
+//! Ground truth for stack reconstruction: synthetic executions whose true stack is known
+//! at every instant, recorded as perf would show them and cut like real recordings, plus
+//! a score of how closely a [`StackWriter`] rebuilds those stacks.
+//!
+//! ```
+//! use ptscope_groundtruth::{evaluate, gen, legacy_writer};
+//!
+//! let mut spec = gen::standard_specs(1).remove(0); // "clean"
+//! spec.params.steps = 500;
+//! let scenario = gen::generate(&spec);
+//! let f = evaluate(&scenario, legacy_writer);
+//! assert!(f.exact > 0.99 && f.phantom_frames == 0);
+//! ```
+//!
+//! See `FIDELITY.md` at the repository root for the method and the current numbers.
+
+pub mod gen;
+pub mod render;
+pub mod rng;
+pub mod score;
+pub mod sink;
+
+pub use gen::{generate, Scenario, Spec, ThreadTruth};
+pub use score::{score, Fidelity};
+pub use sink::{ReconThread, TimelineSink};
+
+use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::StackWriter;
+
+/// Runs `scenario`'s events through the writer `make_writer` builds and scores the result.
+///
+/// `make_writer` gets the sink and the scenario (for its `earliest_time`); writers
+/// emit times relative to that, which are mapped back to the events' clock here.
+pub fn evaluate<W, F>(scenario: &Scenario, make_writer: F) -> Fidelity
+where
+    W: StackWriter<TimelineSink>,
+    F: FnOnce(TimelineSink, &Scenario) -> W,
+{
+    let recon = reconstruct(scenario, make_writer);
+    score(&scenario.truth, &recon)
+}
+
+/// The writer's per-thread stacks for `scenario`, on the events' clock.
+pub fn reconstruct<W, F>(scenario: &Scenario, make_writer: F) -> Vec<ReconThread>
+where
+    W: StackWriter<TimelineSink>,
+    F: FnOnce(TimelineSink, &Scenario) -> W,
+{
+    let mut w = make_writer(TimelineSink::new(), scenario);
+    for e in &scenario.events {
+        w.write_event(e, &scenario.strings);
+    }
+    let sink = w.finish(&scenario.strings);
+    let base = scenario.earliest_time() as i64;
+    let mut threads = sink.threads();
+    for t in &mut threads {
+        for p in &mut t.timeline {
+            p.0 += base;
+            p.1 += base;
+        }
+        for s in &mut t.slices {
+            s.start += base;
+            s.end += base;
+        }
+    }
+    threads
+}
+
+/// The legacy (magic-trace) writer, configured as the CLI does for a user-only trace.
+pub fn legacy_writer(sink: TimelineSink, scenario: &Scenario) -> LegacyWriter<TimelineSink> {
+    LegacyWriter::new(
+        sink,
+        LegacyConfig {
+            earliest_time: scenario.earliest_time(),
+            ..LegacyConfig::default()
+        },
+    )
+}

@@ -1,0 +1,281 @@
+//! Comparing a reconstructed stack timeline with the truth.
+//!
+//! Scores are time-weighted over each thread's covered interval (first to last
+//! retained event). Because several branches share a timestamp, the trace only orders
+//! them; so an instant inside the timestamp window `[w_i, w_{i+1})` counts as exact if
+//! the reconstructed stack equals *any* stack the program really had during that
+//! window. `exact_strict` drops that tolerance (it also measures time smearing).
+
+use crate::gen::ThreadTruth;
+use crate::sink::ReconThread;
+use std::collections::HashMap;
+
+/// How well a reconstruction matches the truth.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fidelity {
+    /// Nanoseconds scored (sum over threads).
+    pub covered_ns: u64,
+    /// Share of time the whole stack equals a true stack of the same timestamp window.
+    pub exact: f64,
+    /// Like `exact`, with windows bounded only by events that change the stack: what a
+    /// writer that ignores the timestamps of intra-function jumps can reach.
+    pub exact_order: f64,
+    /// Share of time the root (outermost) frame equals the true root.
+    pub root_correct: f64,
+    /// `exact` over the time outside decode-error gaps.
+    pub exact_outside_gaps: f64,
+    /// `root_correct` over the time outside decode-error gaps.
+    pub root_outside_gaps: f64,
+    /// Share of time the stack equals the true stack at that very instant.
+    pub exact_strict: f64,
+    /// Reconstructed frames whose name is on no true stack anywhere during their interval.
+    pub phantom_frames: u64,
+    /// Reconstructed frames (slices) in total.
+    pub frames: u64,
+    /// Frames the writer marked as having an inferred start time.
+    pub inferred_frames: u64,
+    /// Threads in the truth with no reconstructed track.
+    pub missing_threads: u64,
+}
+
+#[derive(Default)]
+struct Acc {
+    total: u64,
+    exact: u64,
+    root: u64,
+    out_total: u64,
+    out_exact: u64,
+    out_root: u64,
+    strict: u64,
+    order: u64,
+}
+
+type Pieces = [(u64, u64, Vec<u32>)];
+
+/// Timestamp windows: window k is `[starts[k], starts[k+1])` (the last ends at the
+/// covered interval's end); `pieces[k]` is the range of truth pieces overlapping it.
+struct Windows {
+    starts: Vec<u64>,
+    pieces: Vec<std::ops::Range<usize>>,
+}
+
+impl Windows {
+    fn new(times: &[u64], lo: u64, hi: u64, truth: &Pieces) -> Self {
+        let mut starts: Vec<u64> = times
+            .iter()
+            .copied()
+            .filter(|w| *w >= lo && *w < hi)
+            .collect();
+        if starts.first() != Some(&lo) {
+            starts.insert(0, lo);
+        }
+        let mut pieces = Vec::with_capacity(starts.len());
+        let mut p = 0;
+        for k in 0..starts.len() {
+            let (a, b) = (starts[k], starts.get(k + 1).copied().unwrap_or(hi));
+            while p < truth.len() && truth[p].1 <= a {
+                p += 1;
+            }
+            let mut q = p;
+            while q < truth.len() && truth[q].0 < b {
+                q += 1;
+            }
+            pieces.push(p..q);
+        }
+        Windows { starts, pieces }
+    }
+
+    /// The truth pieces of the window containing `a`; `k` is a cursor for increasing `a`.
+    fn at<'t>(&self, k: &mut usize, a: u64, truth: &'t Pieces) -> &'t Pieces {
+        while *k + 1 < self.starts.len() && self.starts[*k + 1] <= a {
+            *k += 1;
+        }
+        &truth[self.pieces[*k].clone()]
+    }
+
+    /// Index of the window containing `x`.
+    fn index(&self, x: u64) -> usize {
+        self.starts.partition_point(|w| *w <= x).saturating_sub(1)
+    }
+}
+
+struct Interner(HashMap<String, u32>);
+
+impl Interner {
+    fn id(&mut self, s: &str) -> u32 {
+        let n = self.0.len() as u32;
+        *self.0.entry(s.to_string()).or_insert(n)
+    }
+    fn stack(&mut self, v: &[String]) -> Vec<u32> {
+        v.iter().map(|s| self.id(s)).collect()
+    }
+}
+
+/// Scores every thread of `truth` against the matching reconstructed thread.
+pub fn score(truth: &[ThreadTruth], recon: &[ReconThread]) -> Fidelity {
+    let mut acc = Acc::default();
+    let mut f = Fidelity::default();
+    for t in truth {
+        match recon.iter().find(|r| r.thread == t.thread) {
+            Some(r) => score_thread(t, r, &mut acc, &mut f),
+            None => {
+                f.missing_threads += 1;
+                let empty = ReconThread::default();
+                score_thread(t, &empty, &mut acc, &mut f);
+            }
+        }
+    }
+    let share = |n: u64, d: u64| if d == 0 { 1.0 } else { n as f64 / d as f64 };
+    f.covered_ns = acc.total;
+    f.exact = share(acc.exact, acc.total);
+    f.root_correct = share(acc.root, acc.total);
+    f.exact_outside_gaps = share(acc.out_exact, acc.out_total);
+    f.root_outside_gaps = share(acc.out_root, acc.out_total);
+    f.exact_strict = share(acc.strict, acc.total);
+    f.exact_order = share(acc.order, acc.total);
+    f
+}
+
+/// One interval where the reconstruction shows no stack the program had then.
+#[derive(Clone, Debug)]
+pub struct Mismatch {
+    /// Interval start (ns).
+    pub start: u64,
+    /// Interval end (ns).
+    pub end: u64,
+    /// The true stack at `start`.
+    pub truth: Vec<String>,
+    /// The reconstructed stack.
+    pub recon: Vec<String>,
+}
+
+/// The first `limit` non-exact intervals of one thread, to see *why* a writer scores low.
+pub fn mismatches(t: &ThreadTruth, r: &ReconThread, limit: usize) -> Vec<Mismatch> {
+    let mut acc = Acc::default();
+    let mut f = Fidelity::default();
+    let mut out = Vec::new();
+    score_thread_inner(t, r, &mut acc, &mut f, &mut |m| {
+        if out.len() < limit {
+            out.push(m)
+        }
+    });
+    out
+}
+
+fn score_thread(t: &ThreadTruth, r: &ReconThread, acc: &mut Acc, f: &mut Fidelity) {
+    score_thread_inner(t, r, acc, f, &mut |_| {})
+}
+
+fn score_thread_inner(
+    t: &ThreadTruth,
+    r: &ReconThread,
+    acc: &mut Acc,
+    f: &mut Fidelity,
+    report: &mut dyn FnMut(Mismatch),
+) {
+    let mut names = Interner(HashMap::new());
+    let (lo, hi) = (t.start(), t.end());
+    let truth: Vec<(u64, u64, Vec<u32>)> = t
+        .timeline
+        .iter()
+        .map(|(a, b, s)| (*a, *b, names.stack(s)))
+        .collect();
+    let recon: Vec<(u64, u64, Vec<u32>)> = r
+        .timeline
+        .iter()
+        .filter(|(a, b, _)| *b > 0 && a < b)
+        .map(|(a, b, s)| ((*a).max(0) as u64, *b as u64, names.stack(s)))
+        .collect();
+    let tight = Windows::new(&t.windows, lo, hi, &truth);
+    let order = Windows::new(&t.order_windows, lo, hi, &truth);
+    let windows = &tight.starts;
+
+    // Sweep the elementary intervals between all boundaries.
+    let mut cuts: Vec<u64> = Vec::with_capacity(truth.len() + recon.len() * 2 + windows.len());
+    cuts.extend(truth.iter().map(|x| x.0));
+    cuts.extend(recon.iter().flat_map(|x| [x.0, x.1]));
+    cuts.extend(windows.iter().copied());
+    cuts.extend(order.starts.iter().copied());
+    cuts.extend(t.gaps.iter().flat_map(|g| [g.0, g.1]));
+    cuts.push(hi);
+    cuts.retain(|c| *c >= lo && *c <= hi);
+    cuts.sort_unstable();
+    cuts.dedup();
+    let empty: Vec<u32> = Vec::new();
+    let (mut ti, mut ri, mut gi) = (0, 0, 0);
+    let (mut wi, mut oi) = (0, 0);
+    for pair in cuts.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let len = b - a;
+        while ti + 1 < truth.len() && truth[ti].1 <= a {
+            ti += 1;
+        }
+        while ri < recon.len() && recon[ri].1 <= a {
+            ri += 1;
+        }
+        let candidates = tight.at(&mut wi, a, &truth);
+        let order_candidates = order.at(&mut oi, a, &truth);
+        while gi < t.gaps.len() && t.gaps[gi].1 <= a {
+            gi += 1;
+        }
+        let rs = match recon.get(ri) {
+            Some(x) if x.0 <= a => &x.2,
+            _ => &empty,
+        };
+        let ts = truth.get(ti).map_or(&empty, |x| &x.2);
+        let exact = candidates.iter().any(|c| &c.2 == rs);
+        let in_order = order_candidates.iter().any(|c| &c.2 == rs);
+        let root = !rs.is_empty() && candidates.iter().any(|c| c.2.first() == rs.first());
+        if !exact {
+            let name = |v: &[u32]| -> Vec<String> {
+                v.iter()
+                    .map(|id| {
+                        names
+                            .0
+                            .iter()
+                            .find(|e| e.1 == id)
+                            .map_or("?", |e| e.0.as_str())
+                            .to_string()
+                    })
+                    .collect()
+            };
+            report(Mismatch {
+                start: a,
+                end: b,
+                truth: name(ts),
+                recon: name(rs),
+            });
+        }
+        let in_gap = t.gaps.get(gi).is_some_and(|g| g.0 <= a);
+        acc.total += len;
+        acc.exact += if exact { len } else { 0 };
+        acc.root += if root { len } else { 0 };
+        acc.strict += if rs == ts { len } else { 0 };
+        acc.order += if in_order { len } else { 0 };
+        if !in_gap {
+            acc.out_total += len;
+            acc.out_exact += if exact { len } else { 0 };
+            acc.out_root += if root { len } else { 0 };
+        }
+    }
+
+    // Phantoms: a frame is real if its name is on some true stack during the windows
+    // its interval touches.
+    for s in &r.slices {
+        f.frames += 1;
+        if s.inferred {
+            f.inferred_frames += 1;
+        }
+        let (a, b) = (s.start.max(0) as u64, s.end.max(0) as u64);
+        if b < lo || a > hi {
+            continue;
+        }
+        let (ka, kb) = (tight.index(a.max(lo)), tight.index(b.min(hi).max(a)));
+        let range = tight.pieces[ka].start..tight.pieces[kb].end.max(tight.pieces[ka].start);
+        let id = names.0.get(&s.name).copied();
+        let real = id.is_some_and(|id| truth[range].iter().any(|p| p.2.contains(&id)));
+        if !real {
+            f.phantom_frames += 1;
+        }
+    }
+}
