@@ -49,7 +49,9 @@ impl Hasher for FastHasher {
 
     #[inline]
     fn finish(&self) -> u64 {
-        self.hash
+        // The multiply leaves the best-mixed bits at the top; hashbrown picks buckets
+        // with the low bits, so move them down.
+        self.hash.rotate_left(26)
     }
 }
 

@@ -15,7 +15,8 @@ const GZIP_LEVEL: u32 = 6;
 
 enum Inner {
     Raw(BufWriter<File>),
-    Gzip(GzEncoder<BufWriter<File>>),
+    // Boxed: the encoder state is large and the enum is moved around by value.
+    Gzip(Box<GzEncoder<BufWriter<File>>>),
     Stdout(BufWriter<Stdout>),
 }
 
@@ -37,7 +38,7 @@ impl TraceOutput {
     pub fn finish(self) -> io::Result<()> {
         match self.inner {
             Inner::Raw(mut w) => w.flush(),
-            Inner::Gzip(gz) => gz.finish()?.flush(),
+            Inner::Gzip(gz) => (*gz).finish()?.flush(),
             Inner::Stdout(mut w) => w.flush(),
         }
     }
@@ -82,7 +83,7 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
     let inner = if gzip {
-        Inner::Gzip(GzEncoder::new(file, Compression::new(GZIP_LEVEL)))
+        Inner::Gzip(Box::new(GzEncoder::new(file, Compression::new(GZIP_LEVEL))))
     } else {
         Inner::Raw(file)
     };
