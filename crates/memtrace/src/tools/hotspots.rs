@@ -28,7 +28,7 @@ struct HeavyHitters {
 impl HeavyHitters {
     fn add(&mut self, key: (u32, u32)) {
         if let Some(c) = self.tbl.get_mut(&key) {
-            c.hits += 1;
+            c.hits = c.hits.saturating_add(1);
         } else if self.tbl.len() < K {
             self.tbl.insert(key, Counter { hits: 1, misses: 0 });
         } else {
@@ -131,12 +131,13 @@ impl Tables {
         self.funcs[f as usize]
             .locs
             .iter()
-            .map(|&e| self.locs[e].alloc_count)
-            .sum()
+            .fold(0i64, |acc, &e| acc.wrapping_add(self.locs[e].alloc_count))
     }
 
     fn total(&self, f: u32) -> i64 {
-        self.funcs[f as usize].total_count + self.direct(f)
+        self.funcs[f as usize]
+            .total_count
+            .wrapping_add(self.direct(f))
     }
 }
 
@@ -174,20 +175,21 @@ pub fn hotspots<S: Source>(reader: &mut Reader<S>, out: &mut dyn Write) -> Resul
             continue;
         };
         let allocpt = t.add_loc(ev.db, bt, last)?;
-        t.locs[allocpt].alloc_count += a.nsamples;
+        t.locs[allocpt].alloc_count = t.locs[allocpt].alloc_count.wrapping_add(a.nsamples);
         let alloc_func = t.locs[allocpt].func;
         seen.clear();
         for i in (0..last).rev() {
             let e = t.add_loc(ev.db, bt, i)?;
             let f = t.locs[e].func;
             if seen.insert(f) {
-                t.funcs[f as usize].total_count += a.nsamples;
+                let func = &mut t.funcs[f as usize];
+                func.total_count = func.total_count.wrapping_add(a.nsamples);
                 let n = first_seen.len();
                 first_seen.entry((f, alloc_func)).or_insert(n);
                 hh.add((f, alloc_func));
             }
         }
-        total_samples += a.nsamples;
+        total_samples = total_samples.wrapping_add(a.nsamples);
     }
     let info = reader.info();
     let rate = info.sample_rate;
