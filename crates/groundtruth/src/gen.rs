@@ -44,6 +44,9 @@ pub struct Params {
     pub w_exception: f64,
     /// Timing-packet granularity: emitted time = true time rounded down to this.
     pub granularity_ns: u64,
+    /// Outer frames (`main`, `run_loop`, …) called at start-up that never return, as in
+    /// a server: a snapshot then never shows the root being returned into.
+    pub pinned: usize,
 }
 
 impl Default for Params {
@@ -61,6 +64,7 @@ impl Default for Params {
             w_interrupt: 0.02,
             w_exception: 0.0,
             granularity_ns: 10,
+            pinned: 0,
         }
     }
 }
@@ -301,17 +305,23 @@ impl Sim<'_> {
     fn step(&mut self) {
         let p = self.p;
         let depth = self.frames.len();
+        // The entry frame and the pinned ones never return.
+        let floor = 1 + p.pinned;
         let room = 1.0 - depth as f64 / p.max_depth as f64;
         let can_call = depth < p.max_depth;
         let weights = [
             p.w_jump,
             if can_call { p.w_call * room } else { 0.0 },
-            if depth > 1 { p.w_return } else { 0.0 },
-            if depth > 1 { p.w_tail } else { 0.0 },
+            if depth > floor { p.w_return } else { 0.0 },
+            if depth > floor { p.w_tail } else { 0.0 },
             if can_call { p.w_recurse } else { 0.0 },
             p.w_syscall,
             p.w_interrupt,
-            if depth >= 4 { p.w_exception } else { 0.0 },
+            if depth >= floor + 3 {
+                p.w_exception
+            } else {
+                0.0
+            },
         ];
         let total: f64 = weights.iter().sum();
         let mut x = self.rng.unit() * total;
@@ -387,7 +397,7 @@ impl Sim<'_> {
             _ => {
                 // Unwind to a handler several frames up: perf shows a `return` from the
                 // raiser that lands inside the handler's function, not at a return address.
-                let h = 1 + self.rng.below((depth - 3) as u64) as usize;
+                let h = floor + self.rng.below((depth - floor - 2) as u64) as usize;
                 self.frames.truncate(h + 1);
                 self.ip = self.prog.ip_in(self.rng, self.top());
                 let dst = self.at(self.ip);
@@ -418,6 +428,18 @@ fn simulate(rng: &mut Rng, prog: &Program, p: &Params, entry: usize, t0: u64) ->
     };
     let dst = sim.at(sim.ip);
     sim.emit(1, Op::TrStrt, UNKNOWN, dst);
+    for k in 0..p.pinned {
+        let site = prog.ip_in(sim.rng, sim.top());
+        let src = sim.at(site);
+        let callee = FIRST_CALLABLE + k;
+        sim.frames.push(Frame {
+            func: callee,
+            ret: site + 5,
+        });
+        sim.ip = prog.functions[callee].start;
+        let dst = sim.at(sim.ip);
+        sim.emit(3, Op::Call, src, dst);
+    }
     while sim.steps.len() < p.steps {
         sim.step();
     }
@@ -708,13 +730,26 @@ pub fn standard_specs(seed: u64) -> Vec<Spec> {
         ),
         spec(
             "snapshot",
-            "trace starts mid-stack (ring buffer); outer frames never seen called",
+            "trace starts mid-stack; `_start > main > run_loop` never return, so the root is never seen",
+            1,
+            Params {
+                pinned: 2,
+                ..base.clone()
+            },
+            true,
+            0,
+            0,
+            2,
+        ),
+        spec(
+            "snapshot_root_returned",
+            "trace starts mid-stack; the program later returns into its outermost frame",
             1,
             base.clone(),
             true,
             0,
             0,
-            2,
+            12,
         ),
         spec(
             "decode_error_gaps",

@@ -20,6 +20,9 @@ pub struct Fidelity {
     /// Like `exact`, with windows bounded only by events that change the stack: what a
     /// writer that ignores the timestamps of intra-function jumps can reach.
     pub exact_order: f64,
+    /// Share of time the stack is right except for missing outermost frames (a suffix of
+    /// a true stack of the window): what a writer can reach when the root is never seen.
+    pub suffix_correct: f64,
     /// Share of time the root (outermost) frame equals the true root.
     pub root_correct: f64,
     /// `exact` over the time outside decode-error gaps.
@@ -30,6 +33,8 @@ pub struct Fidelity {
     pub exact_strict: f64,
     /// Reconstructed frames whose name is on no true stack anywhere during their interval.
     pub phantom_frames: u64,
+    /// The phantom frames themselves (with absolute times), to see what went wrong.
+    pub phantoms: Vec<crate::sink::Slice>,
     /// Reconstructed frames (slices) in total.
     pub frames: u64,
     /// Frames the writer marked as having an inferred start time.
@@ -48,6 +53,7 @@ struct Acc {
     out_root: u64,
     strict: u64,
     order: u64,
+    suffix: u64,
 }
 
 type Pieces = [(u64, u64, Vec<u32>)];
@@ -133,6 +139,7 @@ pub fn score(truth: &[ThreadTruth], recon: &[ReconThread]) -> Fidelity {
     f.root_outside_gaps = share(acc.out_root, acc.out_total);
     f.exact_strict = share(acc.strict, acc.total);
     f.exact_order = share(acc.order, acc.total);
+    f.suffix_correct = share(acc.suffix, acc.total);
     f
 }
 
@@ -225,6 +232,7 @@ fn score_thread_inner(
         let ts = truth.get(ti).map_or(&empty, |x| &x.2);
         let exact = candidates.iter().any(|c| &c.2 == rs);
         let in_order = order_candidates.iter().any(|c| &c.2 == rs);
+        let suffix = !rs.is_empty() && candidates.iter().any(|c| c.2.ends_with(rs));
         let root = !rs.is_empty() && candidates.iter().any(|c| c.2.first() == rs.first());
         if !exact {
             let name = |v: &[u32]| -> Vec<String> {
@@ -252,6 +260,7 @@ fn score_thread_inner(
         acc.root += if root { len } else { 0 };
         acc.strict += if rs == ts { len } else { 0 };
         acc.order += if in_order { len } else { 0 };
+        acc.suffix += if suffix { len } else { 0 };
         if !in_gap {
             acc.out_total += len;
             acc.out_exact += if exact { len } else { 0 };
@@ -261,7 +270,8 @@ fn score_thread_inner(
 
     // Phantoms: a frame is real if its name is on some true stack during the windows
     // its interval touches.
-    for s in &r.slices {
+    // Zero-length slices are invisible in a viewer, so they are not counted.
+    for s in r.slices.iter().filter(|s| s.end > s.start) {
         f.frames += 1;
         if s.inferred {
             f.inferred_frames += 1;
@@ -270,12 +280,14 @@ fn score_thread_inner(
         if b < lo || a > hi {
             continue;
         }
-        let (ka, kb) = (tight.index(a.max(lo)), tight.index(b.min(hi).max(a)));
+        // The end is exclusive: a frame closed at a window's start did not reach it.
+        let (ka, kb) = (tight.index(a.max(lo)), tight.index((b - 1).min(hi).max(a)));
         let range = tight.pieces[ka].start..tight.pieces[kb].end.max(tight.pieces[ka].start);
         let id = names.0.get(&s.name).copied();
         let real = id.is_some_and(|id| truth[range].iter().any(|p| p.2.contains(&id)));
         if !real {
             f.phantom_frames += 1;
+            f.phantoms.push(s.clone());
         }
     }
 }

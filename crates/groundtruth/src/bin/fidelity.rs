@@ -21,6 +21,10 @@ fn explain_legacy(seed: u64, name: &str) {
             continue;
         };
         println!("{:?}: gaps {:?}", t.thread, t.gaps);
+        let f = score(std::slice::from_ref(t), std::slice::from_ref(r));
+        for p in &f.phantoms {
+            println!("phantom: {p:?}");
+        }
         for m in score::mismatches(t, r, 40) {
             println!(
                 "{}..{} ({} ns)\n  truth: {}\n  recon: {}",
@@ -83,9 +87,9 @@ fn main() {
     let mut rule = String::from("|---|---:|");
     for (name, _) in &writers {
         header += &format!(
-            " {name} exact % | {name} order-exact % | {name} root % | {name} exact % (no gaps) | {name} strict % | {name} phantom | {name} inferred |"
+            " {name} exact % | {name} order-exact % | {name} suffix % | {name} root % | {name} exact % (no gaps) | {name} strict % | {name} phantom | {name} inferred |"
         );
-        rule += "---:|---:|---:|---:|---:|---:|---:|";
+        rule += "---:|---:|---:|---:|---:|---:|---:|---:|";
     }
     println!("{header}\n{rule}");
     for spec in gen::standard_specs(seed) {
@@ -94,9 +98,10 @@ fn main() {
         for (_, run) in &writers {
             let f = run(&sc);
             row += &format!(
-                " {} | {} | {} | {} | {} | {} | {} |",
+                " {} | {} | {} | {} | {} | {} | {} | {} |",
                 pct(f.exact),
                 pct(f.exact_order),
+                pct(f.suffix_correct),
                 pct(f.root_correct),
                 pct(f.exact_outside_gaps),
                 pct(f.exact_strict),
