@@ -7,7 +7,9 @@ use ptscope_decode::{Decoder, PerfScript, PerfScriptOptions, Stats, Warning};
 use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::ordered::OrderedSink;
+use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::transcript::TranscriptSink;
+use ptscope_stacks::StackWriter;
 use ptscope_stacks::TraceSink;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -49,7 +51,7 @@ pub struct DecodeArgs {
     pub scope: TraceScope,
 
     /// Which stack reconstruction to use.
-    #[arg(long, value_enum, default_value_t = WriterKind::Legacy)]
+    #[arg(long, value_enum, default_value_t = WriterKind::Segments)]
     pub writer: WriterKind,
 
     /// Output format.
@@ -75,6 +77,8 @@ pub struct DecodeArgs {
 pub enum WriterKind {
     /// magic-trace's streaming writer, reproduced exactly (the reference).
     Legacy,
+    /// Whole segments rebuilt in memory and stitched across decode errors.
+    Segments,
 }
 
 /// Output formats.
@@ -143,12 +147,13 @@ impl InputSpec {
         }
     }
 
-    fn open(&self, perf: &Path) -> Result<Source> {
+    /// Opens the input, interning into `strings` so names stay valid across snapshots.
+    fn open(&self, perf: &Path, strings: StringTable) -> Result<Source> {
         match self {
             InputSpec::Text(p) if p == Path::new("-") => {
                 let r: Box<dyn Read> = Box::new(io::stdin());
                 Ok(Source::Text(
-                    Decoder::new(BufReader::with_capacity(1 << 20, r)),
+                    Decoder::with_strings(BufReader::with_capacity(1 << 20, r), strings),
                     0,
                 ))
             }
@@ -158,14 +163,14 @@ impl InputSpec {
                 let size = f.metadata().map(|m| m.len()).unwrap_or(0);
                 let r: Box<dyn Read> = Box::new(f);
                 Ok(Source::Text(
-                    Decoder::new(BufReader::with_capacity(1 << 20, r)),
+                    Decoder::with_strings(BufReader::with_capacity(1 << 20, r), strings),
                     size,
                 ))
             }
             InputSpec::PerfData(p) => {
                 let mut opts = PerfScriptOptions::new(p);
                 opts.perf = perf.to_path_buf();
-                let script = PerfScript::spawn(&opts)
+                let script = PerfScript::spawn_with_strings(&opts, strings)
                     .with_context(|| format!("cannot decode {}", p.display()))?;
                 Ok(Source::Perf(script))
             }
@@ -296,11 +301,11 @@ fn progress(size: Option<u64>, quiet: bool, name: &str) -> ProgressBar {
 }
 
 /// Feeds every input through one writer, snapshot by snapshot.
-fn drive<S: TraceSink>(
+fn drive<S: TraceSink, W: StackWriter<S>>(
     specs: &[InputSpec],
     args: &DecodeArgs,
     sink: S,
-    config: LegacyConfig,
+    make_writer: impl FnOnce(S, u64) -> W,
     on_end_of_input: impl FnOnce(&mut S),
     totals: &mut Totals,
 ) -> Result<(S, StringTable)> {
@@ -309,16 +314,20 @@ fn drive<S: TraceSink>(
         .clone()
         .unwrap_or_else(ptscope_decode::perf::default_perf);
     let presses = install_ctrlc();
-    let mut writer: Option<LegacyWriter<S>> = None;
-    let mut pending_sink = Some(sink);
+    let mut writer: Option<W> = None;
+    let mut pending = Some((sink, make_writer));
     let mut strings = StringTable::new();
     for (i, spec) in specs.iter().enumerate() {
         if presses.load(Ordering::SeqCst) > 0 {
             break;
         }
-        let mut source = match spec.open(&perf) {
+        // A failed open consumes the table it was given; keep a copy so names from
+        // earlier snapshots stay resolvable.
+        let backup = strings.clone();
+        let mut source = match spec.open(&perf, std::mem::take(&mut strings)) {
             Ok(s) => s,
             Err(e) => {
+                strings = backup;
                 totals.errors.push(format!("{e:#}"));
                 continue;
             }
@@ -343,17 +352,15 @@ fn drive<S: TraceSink>(
             let w = match writer.as_mut() {
                 Some(w) => w,
                 None => {
-                    let Some(sink) = pending_sink.take() else {
+                    let Some((sink, make)) = pending.take() else {
                         break;
                     };
-                    let mut cfg = config.clone();
-                    cfg.earliest_time = event.time().unwrap_or(0);
-                    writer.insert(LegacyWriter::new(sink, cfg))
+                    writer.insert(make(sink, event.time().unwrap_or(0)))
                 }
             };
             w.write_event(&event, source.strings());
             n += 1;
-            if n % 65_536 == 0 {
+            if n.is_multiple_of(65_536) {
                 match source.size() {
                     Some(_) => pb.set_position(source.decoder_stats().bytes),
                     None => pb.set_position(n),
@@ -384,7 +391,7 @@ fn drive<S: TraceSink>(
         // Each perf.data file is one snapshot: close its frames before the next one.
         if i + 1 < specs.len() {
             if let Some(w) = writer.as_mut() {
-                w.end_snapshot(None, &strings);
+                w.end_snapshot(&strings);
             }
         }
     }
@@ -439,6 +446,51 @@ fn keep_old(path: &Path) {
     }
 }
 
+/// Runs the chosen stack writer over every input.
+fn run_writer<S: TraceSink>(
+    specs: &[InputSpec],
+    args: &DecodeArgs,
+    (legacy, segments): (LegacyConfig, SegmentsConfig),
+    sink: S,
+    on_end: impl FnOnce(&mut S),
+    totals: &mut Totals,
+) -> Result<(S, StringTable)> {
+    match args.writer {
+        WriterKind::Legacy => drive(
+            specs,
+            args,
+            sink,
+            |sink, earliest_time| {
+                LegacyWriter::new(
+                    sink,
+                    LegacyConfig {
+                        earliest_time,
+                        ..legacy
+                    },
+                )
+            },
+            on_end,
+            totals,
+        ),
+        WriterKind::Segments => drive(
+            specs,
+            args,
+            sink,
+            |sink, earliest_time| {
+                SegmentsWriter::new(
+                    sink,
+                    SegmentsConfig {
+                        earliest_time,
+                        ..segments
+                    },
+                )
+            },
+            on_end,
+            totals,
+        ),
+    }
+}
+
 /// Runs `ptscope decode`.
 pub fn run(args: DecodeArgs) -> Result<()> {
     let specs = input_specs(&args)?;
@@ -446,20 +498,26 @@ pub fn run(args: DecodeArgs) -> Result<()> {
         Some(p) => Some(read_ocaml_info(p)?),
         None => None,
     };
-    let config = LegacyConfig {
+    let legacy = LegacyConfig {
+        scope: args.scope,
+        annotate_inferred_start_times: args.format == Format::Transcript,
+        ocaml_exception_info: ocaml_exception_info.clone(),
+        ..LegacyConfig::default()
+    };
+    let segments = SegmentsConfig {
         scope: args.scope,
         annotate_inferred_start_times: args.format == Format::Transcript,
         ocaml_exception_info,
-        ..LegacyConfig::default()
+        ..SegmentsConfig::default()
     };
     let mut totals = Totals::default();
     match args.format {
         Format::Transcript => {
-            let (sink, _) = drive(
+            let (sink, _) = run_writer(
                 &specs,
                 &args,
+                (legacy, segments),
                 TranscriptSink::default(),
-                config,
                 |s| s.end_of_input(),
                 &mut totals,
             )?;
@@ -482,16 +540,17 @@ pub fn run(args: DecodeArgs) -> Result<()> {
                 .with_context(|| format!("cannot create {}", args.output.display()))?;
             // The legacy writer emits inferred frames late; restore per-thread time order.
             let sink = OrderedSink::new(ptscope_output::FxtSink::new(out));
-            let (sink, _) = match drive(&specs, &args, sink, config, |_| {}, &mut totals) {
-                Ok(r) => r,
-                Err(e) => {
-                    // Nothing usable was read: leave no empty trace behind.
-                    if args.output != Path::new("-") {
-                        let _ = std::fs::remove_file(&args.output);
+            let (sink, _) =
+                match run_writer(&specs, &args, (legacy, segments), sink, |_| {}, &mut totals) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // Nothing usable was read: leave no empty trace behind.
+                        if args.output != Path::new("-") {
+                            let _ = std::fs::remove_file(&args.output);
+                        }
+                        return Err(e);
                     }
-                    return Err(e);
-                }
-            };
+                };
             sink.finish()
                 .and_then(|s| s.finish_output())
                 .with_context(|| format!("writing {}", args.output.display()))?;

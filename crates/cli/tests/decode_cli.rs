@@ -37,9 +37,18 @@ fn transcript_matches_magic_trace_for_every_fixture() {
         }
         let case_toml = std::fs::read_to_string(case.join("case.toml")).expect("case.toml");
         let mut cmd = ptscope();
-        cmd.args(["decode", "--format", "transcript", "-o", "-", "--quiet"])
-            .arg("--perf-script")
-            .arg(case.join("input.perf"));
+        cmd.args([
+            "decode",
+            "--writer",
+            "legacy",
+            "--format",
+            "transcript",
+            "-o",
+            "-",
+            "--quiet",
+        ])
+        .arg("--perf-script")
+        .arg(case.join("input.perf"));
         if case_toml.contains("[ocaml_exception_info]") {
             cmd.arg("--ocaml-exception-info")
                 .arg(case.join("case.toml"));

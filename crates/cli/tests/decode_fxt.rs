@@ -27,7 +27,10 @@ fn python_with_fxt() -> Option<PathBuf> {
     if ok {
         return Some(py);
     }
-    let msg = format!("{} cannot import the PyPI package fxt; run scripts/test", py.display());
+    let msg = format!(
+        "{} cannot import the PyPI package fxt; run scripts/test",
+        py.display()
+    );
     assert!(std::env::var_os("CI").is_none(), "{msg}");
     eprintln!("!!!!!!!! SKIPPED the python fxt cross-check: {msg}");
     None
@@ -51,54 +54,87 @@ fn fixtures_decode_to_valid_fxt() {
     std::fs::create_dir_all(&dir).expect("tmp");
     let py = python_with_fxt();
     let mut n = 0;
-    for entry in std::fs::read_dir(fixtures()).expect("fixtures") {
-        let case = entry.expect("entry").path();
-        if !case.join("expected.txt").exists() {
-            continue;
-        }
-        let name = case.file_name().expect("name").to_string_lossy().into_owned();
-        let toml = std::fs::read_to_string(case.join("case.toml")).expect("case.toml");
-        let out = dir.join(format!("{name}.fxt.gz"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptscope"));
-        cmd.args(["decode", "--quiet", "--perf-script"])
-            .arg(case.join("input.perf"))
-            .arg("-o")
-            .arg(&out);
-        if toml.contains("[ocaml_exception_info]") {
-            cmd.arg("--ocaml-exception-info").arg(case.join("case.toml"));
-        }
-        let o = cmd.output().expect("run");
-        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
-
-        let data = ptscope_output::read_trace_file(&out).expect("read back");
-        let report = ptscope_fxt::check::validate_bytes(&data);
-        assert!(report.is_ok(), "{name}: {report}");
-
-        // Names round-trip: every slice of the transcript is in the trace, as often.
-        let expected = std::fs::read_to_string(case.join("expected.txt")).expect("expected");
-        for (slice, count) in slice_names_in_transcript(&expected) {
-            let got = report.count(&slice);
-            assert!(
-                got >= count,
-                "{name}: slice {slice:?} appears {got} times in the FXT, {count} in the transcript"
-            );
-        }
-
-        if let Some(py) = &py {
-            let o = Command::new(py)
-                .arg(repo().join("tests/fxt_check.py"))
-                .arg(&out)
-                .output()
-                .expect("python");
+    for writer in ["legacy", "segments"] {
+        for entry in std::fs::read_dir(fixtures()).expect("fixtures") {
+            let case = entry.expect("entry").path();
+            if !case.join("expected.txt").exists() {
+                continue;
+            }
+            let name = case
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            let toml = std::fs::read_to_string(case.join("case.toml")).expect("case.toml");
+            let out = dir.join(format!("{name}.{writer}.fxt.gz"));
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptscope"));
+            cmd.args(["decode", "--quiet", "--writer", writer, "--perf-script"])
+                .arg(case.join("input.perf"))
+                .arg("-o")
+                .arg(&out);
+            if toml.contains("[ocaml_exception_info]") {
+                cmd.arg("--ocaml-exception-info")
+                    .arg(case.join("case.toml"));
+            }
+            let o = cmd.output().expect("run");
             assert!(
                 o.status.success(),
-                "{name}: fxt_check.py: {}{}",
-                String::from_utf8_lossy(&o.stdout),
+                "{name}: {}",
                 String::from_utf8_lossy(&o.stderr)
             );
+
+            let data = ptscope_output::read_trace_file(&out).expect("read back");
+            let report = ptscope_fxt::check::validate_bytes(&data);
+            assert!(report.is_ok(), "{name} ({writer}): {report}");
+
+            // Names round-trip: every slice name of the writer's transcript is in the
+            // trace, as often (more for legacy: the transcript omits extra-event slices).
+            let t = Command::new(env!("CARGO_BIN_EXE_ptscope"))
+                .args([
+                    "decode",
+                    "--quiet",
+                    "--format",
+                    "transcript",
+                    "-o",
+                    "-",
+                    "--writer",
+                    writer,
+                ])
+                .arg("--perf-script")
+                .arg(case.join("input.perf"))
+                .args(if toml.contains("[ocaml_exception_info]") {
+                    vec!["--ocaml-exception-info".into(), case.join("case.toml")]
+                } else {
+                    vec![]
+                })
+                .output()
+                .expect("transcript");
+            let transcript = String::from_utf8_lossy(&t.stdout);
+            for (slice, count) in slice_names_in_transcript(&transcript) {
+                let got = report.count(&slice);
+                // A begin/end pair is two events, a complete or instant one.
+            assert!(
+                count <= got && got <= 2 * count,
+                "{name} ({writer}): slice {slice:?} appears {got} times in the FXT, {count} in the transcript"
+            );
+            }
+
+            if let Some(py) = &py {
+                let o = Command::new(py)
+                    .arg(repo().join("tests/fxt_check.py"))
+                    .arg(&out)
+                    .output()
+                    .expect("python");
+                assert!(
+                    o.status.success(),
+                    "{name}: fxt_check.py: {}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            n += 1;
         }
-        n += 1;
     }
-    assert_eq!(n, 9);
+    assert_eq!(n, 18);
     let _ = std::fs::remove_dir_all(dir);
 }

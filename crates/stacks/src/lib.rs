@@ -3,11 +3,14 @@
 //! - [`legacy`] reproduces magic-trace's streaming writer exactly; it is the reference
 //!   the segment-based writer is measured against.
 //! - [`transcript`] renders what a writer emits in magic-trace's test-transcript form.
+//! - [`segments`] rebuilds whole segments in memory, stitches them across decode
+//!   errors and writes well-nested, time-ordered slices (the default).
 //! - [`ordered`] restores per-thread time order for writers that emit slices late.
 //! - [`sink`] is the interface every output (FXT, transcript) implements.
 
 pub mod legacy;
 pub mod ordered;
+pub mod segments;
 pub mod sink;
 pub mod transcript;
 
@@ -23,6 +26,8 @@ pub trait StackWriter<S: TraceSink> {
     fn write_event(&mut self, event: &Event, strings: &StringTable);
     /// The sink, e.g. to mark the end of the input in a transcript.
     fn sink_mut(&mut self) -> &mut S;
+    /// Ends a snapshot: the next events come from an unrelated later recording.
+    fn end_snapshot(&mut self, strings: &StringTable);
     /// Writes whatever is still pending and returns the sink.
     fn finish(self, strings: &StringTable) -> S;
 }
@@ -33,6 +38,9 @@ impl<S: TraceSink> StackWriter<S> for legacy::LegacyWriter<S> {
     }
     fn sink_mut(&mut self) -> &mut S {
         legacy::LegacyWriter::sink_mut(self)
+    }
+    fn end_snapshot(&mut self, strings: &StringTable) {
+        legacy::LegacyWriter::end_snapshot(self, None, strings)
     }
     fn finish(self, strings: &StringTable) -> S {
         legacy::LegacyWriter::finish(self, strings)

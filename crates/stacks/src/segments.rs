@@ -1,0 +1,1267 @@
+//! The segment-based stack writer: whole-trace reconstruction in memory, then one
+//! ordered write pass.
+//!
+//! magic-trace's streaming writer must decide every frame the moment it sees an event,
+//! so it gets the frames nearest the root wrong (they are discovered only when the
+//! program returns into them) and drops the whole stack at every decode error. This
+//! writer keeps, per thread, the trace as **segments** — continuous, error-free runs
+//! of events — and, inside each, every callstack as a pointer to an immutable
+//! leaf→root list of frames ending in a *sentinel*. When a return goes above the
+//! known root, the sentinel becomes the newly discovered caller and a new sentinel is
+//! put below it: every earlier callstack of the segment gains that caller at once.
+//!
+//! After the input ends, adjacent segments are **stitched**: if the outermost frames
+//! after a gap line up with frames open before it, those frames continue through the
+//! gap (and the outer frames only known before the gap carry on below), so a decode
+//! error no longer breaks the stack. Nothing is invented: only frames seen in the
+//! trace are ever written; frames whose start or end was inferred carry an
+//! `inferred_start_time`/`inferred_end_time` arg.
+//!
+//! The write pass emits only well-nested begin/end events in per-thread time order.
+//!
+//! ```
+//! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
+//! use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+//! use ptscope_stacks::transcript::TranscriptSink;
+//!
+//! let mut s = StringTable::new();
+//! let (main, f, g) = (s.intern("main"), s.intern("f"), s.intern("g"));
+//! let at = |ip, sym| Location::new(ip, Symbol::FromPerf(sym), 0);
+//! let br = |time, kind, src, dst| Event::Ok {
+//!     thread: Thread { pid: Some(1), tid: Some(1) },
+//!     time,
+//!     in_transaction: false,
+//!     data: EventData::Trace { change: None, kind: Some(kind), src, dst },
+//! };
+//! let mut w = SegmentsWriter::new(TranscriptSink::default(), SegmentsConfig::default());
+//! // The snapshot starts inside `f`; only the return reveals that `main` called it.
+//! w.write_event(&br(0, Kind::Call, at(0x110, f), at(0x200, g)), &s);
+//! w.write_event(&br(10, Kind::Return, at(0x210, g), at(0x115, f)), &s);
+//! w.write_event(&br(20, Kind::Return, at(0x120, f), at(0x30, main)), &s);
+//! let t = w.finish(&s);
+//! assert_eq!(
+//!     t.lines,
+//!     [
+//!         "->      0ns BEGIN main", "->      0ns BEGIN f", "->      0ns BEGIN g",
+//!         "->     10ns END   g", "->     20ns END   f", "->     20ns END   main",
+//!     ]
+//! );
+//! ```
+
+use crate::legacy::{ocaml_int64_hex, Hit, SourcePosition};
+use crate::sink::{Arg, ArgValue, TraceSink};
+use ptscope_event::{
+    Event, EventData, ExtraEvent, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread,
+    TraceScope, TraceStateChange,
+};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// Options of the segments writer.
+#[derive(Clone, Debug)]
+pub struct SegmentsConfig {
+    /// Which privilege levels were traced.
+    pub scope: TraceScope,
+    /// Append ` [inferred start time]` to frames whose start was inferred (for transcripts).
+    pub annotate_inferred_start_times: bool,
+    /// OCaml trap addresses; `Some` switches exception tracking to the exact mode.
+    pub ocaml_exception_info: Option<OcamlExceptionInfo>,
+    /// perf time (ns) that becomes trace time 0.
+    pub earliest_time: u64,
+    /// Display names for processes, by pid.
+    pub process_names: FxHashMap<u32, String>,
+    /// Source positions of function starts, by start address.
+    pub debug_info: FxHashMap<u64, SourcePosition>,
+    /// Breakpoint hits to show on their own track.
+    pub hits: Vec<Hit>,
+    /// Join segments across decode errors when the stacks line up (on by default).
+    pub stitch: bool,
+}
+
+impl Default for SegmentsConfig {
+    fn default() -> Self {
+        SegmentsConfig {
+            scope: TraceScope::default(),
+            annotate_inferred_start_times: false,
+            ocaml_exception_info: None,
+            earliest_time: 0,
+            process_names: FxHashMap::default(),
+            debug_info: FxHashMap::default(),
+            hits: Vec::new(),
+            stitch: true,
+        }
+    }
+}
+
+const SENTINEL: u8 = 1;
+const INFERRED_START: u8 = 2;
+const KERNEL_ENTRY: u8 = 4;
+const NONE: u32 = u32::MAX;
+
+/// One stack frame: 12 bytes, so millions of calls stay cheap.
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    loc: u32,
+    parent: u32,
+    flags: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Flow {
+    /// The state at a segment's start.
+    Start,
+    Call,
+    Return,
+    Jump,
+    /// A frame entered by a sampled stack: it was already running at the sample, so
+    /// it takes no share of the time to the next event (unlike a traced call).
+    Sampled,
+}
+
+/// The leaf of the callstack from `time` on: 16 bytes per stack change.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    time: i64,
+    leaf: u32,
+    flow: Flow,
+}
+
+#[derive(Clone, Debug)]
+struct Segment {
+    /// Index of the segment's first entry (its `Flow::Start` entry).
+    first: usize,
+    /// One past its last entry.
+    end: usize,
+    /// Time of the segment's last event.
+    end_time: i64,
+    /// May this segment be joined to the previous one?
+    stitchable: bool,
+}
+
+struct ThreadState<T> {
+    track: T,
+    track_group_id: u32,
+    extra_tracks: [Option<T>; 2],
+    frames: Vec<Frame>,
+    entries: Vec<Entry>,
+    segments: Vec<Segment>,
+    /// The current leaf (a sentinel when nothing is known).
+    leaf: u32,
+    sentinel: u32,
+    last_time: i64,
+    /// OCaml: frames that pushed a trap, innermost last.
+    handlers: Vec<u32>,
+    last_known_ip: Option<u64>,
+    /// Decode errors: (time, message), emitted as instants.
+    errors: Vec<(i64, String)>,
+    /// CPU frequency changes: (time, MHz).
+    power: Vec<(i64, u32)>,
+}
+
+/// Locations interned per writer: frames refer to them by index.
+#[derive(Default)]
+struct Locations {
+    map: FxHashMap<(u64, Symbol), u32>,
+    list: Vec<Location>,
+}
+
+impl Locations {
+    fn intern(&mut self, loc: &Location) -> u32 {
+        let key = (loc.ip, loc.symbol);
+        if let Some(&i) = self.map.get(&key) {
+            return i;
+        }
+        let i = self.list.len() as u32;
+        self.list.push(*loc);
+        self.map.insert(key, i);
+        i
+    }
+}
+
+/// The segment-based stack writer.
+pub struct SegmentsWriter<S: TraceSink> {
+    sink: S,
+    config: SegmentsConfig,
+    threads: Vec<ThreadState<S::Thread>>,
+    index: FxHashMap<Thread, usize>,
+    locs: Locations,
+    transaction: VecDeque<Event>,
+    base_time: u64,
+    warned_impossible: bool,
+    warned_traps: bool,
+}
+
+fn is_kernel(ip: u64) -> bool {
+    (ip as i64) < 0
+}
+
+impl<S: TraceSink> SegmentsWriter<S> {
+    /// A writer feeding `sink`.
+    pub fn new(sink: S, config: SegmentsConfig) -> Self {
+        let base_time = config
+            .hits
+            .iter()
+            .map(|h| h.time)
+            .fold(config.earliest_time, u64::min);
+        let mut w = SegmentsWriter {
+            sink,
+            config,
+            threads: Vec::new(),
+            index: FxHashMap::default(),
+            locs: Locations::default(),
+            transaction: VecDeque::new(),
+            base_time,
+            warned_impossible: false,
+            warned_traps: false,
+        };
+        w.write_hits();
+        w
+    }
+
+    fn write_hits(&mut self) {
+        if self.config.hits.is_empty() {
+            return;
+        }
+        let pid = self.sink.allocate_pid("Snapshot symbol hits");
+        let thread = self.sink.allocate_thread(pid, "hits");
+        let mut hits = self.config.hits.clone();
+        hits.sort_by_key(|h| h.time);
+        for hit in &hits {
+            let time = hit.time.wrapping_sub(self.base_time) as i64;
+            let valid = hit.passed_time > self.base_time && hit.passed_time < hit.time;
+            let start = if hit.is_stop_indicator && valid {
+                hit.passed_time.wrapping_sub(self.base_time) as i64
+            } else {
+                time
+            };
+            let mut args = Vec::with_capacity(5);
+            if hit.is_stop_indicator {
+                args.push(Arg::new(
+                    "timestamp_passed",
+                    ArgValue::Int(hit.passed_time as i64),
+                ));
+                args.push(Arg::new("arg", ArgValue::Int(hit.passed_value)));
+            }
+            args.push(Arg::new("timestamp", ArgValue::Int(hit.time as i64)));
+            args.push(Arg::new("tid", ArgValue::Int(hit.tid as i64)));
+            args.push(Arg::new("ip", ArgValue::Pointer(hit.ip)));
+            self.sink
+                .duration_complete(thread, &format!("hit {}", hit.symbol), start, time, &args);
+        }
+    }
+
+    /// The sink (e.g. to mark the end of input in a transcript).
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+
+    /// Feeds one event.
+    pub fn write_event(&mut self, event: &Event, strings: &StringTable) {
+        // TSX: events inside a transaction count only if it commits.
+        match event {
+            Event::Ok {
+                data,
+                in_transaction,
+                ..
+            } => {
+                let abort = matches!(
+                    data,
+                    EventData::Trace {
+                        kind: Some(Kind::TxAbort),
+                        ..
+                    }
+                );
+                if abort {
+                    self.transaction.clear();
+                } else if *in_transaction {
+                    self.transaction.push_back(event.clone());
+                    return;
+                } else {
+                    while let Some(e) = self.transaction.pop_front() {
+                        self.ingest(&e, strings);
+                    }
+                }
+            }
+            Event::DecodeError { .. } => self.transaction.clear(),
+        }
+        self.ingest(event, strings);
+    }
+
+    fn thread_slot(&mut self, event: &Event) -> usize {
+        let thread = event.thread();
+        if let Some(&i) = self.index.get(&thread) {
+            return i;
+        }
+        let pid = thread
+            .pid
+            .map_or_else(|| "?".to_string(), |p| p.to_string());
+        let tid = thread
+            .tid
+            .map_or_else(|| "?".to_string(), |p| p.to_string());
+        let default = if pid == tid {
+            format!("[pid={pid}]")
+        } else {
+            format!("[pid={pid}] [tid={tid}]")
+        };
+        let name = match thread.pid.and_then(|p| self.config.process_names.get(&p)) {
+            Some(cmd) => format!("{cmd} {default}"),
+            None => default,
+        };
+        let track_group_id = self.sink.allocate_pid(&name);
+        let track = self.sink.allocate_thread(track_group_id, "main");
+        let time = event
+            .time()
+            .map(|t| t.wrapping_sub(self.base_time) as i64)
+            .unwrap_or(0);
+        let mut ts = ThreadState {
+            track,
+            track_group_id,
+            extra_tracks: [None, None],
+            frames: Vec::new(),
+            entries: Vec::new(),
+            segments: Vec::new(),
+            leaf: NONE,
+            sentinel: NONE,
+            last_time: time,
+            handlers: Vec::new(),
+            last_known_ip: None,
+            errors: Vec::new(),
+            power: Vec::new(),
+        };
+        new_segment(&mut ts, time, false);
+        self.threads.push(ts);
+        self.index.insert(thread, self.threads.len() - 1);
+        self.threads.len() - 1
+    }
+
+    fn ingest(&mut self, event: &Event, strings: &StringTable) {
+        let slot = self.thread_slot(event);
+        let base = self.base_time;
+        let ts = &mut self.threads[slot];
+        let time = match event.time() {
+            // perf's times can step back a little across CPUs; keep each thread monotone.
+            Some(t) => (t.wrapping_sub(base) as i64).max(ts.last_time),
+            None => ts.last_time,
+        };
+        ts.last_time = time;
+        let mut cx = Cx {
+            ts,
+            locs: &mut self.locs,
+            strings,
+            config: &self.config,
+            time,
+        };
+        match event {
+            Event::DecodeError { ip, message, .. } => {
+                let msg = strings.get(*message);
+                let warning = match ip {
+                    None => format!("Warning: perf reported an error decoding the trace: '{msg}'"),
+                    Some(ip) => format!(
+                        "Warning: perf reported an error decoding the trace: '{msg}' @ IP {}.",
+                        ocaml_int64_hex(*ip)
+                    ),
+                };
+                cx.ts.errors.push((time, format!("[decode error: {msg}]")));
+                cx.split(true);
+                self.sink.warning(&warning);
+            }
+            Event::Ok { thread, data, .. } => match data {
+                EventData::Trace {
+                    change,
+                    kind,
+                    src,
+                    dst,
+                } => {
+                    if let Some(w) = cx.branch(*kind, *change, src, dst) {
+                        if !self.warned_impossible && w == Warn::Impossible {
+                            self.warned_impossible = true;
+                            self.sink.warning(&format!(
+                                "Warning: skipped a branch that should be impossible ({kind:?} with trace state change {change:?})"
+                            ));
+                        }
+                        if !self.warned_traps && w == Warn::Traps {
+                            self.warned_traps = true;
+                            self.sink.warning(
+                                "Warning: OCaml exception traps out of sync with the trace (did Intel PT drop data?); the stack was split there",
+                            );
+                        }
+                    }
+                }
+                EventData::StackSample { callstack } => cx.sample(callstack),
+                EventData::Power { freq_mhz } => cx.ts.power.push((time, *freq_mhz)),
+                EventData::EventSample {
+                    location,
+                    count,
+                    name,
+                } => {
+                    let idx = (*name == ExtraEvent::CacheMisses) as usize;
+                    let track = match ts_track(&mut self.threads[slot], idx) {
+                        Some(t) => t,
+                        None => {
+                            let g = self.threads[slot].track_group_id;
+                            let t = self.sink.allocate_thread(g, name.name());
+                            self.threads[slot].extra_tracks[idx] = Some(t);
+                            t
+                        }
+                    };
+                    let mut args = vec![
+                        Arg::new("timestamp", ArgValue::Int(time)),
+                        Arg::new("symbol", ArgValue::Str(strings.display(location.symbol))),
+                        Arg::new("addr", ArgValue::Pointer(location.ip)),
+                        Arg::new("count", ArgValue::Int(*count as i64)),
+                    ];
+                    if let Some(pid) = thread.pid {
+                        args.push(Arg::new("pid", ArgValue::Int(pid as i64)));
+                    }
+                    if let Some(tid) = thread.tid {
+                        args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
+                    }
+                    self.sink
+                        .duration_complete(track, name.name(), time, time, &args);
+                }
+                EventData::Ptwrite { location, data } => {
+                    // Shown as an error-free marker; it does not change the stack.
+                    let _ = (location, data);
+                }
+            },
+        }
+    }
+
+    /// Ends a snapshot: every thread continues in a new segment that is never stitched.
+    pub fn end_snapshot(&mut self) {
+        self.transaction.clear();
+        for ts in self.threads.iter_mut() {
+            let t = ts.last_time;
+            new_segment(ts, t, false);
+        }
+    }
+
+    /// Writes everything and returns the sink.
+    pub fn finish(mut self, strings: &StringTable) -> S {
+        while let Some(e) = self.transaction.pop_front() {
+            self.ingest(&e, strings);
+        }
+        let threads = std::mem::take(&mut self.threads);
+        for mut ts in threads {
+            close_segment(&mut ts);
+            write_thread(&mut self.sink, &ts, &self.locs, strings, &self.config);
+        }
+        self.sink
+    }
+}
+
+fn ts_track<T: Copy>(ts: &mut ThreadState<T>, idx: usize) -> Option<T> {
+    ts.extra_tracks[idx]
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Warn {
+    Impossible,
+    Traps,
+}
+
+fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, stitchable: bool) {
+    close_segment(ts);
+    let sentinel = ts.frames.len() as u32;
+    ts.frames.push(Frame {
+        loc: NONE,
+        parent: NONE,
+        flags: SENTINEL,
+    });
+    ts.sentinel = sentinel;
+    ts.leaf = sentinel;
+    ts.handlers.clear();
+    ts.segments.push(Segment {
+        first: ts.entries.len(),
+        end: ts.entries.len() + 1,
+        end_time: time,
+        stitchable,
+    });
+    ts.entries.push(Entry {
+        time,
+        leaf: sentinel,
+        flow: Flow::Start,
+    });
+}
+
+fn close_segment<T>(ts: &mut ThreadState<T>) {
+    let n = ts.entries.len();
+    let last_time = ts.last_time;
+    if let Some(seg) = ts.segments.last_mut() {
+        seg.end = n;
+        seg.end_time = seg.end_time.max(last_time);
+    }
+}
+
+/// Ingestion context for one event on one thread.
+struct Cx<'a, T> {
+    ts: &'a mut ThreadState<T>,
+    locs: &'a mut Locations,
+    strings: &'a StringTable,
+    config: &'a SegmentsConfig,
+    time: i64,
+}
+
+impl<T> Cx<'_, T> {
+    fn symbol(&self, frame: u32) -> Option<Symbol> {
+        let f = self.ts.frames[frame as usize];
+        if f.flags & SENTINEL != 0 {
+            None
+        } else {
+            Some(self.locs.list[f.loc as usize].symbol)
+        }
+    }
+
+    fn is_sentinel(&self, frame: u32) -> bool {
+        self.ts.frames[frame as usize].flags & SENTINEL != 0
+    }
+
+    fn named(&self, frame: u32, names: &[&str]) -> bool {
+        matches!(self.symbol(frame), Some(Symbol::FromPerf(s)) if names.contains(&self.strings.get(s)))
+    }
+
+    fn record(&mut self, flow: Flow) {
+        let leaf = self.ts.leaf;
+        if let Some(last) = self.ts.entries.last_mut() {
+            // A stack change at the same time that undoes nothing needs no entry.
+            if last.leaf == leaf && last.time == self.time && flow != Flow::Start {
+                return;
+            }
+        }
+        self.ts.entries.push(Entry {
+            time: self.time,
+            leaf,
+            flow,
+        });
+    }
+
+    fn push(&mut self, loc: &Location, flags: u8) {
+        self.push_as(loc, flags, Flow::Call)
+    }
+
+    fn push_as(&mut self, loc: &Location, flags: u8, flow: Flow) {
+        let l = self.locs.intern(loc);
+        self.ts.frames.push(Frame {
+            loc: l,
+            parent: self.ts.leaf,
+            flags,
+        });
+        self.ts.leaf = (self.ts.frames.len() - 1) as u32;
+        self.record(flow);
+    }
+
+    /// The sentinel becomes `loc`, a caller found above the known root; a new
+    /// sentinel goes below it. Every earlier stack of the segment gains the caller.
+    fn discover_root(&mut self, loc: &Location) -> u32 {
+        let l = self.locs.intern(loc);
+        let old = self.ts.sentinel;
+        let new = self.ts.frames.len() as u32;
+        self.ts.frames.push(Frame {
+            loc: NONE,
+            parent: NONE,
+            flags: SENTINEL,
+        });
+        let f = &mut self.ts.frames[old as usize];
+        f.loc = l;
+        f.parent = new;
+        f.flags = INFERRED_START;
+        self.ts.sentinel = new;
+        old
+    }
+
+    /// Inserts `loc` as the caller of kernel-entry frame `entry` (a kernel return went
+    /// above the first kernel frame seen); it inherits the entry mark.
+    fn insert_caller(&mut self, entry: u32, loc: &Location) -> u32 {
+        let l = self.locs.intern(loc);
+        let e = self.ts.frames[entry as usize];
+        let new = self.ts.frames.len() as u32;
+        self.ts.frames.push(Frame {
+            loc: l,
+            parent: e.parent,
+            flags: INFERRED_START | KERNEL_ENTRY,
+        });
+        let f = &mut self.ts.frames[entry as usize];
+        f.parent = new;
+        f.flags &= !KERNEL_ENTRY;
+        new
+    }
+
+    /// Nearest frame at or above the leaf running `symbol`, without crossing a kernel entry.
+    fn find(&self, symbol: Symbol) -> Option<u32> {
+        let mut f = self.ts.leaf;
+        loop {
+            let fr = self.ts.frames[f as usize];
+            if fr.flags & SENTINEL != 0 {
+                return None;
+            }
+            if self.locs.list[fr.loc as usize].symbol == symbol {
+                return Some(f);
+            }
+            if fr.flags & KERNEL_ENTRY != 0 {
+                return None;
+            }
+            f = fr.parent;
+        }
+    }
+
+    /// Makes the leaf run `loc`'s function: learn it at the root, return to it if it
+    /// is an ancestor (a missed return), or replace the leaf (a missed tail call).
+    fn ensure_current(&mut self, loc: &Location) {
+        let leaf = self.ts.leaf;
+        if self.is_sentinel(leaf) {
+            self.ts.leaf = self.discover_root(loc);
+            return;
+        }
+        if self.symbol(leaf) == Some(loc.symbol) {
+            return;
+        }
+        if let Some(f) = self.find(loc.symbol) {
+            self.ts.leaf = f;
+            self.record(Flow::Return);
+            return;
+        }
+        self.replace_leaf(loc);
+    }
+
+    fn replace_leaf(&mut self, loc: &Location) {
+        let leaf = self.ts.leaf;
+        let fr = self.ts.frames[leaf as usize];
+        if fr.flags & SENTINEL != 0 {
+            self.ts.leaf = self.discover_root(loc);
+            return;
+        }
+        let l = self.locs.intern(loc);
+        self.ts.frames.push(Frame {
+            loc: l,
+            parent: fr.parent,
+            flags: fr.flags & KERNEL_ENTRY,
+        });
+        self.ts.leaf = (self.ts.frames.len() - 1) as u32;
+        self.record(Flow::Jump);
+    }
+
+    /// Uses a branch's source only to learn the function running at a segment's
+    /// start: elsewhere the source often lies in an adjacent symbol the code fell
+    /// through into (`__write` into `__write_nocancel`), which is not a call.
+    fn ensure_src(&mut self, src: &Location) {
+        if src.ip != 0 && self.is_sentinel(self.ts.leaf) {
+            self.ts.leaf = self.discover_root(src);
+        }
+    }
+
+    fn call(&mut self, src: &Location, dst: &Location) {
+        self.ensure_src(src);
+        self.push(dst, 0);
+    }
+
+    fn ret(&mut self, src: &Location, dst: &Location) {
+        self.ensure_src(src);
+        let leaf = self.ts.leaf;
+        let fr = self.ts.frames[leaf as usize];
+        if fr.flags & KERNEL_ENTRY != 0 && is_kernel(dst.ip) {
+            // A kernel return above the first kernel frame seen: its caller was there
+            // since the kernel was entered.
+            let caller = self.insert_caller(leaf, dst);
+            self.ts.leaf = caller;
+            self.record(Flow::Return);
+            return;
+        }
+        self.ts.leaf = fr.parent;
+        if self.is_sentinel(self.ts.leaf) {
+            self.ts.leaf = self.discover_root(dst);
+            self.record(Flow::Return);
+            return;
+        }
+        self.record(Flow::Return);
+        if self.symbol(self.ts.leaf) == Some(dst.symbol) {
+            return;
+        }
+        // A long return (exception, longjmp) lands in an ancestor; otherwise the
+        // caller had tail-called away from the frame we knew.
+        if let Some(f) = self.find(dst.symbol) {
+            self.ts.leaf = f;
+            self.record(Flow::Return);
+        } else {
+            self.replace_leaf(dst);
+        }
+    }
+
+    fn jump(&mut self, src: &Location, dst: &Location) {
+        if src.symbol == dst.symbol {
+            if self.is_sentinel(self.ts.leaf) {
+                self.ts.leaf = self.discover_root(dst);
+            } else if self.symbol(self.ts.leaf) != Some(dst.symbol) {
+                self.ensure_current(dst);
+            }
+            return;
+        }
+        self.ensure_src(src);
+        // A jump into the middle of an ancestor is an exception unwinding (OCaml
+        // raises jump to the handler); a jump to a function's start is a tail call.
+        if dst.offset != 0 {
+            if let Some(f) = self.find(dst.symbol) {
+                self.ts.leaf = f;
+                self.record(Flow::Return);
+                return;
+            }
+        }
+        self.replace_leaf(dst);
+    }
+
+    fn synthetic(&mut self, symbol: Symbol) {
+        self.push(&Location::locationless(symbol), 0);
+    }
+
+    fn leaf_is_synthetic(&self) -> bool {
+        matches!(
+            self.symbol(self.ts.leaf),
+            Some(Symbol::Untraced | Symbol::Syscall | Symbol::Returned)
+        )
+    }
+
+    /// Starts a new segment; `stitchable` says whether it may be joined to this one.
+    fn split(&mut self, stitchable: bool) {
+        let t = self.time;
+        new_segment(self.ts, t, stitchable);
+    }
+
+    fn enter_kernel(&mut self, src: &Location, dst: &Location) {
+        self.ensure_src(src);
+        self.push(dst, KERNEL_ENTRY);
+    }
+
+    fn leave_kernel(&mut self, dst: &Location) {
+        // Pop the kernel frames back to what was interrupted.
+        loop {
+            let leaf = self.ts.leaf;
+            let fr = self.ts.frames[leaf as usize];
+            if fr.flags & SENTINEL != 0 {
+                break;
+            }
+            let loc = self.locs.list[fr.loc as usize];
+            let kernel_frame = is_kernel(loc.ip) || fr.flags & KERNEL_ENTRY != 0;
+            if !kernel_frame && !self.leaf_is_synthetic() {
+                break;
+            }
+            self.ts.leaf = fr.parent;
+            self.record(Flow::Return);
+            if fr.flags & KERNEL_ENTRY != 0 {
+                break;
+            }
+        }
+        self.ensure_current(dst);
+    }
+
+    fn track_traps(&mut self, src: &Location, dst: &Location) -> Option<Warn> {
+        let info = self.config.ocaml_exception_info.as_ref()?;
+        let mut warn = None;
+        if let Some(from) = self.ts.last_known_ip {
+            for &(_, push) in info.traps_in_range(from, src.ip) {
+                if push {
+                    let leaf = self.ts.leaf;
+                    self.ts.handlers.push(leaf);
+                } else if self.ts.handlers.pop().is_none() {
+                    warn = Some(Warn::Traps);
+                }
+            }
+        }
+        self.ts.last_known_ip = Some(dst.ip);
+        warn
+    }
+
+    /// A jump or return onto an exception handler: back to the frame that installed it.
+    fn enter_trap(&mut self, dst: &Location) -> Option<Warn> {
+        match self.ts.handlers.pop() {
+            Some(h) => {
+                self.ts.leaf = h;
+                self.record(Flow::Return);
+                self.ensure_current(dst);
+                None
+            }
+            None => {
+                // Unmatched: guessing would build a wrong stack, so start afresh.
+                self.split(false);
+                self.ensure_current(dst);
+                Some(Warn::Traps)
+            }
+        }
+    }
+
+    fn is_entertrap(&self, dst: &Location) -> bool {
+        self.config
+            .ocaml_exception_info
+            .as_ref()
+            .is_some_and(|i| i.is_entertrap(dst.ip))
+    }
+
+    fn branch(
+        &mut self,
+        kind: Option<Kind>,
+        change: Option<TraceStateChange>,
+        src: &Location,
+        dst: &Location,
+    ) -> Option<Warn> {
+        use Kind::*;
+        use TraceStateChange::{End, Start};
+        let mut warn = self.track_traps(src, dst);
+        match (kind, change) {
+            (Some(Call), None) => self.call(src, dst),
+            (Some(Call), Some(End)) => {
+                self.call(src, dst);
+            }
+            (Some(_), Some(Start))
+            | (Some(Async), None)
+            | (Some(HardwareInterrupt | Jump | TxAbort), Some(End)) => {
+                warn = Some(Warn::Impossible);
+            }
+            (None | Some(Async) | Some(Interrupt), Some(End)) => {
+                self.ensure_src(src);
+                self.synthetic(Symbol::Untraced)
+            }
+            (Some(Syscall), Some(End)) => {
+                self.ensure_src(src);
+                self.synthetic(Symbol::Syscall)
+            }
+            (Some(Return), Some(End)) => {
+                self.ensure_src(src);
+                self.synthetic(Symbol::Returned)
+            }
+            (Some(Return), None) => {
+                if self.is_entertrap(dst) {
+                    self.ensure_src(src);
+                    return self.enter_trap(dst).or(warn);
+                }
+                if self.named_gogo_return(src) {
+                    self.gogo(dst);
+                } else {
+                    self.ret(src, dst);
+                }
+            }
+            (None, Some(Start)) => {
+                if self.config.scope == TraceScope::Kernel && !is_kernel(dst.ip) {
+                    return warn;
+                }
+                if self.leaf_is_synthetic() {
+                    let parent = self.ts.frames[self.ts.leaf as usize].parent;
+                    self.ts.leaf = parent;
+                    self.record(Flow::Return);
+                }
+                // Tracing resumes where it stopped (a page fault restarts the faulting
+                // instruction), so the symbol is not checked, except to learn the root.
+                self.ensure_src(dst);
+            }
+            (Some(Syscall | HardwareInterrupt), None) => self.enter_kernel(src, dst),
+            (Some(Iret | Sysret), Some(End)) => {
+                self.leave_kernel_to_untraced();
+            }
+            (Some(Iret | Sysret), None) => self.leave_kernel(dst),
+            (Some(TxAbort), None) => self.ensure_current(dst),
+            (Some(Jump | Interrupt), None) => {
+                if self.is_entertrap(dst) {
+                    self.ensure_src(src);
+                    return self.enter_trap(dst).or(warn);
+                }
+                self.jump(src, dst)
+            }
+            (None, None) => {}
+        }
+        warn
+    }
+
+    fn leave_kernel_to_untraced(&mut self) {
+        loop {
+            let leaf = self.ts.leaf;
+            let fr = self.ts.frames[leaf as usize];
+            if fr.flags & SENTINEL != 0 {
+                break;
+            }
+            self.ts.leaf = fr.parent;
+            self.record(Flow::Return);
+            if fr.flags & KERNEL_ENTRY != 0 {
+                break;
+            }
+        }
+        self.synthetic(Symbol::Untraced);
+    }
+
+    fn named_gogo_return(&self, src: &Location) -> bool {
+        matches!(src.symbol, Symbol::FromPerf(s) if self.strings.get(s) == "gogo")
+    }
+
+    /// Go's `gogo` switches goroutine stacks: control resumes as if returning from the
+    /// last `runtime.mcall`/`runtime.morestack`, or on an unrelated stack at start-up.
+    fn gogo(&mut self, dst: &Location) {
+        let mut f = self.ts.leaf;
+        loop {
+            let fr = self.ts.frames[f as usize];
+            if fr.flags & SENTINEL != 0 {
+                // No switch point on this stack: a new goroutine starts from scratch.
+                self.split(false);
+                self.ensure_current(dst);
+                return;
+            }
+            if self.named(f, &["runtime.mcall", "runtime.morestack.abi0"]) {
+                self.ts.leaf = fr.parent;
+                self.record(Flow::Return);
+                self.ensure_current(dst);
+                return;
+            }
+            f = fr.parent;
+        }
+    }
+
+    fn sample(&mut self, callstack: &[Location]) {
+        // Current stack, root first (below the sentinel nothing is known).
+        let mut cur = Vec::new();
+        let mut f = self.ts.leaf;
+        while !self.is_sentinel(f) {
+            cur.push(f);
+            f = self.ts.frames[f as usize].parent;
+        }
+        cur.reverse();
+        let cur_len = cur.len();
+        let mut keep = 0;
+        for (i, (&fr, loc)) in cur.iter().zip(callstack).enumerate() {
+            let known = self.locs.list[self.ts.frames[fr as usize].loc as usize];
+            let at_a_leaf = i + 1 == cur_len || i + 1 == callstack.len();
+            // Callers are matched by call site; a leaf moves within its function.
+            if known.symbol != loc.symbol || (!at_a_leaf && known.ip != loc.ip) {
+                break;
+            }
+            if known.ip != loc.ip {
+                // The same call, now seen from another pc (a leaf that has since
+                // called something): later samples match it by this call site.
+                let l = self.locs.intern(loc);
+                self.ts.frames[fr as usize].loc = l;
+            }
+            keep += 1;
+        }
+        if keep < cur_len {
+            self.ts.leaf = if keep == 0 {
+                self.ts.sentinel
+            } else {
+                cur[keep - 1]
+            };
+            self.record(Flow::Return);
+        }
+        for loc in &callstack[keep..] {
+            self.push_as(loc, 0, Flow::Sampled);
+        }
+    }
+}
+
+/// A frame open in the output, with what its end needs.
+struct Open {
+    frame: u32,
+    thread_frames: bool,
+}
+
+fn frame_path<T>(ts: &ThreadState<T>, leaf: u32, out: &mut Vec<u32>) {
+    out.clear();
+    let mut f = leaf;
+    while ts.frames[f as usize].flags & SENTINEL == 0 {
+        out.push(f);
+        f = ts.frames[f as usize].parent;
+    }
+    out.reverse();
+}
+
+fn display<'a>(locs: &Locations, strings: &'a StringTable, frame: &Frame) -> &'a str {
+    strings.display(locs.list[frame.loc as usize].symbol)
+}
+
+struct WriteCx<'a, S: TraceSink> {
+    sink: &'a mut S,
+    track: S::Thread,
+    locs: &'a Locations,
+    strings: &'a StringTable,
+    config: &'a SegmentsConfig,
+}
+
+impl<S: TraceSink> WriteCx<'_, S> {
+    fn begin(&mut self, frame: &Frame, time: i64, inferred: bool) {
+        let loc = self.locs.list[frame.loc as usize];
+        let name = self.strings.display(loc.symbol);
+        let mut args: [Arg<'_>; 6] = [Arg::new("", ArgValue::Int(0)); 6];
+        let mut n = 0;
+        if loc.ip != 0 {
+            args[n] = Arg::new("address", ArgValue::Pointer(loc.ip));
+            n += 1;
+        }
+        let debug = self.config.debug_info.get(&loc.ip.wrapping_sub(loc.offset));
+        if let Some(pos) = debug {
+            args[n] = Arg::new("line", ArgValue::Int(pos.line));
+            args[n + 1] = Arg::new("col", ArgValue::Int(pos.col));
+            n += 2;
+        }
+        args[n] = Arg::new("symbol", ArgValue::Interned(name));
+        n += 1;
+        if let Some(f) = debug.and_then(|p| p.file.as_deref()) {
+            args[n] = Arg::new("file", ArgValue::Interned(f));
+            n += 1;
+        }
+        if inferred {
+            args[n] = Arg::new("inferred_start_time", ArgValue::Interned("true"));
+            n += 1;
+        }
+        if inferred && self.config.annotate_inferred_start_times {
+            let annotated = format!("{name} [inferred start time]");
+            self.sink
+                .duration_begin(self.track, &annotated, time, &args[..n]);
+        } else {
+            self.sink.duration_begin(self.track, name, time, &args[..n]);
+        }
+    }
+
+    fn end(&mut self, frame: &Frame, time: i64, inferred: bool) {
+        let name = display(self.locs, self.strings, frame);
+        if inferred {
+            let args = [Arg::new("inferred_end_time", ArgValue::Interned("true"))];
+            self.sink.duration_end(self.track, name, time, &args);
+        } else {
+            self.sink.duration_end(self.track, name, time, &[]);
+        }
+    }
+}
+
+/// Spreads equal timestamps: the time up to the next distinct timestamp is shared
+/// evenly by the calls and jumps at that timestamp, so nested frames stay visible.
+fn smear(entries: &[Entry], end_time: i64, out: &mut Vec<i64>) {
+    out.clear();
+    let mut i = 0;
+    while i < entries.len() {
+        let t = entries[i].time;
+        let mut j = i;
+        while j < entries.len() && entries[j].time == t {
+            j += 1;
+        }
+        let next = if j < entries.len() {
+            entries[j].time
+        } else {
+            end_time.max(t)
+        };
+        let count = entries[i..j]
+            .iter()
+            .filter(|e| matches!(e.flow, Flow::Call | Flow::Jump))
+            .count() as i64;
+        let total = next - t;
+        let mut offset = 0i64;
+        let mut used = 0i64;
+        for e in &entries[i..j] {
+            out.push(t + offset);
+            if matches!(e.flow, Flow::Call | Flow::Jump) {
+                used += 1;
+                offset += (total - offset) / (count - used + 1);
+            }
+        }
+        i = j;
+    }
+}
+
+/// How the outermost frames after a gap line up with the frames open before it.
+struct Stitch {
+    /// Open frames (by position) that continue below the new segment's frames.
+    base: usize,
+    /// How many of the new segment's outermost frames continue open frames.
+    matched: usize,
+}
+
+fn find_stitch<T>(
+    ts: &ThreadState<T>,
+    locs: &Locations,
+    open: &[Open],
+    after: &[u32],
+) -> Option<Stitch> {
+    let first = *after.first()?;
+    let sym = |f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+    let b0 = sym(first);
+    if matches!(
+        b0,
+        Symbol::Untraced | Symbol::Syscall | Symbol::Returned | Symbol::Unknown
+    ) {
+        return None;
+    }
+    let mut best: Option<(usize, usize, usize)> = None; // (cost, run, i)
+    for i in 0..open.len() {
+        if sym(open[i].frame) != b0 {
+            continue;
+        }
+        let mut run = 0;
+        while i + run < open.len()
+            && run < after.len()
+            && sym(open[i + run].frame) == sym(after[run])
+        {
+            run += 1;
+        }
+        let cost = open.len() - (i + run);
+        if best.is_none_or(|(c, r, _)| cost < c || (cost == c && run > r)) {
+            best = Some((cost, run, i));
+        }
+    }
+    best.map(|(_, run, i)| Stitch {
+        base: i,
+        matched: run,
+    })
+}
+
+fn write_thread<S: TraceSink>(
+    sink: &mut S,
+    ts: &ThreadState<S::Thread>,
+    locs: &Locations,
+    strings: &StringTable,
+    config: &SegmentsConfig,
+) {
+    let mut cx = WriteCx {
+        sink,
+        track: ts.track,
+        locs,
+        strings,
+        config,
+    };
+    let mut open: Vec<Open> = Vec::new();
+    let mut is_open = vec![false; ts.frames.len()];
+    let mut path = Vec::new();
+    let mut times = Vec::new();
+    let mut errors = ts.errors.iter().peekable();
+    let mut power = ts.power.iter().peekable();
+    let mut last_written = i64::MIN;
+    let mut prev_end = 0i64;
+    let counter =
+        |cx: &mut WriteCx<'_, S>,
+         upto: i64,
+         power: &mut std::iter::Peekable<std::slice::Iter<'_, (i64, u32)>>| {
+            while let Some(&&(t, f)) = power.peek() {
+                if t > upto {
+                    break;
+                }
+                power.next();
+                cx.sink.counter(
+                    cx.track,
+                    "CPU",
+                    t,
+                    &[Arg::new("freq (MHz)", ArgValue::Int(f as i64))],
+                );
+            }
+        };
+    for (si, seg) in ts.segments.iter().enumerate() {
+        let entries = &ts.entries[seg.first..seg.end];
+        if entries.is_empty() {
+            continue;
+        }
+        smear(entries, seg.end_time, &mut times);
+        let start = times[0].max(last_written);
+        // Segment boundary: stitch onto what is open, or close it.
+        frame_path(ts, entries[0].leaf, &mut path);
+        let stitch = if si > 0 && seg.stitchable && config.stitch {
+            find_stitch(ts, locs, &open, &path)
+        } else {
+            None
+        };
+        let keep = match &stitch {
+            Some(s) => s.base + s.matched,
+            None => 0,
+        };
+        while open.len() > keep {
+            let o = open.pop().unwrap_or(Open {
+                frame: 0,
+                thread_frames: false,
+            });
+            is_open[o.frame as usize] = false;
+            let t = prev_end.max(last_written);
+            cx.end(&ts.frames[o.frame as usize], t, o.thread_frames);
+            last_written = t;
+        }
+        if let Some(s) = &stitch {
+            // The matched frames continue: same slices, now under this segment's ids.
+            for k in 0..s.matched {
+                let o = &mut open[s.base + k];
+                is_open[o.frame as usize] = false;
+                o.frame = path[k];
+                is_open[path[k] as usize] = true;
+            }
+        }
+        counter(&mut cx, start, &mut power);
+        while let Some(&&(t, ref name)) = errors.peek() {
+            if t > start && si + 1 < ts.segments.len() {
+                break;
+            }
+            errors.next();
+            let t = t.max(last_written);
+            cx.sink.duration_instant(cx.track, name, t, &[]);
+            last_written = t;
+            if t >= start {
+                break;
+            }
+        }
+        let base = match &stitch {
+            Some(s) => s.base,
+            None => 0,
+        };
+        for (k, e) in entries.iter().enumerate() {
+            let t = times[k].max(last_written);
+            counter(&mut cx, t, &mut power);
+            // Walk up from the new leaf to the first frame already open.
+            path.clear();
+            let mut f = e.leaf;
+            while ts.frames[f as usize].flags & SENTINEL == 0 && !is_open[f as usize] {
+                path.push(f);
+                f = ts.frames[f as usize].parent;
+            }
+            let keep = if ts.frames[f as usize].flags & SENTINEL != 0 {
+                base
+            } else {
+                open.iter()
+                    .rposition(|o| o.frame == f)
+                    .map_or(base, |p| p + 1)
+            };
+            while open.len() > keep {
+                if let Some(o) = open.pop() {
+                    is_open[o.frame as usize] = false;
+                    cx.end(&ts.frames[o.frame as usize], t, false);
+                }
+            }
+            for &f in path.iter().rev() {
+                let fr = ts.frames[f as usize];
+                let inferred = e.flow == Flow::Start || fr.flags & INFERRED_START != 0;
+                cx.begin(&fr, t, inferred);
+                open.push(Open {
+                    frame: f,
+                    thread_frames: false,
+                });
+                is_open[f as usize] = true;
+            }
+            last_written = t;
+        }
+        // Frames still open at a segment's end may have ended anywhere in the gap.
+        for o in open.iter_mut() {
+            o.thread_frames = true;
+        }
+        prev_end = seg.end_time.max(last_written);
+    }
+    for (t, name) in errors {
+        let t = (*t).max(last_written);
+        cx.sink.duration_instant(cx.track, name, t, &[]);
+        last_written = t;
+    }
+    counter(&mut cx, i64::MAX, &mut power);
+    let t = prev_end.max(last_written);
+    while let Some(o) = open.pop() {
+        cx.end(&ts.frames[o.frame as usize], t, false);
+    }
+}
+
+impl<S: TraceSink> crate::StackWriter<S> for SegmentsWriter<S> {
+    fn write_event(&mut self, event: &Event, strings: &StringTable) {
+        SegmentsWriter::write_event(self, event, strings)
+    }
+    fn sink_mut(&mut self) -> &mut S {
+        SegmentsWriter::sink_mut(self)
+    }
+    fn end_snapshot(&mut self, _strings: &StringTable) {
+        SegmentsWriter::end_snapshot(self)
+    }
+    fn finish(self, strings: &StringTable) -> S {
+        SegmentsWriter::finish(self, strings)
+    }
+}
