@@ -64,6 +64,10 @@ pub enum ErrorKind {
     OutOfOrderTimestamp,
     /// The process forked: the child must not write to its parent's trace.
     PidChanged,
+    /// (Strict mode) the input ends inside a packet.
+    TruncatedPacket,
+    /// (Strict mode) a packet was written by another process.
+    WrongPid(u64),
 }
 
 impl fmt::Display for ErrorKind {
@@ -100,6 +104,8 @@ impl fmt::Display for ErrorKind {
             ),
             OutOfOrderTimestamp => write!(f, "out-of-order timestamps"),
             PidChanged => write!(f, "process id changed (forked child): tracing stopped"),
+            TruncatedPacket => write!(f, "input ends inside a packet"),
+            WrongPid(p) => write!(f, "packet from another process (pid {})", *p as i64),
         }
     }
 }

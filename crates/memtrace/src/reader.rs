@@ -325,6 +325,7 @@ pub struct Reader<S> {
     src: S,
     info: TraceInfo,
     parse_backtraces: bool,
+    strict: bool,
     offset: u64,
     cur: Option<Packet>,
     domains: Vec<DomainState>,
@@ -382,6 +383,7 @@ impl<S: Source> Reader<S> {
             src,
             info,
             parse_backtraces: true,
+            strict: false,
             offset: len as u64,
             cur: None,
             domains: Vec::new(),
@@ -398,6 +400,13 @@ impl<S: Source> Reader<S> {
     /// [`Alloc::backtrace`] empty and skips cache verification.
     pub fn parse_backtraces(mut self, on: bool) -> Self {
         self.parse_backtraces = on;
+        self
+    }
+
+    /// Strict mode: packets the reference reader would skip (truncated, or from
+    /// another pid) are errors instead of [`Note`]s.
+    pub fn strict(mut self, on: bool) -> Self {
+        self.strict = on;
         self
     }
 
@@ -481,6 +490,9 @@ impl<S: Source> Reader<S> {
                 || head.len()
                     < PacketHeader::len_for_version(u16::from_le_bytes([head[28], head[29]]));
             if truncated {
+                if self.strict {
+                    return Err(malformed(self.offset, ErrorKind::TruncatedPacket));
+                }
                 self.notes.push(Note::TruncatedPacket {
                     offset: self.offset,
                 });
@@ -489,12 +501,18 @@ impl<S: Source> Reader<S> {
             let header = PacketHeader::parse(head).map_err(|k| malformed(self.offset, k))?;
             let len = header.packet_len();
             if self.src.peek(len)?.len() < len {
+                if self.strict {
+                    return Err(malformed(self.offset, ErrorKind::TruncatedPacket));
+                }
                 self.notes.push(Note::TruncatedPacket {
                     offset: self.offset,
                 });
                 return Ok(None);
             }
             if header.pid != self.info.pid {
+                if self.strict {
+                    return Err(malformed(self.offset, ErrorKind::WrongPid(header.pid)));
+                }
                 self.notes.push(Note::WrongPid {
                     offset: self.offset,
                     pid: header.pid,

@@ -203,3 +203,37 @@ fn truncated_final_packet_is_noted_not_fatal() {
     assert_eq!(r.notes()[0].to_string(), "skipping truncated packet");
     assert!(!out.is_empty());
 }
+
+#[test]
+fn strict_mode_turns_skipped_packets_into_errors() {
+    let data = read("ocamlopt_v3.ctf");
+    let cut = &data[..data.len() - 10];
+    let mut r = Reader::from_bytes(cut).expect("reader").strict(true);
+    let err = tools::dump(&mut r, &mut std::io::sink()).expect_err("strict");
+    assert_eq!(err.kind(), Some(&memtrace::ErrorKind::TruncatedPacket));
+    // A packet from another process.
+    let mut data = read("wrap.ctf");
+    let p = packet_starts(&data)[1];
+    data[p + 30] ^= 1;
+    // (Without backtraces: the skipped packet held locations the dump would need.)
+    let mut lax = Reader::from_bytes(&data)
+        .expect("reader")
+        .parse_backtraces(false);
+    while lax.next_event().expect("lax mode skips it").is_some() {}
+    assert!(matches!(lax.notes(), [memtrace::Note::WrongPid { .. }]));
+    let mut r = Reader::from_bytes(&data)
+        .expect("reader")
+        .strict(true)
+        .parse_backtraces(false);
+    let err = loop {
+        match r.next_event() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("strict mode accepted a foreign packet"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err.kind(), Some(memtrace::ErrorKind::WrongPid(_))),
+        "{err}"
+    );
+}
