@@ -31,7 +31,8 @@ pub struct Fidelity {
     pub root_outside_gaps: f64,
     /// Share of time the stack equals the true stack at that very instant.
     pub exact_strict: f64,
-    /// Reconstructed frames whose name is on no true stack anywhere during their interval.
+    /// Reconstructed frames whose name is on no true stack anywhere during their interval
+    /// (widened to the order windows it touches, so timing alone never makes a phantom).
     pub phantom_frames: u64,
     /// The phantom frames themselves (with absolute times), to see what went wrong.
     pub phantoms: Vec<crate::sink::Slice>,
@@ -268,8 +269,8 @@ fn score_thread_inner(
         }
     }
 
-    // Phantoms: a frame is real if its name is on some true stack during the windows
-    // its interval touches.
+    // Phantoms: a frame is real if its name is on some true stack during the (order)
+    // windows its interval touches.
     // Zero-length slices are invisible in a viewer, so they are not counted.
     for s in r.slices.iter().filter(|s| s.end > s.start) {
         f.frames += 1;
@@ -281,8 +282,9 @@ fn score_thread_inner(
             continue;
         }
         // The end is exclusive: a frame closed at a window's start did not reach it.
-        let (ka, kb) = (tight.index(a.max(lo)), tight.index((b - 1).min(hi).max(a)));
-        let range = tight.pieces[ka].start..tight.pieces[kb].end.max(tight.pieces[ka].start);
+        // Order windows, so a real frame merely smeared in time is not a phantom.
+        let (ka, kb) = (order.index(a.max(lo)), order.index((b - 1).min(hi).max(a)));
+        let range = order.pieces[ka].start..order.pieces[kb].end.max(order.pieces[ka].start);
         let id = names.0.get(&s.name).copied();
         let real = id.is_some_and(|id| truth[range].iter().any(|p| p.2.contains(&id)));
         if !real {
