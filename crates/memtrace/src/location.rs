@@ -147,7 +147,7 @@ impl<T: Copy + Default> Mtf<T> {
         }
     }
 
-    fn to_front(&mut self, i: usize) -> T {
+    fn move_to_front(&mut self, i: usize) -> T {
         let e = self.slots[i];
         self.slots.copy_within(0..i, 1);
         self.slots[0] = e;
@@ -164,7 +164,7 @@ impl<T: Copy + Default> Mtf<T> {
         if usize::from(code) >= self.len {
             return Err(ErrorKind::BadMtfIndex(code));
         }
-        Ok(self.to_front(usize::from(code)))
+        Ok(self.move_to_front(usize::from(code)))
     }
 }
 
