@@ -25,6 +25,7 @@ pub use score::{score, Fidelity};
 pub use sink::{ReconThread, TimelineSink};
 
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::StackWriter;
 
 /// Runs `scenario`'s events through the writer `make_writer` builds and scores the result.
@@ -73,6 +74,17 @@ pub fn legacy_writer(sink: TimelineSink, scenario: &Scenario) -> LegacyWriter<Ti
         LegacyConfig {
             earliest_time: scenario.earliest_time(),
             ..LegacyConfig::default()
+        },
+    )
+}
+
+/// The segments writer (with stitching), configured like [`legacy_writer`].
+pub fn segments_writer(sink: TimelineSink, scenario: &Scenario) -> SegmentsWriter<TimelineSink> {
+    SegmentsWriter::new(
+        sink,
+        SegmentsConfig {
+            earliest_time: scenario.earliest_time(),
+            ..SegmentsConfig::default()
         },
     )
 }

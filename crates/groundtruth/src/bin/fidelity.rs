@@ -2,10 +2,12 @@
 //!
 //! `cargo run -p ptscope-groundtruth --release --bin fidelity -- [--seed N] [--writer NAME]...`
 
-use ptscope_groundtruth::{evaluate, gen, legacy_writer, reconstruct, score, Fidelity, Scenario};
+use ptscope_groundtruth::{
+    evaluate, gen, legacy_writer, reconstruct, score, segments_writer, Fidelity, Scenario,
+};
 
-/// Prints the legacy writer's first mismatching intervals on one scenario (debugging aid).
-fn explain_legacy(seed: u64, name: &str) {
+/// Prints a writer's first mismatching intervals on one scenario (debugging aid).
+fn explain(seed: u64, name: &str, writer: &str) {
     let Some(spec) = gen::standard_specs(seed)
         .into_iter()
         .find(|s| s.name == name)
@@ -14,18 +16,28 @@ fn explain_legacy(seed: u64, name: &str) {
         std::process::exit(2)
     };
     let sc = gen::generate(&spec);
-    let recon = reconstruct(&sc, legacy_writer);
+    let recon = match writer {
+        "segments" => reconstruct(&sc, segments_writer),
+        _ => reconstruct(&sc, legacy_writer),
+    };
     for t in &sc.truth {
         let Some(r) = recon.iter().find(|r| r.thread == t.thread) else {
             println!("{:?}: no track", t.thread);
             continue;
         };
-        println!("{:?}: gaps {:?}", t.thread, t.gaps);
         let f = score(std::slice::from_ref(t), std::slice::from_ref(r));
+        println!(
+            "{:?}: exact {:.4}, root {:.4}, {} tracks; gaps {:?}",
+            t.thread,
+            f.exact,
+            f.root_correct,
+            recon.iter().filter(|x| x.thread == t.thread).count(),
+            t.gaps
+        );
         for p in &f.phantoms {
             println!("phantom: {p:?}");
         }
-        for m in score::mismatches(t, r, 40) {
+        for m in score::mismatches(t, r, 100_000) {
             println!(
                 "{}..{} ({} ns)\n  truth: {}\n  recon: {}",
                 m.start,
@@ -43,7 +55,7 @@ type Run = fn(&Scenario) -> Fidelity;
 
 const WRITERS: &[(&str, Run)] = &[
     ("legacy", |s| evaluate(s, legacy_writer)),
-    // ("segments", |s| evaluate(s, |sink, sc| SegmentsWriter::new(sink, sc.earliest_time()))),
+    ("segments", |s| evaluate(s, segments_writer)),
 ];
 
 fn pct(x: f64) -> String {
@@ -53,13 +65,13 @@ fn pct(x: f64) -> String {
 fn main() {
     let mut seed = 1u64;
     let mut chosen: Vec<String> = Vec::new();
-    let mut explain: Option<String> = None;
+    let mut explained: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--seed" => seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N"),
             "--writer" => chosen.push(args.next().expect("--writer NAME")),
-            "--explain" => explain = Some(args.next().expect("--explain SCENARIO")),
+            "--explain" => explained = Some(args.next().expect("--explain SCENARIO")),
             _ => {
                 eprintln!("usage: fidelity [--seed N] [--writer legacy|…]...");
                 std::process::exit(2);
@@ -79,8 +91,8 @@ fn main() {
         })
         .collect();
 
-    if let Some(name) = explain {
-        explain_legacy(seed, &name);
+    if let Some(name) = explained {
+        explain(seed, &name, chosen.first().map_or("legacy", |w| w.as_str()));
         return;
     }
     let mut header = String::from("| scenario | events |");
