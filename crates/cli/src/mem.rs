@@ -145,7 +145,8 @@ pub fn run(args: MemArgs) -> anyhow::Result<()> {
         MemTool::StripNames { file, output } => {
             let mut r = open(&file)?;
             let out = create(&output)?;
-            let res = tools::strip_names(&mut r, out).and_then(|mut w| w.flush().map_err(Into::into));
+            let res =
+                tools::strip_names(&mut r, out).and_then(|mut w| w.flush().map_err(Into::into));
             report_notes(&file, &r);
             res.with_context(|| format!("{} -> {}", file.display(), output.display()))
         }
@@ -165,7 +166,8 @@ pub fn run(args: MemArgs) -> anyhow::Result<()> {
                 end_s: end.unwrap_or(i64::MAX),
                 seed,
             };
-            let res = tools::subsample(&mut r, out, &opts).and_then(|mut w| w.flush().map_err(Into::into));
+            let res = tools::subsample(&mut r, out, &opts)
+                .and_then(|mut w| w.flush().map_err(Into::into));
             report_notes(&file, &r);
             res.with_context(|| format!("{} -> {}", file.display(), output.display()))
         }
@@ -175,14 +177,12 @@ pub fn run(args: MemArgs) -> anyhow::Result<()> {
             bucket_us,
             top_sites,
         } => {
-            let mut r = open(&file)?;
             let opts = convert::Options {
                 bucket_us: bucket_us.max(1),
                 top_sites,
             };
-            let res = convert::convert(&mut r, &output, &opts);
-            report_notes(&file, &r);
-            res.with_context(|| format!("{} -> {}", file.display(), output.display()))
+            convert::convert(&file, &output, &opts)
+                .with_context(|| format!("{} -> {}", file.display(), output.display()))
         }
     }
 }
