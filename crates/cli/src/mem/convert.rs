@@ -210,8 +210,8 @@ pub fn convert(input: &Path, output: &Path, opts: &Options) -> anyhow::Result<()
         }
         prev_bucket = Some(bi);
         let t = ns(bi * bucket_us);
-        for k in 0..3 {
-            cur_live[k] += b.live[k];
+        for (cur, d) in cur_live.iter_mut().zip(b.live) {
+            *cur += d;
         }
         let live_args = [
             Arg::new("minor", ArgValue::Double(to_bytes(cur_live[0]))),
