@@ -1,0 +1,383 @@
+//! Decoding `perf.data` through ptscope's perf dlfilter instead of parsing text.
+//!
+//! The filter (crate `ptscope-dlfilter`) is built into this crate ([`FILTER_SO`]),
+//! written next to the recording at run time ([`install_filter`]) and loaded by
+//! `perf script --dlfilter`. It writes compact binary records into perf's stdout and
+//! leaves to perf whatever it cannot reproduce exactly (decode errors, rare events),
+//! which arrives as text in the same byte stream and in the same order. This crate
+//! reads both and yields the same [`Event`]s as `ptscope_decode::PerfScript`.
+//!
+//! ```no_run
+//! use ptscope_dlfilter_reader::{DlfilterOptions, DlfilterScript};
+//!
+//! let mut script = DlfilterScript::spawn(&DlfilterOptions::new("perf.data"))?;
+//! while let Some(event) = script.next_event()? {
+//!     let _ = (event, script.strings());
+//! }
+//! script.finish()?;
+//! # Ok::<(), ptscope_dlfilter_reader::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+#[path = "../../dlfilter/src/format.rs"]
+#[allow(dead_code)]
+mod format;
+
+mod auto;
+mod records;
+
+pub use auto::{is_dropped_jump, open, perf_version, version_supports_dlfilter, AnyScript, Choice};
+pub use records::RecordReader;
+
+use ptscope_decode::perf::{detect_recording_kind, RecordingKind};
+use ptscope_decode::{Stats, Warning};
+use ptscope_event::{Event, StringTable};
+use std::ffi::OsString;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+
+/// The filter shared object, compiled from `crates/dlfilter` by this crate's build script.
+pub static FILTER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libptscope_dlfilter.so"));
+
+/// File name the filter is written under.
+pub const FILTER_FILE_NAME: &str = "ptscope_dlfilter.so";
+
+const STDERR_TAIL: usize = 8 * 1024;
+
+/// What can stop decoding through the dlfilter.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading perf's output failed.
+    #[error("reading perf's output: {0}")]
+    Io(#[from] io::Error),
+    /// perf could not be started.
+    #[error("could not run `{program}`: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The filter could not be written out.
+    #[error("cannot write the dlfilter to {path}: {source}")]
+    Install {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// perf exited unsuccessfully.
+    #[error("`{command}` failed ({status}){}", suffix(.stderr))]
+    PerfFailed {
+        /// The command line.
+        command: String,
+        /// How it exited.
+        status: ExitStatus,
+        /// The end of its stderr.
+        stderr: String,
+    },
+    /// The stream ended without the filter's end record: perf stopped early.
+    #[error("perf's output ended before the dlfilter finished ({events} events decoded before it are kept)")]
+    Truncated {
+        /// Events delivered before the end.
+        events: u64,
+    },
+    /// A record did not make sense.
+    #[error("malformed dlfilter record at byte {offset}: {what}")]
+    Corrupt {
+        /// Offset in the stream.
+        offset: u64,
+        /// What was wrong.
+        what: String,
+    },
+    /// The text path (used as the fallback) failed.
+    #[error(transparent)]
+    Text(#[from] ptscope_decode::Error),
+    /// perf did not load the filter (too old, or the library was rejected).
+    #[error("perf did not run the dlfilter: {0}")]
+    Unsupported(String),
+}
+
+fn suffix(stderr: &str) -> String {
+    let t = stderr.trim();
+    if t.is_empty() {
+        String::new()
+    } else {
+        format!(":\n{t}")
+    }
+}
+
+/// Writes [`FILTER_SO`] into `dir` (mode 0755) unless an identical copy is there.
+pub fn install_filter(dir: &Path) -> Result<PathBuf, Error> {
+    let path = dir.join(FILTER_FILE_NAME);
+    let err = |source| Error::Install {
+        path: path.clone(),
+        source,
+    };
+    if std::fs::read(&path).is_ok_and(|b| b == FILTER_SO) {
+        return Ok(path);
+    }
+    // Write then rename, so a perf already loading an older copy never sees half a file.
+    let tmp = dir.join(format!(".{FILTER_FILE_NAME}.{}", std::process::id()));
+    std::fs::write(&tmp, FILTER_SO).map_err(err)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).map_err(err)?;
+    }
+    std::fs::rename(&tmp, &path).map_err(err)?;
+    Ok(path)
+}
+
+/// Where perf is, what to decode, and how.
+#[derive(Clone, Debug)]
+pub struct DlfilterOptions {
+    /// The perf binary; defaults to `$PTSCOPE_PERF` or `perf`.
+    pub perf: PathBuf,
+    /// The `perf.data` file.
+    pub input: PathBuf,
+    /// `None` asks `perf evlist`.
+    pub kind: Option<RecordingKind>,
+    /// Where to write the filter; `None` is the input's directory (the working directory).
+    pub filter_dir: Option<PathBuf>,
+    /// An existing filter to load instead of the embedded one.
+    pub filter: Option<PathBuf>,
+    /// Keep jumps within one symbol (dropped by default; stack writers ignore them).
+    pub keep_jumps: bool,
+    /// Appended to the `perf script` command line.
+    pub extra_args: Vec<OsString>,
+}
+
+impl DlfilterOptions {
+    /// Options for `input` with the default perf, kind detection and the embedded filter.
+    pub fn new(input: impl Into<PathBuf>) -> Self {
+        DlfilterOptions {
+            perf: ptscope_decode::perf::default_perf(),
+            input: input.into(),
+            kind: None,
+            filter_dir: None,
+            filter: None,
+            keep_jumps: false,
+            extra_args: Vec::new(),
+        }
+    }
+
+    /// The directory the filter goes to by default.
+    fn default_dir(&self) -> PathBuf {
+        match self.input.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn tail(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(STDERR_TAIL);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// A running `perf script --dlfilter` whose output is decoded as it arrives.
+///
+/// Same shape as `ptscope_decode::PerfScript`: drain [`DlfilterScript::next_event`],
+/// then [`DlfilterScript::finish`] to learn how perf exited.
+#[derive(Debug)]
+pub struct DlfilterScript {
+    reader: RecordReader<BufReader<ChildStdout>>,
+    child: Child,
+    stderr: Option<JoinHandle<Vec<u8>>>,
+    command: String,
+    kind: RecordingKind,
+    done: bool,
+}
+
+impl DlfilterScript {
+    /// Starts perf with a fresh string table.
+    pub fn spawn(options: &DlfilterOptions) -> Result<Self, Error> {
+        DlfilterScript::spawn_with_strings(options, StringTable::new())
+    }
+
+    /// Starts perf, interning names into `strings`.
+    pub fn spawn_with_strings(
+        options: &DlfilterOptions,
+        strings: StringTable,
+    ) -> Result<Self, Error> {
+        let kind = match options.kind {
+            Some(k) => k,
+            None => detect_recording_kind(&options.perf, &options.input).map_err(|e| {
+                Error::Unsupported(format!("cannot tell what kind of recording this is: {e}"))
+            })?,
+        };
+        let filter = match &options.filter {
+            Some(f) => f.clone(),
+            None => install_filter(
+                &options
+                    .filter_dir
+                    .clone()
+                    .unwrap_or_else(|| options.default_dir()),
+            )?,
+        };
+        let mut cmd = Command::new(&options.perf);
+        cmd.arg("script")
+            .arg("-i")
+            .arg(&options.input)
+            .args(kind.script_args())
+            .arg("--dlfilter")
+            .arg(&filter);
+        if options.keep_jumps {
+            cmd.args(["--dlarg", "keep-jumps"]);
+        }
+        cmd.args(&options.extra_args)
+            .env("PAGER", "cat")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let command = describe(&cmd);
+        let program = options.perf.display().to_string();
+        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::Spawn {
+                program,
+                source: io::Error::other("no pipes to the child"),
+            });
+        };
+        // A dedicated reader keeps a chatty stderr from stalling perf; only the tail is kept.
+        let stderr = std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > 2 * STDERR_TAIL {
+                    kept.drain(..kept.len() - STDERR_TAIL);
+                }
+            }
+            kept
+        });
+        Ok(DlfilterScript {
+            reader: RecordReader::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
+            child,
+            stderr: Some(stderr),
+            command,
+            kind,
+            done: false,
+        })
+    }
+
+    /// Which kind of recording perf is decoding.
+    pub fn kind(&self) -> RecordingKind {
+        self.kind
+    }
+
+    /// The command line that was started.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// The next event; `Ok(None)` at the end. A stream cut short is an [`Error::Truncated`]
+    /// after every event decoded before the cut.
+    pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
+        self.reader.next_event()
+    }
+
+    /// True once the filter's first record arrived (perf loaded it).
+    pub fn started(&mut self) -> Result<bool, Error> {
+        self.reader.wait_for_hello()
+    }
+
+    /// The record reader (stats, warnings, strings).
+    pub fn reader(&self) -> &RecordReader<BufReader<ChildStdout>> {
+        &self.reader
+    }
+
+    /// The table the events' names are interned in.
+    pub fn strings(&self) -> &StringTable {
+        self.reader.strings()
+    }
+
+    /// Takes the string table, leaving an empty one.
+    pub fn take_strings(&mut self) -> StringTable {
+        self.reader.take_strings()
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> Stats {
+        self.reader.stats()
+    }
+
+    /// The first warnings from text perf printed.
+    pub fn warnings(&self) -> &[Warning] {
+        self.reader.warnings()
+    }
+
+    /// Waits for perf and reports how it exited, with its stderr tail on failure. If
+    /// the events were not drained, perf is stopped first (that is not an error).
+    pub fn finish(&mut self) -> Result<(), Error> {
+        if self.done {
+            return Ok(());
+        }
+        self.done = true;
+        let stopped_early = !self.reader.is_finished();
+        if stopped_early {
+            let _ = self.child.kill();
+        }
+        let status = self.child.wait()?;
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        if status.success() || stopped_early {
+            Ok(())
+        } else {
+            Err(Error::PerfFailed {
+                command: self.command.clone(),
+                status,
+                stderr: tail(&stderr),
+            })
+        }
+    }
+
+    /// The end of perf's stderr once [`DlfilterScript::finish`] ran (for diagnostics).
+    fn stderr_now(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.done = true;
+        let bytes = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        tail(&bytes)
+    }
+}
+
+impl Drop for DlfilterScript {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

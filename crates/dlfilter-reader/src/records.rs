@@ -1,0 +1,492 @@
+//! Splits perf's stdout into the filter's binary records and perf's own text, and
+//! turns both into events in the order they arrived.
+
+use crate::format::{self, Class, NO_NAME};
+use crate::Error;
+use ptscope_decode::{Decoder, Stats, Warning, DEFAULT_KEPT_WARNINGS};
+use ptscope_event::{
+    Event, EventData, ExtraEvent, Kind, Location, StringTable, Sym, Symbol, Thread,
+    TraceStateChange,
+};
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::io::{self, BufRead, ErrorKind};
+
+/// Text is handed to the text decoder in chunks of at most about this size, cut
+/// between groups, so memory stays bounded if perf prints a lot of it.
+const TEXT_CHUNK: usize = 1 << 20;
+/// A record longer than this is treated as corruption rather than allocated.
+const MAX_RECORD: usize = 64 << 20;
+
+/// Decodes a byte stream of filter records and perf text into [`Event`]s.
+#[derive(Debug)]
+pub struct RecordReader<R> {
+    reader: R,
+    strings: StringTable,
+    /// Filter name id → interned name.
+    names: Vec<Option<Sym>>,
+    unknown_dso: Option<Sym>,
+    payload: Vec<u8>,
+    text: Vec<u8>,
+    ready: VecDeque<Event>,
+    frames: Vec<Location>,
+    scratch: String,
+    stats: Stats,
+    warnings: Vec<Warning>,
+    offset: u64,
+    hello: bool,
+    end: bool,
+    eof: bool,
+    failed: bool,
+    pending_error: Option<Error>,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn id(v: i32) -> Option<u32> {
+    // As in the text decoder: perf's 0 and negative ids mean "not known".
+    (v > 0).then_some(v as u32)
+}
+
+/// Formats `v` like OCaml's `Int64.Hex.to_string`, as the text decoder names unknown symbols.
+fn int64_hex(out: &mut String, v: u64) {
+    let signed = v as i64;
+    let _ = if signed < 0 {
+        write!(out, "-0x{:x}", signed.unsigned_abs())
+    } else {
+        write!(out, "0x{:x}", signed)
+    };
+}
+
+/// The fields every sample record starts with.
+struct Common {
+    class: Class,
+    thread: Thread,
+    time: u64,
+    flags: u32,
+    period: u64,
+}
+
+impl<R: BufRead> RecordReader<R> {
+    /// A reader with a fresh string table.
+    pub fn new(reader: R) -> Self {
+        RecordReader::with_strings(reader, StringTable::new())
+    }
+
+    /// A reader interning into an existing table.
+    pub fn with_strings(reader: R, strings: StringTable) -> Self {
+        RecordReader {
+            reader,
+            strings,
+            names: Vec::new(),
+            unknown_dso: None,
+            payload: Vec::new(),
+            text: Vec::new(),
+            ready: VecDeque::new(),
+            frames: Vec::new(),
+            scratch: String::new(),
+            stats: Stats::default(),
+            warnings: Vec::new(),
+            offset: 0,
+            hello: false,
+            end: false,
+            eof: false,
+            failed: false,
+            pending_error: None,
+        }
+    }
+
+    /// The table events' names are interned in.
+    pub fn strings(&self) -> &StringTable {
+        &self.strings
+    }
+
+    /// Takes the table, leaving an empty one (names sent earlier are forgotten too).
+    pub fn take_strings(&mut self) -> StringTable {
+        self.names.clear();
+        self.unknown_dso = None;
+        std::mem::take(&mut self.strings)
+    }
+
+    /// Totals so far: `lines` counts text lines, `bytes` everything read.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Warnings from text the text decoder did not understand.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// True once the input ended (or failed) and every event was returned.
+    pub fn is_finished(&self) -> bool {
+        (self.eof || self.failed) && self.ready.is_empty()
+    }
+
+    /// True if the filter's end record was seen.
+    pub fn saw_end(&self) -> bool {
+        self.end
+    }
+
+    /// Reads until the filter's first record (or the end); false if it never came.
+    pub fn wait_for_hello(&mut self) -> Result<bool, Error> {
+        while !self.hello && !self.eof && !self.failed {
+            if let Err(e) = self.step() {
+                self.failed = true;
+                return Err(e);
+            }
+        }
+        Ok(self.hello)
+    }
+
+    /// The next event, `Ok(None)` at the end. An error is returned once, after every
+    /// event decoded before it.
+    pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                self.stats.events += 1;
+                return Ok(Some(e));
+            }
+            if let Some(e) = self.pending_error.take() {
+                return Err(e);
+            }
+            if self.eof || self.failed {
+                return Ok(None);
+            }
+            if let Err(e) = self.step() {
+                self.failed = true;
+                self.flush_text();
+                self.pending_error = Some(e);
+            }
+        }
+    }
+
+    /// Reads one record or one text line.
+    fn step(&mut self) -> Result<(), Error> {
+        let first = loop {
+            match self.reader.fill_buf() {
+                Ok([]) => break None,
+                Ok(buf) => break Some(buf[0]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::Io(e)),
+            }
+        };
+        match first {
+            None => {
+                self.eof = true;
+                self.flush_text();
+                if !self.end {
+                    return Err(Error::Truncated {
+                        events: self.stats.events + self.ready.len() as u64,
+                    });
+                }
+                Ok(())
+            }
+            Some(format::MARKER) => {
+                self.flush_text();
+                self.record()
+            }
+            Some(_) => {
+                let start = self.text.len();
+                if start >= TEXT_CHUNK {
+                    // Cut only before a group header, never inside a callchain.
+                    let tab = self.reader.fill_buf().ok().and_then(|b| b.first().copied());
+                    if tab != Some(b'\t') {
+                        self.flush_text();
+                    }
+                }
+                let n = self.reader.read_until(b'\n', &mut self.text)?;
+                self.offset += n as u64;
+                self.stats.bytes += n as u64;
+                Ok(())
+            }
+        }
+    }
+
+    /// Decodes the pending text with the text decoder, so what perf printed itself
+    /// is understood exactly as on the text path.
+    fn flush_text(&mut self) {
+        if self.text.is_empty() {
+            return;
+        }
+        let strings = std::mem::take(&mut self.strings);
+        let mut d = Decoder::with_strings(&self.text[..], strings)
+            .with_kept_warnings(DEFAULT_KEPT_WARNINGS.saturating_sub(self.warnings.len()));
+        // Reading a slice cannot fail.
+        while let Ok(Some(e)) = d.next_event() {
+            self.ready.push_back(e);
+        }
+        let st = *d.stats();
+        self.stats.lines += st.lines;
+        self.stats.warnings += st.warnings;
+        self.stats.ignored += st.ignored;
+        self.warnings.extend_from_slice(d.warnings());
+        self.strings = d.into_strings();
+        self.text.clear();
+    }
+
+    fn corrupt(&self, what: impl Into<String>) -> Error {
+        Error::Corrupt {
+            offset: self.offset,
+            what: what.into(),
+        }
+    }
+
+    /// Reads and converts one binary record.
+    fn record(&mut self) -> Result<(), Error> {
+        let mut head = [0u8; format::HEADER_LEN];
+        read_full(&mut self.reader, &mut head).map_err(|e| self.short(e))?;
+        let ty = head[1];
+        let len = u32_at(&head, 2) as usize;
+        if len > MAX_RECORD {
+            return Err(self.corrupt(format!("record of {len} bytes")));
+        }
+        self.payload.clear();
+        self.payload.resize(len, 0);
+        read_full(&mut self.reader, &mut self.payload).map_err(|e| self.short(e))?;
+        let at = self.offset;
+        self.offset += (format::HEADER_LEN + len) as u64;
+        self.stats.bytes += (format::HEADER_LEN + len) as u64;
+        let payload = std::mem::take(&mut self.payload);
+        let r = self.convert(ty, &payload).map_err(|what| Error::Corrupt { offset: at, what });
+        self.payload = payload;
+        r
+    }
+
+    fn short(&self, e: io::Error) -> Error {
+        if e.kind() == ErrorKind::UnexpectedEof {
+            Error::Truncated {
+                events: self.stats.events + self.ready.len() as u64,
+            }
+        } else {
+            Error::Io(e)
+        }
+    }
+
+    fn convert(&mut self, ty: u8, p: &[u8]) -> Result<(), String> {
+        if !self.hello && ty != format::REC_HELLO {
+            return Err("stream does not start with the filter's hello record".into());
+        }
+        match ty {
+            format::REC_HELLO => {
+                let v = (p.len() >= 4).then(|| u32_at(p, 0)).ok_or("short hello")?;
+                if v != format::VERSION {
+                    return Err(format!(
+                        "filter speaks version {v}, this ptscope reads {}",
+                        format::VERSION
+                    ));
+                }
+                self.hello = true;
+            }
+            format::REC_NAME => {
+                if p.len() < 4 {
+                    return Err("short name record".into());
+                }
+                let id = u32_at(p, 0) as usize;
+                if id != self.names.len() {
+                    // Ids are dense and sent in order; anything else is a lost record.
+                    return Err(format!("name id {id}, expected {}", self.names.len()));
+                }
+                let sym = intern_bytes(&mut self.strings, &p[4..]);
+                self.names.push(Some(sym));
+            }
+            format::REC_STACK => {
+                let c = self.common(p)?;
+                let mut at = format::COMMON_LEN;
+                let n = (p.len() >= at + 4).then(|| u32_at(p, at)).ok_or("short stack")?;
+                at += 4;
+                if p.len() != at + n as usize * format::LOC_LEN {
+                    return Err(format!("stack of {n} frames has {} bytes", p.len()));
+                }
+                self.frames.clear();
+                for i in 0..n as usize {
+                    let loc = self.loc(p, at + i * format::LOC_LEN)?;
+                    self.frames.push(loc);
+                }
+                let data = match extra(c.class) {
+                    Some(name) => EventData::EventSample {
+                        location: *self.frames.first().ok_or("empty stack")?,
+                        count: c.period,
+                        name,
+                    },
+                    None => EventData::StackSample {
+                        callstack: self.frames.iter().rev().copied().collect(),
+                    },
+                };
+                self.push(c, false, data);
+            }
+            format::REC_INLINE => {
+                let c = self.common(p)?;
+                if p.len() != format::COMMON_LEN + format::LOC_LEN {
+                    return Err("bad inline sample length".into());
+                }
+                let loc = self.loc(p, format::COMMON_LEN)?;
+                let data = match extra(c.class) {
+                    Some(name) => EventData::EventSample {
+                        location: loc,
+                        count: c.period,
+                        name,
+                    },
+                    None => EventData::StackSample {
+                        callstack: vec![loc],
+                    },
+                };
+                self.push(c, false, data);
+            }
+            format::REC_BRANCH => {
+                let c = self.common(p)?;
+                if p.len() != format::COMMON_LEN + 2 * format::LOC_LEN {
+                    return Err("bad branch length".into());
+                }
+                let src = self.loc(p, format::COMMON_LEN)?;
+                let dst = self.loc(p, format::COMMON_LEN + format::LOC_LEN)?;
+                let (start, end, kind) = branch_kind(c.flags).ok_or("unprintable flags")?;
+                let change = match (start, end) {
+                    (true, false) => Some(TraceStateChange::Start),
+                    (false, true) => Some(TraceStateChange::End),
+                    _ => None,
+                };
+                let in_tx = c.flags & format::flags::IN_TX != 0;
+                self.push(
+                    c,
+                    in_tx,
+                    EventData::Trace {
+                        change,
+                        kind,
+                        src,
+                        dst,
+                    },
+                );
+            }
+            format::REC_END => self.end = true,
+            other => return Err(format!("unknown record type {other}")),
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, c: Common, in_transaction: bool, data: EventData) {
+        self.ready.push_back(Event::Ok {
+            thread: c.thread,
+            time: c.time,
+            in_transaction,
+            data,
+        });
+    }
+
+    fn common(&self, p: &[u8]) -> Result<Common, String> {
+        if p.len() < format::COMMON_LEN {
+            return Err("short sample record".into());
+        }
+        let class = Class::from_u8(p[0]).ok_or_else(|| format!("unknown class {}", p[0]))?;
+        Ok(Common {
+            class,
+            thread: Thread {
+                pid: id(u32_at(p, 4) as i32),
+                tid: id(u32_at(p, 8) as i32),
+            },
+            time: u64_at(p, 12),
+            flags: u32_at(p, 24),
+            period: u64_at(p, 28),
+        })
+    }
+
+    fn name(&self, id: u32) -> Result<Option<Sym>, String> {
+        if id == NO_NAME {
+            return Ok(None);
+        }
+        match self.names.get(id as usize) {
+            Some(Some(s)) => Ok(Some(*s)),
+            _ => Err(format!("name id {id} used before it was sent")),
+        }
+    }
+
+    /// A location as the text decoder builds it from `SYM+0xOFF (DSO)` or `[unknown] (DSO)`.
+    fn loc(&mut self, p: &[u8], at: usize) -> Result<Location, String> {
+        let ip = u64_at(p, at);
+        let sym = self.name(u32_at(p, at + 8))?;
+        let dso = match self.name(u32_at(p, at + 12))? {
+            Some(d) => d,
+            None => *self
+                .unknown_dso
+                .get_or_insert_with(|| self.strings.intern("[unknown]")),
+        };
+        let offset = u64_at(p, at + 16);
+        Ok(match sym {
+            Some(s) => Location {
+                ip,
+                symbol: Symbol::FromPerf(s),
+                offset: offset & (u64::MAX >> 1),
+                dso: Some(dso),
+            },
+            None => {
+                self.scratch.clear();
+                self.scratch.push_str("[unknown @ ");
+                int64_hex(&mut self.scratch, ip);
+                self.scratch.push_str(" (");
+                self.scratch.push_str(self.strings.get(dso));
+                self.scratch.push_str(")]");
+                let name = self.strings.intern(&self.scratch);
+                Location {
+                    ip,
+                    symbol: Symbol::FromPerf(name),
+                    offset: 0,
+                    dso: Some(dso),
+                }
+            }
+        })
+    }
+}
+
+fn extra(class: Class) -> Option<ExtraEvent> {
+    match class {
+        Class::BranchMisses => Some(ExtraEvent::BranchMisses),
+        Class::CacheMisses => Some(ExtraEvent::CacheMisses),
+        _ => None,
+    }
+}
+
+/// (trace start, trace end, kind) as the text decoder reads perf's flag words.
+fn branch_kind(flags: u32) -> Option<(bool, bool, Option<Kind>)> {
+    let (prefix, name) = format::flag_words(flags)?;
+    let start = prefix == "tr strt" || name == "tr strt";
+    let end = prefix == "tr end" || name == "tr end";
+    let kind = match name {
+        "call" => Some(Kind::Call),
+        "return" => Some(Kind::Return),
+        "jcc" => Some(Kind::Jump),
+        // magic-trace leaves the kind of `tr strt jmp` empty.
+        "jmp" if !start => Some(Kind::Jump),
+        "syscall" => Some(Kind::Syscall),
+        "sysret" => Some(Kind::Sysret),
+        "hw int" => Some(Kind::HardwareInterrupt),
+        "iret" => Some(Kind::Iret),
+        "int" => Some(Kind::Interrupt),
+        "async" => Some(Kind::Async),
+        "tx abrt" => Some(Kind::TxAbort),
+        _ => None,
+    };
+    Some((start, end, kind))
+}
+
+fn intern_bytes(strings: &mut StringTable, bytes: &[u8]) -> Sym {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => strings.intern(s),
+        Err(_) => strings.intern(&String::from_utf8_lossy(bytes)),
+    }
+}
+
+/// `read_exact` that retries on EINTR and reports a short read as `UnexpectedEof`.
+fn read_full(r: &mut impl BufRead, buf: &mut [u8]) -> io::Result<()> {
+    r.read_exact(buf)
+}
+

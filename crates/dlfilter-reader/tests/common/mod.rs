@@ -1,0 +1,168 @@
+//! Helpers for tests that record with the real perf.
+
+#![allow(dead_code)]
+
+use ptscope_event::{Event, EventData, Location, StringTable, Symbol};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The test program: a three-deep call tree that burns CPU in `leaf`.
+pub const PROG_C: &str = r#"
+#include <stdlib.h>
+volatile long sink;
+__attribute__((noinline)) long leaf(long n){ long s=0; for(long i=0;i<n;i++) s+=i*i; return s; }
+__attribute__((noinline)) long mid(long n){ return leaf(n)+leaf(n/2); }
+__attribute__((noinline)) long top(long n){ long s=0; for(int i=0;i<4;i++) s+=mid(n); return s; }
+int main(int argc,char**argv){ long it = argc>1?atol(argv[1]):200; for(long k=0;k<it;k++) sink+=top(20000); return 0; }
+"#;
+
+/// True if perf and root are here; otherwise skips loudly, or panics under `CI`.
+pub fn perf_usable(test: &str) -> bool {
+    let perf_ok = Command::new("perf")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let gcc_ok = Command::new("gcc")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { geteuid() } == 0;
+    if perf_ok && gcc_ok && root {
+        return true;
+    }
+    let why = format!("{test}: needs perf, gcc and root (perf {perf_ok}, gcc {gcc_ok}, root {root})");
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED {why}");
+    false
+}
+
+extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// A fresh scratch directory under the system temp dir.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ptscope-dlf-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Builds the test program (non-PIE, so breakpoint addresses are fixed).
+pub fn build_prog(dir: &Path, name: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, PROG_C).expect("write source");
+    let exe = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-O0", "-fno-omit-frame-pointer", "-no-pie", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed");
+    exe
+}
+
+/// Address of a function in a non-PIE executable.
+pub fn symbol_addr(exe: &Path, sym: &str) -> u64 {
+    let out = Command::new("nm").arg(exe).output().expect("nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == sym).then(|| u64::from_str_radix(f[0], 16).ok())?
+        })
+        .expect("symbol in nm output")
+}
+
+/// Runs `perf record -o OUT ARGS -- CMD…` and checks it worked.
+pub fn record(out: &Path, args: &[&str], cmd: &[&str]) {
+    let o = Command::new("perf")
+        .arg("record")
+        .arg("-q")
+        .arg("-o")
+        .arg(out)
+        .args(args)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("perf record");
+    assert!(
+        o.status.success() && out.exists(),
+        "perf record {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Removes a uprobe group even if the test fails.
+pub struct ProbeGuard(pub String);
+
+impl Drop for ProbeGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("perf")
+            .args(["probe", "-q", "-d", &format!("{}:*", self.0)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn loc(l: &Location, s: &StringTable) -> String {
+    let dso = l.dso.map_or("-", |d| s.get(d));
+    let sym = match l.symbol {
+        Symbol::FromPerfMap { name, start, size } => format!("{}@{start:x}+{size}", s.get(name)),
+        other => s.display(other).to_string(),
+    };
+    format!("{:x} {sym}+{:x} ({dso})", l.ip, l.offset)
+}
+
+/// An event with its names spelled out, so streams with different tables compare.
+pub fn norm(e: &Event, s: &StringTable) -> String {
+    match e {
+        Event::DecodeError {
+            thread,
+            time,
+            ip,
+            message,
+        } => format!("ERR {thread:?} {time:?} {ip:?} {}", s.get(*message)),
+        Event::Ok {
+            thread,
+            time,
+            data,
+            in_transaction,
+        } => {
+            let d = match data {
+                EventData::Trace {
+                    change,
+                    kind,
+                    src,
+                    dst,
+                } => format!(
+                    "TRACE {change:?} {kind:?} {} => {}",
+                    loc(src, s),
+                    loc(dst, s)
+                ),
+                EventData::Power { freq_mhz } => format!("POWER {freq_mhz}"),
+                EventData::StackSample { callstack } => {
+                    let f: Vec<String> = callstack.iter().map(|l| loc(l, s)).collect();
+                    format!("STACK [{}]", f.join(" / "))
+                }
+                EventData::EventSample {
+                    location,
+                    count,
+                    name,
+                } => format!("EXTRA {} {count} {name:?}", loc(location, s)),
+                EventData::Ptwrite { location, data } => {
+                    format!("PTWRITE {} {data:x}", loc(location, s))
+                }
+            };
+            format!("{thread:?} {time} {in_transaction} {d}")
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! A perf dlfilter (`perf script --dlfilter`) that streams samples to ptscope as
+//! compact binary records instead of text.
+//!
+//! The records go to perf's own `stdout` `FILE`, through the same stdio buffer perf
+//! prints its text into, so whatever perf still prints (decode errors, events this
+//! filter passes through) arrives interleaved in exactly the order perf produced it.
+//! A sample this filter wrote is filtered out (return 1) so perf prints nothing for
+//! it; a sample it cannot reproduce exactly is kept (return 0) and perf prints it as
+//! text. Record layout: [`format`] and `docs/dlfilter.md`.
+//!
+//! `--dlarg` options: `keep-jumps` (do not drop jumps within one symbol), `null`
+//! (drop everything and write nothing: the cost of perf's own decoding).
+//!
+//! This file and `format.rs` are compiled on their own with `rustc` by the reader
+//! crate's build script, so they use nothing but `std`.
+
+#![allow(non_upper_case_globals)]
+#![allow(clippy::missing_safety_doc)]
+
+pub mod format;
+
+use format::{Class, NO_NAME};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+/// `struct perf_dlfilter_sample` (perf 6.1; 208 bytes).
+#[repr(C)]
+pub struct Sample {
+    /// Size perf filled in.
+    pub size: u32,
+    /// Instruction latency.
+    pub ins_lat: u16,
+    /// Pipeline stage cycles.
+    pub p_stage_cyc: u16,
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Process id.
+    pub pid: i32,
+    /// Thread id.
+    pub tid: i32,
+    /// Time in ns.
+    pub time: u64,
+    /// Branch target or data address.
+    pub addr: u64,
+    /// Sample id.
+    pub id: u64,
+    /// Stream id.
+    pub stream_id: u64,
+    /// Sample period.
+    pub period: u64,
+    /// Weight.
+    pub weight: u64,
+    /// Transaction.
+    pub transaction: u64,
+    /// Instruction count (IPC).
+    pub insn_cnt: u64,
+    /// Cycle count (IPC).
+    pub cyc_cnt: u64,
+    /// CPU.
+    pub cpu: i32,
+    /// `PERF_DLFILTER_FLAG_*`.
+    pub flags: u32,
+    /// Data source.
+    pub data_src: u64,
+    /// Physical address.
+    pub phys_addr: u64,
+    /// Data page size.
+    pub data_page_size: u64,
+    /// Code page size.
+    pub code_page_size: u64,
+    /// Cgroup.
+    pub cgroup: u64,
+    /// CPU mode.
+    pub cpumode: u8,
+    /// `resolve_addr` is meaningful.
+    pub addr_correlates_sym: u8,
+    /// Header misc bits.
+    pub misc: u16,
+    /// Raw data size.
+    pub raw_size: u32,
+    /// Raw data.
+    pub raw_data: *const c_void,
+    /// Branch stack entries.
+    pub brstack_nr: u64,
+    /// Branch stack.
+    pub brstack: *const c_void,
+    /// Raw callchain entries.
+    pub raw_callchain_nr: u64,
+    /// Raw callchain, with `PERF_CONTEXT_*` markers.
+    pub raw_callchain: *const u64,
+    /// Event name.
+    pub event: *const c_char,
+    /// Guest machine pid.
+    pub machine_pid: i32,
+    /// Guest vcpu.
+    pub vcpu: i32,
+}
+
+/// `struct perf_dlfilter_al`.
+#[repr(C)]
+pub struct Al {
+    /// Size of this struct, set by the caller of `resolve_address`.
+    pub size: u32,
+    /// Offset in the symbol (32 bits only; see [`offset`]).
+    pub symoff: u32,
+    /// Symbol name or NULL.
+    pub sym: *const c_char,
+    /// Address mapped into the DSO.
+    pub addr: u64,
+    /// Symbol start.
+    pub sym_start: u64,
+    /// Symbol end.
+    pub sym_end: u64,
+    /// DSO name or NULL.
+    pub dso: *const c_char,
+    /// ELF binding.
+    pub sym_binding: u8,
+    /// 64-bit DSO.
+    pub is_64_bit: u8,
+    /// Kernel address.
+    pub is_kernel_ip: u8,
+    /// Build-id size.
+    pub buildid_size: u32,
+    /// Build-id.
+    pub buildid: *mut u8,
+    /// Filtered out (resolve_ip only).
+    pub filtered: u8,
+    /// Command (resolve_ip only).
+    pub comm: *const c_char,
+}
+
+type Ctx = *mut c_void;
+
+/// `struct perf_dlfilter_fns`, which perf fills in before `start`.
+#[repr(C)]
+pub struct Fns {
+    /// Location of the sample's ip.
+    pub resolve_ip: Option<unsafe extern "C" fn(Ctx) -> *const Al>,
+    /// Location of the sample's addr.
+    pub resolve_addr: Option<unsafe extern "C" fn(Ctx) -> *const Al>,
+    /// `--dlarg` values.
+    pub args: Option<unsafe extern "C" fn(Ctx, *mut c_int) -> *mut *mut c_char>,
+    /// Location of any address.
+    pub resolve_address: Option<unsafe extern "C" fn(Ctx, u64, *mut Al) -> i32>,
+    /// Instruction bytes.
+    pub insn: Option<unsafe extern "C" fn(Ctx, *mut u32) -> *const u8>,
+    /// Source line.
+    pub srcline: Option<unsafe extern "C" fn(Ctx, *mut u32) -> *const c_char>,
+    /// Event attributes.
+    pub attr: Option<unsafe extern "C" fn(Ctx) -> *mut c_void>,
+    /// Object code.
+    pub object_code: Option<unsafe extern "C" fn(Ctx, u64, *mut c_void, u32) -> i32>,
+    /// Reserved by perf.
+    pub reserved: [*mut c_void; 120],
+}
+
+/// Filled in by perf when it loads the filter.
+#[no_mangle]
+pub static mut perf_dlfilter_fns: Fns = Fns {
+    resolve_ip: None,
+    resolve_addr: None,
+    args: None,
+    resolve_address: None,
+    insn: None,
+    srcline: None,
+    attr: None,
+    object_code: None,
+    reserved: [std::ptr::null_mut(); 120],
+};
+
+extern "C" {
+    static mut stdout: *mut c_void;
+    fn fwrite_unlocked(ptr: *const c_void, size: usize, n: usize, stream: *mut c_void) -> usize;
+    fn fflush(stream: *mut c_void) -> c_int;
+}
+
+/// Callchain entries at or above this are `PERF_CONTEXT_*` markers, not addresses.
+const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
+
+/// What is known about one event name.
+#[derive(Copy, Clone)]
+struct EventInfo {
+    class: Class,
+    clean: bool,
+}
+
+/// The filter's state, created by `start`.
+struct State {
+    null: bool,
+    keep_jumps: bool,
+    /// Name pointer → (id, length); perf's names live as long as their DSO, and the
+    /// bytes are re-checked on each hit in case a pointer was reused for another name.
+    by_ptr: HashMap<usize, u32>,
+    by_name: HashMap<Vec<u8>, u32>,
+    names: Vec<Vec<u8>>,
+    events: HashMap<usize, EventInfo>,
+    rec: Vec<u8>,
+    def: Vec<u8>,
+    seen: u64,
+    sent: u64,
+    dropped: u64,
+    passed: u64,
+    write_failed: bool,
+}
+
+fn put_u32(v: &mut Vec<u8>, x: u32) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+fn put_u64(v: &mut Vec<u8>, x: u64) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+fn begin(v: &mut Vec<u8>, ty: u8) {
+    v.clear();
+    v.extend_from_slice(&[format::MARKER, ty, 0, 0, 0, 0]);
+}
+
+fn seal(v: &mut [u8]) {
+    let len = (v.len() - format::HEADER_LEN) as u32;
+    v[2..6].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The offset perf prints after `sym+0x`, when it can be computed from `al` alone.
+pub fn offset(al: &Al) -> Option<u64> {
+    // perf uses the map start for addresses past the symbol's end, which is not exposed.
+    (al.addr < al.sym_end).then(|| al.addr.wrapping_sub(al.sym_start))
+}
+
+impl State {
+    fn emit(&mut self, bytes_of: fn(&State) -> &Vec<u8>) {
+        let buf = bytes_of(self);
+        // SAFETY: `stdout` is libc's stream, valid for the life of the process.
+        let n = unsafe { fwrite_unlocked(buf.as_ptr().cast(), 1, buf.len(), stdout) };
+        if n != buf.len() {
+            self.write_failed = true;
+        }
+    }
+
+    /// The id of a name, announcing it with a `NAME` record the first time.
+    fn name_id(&mut self, p: *const c_char) -> u32 {
+        if p.is_null() {
+            return NO_NAME;
+        }
+        // SAFETY: perf hands out NUL-terminated names valid during this callback.
+        let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+        if let Some(&id) = self.by_ptr.get(&(p as usize)) {
+            if self.names[id as usize] == bytes {
+                return id;
+            }
+        }
+        let id = match self.by_name.get(bytes) {
+            Some(&id) => id,
+            None => {
+                let id = self.names.len() as u32;
+                self.names.push(bytes.to_vec());
+                self.by_name.insert(bytes.to_vec(), id);
+                begin(&mut self.def, format::REC_NAME);
+                put_u32(&mut self.def, id);
+                self.def.extend_from_slice(bytes);
+                seal(&mut self.def);
+                self.emit(|s| &s.def);
+                id
+            }
+        };
+        self.by_ptr.insert(p as usize, id);
+        id
+    }
+
+    /// Appends a location to the record; `None` if perf's text would differ from
+    /// what the reader can rebuild.
+    fn loc(&mut self, printed_ip: u64, al: &Al) -> Option<()> {
+        let sym = self.name_id(al.sym);
+        let dso = self.name_id(al.dso);
+        let off = if al.sym.is_null() { 0 } else { offset(al)? };
+        put_u64(&mut self.rec, printed_ip);
+        put_u32(&mut self.rec, sym);
+        put_u32(&mut self.rec, dso);
+        put_u64(&mut self.rec, off);
+        Some(())
+    }
+
+    fn common(&mut self, ty: u8, class: Class, s: &Sample) {
+        let r = &mut self.rec;
+        begin(r, ty);
+        r.extend_from_slice(&[class as u8, s.cpumode, 0, 0]);
+        r.extend_from_slice(&s.pid.to_le_bytes());
+        r.extend_from_slice(&s.tid.to_le_bytes());
+        put_u64(r, s.time);
+        r.extend_from_slice(&s.cpu.to_le_bytes());
+        put_u32(r, s.flags);
+        put_u64(r, s.period);
+        put_u64(r, s.ip);
+        put_u64(r, s.addr);
+        put_u64(r, s.insn_cnt);
+        put_u64(r, s.cyc_cnt);
+    }
+
+    fn event_info(&mut self, p: *const c_char) -> EventInfo {
+        if let Some(&e) = self.events.get(&(p as usize)) {
+            return e;
+        }
+        let name: &[u8] = if p.is_null() {
+            b""
+        } else {
+            // SAFETY: perf's event names are NUL-terminated and live for the session.
+            unsafe { CStr::from_ptr(p) }.to_bytes()
+        };
+        let (class, clean) = format::classify(name);
+        let e = EventInfo { class, clean };
+        self.events.insert(p as usize, e);
+        e
+    }
+
+    /// Handles one sample: `Some(true)` written, `Some(false)` dropped, `None` left
+    /// for perf to print as text.
+    unsafe fn sample(&mut self, s: &Sample, ctx: Ctx) -> Option<bool> {
+        let fns = &*std::ptr::addr_of!(perf_dlfilter_fns);
+        let ev = self.event_info(s.event);
+        match ev.class {
+            Class::Sample | Class::BranchMisses | Class::CacheMisses => {}
+            Class::Branches => return self.branch(s, ctx, ev),
+            // Rare PT side events: the text decoder reads them as perf prints them.
+            Class::Cbr | Class::Ptwrite | Class::Ignored => return None,
+        }
+        if s.raw_callchain.is_null() {
+            if !ev.clean {
+                return None;
+            }
+            let al = &*(fns.resolve_ip?)(ctx);
+            self.common(format::REC_INLINE, ev.class, s);
+            self.loc(s.ip, al)?;
+            return Some(true);
+        }
+        let resolve = fns.resolve_address?;
+        self.common(format::REC_STACK, ev.class, s);
+        let count_at = self.rec.len();
+        put_u32(&mut self.rec, 0);
+        let chain = std::slice::from_raw_parts(s.raw_callchain, s.raw_callchain_nr as usize);
+        let mut n = 0u32;
+        for &ip in chain {
+            if ip >= PERF_CONTEXT_MAX {
+                continue;
+            }
+            let mut al: Al = std::mem::zeroed();
+            al.size = std::mem::size_of::<Al>() as u32;
+            if resolve(ctx, ip, &mut al) != 0 {
+                return None;
+            }
+            // perf prints callchain addresses relative to their DSO.
+            self.loc(al.addr, &al)?;
+            n += 1;
+        }
+        if n == 0 {
+            // perf prints a bare header; what the text decoder makes of it depends on the name.
+            return None;
+        }
+        self.rec[count_at..count_at + 4].copy_from_slice(&n.to_le_bytes());
+        Some(true)
+    }
+
+    unsafe fn branch(&mut self, s: &Sample, ctx: Ctx, ev: EventInfo) -> Option<bool> {
+        use format::flags::*;
+        let fns = &*std::ptr::addr_of!(perf_dlfilter_fns);
+        if !ev.clean || format::flag_words(s.flags).is_none() || s.addr_correlates_sym == 0 {
+            return None;
+        }
+        let src = &*(fns.resolve_ip?)(ctx);
+        let dst = &*(fns.resolve_addr?)(ctx);
+        // Same test as the reader's `is_dropped_jump`, so a fallback can skip exactly
+        // what was delivered; the name (not the address) is what stack writers compare.
+        let plain_jump = s.flags & IN_TX == 0
+            && matches!(s.flags & !AUX, f if f == BRANCH || f == BRANCH | CONDITIONAL);
+        if plain_jump
+            && !self.keep_jumps
+            && !src.sym.is_null()
+            && !dst.sym.is_null()
+            && !src.dso.is_null()
+            && !dst.dso.is_null()
+            && CStr::from_ptr(src.sym) == CStr::from_ptr(dst.sym)
+            && CStr::from_ptr(src.dso) == CStr::from_ptr(dst.dso)
+        {
+            return Some(false);
+        }
+        self.common(format::REC_BRANCH, ev.class, s);
+        self.loc(s.ip, src)?;
+        self.loc(s.addr, dst)?;
+        Some(true)
+    }
+}
+
+/// Reads `--dlarg`s and announces the stream.
+#[no_mangle]
+pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_int {
+    let mut st = Box::new(State {
+        null: false,
+        keep_jumps: false,
+        by_ptr: HashMap::new(),
+        by_name: HashMap::new(),
+        names: Vec::new(),
+        events: HashMap::new(),
+        rec: Vec::with_capacity(4096),
+        def: Vec::with_capacity(256),
+        seen: 0,
+        sent: 0,
+        dropped: 0,
+        passed: 0,
+        write_failed: false,
+    });
+    let fns = &*std::ptr::addr_of!(perf_dlfilter_fns);
+    if let Some(args) = fns.args {
+        let mut argc: c_int = 0;
+        let argv = args(ctx, &mut argc);
+        for i in 0..argc.max(0) as usize {
+            if argv.is_null() {
+                break;
+            }
+            let a = *argv.add(i);
+            if a.is_null() {
+                continue;
+            }
+            match CStr::from_ptr(a).to_bytes() {
+                b"null" => st.null = true,
+                b"keep-jumps" => st.keep_jumps = true,
+                _ => return -22,
+            }
+        }
+    }
+    if !st.null {
+        begin(&mut st.rec, format::REC_HELLO);
+        put_u32(&mut st.rec, format::VERSION);
+        seal(&mut st.rec);
+        st.emit(|s| &s.rec);
+    }
+    *data = Box::into_raw(st).cast();
+    0
+}
+
+/// Writes the `END` record, whose absence tells the reader perf stopped early.
+#[no_mangle]
+pub unsafe extern "C" fn stop(data: *mut c_void, _ctx: *mut c_void) -> c_int {
+    if data.is_null() {
+        return 0;
+    }
+    let mut st = Box::from_raw(data.cast::<State>());
+    if st.null {
+        return 0;
+    }
+    let (seen, sent, dropped, passed) = (st.seen, st.sent, st.dropped, st.passed);
+    let r = &mut st.rec;
+    begin(r, format::REC_END);
+    for x in [seen, sent, dropped, passed] {
+        put_u64(r, x);
+    }
+    seal(r);
+    st.emit(|s| &s.rec);
+    if fflush(stdout) != 0 || st.write_failed {
+        return -5;
+    }
+    0
+}
+
+/// Writes a handled sample as a record (and tells perf not to print it).
+#[no_mangle]
+pub unsafe extern "C" fn filter_event(
+    data: *mut c_void,
+    sample: *const Sample,
+    ctx: *mut c_void,
+) -> c_int {
+    if data.is_null() || sample.is_null() {
+        return 0;
+    }
+    let st = &mut *data.cast::<State>();
+    if st.null {
+        return 1;
+    }
+    st.seen += 1;
+    match st.sample(&*sample, ctx) {
+        Some(true) => {
+            seal(&mut st.rec);
+            st.emit(|s| &s.rec);
+            st.sent += 1;
+            1
+        }
+        Some(false) => {
+            st.dropped += 1;
+            1
+        }
+        None => {
+            st.passed += 1;
+            0
+        }
+    }
+}
+
+/// One-line description for `perf script --list-dlfilters`.
+#[no_mangle]
+pub unsafe extern "C" fn filter_description(long: *mut *const c_char) -> *const c_char {
+    if !long.is_null() {
+        *long = c"Streams samples to ptscope as binary records on stdout; dlargs: keep-jumps, null".as_ptr();
+    }
+    c"ptscope binary sample stream".as_ptr()
+}
