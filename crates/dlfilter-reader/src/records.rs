@@ -184,6 +184,11 @@ impl<R: BufRead> RecordReader<R> {
         match first {
             None => {
                 self.eof = true;
+                if !self.end && self.text.last().is_some_and(|&b| b != b'\n') {
+                    // perf died mid-line: a partial line would decode as a wrong event.
+                    let keep = self.text.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+                    self.text.truncate(keep);
+                }
                 self.flush_text();
                 if !self.end {
                     return Err(Error::Truncated {
@@ -490,3 +495,183 @@ fn read_full(r: &mut impl BufRead, buf: &mut [u8]) -> io::Result<()> {
     r.read_exact(buf)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds streams the way the filter writes them.
+    #[derive(Default)]
+    struct W(Vec<u8>);
+
+    impl W {
+        fn rec(&mut self, ty: u8, payload: &[u8]) -> &mut Self {
+            self.0.extend_from_slice(&[format::MARKER, ty]);
+            self.0
+                .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            self.0.extend_from_slice(payload);
+            self
+        }
+        fn hello(&mut self) -> &mut Self {
+            self.rec(format::REC_HELLO, &format::VERSION.to_le_bytes())
+        }
+        fn name(&mut self, id: u32, s: &str) -> &mut Self {
+            let mut p = id.to_le_bytes().to_vec();
+            p.extend_from_slice(s.as_bytes());
+            self.rec(format::REC_NAME, &p)
+        }
+        fn common(class: Class, pid: i32, time: u64, flags: u32) -> Vec<u8> {
+            let mut p = vec![class as u8, 0, 0, 0];
+            p.extend_from_slice(&pid.to_le_bytes());
+            p.extend_from_slice(&pid.to_le_bytes());
+            p.extend_from_slice(&time.to_le_bytes());
+            p.extend_from_slice(&0i32.to_le_bytes());
+            p.extend_from_slice(&flags.to_le_bytes());
+            p.extend_from_slice(&[0u8; 8 * 5]);
+            p
+        }
+        fn loc(p: &mut Vec<u8>, ip: u64, sym: u32, dso: u32, off: u64) {
+            p.extend_from_slice(&ip.to_le_bytes());
+            p.extend_from_slice(&sym.to_le_bytes());
+            p.extend_from_slice(&dso.to_le_bytes());
+            p.extend_from_slice(&off.to_le_bytes());
+        }
+        fn stack(&mut self, time: u64, frames: &[(u64, u32, u32, u64)]) -> &mut Self {
+            let mut p = Self::common(Class::Sample, 7, time, 0);
+            p.extend_from_slice(&(frames.len() as u32).to_le_bytes());
+            for &(ip, s, d, o) in frames {
+                Self::loc(&mut p, ip, s, d, o);
+            }
+            self.rec(format::REC_STACK, &p)
+        }
+        fn end(&mut self) -> &mut Self {
+            self.rec(format::REC_END, &[0u8; 32])
+        }
+        fn text(&mut self, t: &str) -> &mut Self {
+            self.0.extend_from_slice(t.as_bytes());
+            self
+        }
+    }
+
+    fn drain(bytes: &[u8]) -> (Vec<String>, Option<Error>, StringTable) {
+        let mut r = RecordReader::new(bytes);
+        let mut out = Vec::new();
+        let mut err = None;
+        loop {
+            match r.next_event() {
+                Ok(Some(Event::Ok {
+                    time,
+                    data: EventData::StackSample { callstack },
+                    ..
+                })) => {
+                    let names: Vec<&str> = callstack
+                        .iter()
+                        .map(|l| r.strings().display(l.symbol))
+                        .collect();
+                    out.push(format!("{time} {}", names.join(">")));
+                }
+                Ok(Some(Event::DecodeError { time, message, .. })) => {
+                    out.push(format!("{time:?} ERR {}", r.strings().get(message)));
+                }
+                Ok(Some(other)) => out.push(format!("{other:?}")),
+                Ok(None) => break,
+                Err(e) => {
+                    assert!(err.is_none(), "two errors");
+                    err = Some(e);
+                }
+            }
+        }
+        (out, err, r.take_strings())
+    }
+
+    fn sample_stream() -> W {
+        let mut w = W::default();
+        w.hello()
+            .name(0, "leaf")
+            .name(1, "/bin/prog")
+            .name(2, "main")
+            .stack(10, &[(0x10, 0, 1, 3), (0x20, 2, 1, 4)])
+            .text(" instruction trace error type 1 time 1.000000011 cpu 0 pid 7 tid 7 ip 0x10 code 6: Overflow packet\n")
+            .stack(12, &[(0x30, NO_NAME, NO_NAME, 0)])
+            .end();
+        w
+    }
+
+    #[test]
+    fn records_and_perf_text_keep_their_order() {
+        let (events, err, _) = drain(&sample_stream().0);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(
+            events,
+            [
+                "10 main>leaf",
+                "Some(1000000011) ERR Overflow packet",
+                "12 [unknown @ 0x30 ([unknown])]",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_truncation_keeps_earlier_events_and_says_so() {
+        let full = sample_stream().0;
+        let (all, _, _) = drain(&full);
+        for cut in 0..full.len() {
+            let (events, err, _) = drain(&full[..cut]);
+            // What was decoded is a prefix of the full stream, then a clear error.
+            assert_eq!(events[..], all[..events.len()], "cut {cut}");
+            match err {
+                Some(Error::Truncated { events: n }) => assert_eq!(n as usize, events.len()),
+                other => panic!("cut {cut}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn corrupt_streams_are_rejected_with_their_offset() {
+        let mut w = W::default();
+        w.hello().stack(1, &[(0x10, 5, NO_NAME, 0)]);
+        let (events, err, _) = drain(&w.0);
+        assert!(events.is_empty());
+        assert!(
+            matches!(&err, Some(Error::Corrupt { offset: 10, what }) if what.contains("name id 5")),
+            "{err:?}"
+        );
+        let mut w = W::default();
+        w.hello().name(0, "a").rec(99, b"").end();
+        let (_, err, _) = drain(&w.0);
+        assert!(matches!(err, Some(Error::Corrupt { .. })), "{err:?}");
+        let mut w = W::default();
+        w.rec(format::REC_HELLO, &7u32.to_le_bytes());
+        let (_, err, _) = drain(&w.0);
+        assert!(
+            matches!(&err, Some(Error::Corrupt { what, .. }) if what.contains("version 7")),
+            "{err:?}"
+        );
+        // A length field from garbage is not allocated.
+        let (_, err, _) = drain(&[0, 1, 0xff, 0xff, 0xff, 0xff]);
+        assert!(matches!(err, Some(Error::Corrupt { .. })), "{err:?}");
+    }
+
+    #[test]
+    fn branch_flags_read_like_the_text_decoder() {
+        use format::flags::*;
+        assert_eq!(
+            branch_kind(BRANCH | CALL | IN_TX),
+            Some((false, false, Some(Kind::Call)))
+        );
+        assert_eq!(branch_kind(BRANCH | TRACE_BEGIN), Some((true, false, None)));
+        assert_eq!(
+            branch_kind(BRANCH | TRACE_END),
+            Some((false, true, None))
+        );
+        assert_eq!(
+            branch_kind(BRANCH | CONDITIONAL | TRACE_BEGIN),
+            Some((true, false, Some(Kind::Jump)))
+        );
+        assert_eq!(
+            branch_kind(BRANCH | TRACE_END | SYSCALLRET | CALL),
+            Some((false, true, Some(Kind::Syscall)))
+        );
+        assert_eq!(branch_kind(BRANCH | VMENTRY | CALL), Some((false, false, None)));
+    }
+}
