@@ -6,6 +6,8 @@ use flate2::Compression;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Stdout, Write};
 use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
 
 /// Buffer between the encoder and the file; the FXT writer already batches 64 KiB.
 const FILE_BUFFER: usize = 256 * 1024;
@@ -15,9 +17,89 @@ const GZIP_LEVEL: u32 = 6;
 
 enum Inner {
     Raw(BufWriter<File>),
-    // Boxed: the encoder state is large and the enum is moved around by value.
-    Gzip(Box<GzEncoder<BufWriter<File>>>),
+    Gzip(GzipThread),
     Stdout(BufWriter<Stdout>),
+}
+
+/// Bytes handed to the compressor thread at a time.
+const CHUNK: usize = 256 * 1024;
+
+/// gzip runs on its own thread: it is most of the output's cost, and the trace
+/// writer can keep producing while the previous chunk compresses.
+struct GzipThread {
+    buf: Vec<u8>,
+    tx: Option<SyncSender<Vec<u8>>>,
+    recycled: Receiver<Vec<u8>>,
+    handle: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl GzipThread {
+    fn new(file: BufWriter<File>) -> io::Result<Self> {
+        let (tx, rx) = sync_channel::<Vec<u8>>(4);
+        let (back_tx, back_rx) = sync_channel::<Vec<u8>>(8);
+        let handle = std::thread::Builder::new()
+            .name("ptscope-gzip".into())
+            .spawn(move || -> io::Result<()> {
+                let mut gz = GzEncoder::new(file, Compression::new(GZIP_LEVEL));
+                for mut chunk in rx {
+                    gz.write_all(&chunk)?;
+                    chunk.clear();
+                    let _ = back_tx.try_send(chunk);
+                }
+                gz.finish()?.flush()
+            })?;
+        Ok(GzipThread {
+            buf: Vec::with_capacity(CHUNK),
+            tx: Some(tx),
+            recycled: back_rx,
+            handle: Some(handle),
+        })
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let next = self
+            .recycled
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+        let chunk = std::mem::replace(&mut self.buf, next);
+        match &self.tx {
+            Some(tx) if tx.send(chunk).is_ok() => Ok(()),
+            // The compressor stopped: its error is reported by `finish`.
+            _ => Err(self.stopped()),
+        }
+    }
+
+    fn stopped(&mut self) -> io::Error {
+        self.tx = None;
+        match self.handle.take().map(|h| h.join()) {
+            Some(Ok(Err(e))) => e,
+            Some(Ok(Ok(()))) | None => {
+                io::Error::new(io::ErrorKind::BrokenPipe, "the gzip compressor stopped")
+            }
+            Some(Err(_)) => io::Error::other("the gzip compressor thread panicked"),
+        }
+    }
+
+    fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<()> {
+        self.send()?;
+        self.tx = None;
+        match self.handle.take().map(|h| h.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(io::Error::other("the gzip compressor thread panicked")),
+            None => Err(io::Error::other("the gzip compressor already stopped")),
+        }
+    }
 }
 
 /// A trace destination: a raw file, a gzip file, or standard output.
@@ -38,7 +120,7 @@ impl TraceOutput {
     pub fn finish(self) -> io::Result<()> {
         match self.inner {
             Inner::Raw(mut w) => w.flush(),
-            Inner::Gzip(gz) => (*gz).finish()?.flush(),
+            Inner::Gzip(gz) => gz.finish(),
             Inner::Stdout(mut w) => w.flush(),
         }
     }
@@ -48,7 +130,7 @@ impl Write for TraceOutput {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match &mut self.inner {
             Inner::Raw(w) => w.write(buf),
-            Inner::Gzip(w) => w.write(buf),
+            Inner::Gzip(w) => w.write_all(buf).map(|()| buf.len()),
             Inner::Stdout(w) => w.write(buf),
         }
     }
@@ -64,7 +146,8 @@ impl Write for TraceOutput {
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.inner {
             Inner::Raw(w) => w.flush(),
-            Inner::Gzip(w) => w.flush(),
+            // Flushing mid-stream would only cost compression ratio.
+            Inner::Gzip(_) => Ok(()),
             Inner::Stdout(w) => w.flush(),
         }
     }
@@ -83,7 +166,7 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
     let inner = if gzip {
-        Inner::Gzip(Box::new(GzEncoder::new(file, Compression::new(GZIP_LEVEL))))
+        Inner::Gzip(GzipThread::new(file)?)
     } else {
         Inner::Raw(file)
     };

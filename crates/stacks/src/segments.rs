@@ -97,6 +97,8 @@ const SENTINEL: u8 = 1;
 const INFERRED_START: u8 = 2;
 const KERNEL_ENTRY: u8 = 4;
 const NONE: u32 = u32::MAX;
+/// How far up the stack a long return or unwind is looked for.
+const MAX_FIND_DEPTH: usize = 1024;
 
 /// One stack frame: 12 bytes, so millions of calls stay cheap.
 #[derive(Clone, Copy, Debug)]
@@ -125,7 +127,13 @@ struct Entry {
     time: i64,
     leaf: u32,
     flow: Flow,
+    /// ns from `time` to the next event of any kind (not just the next stack change),
+    /// which bounds how far this timestamp's calls are spread; `NO_HORIZON` if unknown.
+    horizon: u16,
 }
+
+/// `Entry::horizon` when no later event was seen (or it was too far to store).
+const NO_HORIZON: u16 = u16::MAX;
 
 #[derive(Clone, Debug)]
 struct Segment {
@@ -153,6 +161,9 @@ struct ThreadState<T> {
     /// OCaml: frames that pushed a trap, innermost last.
     handlers: Vec<u32>,
     last_known_ip: Option<u64>,
+    /// The current segment has seen no event yet: its start moves to the first one,
+    /// so nothing it learns is shown during the gap before it.
+    fresh: bool,
     /// Decode errors: (time, message), emitted as instants.
     errors: Vec<(i64, String)>,
     /// CPU frequency changes: (time, MHz).
@@ -185,6 +196,7 @@ pub struct SegmentsWriter<S: TraceSink> {
     config: SegmentsConfig,
     threads: Vec<ThreadState<S::Thread>>,
     index: FxHashMap<Thread, usize>,
+    last_thread: Option<(Thread, usize)>,
     locs: Locations,
     transaction: VecDeque<Event>,
     base_time: u64,
@@ -209,6 +221,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             config,
             threads: Vec::new(),
             index: FxHashMap::default(),
+            last_thread: None,
             locs: Locations::default(),
             transaction: VecDeque::new(),
             base_time,
@@ -290,7 +303,14 @@ impl<S: TraceSink> SegmentsWriter<S> {
 
     fn thread_slot(&mut self, event: &Event) -> usize {
         let thread = event.thread();
+        // Consecutive events are nearly always from the same thread.
+        if let Some((t, i)) = self.last_thread {
+            if t == thread {
+                return i;
+            }
+        }
         if let Some(&i) = self.index.get(&thread) {
+            self.last_thread = Some((thread, i));
             return i;
         }
         let pid = thread
@@ -326,13 +346,16 @@ impl<S: TraceSink> SegmentsWriter<S> {
             last_time: time,
             handlers: Vec::new(),
             last_known_ip: None,
+            fresh: true,
             errors: Vec::new(),
             power: Vec::new(),
         };
         new_segment(&mut ts, time, false);
         self.threads.push(ts);
-        self.index.insert(thread, self.threads.len() - 1);
-        self.threads.len() - 1
+        let i = self.threads.len() - 1;
+        self.index.insert(thread, i);
+        self.last_thread = Some((thread, i));
+        i
     }
 
     fn ingest(&mut self, event: &Event, strings: &StringTable) {
@@ -344,7 +367,23 @@ impl<S: TraceSink> SegmentsWriter<S> {
             Some(t) => (t.wrapping_sub(base) as i64).max(ts.last_time),
             None => ts.last_time,
         };
+        if time > ts.last_time {
+            // The first event past the last stack change's timestamp ends the window
+            // that timestamp's calls may be spread over.
+            if let Some(e) = ts.entries.last_mut() {
+                if e.time == ts.last_time && e.horizon == NO_HORIZON {
+                    e.horizon = (time - e.time).min(NO_HORIZON as i64 - 1) as u16;
+                }
+            }
+        }
         ts.last_time = time;
+        if ts.fresh && !matches!(event, Event::DecodeError { .. }) {
+            ts.fresh = false;
+            if let Some(seg) = ts.segments.last() {
+                let first = seg.first;
+                ts.entries[first].time = time;
+            }
+        }
         let mut cx = Cx {
             ts,
             locs: &mut self.locs,
@@ -472,6 +511,7 @@ fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, stitchable: bool) {
     ts.sentinel = sentinel;
     ts.leaf = sentinel;
     ts.handlers.clear();
+    ts.fresh = true;
     ts.segments.push(Segment {
         first: ts.entries.len(),
         end: ts.entries.len() + 1,
@@ -482,6 +522,7 @@ fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, stitchable: bool) {
         time,
         leaf: sentinel,
         flow: Flow::Start,
+        horizon: NO_HORIZON,
     });
 }
 
@@ -533,6 +574,7 @@ impl<T> Cx<'_, T> {
             time: self.time,
             leaf,
             flow,
+            horizon: NO_HORIZON,
         });
     }
 
@@ -587,10 +629,12 @@ impl<T> Cx<'_, T> {
         new
     }
 
-    /// Nearest frame at or above the leaf running `symbol`, without crossing a kernel entry.
+    /// Nearest frame at or above the leaf running `symbol`, without crossing a kernel
+    /// entry. The search is bounded: a stack that only grows (returns never seen)
+    /// must not make every mismatch cost its whole depth.
     fn find(&self, symbol: Symbol) -> Option<u32> {
         let mut f = self.ts.leaf;
-        loop {
+        for _ in 0..MAX_FIND_DEPTH {
             let fr = self.ts.frames[f as usize];
             if fr.flags & SENTINEL != 0 {
                 return None;
@@ -603,6 +647,7 @@ impl<T> Cx<'_, T> {
             }
             f = fr.parent;
         }
+        None
     }
 
     /// Makes the leaf run `loc`'s function: learn it at the root, return to it if it
@@ -954,7 +999,11 @@ impl<T> Cx<'_, T> {
 /// A frame open in the output, with what its end needs.
 struct Open {
     frame: u32,
-    thread_frames: bool,
+    /// Open at a segment's end: if closed at the boundary, its end is a guess.
+    at_gap: bool,
+    /// Carried across a gap without the stacks lining up (the segment after the
+    /// gap never returned into a known frame): plausible, not proven.
+    unverified: bool,
 }
 
 fn frame_path<T>(ts: &ThreadState<T>, leaf: u32, out: &mut Vec<u32>) {
@@ -1014,14 +1063,19 @@ impl<S: TraceSink> WriteCx<'_, S> {
         }
     }
 
-    fn end(&mut self, frame: &Frame, time: i64, inferred: bool) {
+    fn end(&mut self, frame: &Frame, time: i64, inferred: bool, unverified: bool) {
         let name = display(self.locs, self.strings, frame);
+        let mut args = [Arg::new("", ArgValue::Int(0)); 2];
+        let mut n = 0;
         if inferred {
-            let args = [Arg::new("inferred_end_time", ArgValue::Interned("true"))];
-            self.sink.duration_end(self.track, name, time, &args);
-        } else {
-            self.sink.duration_end(self.track, name, time, &[]);
+            args[n] = Arg::new("inferred_end_time", ArgValue::Interned("true"));
+            n += 1;
         }
+        if unverified {
+            args[n] = Arg::new("crossed_gap", ArgValue::Interned("unverified"));
+            n += 1;
+        }
+        self.sink.duration_end(self.track, name, time, &args[..n]);
     }
 }
 
@@ -1036,11 +1090,15 @@ fn smear(entries: &[Entry], end_time: i64, out: &mut Vec<i64>) {
         while j < entries.len() && entries[j].time == t {
             j += 1;
         }
-        let next = if j < entries.len() {
+        let mut next = if j < entries.len() {
             entries[j].time
         } else {
             end_time.max(t)
         };
+        let horizon = entries[j - 1].horizon;
+        if horizon != NO_HORIZON {
+            next = next.min(t + horizon as i64);
+        }
         let count = entries[i..j]
             .iter()
             .filter(|e| matches!(e.flow, Flow::Call | Flow::Jump))
@@ -1065,6 +1123,8 @@ struct Stitch {
     base: usize,
     /// How many of the new segment's outermost frames continue open frames.
     matched: usize,
+    /// No frame lined up: the base is carried over on trust.
+    unverified: bool,
 }
 
 fn find_stitch<T>(
@@ -1099,9 +1159,19 @@ fn find_stitch<T>(
             best = Some((cost, run, i));
         }
     }
-    best.map(|(_, run, i)| Stitch {
-        base: i,
-        matched: run,
+    Some(match best {
+        Some((_, run, i)) => Stitch {
+            base: i,
+            matched: run,
+            unverified: false,
+        },
+        // Nothing lines up: the new frames were most likely called during the gap on
+        // top of what was running (outer frames rarely return within a short loss).
+        None => Stitch {
+            base: open.len(),
+            matched: 0,
+            unverified: true,
+        },
     })
 }
 
@@ -1165,14 +1235,20 @@ fn write_thread<S: TraceSink>(
         while open.len() > keep {
             let o = open.pop().unwrap_or(Open {
                 frame: 0,
-                thread_frames: false,
+                at_gap: false,
+                unverified: false,
             });
             is_open[o.frame as usize] = false;
             let t = prev_end.max(last_written);
-            cx.end(&ts.frames[o.frame as usize], t, o.thread_frames);
+            cx.end(&ts.frames[o.frame as usize], t, o.at_gap, o.unverified);
             last_written = t;
         }
         if let Some(s) = &stitch {
+            if s.unverified {
+                for o in open.iter_mut() {
+                    o.unverified = true;
+                }
+            }
             // The matched frames continue: same slices, now under this segment's ids.
             for k in 0..s.matched {
                 let o = &mut open[s.base + k];
@@ -1218,7 +1294,7 @@ fn write_thread<S: TraceSink>(
             while open.len() > keep {
                 if let Some(o) = open.pop() {
                     is_open[o.frame as usize] = false;
-                    cx.end(&ts.frames[o.frame as usize], t, false);
+                    cx.end(&ts.frames[o.frame as usize], t, false, o.unverified);
                 }
             }
             for &f in path.iter().rev() {
@@ -1227,7 +1303,8 @@ fn write_thread<S: TraceSink>(
                 cx.begin(&fr, t, inferred);
                 open.push(Open {
                     frame: f,
-                    thread_frames: false,
+                    at_gap: false,
+                    unverified: false,
                 });
                 is_open[f as usize] = true;
             }
@@ -1235,7 +1312,7 @@ fn write_thread<S: TraceSink>(
         }
         // Frames still open at a segment's end may have ended anywhere in the gap.
         for o in open.iter_mut() {
-            o.thread_frames = true;
+            o.at_gap = true;
         }
         prev_end = seg.end_time.max(last_written);
     }
@@ -1247,7 +1324,7 @@ fn write_thread<S: TraceSink>(
     counter(&mut cx, i64::MAX, &mut power);
     let t = prev_end.max(last_written);
     while let Some(o) = open.pop() {
-        cx.end(&ts.frames[o.frame as usize], t, false);
+        cx.end(&ts.frames[o.frame as usize], t, false, o.unverified);
     }
 }
 
