@@ -223,8 +223,14 @@ mod tests {
         assert_eq!(d("caml$3f").as_deref(), Some("?"));
         assert_eq!(d("caml$7l").as_deref(), Some("$7l"));
         assert_eq!(d("dr__$3e$21_358"), None);
-        assert_eq!(d("camlRaise_test__raise_after_265").as_deref(), Some("Raise_test.raise_after"));
-        assert_eq!(d("camlStdlib__List__iter_1234").as_deref(), Some("Stdlib.List.iter"));
+        assert_eq!(
+            d("camlRaise_test__raise_after_265").as_deref(),
+            Some("Raise_test.raise_after")
+        );
+        assert_eq!(
+            d("camlStdlib__List__iter_1234").as_deref(),
+            Some("Stdlib.List.iter")
+        );
     }
 
     #[test]

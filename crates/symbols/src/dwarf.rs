@@ -88,7 +88,9 @@ impl LineTable {
         let mut unit_no = 0u32;
         while let Some(header) = units.next().map_err(dwarf_err)? {
             let unit = dwarf.unit(header).map_err(dwarf_err)?;
-            let Some(program) = unit.line_program.clone() else { continue };
+            let Some(program) = unit.line_program.clone() else {
+                continue;
+            };
             // Per-unit cache: file index → global file id.
             let mut local: FxHashMap<u64, u32> = FxHashMap::default();
             let mut seq: Vec<Row> = Vec::new();
@@ -112,7 +114,9 @@ impl LineTable {
                     address: row.address(),
                     unit: unit_no,
                     file: file_id,
-                    line: row.line().map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX)),
+                    line: row
+                        .line()
+                        .map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX)),
                     col: match row.column() {
                         gimli::ColumnType::LeftEdge => 0,
                         gimli::ColumnType::Column(c) => u32::try_from(c.get()).unwrap_or(u32::MAX),
@@ -161,7 +165,10 @@ impl LineTable {
 
     /// Source positions of many addresses (e.g. function starts for slice args); addresses
     /// without line info are left out.
-    pub fn positions(&self, addrs: impl IntoIterator<Item = u64>) -> FxHashMap<u64, SourcePosition> {
+    pub fn positions(
+        &self,
+        addrs: impl IntoIterator<Item = u64>,
+    ) -> FxHashMap<u64, SourcePosition> {
         addrs
             .into_iter()
             .filter_map(|a| Some((a, self.position(a)?)))
@@ -171,7 +178,12 @@ impl LineTable {
     /// The addresses where `file:line[:col]` starts: for each compilation unit with a
     /// statement row for it, the lowest such address (what magic-trace's `-trigger FILE:LINE`
     /// uses). `file` matches a table path exactly or as a trailing sequence of components.
-    pub fn addresses_for_line(&self, file: &str, line: u64, col: Option<u64>) -> Result<Vec<LineAddress>> {
+    pub fn addresses_for_line(
+        &self,
+        file: &str,
+        line: u64,
+        col: Option<u64>,
+    ) -> Result<Vec<LineAddress>> {
         let wanted: Vec<bool> = self.files.iter().map(|f| path_matches(f, file)).collect();
         if !wanted.iter().any(|&w| w) {
             return Err(Error::SourceFileNotFound {
@@ -246,7 +258,10 @@ impl LineTable {
 
 fn path_matches(full: &str, query: &str) -> bool {
     let query = query.strip_prefix("./").unwrap_or(query);
-    full == query || full.strip_suffix(query).is_some_and(|rest| rest.ends_with('/'))
+    full == query
+        || full
+            .strip_suffix(query)
+            .is_some_and(|rest| rest.ends_with('/'))
 }
 
 /// The full path of a line-table file entry: comp_dir / include dir / name, as far as known.

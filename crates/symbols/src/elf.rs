@@ -5,7 +5,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-use object::{Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind};
+use object::{
+    Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind,
+};
 
 use crate::demangle::{demangle, demangle_with_scheme, Scheme};
 use crate::error::{Error, Result};
@@ -82,7 +84,11 @@ impl<'a> Elf<'a> {
         };
         let format = object::FileKind::parse(data).map_err(elf_err)?;
         if !matches!(format, object::FileKind::Elf32 | object::FileKind::Elf64) {
-            return Err(Error::malformed(path, "ELF header", format!("not ELF but {format:?}")));
+            return Err(Error::malformed(
+                path,
+                "ELF header",
+                format!("not ELF but {format:?}"),
+            ));
         }
         let file = object::File::parse(data).map_err(elf_err)?;
         Ok(Elf { path, file })
@@ -162,7 +168,12 @@ impl<'a> Elf<'a> {
             if name.is_empty() {
                 continue;
             }
-            syms.push(FunctionSymbol::new(name, s.address(), s.size(), s.is_global()));
+            syms.push(FunctionSymbol::new(
+                name,
+                s.address(),
+                s.size(),
+                s.is_global(),
+            ));
         }
         if syms.is_empty() {
             return Err(Error::NoSymbols {
@@ -287,9 +298,7 @@ pub struct SymbolTable<'a> {
 
 impl<'a> SymbolTable<'a> {
     fn new(path: &'a Path, mut syms: Vec<FunctionSymbol<'a>>) -> Self {
-        syms.sort_by(|a, b| {
-            (a.address, !a.global, a.name).cmp(&(b.address, !b.global, b.name))
-        });
+        syms.sort_by(|a, b| (a.address, !a.global, a.name).cmp(&(b.address, !b.global, b.name)));
         // `.symtab` and `.dynsym` repeat the exported functions.
         syms.dedup_by(|b, a| a.address == b.address && a.name == b.name);
         let n = syms.len();
@@ -320,7 +329,11 @@ impl<'a> SymbolTable<'a> {
         let mut by_demangled = idx(&|s| s.demangled != s.name);
         by_demangled.sort_by(|&a, &b| syms[a as usize].demangled.cmp(&syms[b as usize].demangled));
         let mut by_short = idx(&|s| s.short.is_some());
-        by_short.sort_by(|&a, &b| syms[a as usize].short_name().cmp(syms[b as usize].short_name()));
+        by_short.sort_by(|&a, &b| {
+            syms[a as usize]
+                .short_name()
+                .cmp(syms[b as usize].short_name())
+        });
         SymbolTable {
             path,
             syms,
@@ -467,7 +480,9 @@ fn bounded_levenshtein(a: &[char], b: &str, max: usize) -> Option<usize> {
         cur[0] = i + 1;
         let mut row_min = cur[0];
         for (j, cb) in b.iter().enumerate() {
-            let mut d = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            let mut d = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
             if i > 0 && j > 0 && *ca == b[j - 1] && a[i - 1] == *cb {
                 d = d.min(prev2[j - 1] + 1);
             }

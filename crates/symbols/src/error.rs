@@ -127,7 +127,10 @@ fn suggestion_hint(s: &[String]) -> String {
     if s.is_empty() {
         String::new()
     } else {
-        format!("; did you mean {}?", quoted_list(s.iter().map(String::as_str)))
+        format!(
+            "; did you mean {}?",
+            quoted_list(s.iter().map(String::as_str))
+        )
     }
 }
 
@@ -141,7 +144,10 @@ fn nearest_hint(lines: &[u64]) -> String {
 }
 
 fn quoted_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
-    items.map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+    items
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Error {
@@ -152,7 +158,11 @@ impl Error {
         }
     }
 
-    pub(crate) fn malformed(path: impl Into<PathBuf>, what: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn malformed(
+        path: impl Into<PathBuf>,
+        what: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
         Error::Malformed {
             path: path.into(),
             what,

@@ -66,7 +66,10 @@ impl Elf<'_> {
                 path: path.to_path_buf(),
             })?;
         if desc.len() % 8 != 0 {
-            return Err(bad(format!("descriptor length {} is not a multiple of 8", desc.len())));
+            return Err(bad(format!(
+                "descriptor length {} is not a multiple of 8",
+                desc.len()
+            )));
         }
         let words: Vec<u64> = desc
             .chunks_exact(8)
@@ -117,7 +120,10 @@ fn find_note(mut data: &[u8], little: bool, align: usize) -> Result<Option<&[u8]
     let pad = |n: usize| n.div_ceil(align) * align;
     while !data.is_empty() {
         if data.len() < 12 {
-            return Err(format!("{} trailing bytes, too short for a note header", data.len()));
+            return Err(format!(
+                "{} trailing bytes, too short for a note header",
+                data.len()
+            ));
         }
         let namesz = u32_at(data, 0) as usize;
         let descsz = u32_at(data, 4) as usize;
@@ -126,7 +132,9 @@ fn find_note(mut data: &[u8], little: bool, align: usize) -> Result<Option<&[u8]
         let desc_start = 12usize.saturating_add(pad(namesz));
         let desc_end = desc_start.saturating_add(descsz);
         if desc_end > data.len() || name_end > data.len() {
-            return Err(format!("note (namesz {namesz}, descsz {descsz}) overruns the section"));
+            return Err(format!(
+                "note (namesz {namesz}, descsz {descsz}) overruns the section"
+            ));
         }
         let name = &data[12..name_end];
         let name = name.strip_suffix(&[0]).unwrap_or(name);
@@ -154,7 +162,10 @@ mod tests {
         n.extend_from_slice(&1u32.to_le_bytes());
         n.extend_from_slice(b"OCaml\0\0\0");
         n.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
-        assert_eq!(find_note(&n, true, 4), Ok(Some(&[1, 2, 3, 4, 5, 6, 7, 8][..])));
+        assert_eq!(
+            find_note(&n, true, 4),
+            Ok(Some(&[1, 2, 3, 4, 5, 6, 7, 8][..]))
+        );
         assert!(find_note(&n[..n.len() - 1], true, 4).is_err());
         assert!(find_note(&n[..5], true, 4).is_err());
         assert_eq!(find_note(&n[..20], true, 4), Ok(None));

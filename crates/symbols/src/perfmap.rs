@@ -95,7 +95,8 @@ impl PerfMap {
             if self.max_end[i] <= addr {
                 break;
             }
-            if self.entries[i].contains(addr) && best.is_none_or(|b| self.order[i] > self.order[b]) {
+            if self.entries[i].contains(addr) && best.is_none_or(|b| self.order[i] > self.order[b])
+            {
                 best = Some(i);
             }
         }

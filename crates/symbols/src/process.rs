@@ -102,7 +102,10 @@ impl ProcMaps {
         let by_path: Vec<&MapEntry> = self
             .entries
             .iter()
-            .filter(|e| e.is_file() && (Path::new(e.file_path()) == canon || Path::new(e.file_path()) == path))
+            .filter(|e| {
+                e.is_file()
+                    && (Path::new(e.file_path()) == canon || Path::new(e.file_path()) == path)
+            })
             .collect();
         if !by_path.is_empty() {
             return by_path;
@@ -276,7 +279,8 @@ impl Process {
     pub fn open_object(&self, path: &Path) -> Result<MappedFile> {
         MappedFile::open(path).or_else(|e| {
             let rel = path.strip_prefix("/").unwrap_or(path);
-            MappedFile::open(Path::new(&format!("/proc/{}/root", self.pid)).join(rel)).map_err(|_| e)
+            MappedFile::open(Path::new(&format!("/proc/{}/root", self.pid)).join(rel))
+                .map_err(|_| e)
         })
     }
 
@@ -301,7 +305,9 @@ impl Process {
                     continue;
                 }
             };
-            let Ok(elf) = Elf::parse(file.bytes(), &path) else { continue };
+            let Ok(elf) = Elf::parse(file.bytes(), &path) else {
+                continue;
+            };
             let syms = match elf.symbols() {
                 Ok(s) => s,
                 Err(e) => {
@@ -367,6 +373,10 @@ mod tests {
         };
         assert_eq!(bias_from(&seg, &maps), Some(0x55d0c0a00000));
         let err = ProcMaps::parse("zz-1 r-xp 0 0:0 0\n", Path::new("/proc/1/maps")).unwrap_err();
-        assert!(err.to_string().contains("/proc/1/maps: malformed maps line: line 1"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("/proc/1/maps: malformed maps line: line 1"),
+            "{err}"
+        );
     }
 }

@@ -99,7 +99,9 @@ fn check_runtime(exe: &Path, lib: &Path, expect_pie: bool) {
 
     for name in ["target_fn", "local_fn"] {
         let s = syms.lookup(name).expect(name);
-        let rt = proc_.runtime_address(&elf, s.address()).expect("runtime address");
+        let rt = proc_
+            .runtime_address(&elf, s.address())
+            .expect("runtime address");
         assert_eq!(rt, running.addr(name), "{name} in {}", exe.display());
         // And back: the printed address lands in the right function.
         let bias = proc_.maps().load_bias(&elf).expect("bias");
@@ -115,7 +117,9 @@ fn check_runtime(exe: &Path, lib: &Path, expect_pie: bool) {
     let lib_syms = lib_elf.symbols().expect("lib symbols");
     let local = lib_syms.lookup("lib_local").expect("lib_local");
     assert_eq!(
-        proc_.runtime_address(&lib_elf, local.address()).expect("lib runtime"),
+        proc_
+            .runtime_address(&lib_elf, local.address())
+            .expect("lib runtime"),
         running.addr("lib_local")
     );
 
@@ -124,7 +128,12 @@ fn check_runtime(exe: &Path, lib: &Path, expect_pie: bool) {
     assert_eq!(r.runtime_address, running.addr("lib_fn"));
     assert!(r.object.ends_with("libshlib.so"), "{:?}", r.object);
     let m = proc_.resolve("malloc").expect("resolve malloc");
-    assert_eq!(m.runtime_address, running.addr("malloc"), "malloc from {:?}", m.object);
+    assert_eq!(
+        m.runtime_address,
+        running.addr("malloc"),
+        "malloc from {:?}",
+        m.object
+    );
     let t = proc_.resolve("target_fn").expect("resolve target_fn");
     assert_eq!(t.runtime_address, running.addr("target_fn"));
     match proc_.resolve("target_fnn") {
@@ -157,7 +166,10 @@ fn dwarf_lines_round_trip() {
         let pos = lines.positions([target, local, 0x10]);
         assert!(!pos.contains_key(&0x10));
         let t = &pos[&target];
-        assert!(t.file.as_deref().is_some_and(|f| f.ends_with("/prog.c")), "{t:?}");
+        assert!(
+            t.file.as_deref().is_some_and(|f| f.ends_with("/prog.c")),
+            "{t:?}"
+        );
         assert_eq!(t.line as u64, line_of(PROG_SRC, "TARGET_DEF"));
         assert!(t.col > 0, "gcc emits columns: {t:?}");
         assert_eq!(pos[&local].line as u64, line_of(PROG_SRC, "LOCAL_DEF"));
@@ -166,7 +178,10 @@ fn dwarf_lines_round_trip() {
         let def = lines
             .addresses_for_line("prog.c", line_of(PROG_SRC, "TARGET_DEF"), None)
             .unwrap();
-        assert_eq!(def.iter().map(|a| a.address).collect::<Vec<_>>(), vec![target]);
+        assert_eq!(
+            def.iter().map(|a| a.address).collect::<Vec<_>>(),
+            vec![target]
+        );
         // With the column the table reports.
         let with_col = lines
             .addresses_for_line("prog.c", t.line as u64, Some(t.col as u64))
@@ -180,7 +195,10 @@ fn dwarf_lines_round_trip() {
         let a = body[0].address;
         assert_eq!(syms.containing(a).map(|s| s.name()), Some("target_fn"));
         assert_eq!(lines.position(a).unwrap().line as u64, body_line);
-        assert!(lines.source_lines().iter().any(|&(f, l)| f.ends_with("prog.c") && l == body_line));
+        assert!(lines
+            .source_lines()
+            .iter()
+            .any(|&(f, l)| f.ends_with("prog.c") && l == body_line));
 
         // Misses give typed errors with help.
         match lines.addresses_for_line("prog.c", 1, None) {
@@ -206,12 +224,17 @@ fn suggestions_and_stripped_binaries() {
     assert!(msg.contains("did you mean `target_fn`"), "{msg}");
     assert!(msg.contains("prog_pie"), "{msg}");
     // Substring matches rank first.
-    assert_eq!(syms.suggest("_fn", 3), vec!["local_fn".to_owned(), "target_fn".to_owned()]);
+    assert_eq!(
+        syms.suggest("_fn", 3),
+        vec!["local_fn".to_owned(), "target_fn".to_owned()]
+    );
     assert_eq!(syms.suggest("local", 1), vec!["local_fn".to_owned()]);
     assert!(syms.suggest("zzzzzzzzzz", 3).is_empty());
 
     // Stripped, with a debuglink to the original.
-    let (Some(strip), Some(objcopy)) = (tool("strip"), tool("objcopy")) else { return };
+    let (Some(strip), Some(objcopy)) = (tool("strip"), tool("objcopy")) else {
+        return;
+    };
     let stripped = b.pie.with_file_name("prog_stripped");
     run(Command::new(strip).arg("-o").arg(&stripped).arg(&b.pie));
     let debug = b.pie.with_file_name("prog.debug");
@@ -227,7 +250,10 @@ fn suggestions_and_stripped_binaries() {
     match elf.symbols() {
         Err(e @ Error::NoSymbols { .. }) => {
             let m = e.to_string();
-            assert!(m.contains("prog_stripped") && m.contains("prog.debug"), "{m}");
+            assert!(
+                m.contains("prog_stripped") && m.contains("prog.debug"),
+                "{m}"
+            );
         }
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("stripped binary has symbols"),

@@ -35,13 +35,19 @@ fn cpp_demangled_names_and_addresses() {
     let dir = TempDir::new("cpp");
     let src = dir.write("shapes.cpp", CPP_SRC);
     let exe = dir.path().join("shapes");
-    run(Command::new(gxx).args(["-g", "-O0", "-o"]).arg(&exe).arg(&src));
+    run(Command::new(gxx)
+        .args(["-g", "-O0", "-o"])
+        .arg(&exe)
+        .arg(&src));
 
     let file = MappedFile::open(&exe).unwrap();
     let elf = file.elf().unwrap();
     let syms = elf.symbols().unwrap();
     let scale = syms.lookup("_Z5scaleid").err().map(|_| ());
-    assert!(scale.is_some(), "mangled name is namespaced, so this one must not exist");
+    assert!(
+        scale.is_some(),
+        "mangled name is namespaced, so this one must not exist"
+    );
     let by_full = syms.lookup("geo::scale(int, double)").unwrap();
     assert_eq!(by_full.name(), "_ZN3geo5scaleEid");
     assert_eq!(by_full.demangled(), "geo::scale(int, double)");
@@ -59,14 +65,29 @@ fn cpp_demangled_names_and_addresses() {
 
     let lines = elf.line_table().unwrap();
     let pos = lines.positions([by_full.address(), area.address()]);
-    assert_eq!(pos[&by_full.address()].line as u64, line_of(CPP_SRC, "SCALE_DEF"));
-    assert_eq!(pos[&area.address()].line as u64, line_of(CPP_SRC, "AREA_DEF"));
+    assert_eq!(
+        pos[&by_full.address()].line as u64,
+        line_of(CPP_SRC, "SCALE_DEF")
+    );
+    assert_eq!(
+        pos[&area.address()].line as u64,
+        line_of(CPP_SRC, "AREA_DEF")
+    );
 
     let running = Running::start(&exe);
     let p = Process::open(running.pid()).unwrap();
-    assert_eq!(p.runtime_address(&elf, by_full.address()).unwrap(), running.addr("scale"));
-    assert_eq!(p.resolve("geo::scale").unwrap().runtime_address, running.addr("scale"));
-    assert_eq!(p.runtime_address(&elf, twice.address()).unwrap(), running.addr("twice"));
+    assert_eq!(
+        p.runtime_address(&elf, by_full.address()).unwrap(),
+        running.addr("scale")
+    );
+    assert_eq!(
+        p.resolve("geo::scale").unwrap().runtime_address,
+        running.addr("scale")
+    );
+    assert_eq!(
+        p.runtime_address(&elf, twice.address()).unwrap(),
+        running.addr("twice")
+    );
 }
 
 const RUST_SRC: &str = r#"
@@ -113,20 +134,37 @@ fn rust_legacy_and_v0_demangling() {
         let syms = elf.symbols().unwrap();
         let ignite = syms.lookup("motor::engine::ignite").unwrap();
         let n = ignite.name();
-        assert!(n.starts_with("_R") || (mangling == "default" && n.starts_with("_ZN")), "{n}");
+        assert!(
+            n.starts_with("_R") || (mangling == "default" && n.starts_with("_ZN")),
+            "{n}"
+        );
         assert_eq!(ignite.demangled(), "motor::engine::ignite");
-        let turn = syms.lookup("<motor::engine::Gear>::turn").or_else(|_| syms.lookup("motor::engine::Gear::turn"));
+        let turn = syms
+            .lookup("<motor::engine::Gear>::turn")
+            .or_else(|_| syms.lookup("motor::engine::Gear::turn"));
         let turn = turn.unwrap_or_else(|e| panic!("{mangling}: {e}"));
 
         let lines = elf.line_table().unwrap();
         let pos = lines.position(ignite.address()).unwrap();
-        assert!(pos.file.as_deref().is_some_and(|f| f.ends_with("motor.rs")), "{pos:?}");
+        assert!(
+            pos.file.as_deref().is_some_and(|f| f.ends_with("motor.rs")),
+            "{pos:?}"
+        );
         assert_eq!(pos.line as u64, line_of(RUST_SRC, "IGNITE_DEF"));
-        assert_eq!(lines.position(turn.address()).unwrap().line as u64, line_of(RUST_SRC, "TURN_DEF"));
+        assert_eq!(
+            lines.position(turn.address()).unwrap().line as u64,
+            line_of(RUST_SRC, "TURN_DEF")
+        );
 
         let running = Running::start(&exe);
         let p = Process::open(running.pid()).unwrap();
-        assert_eq!(p.runtime_address(&elf, ignite.address()).unwrap(), running.addr("ignite"));
-        assert_eq!(p.runtime_address(&elf, turn.address()).unwrap(), running.addr("turn"));
+        assert_eq!(
+            p.runtime_address(&elf, ignite.address()).unwrap(),
+            running.addr("ignite")
+        );
+        assert_eq!(
+            p.runtime_address(&elf, turn.address()).unwrap(),
+            running.addr("turn")
+        );
     }
 }

@@ -68,14 +68,24 @@ fn ocaml_note_rebased_pie_and_nonpie() {
     let main_c = dir.write("main.c", MAIN_C);
     for shift in [0u64, 0x1000] {
         let s = dir.write(&format!("traps{shift}.s"), &asm(shift));
-        for (kind, flags) in [("pie", ["-fPIE", "-pie"]), ("nopie", ["-fno-pie", "-no-pie"])] {
+        for (kind, flags) in [
+            ("pie", ["-fPIE", "-pie"]),
+            ("nopie", ["-fno-pie", "-no-pie"]),
+        ] {
             let exe = dir.path().join(format!("ml_{kind}_{shift}"));
-            run(Command::new(&cc).args(flags).arg("-o").arg(&exe).arg(&main_c).arg(&s));
+            run(Command::new(&cc)
+                .args(flags)
+                .arg("-o")
+                .arg(&exe)
+                .arg(&main_c)
+                .arg(&s));
             let file = MappedFile::open(&exe).unwrap();
             let elf = file.elf().unwrap();
             let syms = elf.symbols().unwrap();
             let at = |n: &str| syms.lookup(n).unwrap().address();
-            let traps = elf.ocaml_traps().unwrap_or_else(|e| panic!("{kind}/{shift}: {e}"));
+            let traps = elf
+                .ocaml_traps()
+                .unwrap_or_else(|e| panic!("{kind}/{shift}: {e}"));
             assert_eq!(traps.entertraps, vec![at("ml_enter")], "{kind}/{shift}");
             assert_eq!(traps.pushtraps, vec![at("ml_push1"), at("ml_push2")]);
             assert_eq!(traps.poptraps, vec![at("ml_pop1")]);
@@ -88,7 +98,11 @@ fn ocaml_note_rebased_pie_and_nonpie() {
             assert!(info.is_entertrap(at("ml_enter")));
             assert_eq!(
                 info.traps_in_range(at("ml_push1"), at("ml_pop1")),
-                &[(at("ml_push1"), true), (at("ml_push2"), true), (at("ml_pop1"), false)]
+                &[
+                    (at("ml_push1"), true),
+                    (at("ml_push2"), true),
+                    (at("ml_pop1"), false)
+                ]
             );
 
             // At run time: shift by the load bias.
@@ -96,7 +110,10 @@ fn ocaml_note_rebased_pie_and_nonpie() {
             let p = Process::open(running.pid()).unwrap();
             let bias = p.maps().load_bias(&elf).unwrap();
             assert_eq!(bias == 0, kind == "nopie");
-            assert_eq!(traps.rebased(bias).entertraps, vec![running.addr("ml_enter")]);
+            assert_eq!(
+                traps.rebased(bias).entertraps,
+                vec![running.addr("ml_enter")]
+            );
         }
     }
 }
@@ -105,11 +122,17 @@ fn ocaml_note_rebased_pie_and_nonpie() {
 fn missing_and_malformed_notes() {
     let Some(cc) = tool("cc") else { return };
     let dir = TempDir::new("ocaml-bad");
-    let plain_c = dir.write("plain.c", &MAIN_C.replace("extern void ml_enter(void);", "void ml_enter(void) {}"));
+    let plain_c = dir.write(
+        "plain.c",
+        &MAIN_C.replace("extern void ml_enter(void);", "void ml_enter(void) {}"),
+    );
     let exe = dir.path().join("plain");
     run(Command::new(&cc).arg("-o").arg(&exe).arg(&plain_c));
     let file = MappedFile::open(&exe).unwrap();
-    assert!(matches!(file.elf().unwrap().ocaml_traps(), Err(Error::NoOcamlNote { .. })));
+    assert!(matches!(
+        file.elf().unwrap().ocaml_traps(),
+        Err(Error::NoOcamlNote { .. })
+    ));
 
     // The last list lacks its terminator.
     let broken = asm(0).replace("    .8byte ml_pop1 - 0, 0\n", "    .8byte ml_pop1 - 0\n");
@@ -119,5 +142,8 @@ fn missing_and_malformed_notes() {
     run(Command::new(&cc).arg("-o").arg(&exe).arg(&main_c).arg(&s));
     let file = MappedFile::open(&exe).unwrap();
     let err = file.elf().unwrap().ocaml_traps().unwrap_err().to_string();
-    assert!(err.contains("malformed .note.ocaml_eh") && err.contains("not 0-terminated"), "{err}");
+    assert!(
+        err.contains("malformed .note.ocaml_eh") && err.contains("not 0-terminated"),
+        "{err}"
+    );
 }

@@ -59,7 +59,9 @@ impl Drop for TempDir {
 
 /// Runs a command and panics with its output if it fails.
 pub fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed:\n{}{}",
@@ -93,7 +95,10 @@ impl Running {
             }
             let (k, v) = line.split_once(' ').expect("`name addr` line");
             let v = v.trim_start_matches("0x");
-            addrs.insert(k.to_owned(), u64::from_str_radix(v, 16).expect("hex address"));
+            addrs.insert(
+                k.to_owned(),
+                u64::from_str_radix(v, 16).expect("hex address"),
+            );
         }
         Running {
             child,
