@@ -15,7 +15,7 @@ const KIND_MAPS: u8 = 3;
 /// Exec-stream word announcing a clock value.
 const MARKER: u32 = u32::MAX;
 /// Log format version the plugin writes.
-const MAGIC: u32 = 0x5054_5331;
+const MAGIC: u32 = 0x5054_5332;
 
 /// Errors reading a block log.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +49,8 @@ pub struct TbDef {
     pub size: u32,
     /// Bytes of the last instruction.
     pub last: Vec<u8>,
+    /// Bytes of the first instruction.
+    pub first: Vec<u8>,
 }
 
 impl TbDef {
@@ -239,6 +241,13 @@ impl BlockLog {
                         if (ll as u32) > size || ll == 0 {
                             return Err(malformed(start + q, "bad block size"));
                         }
+                        let fq = q + 21 + ll as usize;
+                        let Some(&fl) = p.get(fq) else {
+                            return Err(malformed(start + fq, "truncated block record"));
+                        };
+                        let Some(first) = p.get(fq + 1..fq + 1 + fl as usize) else {
+                            return Err(malformed(start + fq, "truncated instruction bytes"));
+                        };
                         let id = id as usize;
                         if log.tbs.len() <= id {
                             log.tbs.resize(id + 1, None);
@@ -248,8 +257,9 @@ impl BlockLog {
                             n_insns: n,
                             size,
                             last: last.to_vec(),
+                            first: first.to_vec(),
                         });
-                        q += 21 + ll as usize;
+                        q = fq + 1 + fl as usize;
                     }
                 }
                 KIND_EXEC => {

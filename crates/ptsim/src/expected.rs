@@ -5,7 +5,7 @@
 //! `tr end async`) plus `error` where a fault makes perf report a decode error.
 
 use crate::pt::{Encoded, GapCause};
-use crate::truth::{Step, StepKind, ThreadTrace};
+use crate::truth::{Interrupted, Step, StepKind, ThreadTrace};
 use anyhow::{Context, Result};
 use std::fmt;
 use std::io::Write;
@@ -28,8 +28,17 @@ pub enum BranchKind {
     SyscallEnd,
     /// `tr end async`: tracing stops asynchronously at `from`.
     AsyncEnd,
+    /// `tr end return`: how perf reports an asynchronous stop just before a return.
+    ReturnEnd,
+    /// `tr end jmp`: an asynchronous stop just before an indirect jump.
+    JmpEnd,
+    /// `tr end call`: an asynchronous stop just before an indirect call.
+    CallEnd,
     /// A decode error reported by perf.
     Error,
+    /// Perf's output here is not predictable from the execution; comparison skips ahead to
+    /// the next expected branch.
+    Uncertain,
 }
 
 impl BranchKind {
@@ -43,7 +52,11 @@ impl BranchKind {
             BranchKind::TraceStart => "tr strt",
             BranchKind::SyscallEnd => "tr end syscall",
             BranchKind::AsyncEnd => "tr end async",
+            BranchKind::ReturnEnd => "tr end return",
+            BranchKind::JmpEnd => "tr end jmp",
+            BranchKind::CallEnd => "tr end call",
             BranchKind::Error => "error",
+            BranchKind::Uncertain => "uncertain",
         }
     }
 
@@ -57,7 +70,11 @@ impl BranchKind {
             "tr strt" => BranchKind::TraceStart,
             "tr end syscall" => BranchKind::SyscallEnd,
             "tr end async" => BranchKind::AsyncEnd,
+            "tr end return" => BranchKind::ReturnEnd,
+            "tr end jmp" => BranchKind::JmpEnd,
+            "tr end call" => BranchKind::CallEnd,
             "error" => BranchKind::Error,
+            "uncertain" => BranchKind::Uncertain,
             _ => return None,
         })
     }
@@ -104,7 +121,14 @@ fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<Branch> {
         StepKind::Call | StepKind::IndirectCall => BranchKind::Call,
         StepKind::Return => BranchKind::Return,
         StepKind::Syscall => BranchKind::SyscallEnd,
-        StepKind::Async => BranchKind::AsyncEnd,
+        // A FUP on an indirect branch reads to perf's decoder as that branch leaving the
+        // traced region, as it would on hardware.
+        StepKind::Async { before } => match before {
+            Interrupted::Other => BranchKind::AsyncEnd,
+            Interrupted::Return => BranchKind::ReturnEnd,
+            Interrupted::IndirectJmp => BranchKind::JmpEnd,
+            Interrupted::IndirectCall => BranchKind::CallEnd,
+        },
     };
     Some(Branch {
         tid,
@@ -113,6 +137,50 @@ fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<Branch> {
         from: s.from,
         to: s.to,
     })
+}
+
+/// Branches perf reports for `steps`, which follow step `prev` (if any).
+///
+/// An asynchronous stop right at the destination of the previous branch, with no
+/// instruction executed in between, makes perf 6.1's decoder walk past the FUP's IP: it
+/// reports the direct branches it walks into, then a "Trace doesn't match instruction"
+/// error or a bogus `tr end`, and resynchronises at the next TIP.PGE. Hardware would emit
+/// the same packets. What perf prints there depends on code after the FUP that never ran,
+/// so the stretch is marked [`BranchKind::Uncertain`].
+fn reported(steps: &[Step], prev: Option<&Step>, tid: u32, ns: &dyn Fn(u64) -> u64) -> Vec<Branch> {
+    let mut out = Vec::with_capacity(steps.len());
+    let mut prev = prev.copied();
+    // Reported direct jumps and calls since the last packet: perf walks them only when the
+    // next packet arrives, so a decode error there swallows them too.
+    let mut lazy_tail = 0usize;
+    for s in steps {
+        let at_target = prev.is_some_and(|p| {
+            p.to == s.from
+                && !matches!(
+                    p.kind,
+                    StepKind::Start | StepKind::Syscall | StepKind::Async { .. }
+                )
+        });
+        if matches!(s.kind, StepKind::Async { .. }) && at_target {
+            out.truncate(out.len() - lazy_tail);
+            out.push(Branch {
+                tid,
+                time: ns(s.clock),
+                kind: BranchKind::Uncertain,
+                from: 0,
+                to: 0,
+            });
+        } else if let Some(b) = to_branch(s, tid, ns) {
+            out.push(b);
+        }
+        if matches!(s.kind, StepKind::Jmp | StepKind::Call) {
+            lazy_tail += 1;
+        } else {
+            lazy_tail = 0;
+        }
+        prev = Some(*s);
+    }
+    out
 }
 
 /// Every branch the thread executed.
@@ -155,11 +223,9 @@ pub fn expected(
     let start = i;
     for g in gaps.iter().filter(|g| g.first >= start) {
         let end = g.first.min(t.steps.len());
-        out.branches.extend(
-            t.steps[i..end]
-                .iter()
-                .filter_map(|s| to_branch(s, t.tid, ns)),
-        );
+        let prev = i.checked_sub(1).and_then(|p| t.steps.get(p));
+        out.branches
+            .extend(reported(&t.steps[i..end], prev, t.tid, ns));
         let when = t
             .steps
             .get(g.first)
@@ -187,11 +253,10 @@ pub fn expected(
         }
         i = (g.first + g.count).min(t.steps.len());
     }
-    out.branches.extend(
-        t.steps[i.min(t.steps.len())..]
-            .iter()
-            .filter_map(|s| to_branch(s, t.tid, ns)),
-    );
+    let i = i.min(t.steps.len());
+    let prev = i.checked_sub(1).and_then(|p| t.steps.get(p));
+    out.branches
+        .extend(reported(&t.steps[i..], prev, t.tid, ns));
     out
 }
 

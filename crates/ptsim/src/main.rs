@@ -108,8 +108,16 @@ fn main() -> Result<()> {
             let got = ptsim::perfscript::decode(&perf_data)?;
             let c = ptsim::perfscript::compare(&exp, &got);
             println!(
-                "{} of {} expected branches matched; perf reported {}; max lag {} ns; {} early",
-                c.matched, c.expected, c.reported, c.max_lag_ns, c.early
+                "{} of {} expected branches matched; perf reported {} ({} in {} unpredictable stretches); \
+                 perf time vs truth: up to {} ns late, {} branches up to {} ns early",
+                c.matched,
+                c.expected,
+                c.reported,
+                c.skipped,
+                c.uncertain,
+                c.max_lag_ns,
+                c.early,
+                c.max_early_ns
             );
             for d in &c.differences {
                 println!("  {d}");

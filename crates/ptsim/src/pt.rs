@@ -269,7 +269,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
             }
         }
         if dropping > 0 {
-            let stops = matches!(s.kind, StepKind::Syscall | StepKind::Async);
+            let stops = matches!(s.kind, StepKind::Syscall | StepKind::Async { .. });
             if !stops {
                 dropping -= 1;
                 if let Some(g) = open_gap.as_mut() {
@@ -340,7 +340,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
                 e.enabled = false;
                 e.stack.clear();
             }
-            StepKind::Async => {
+            StepKind::Async { .. } => {
                 e.flush_tnt();
                 e.cyc(s.clock);
                 e.ip_packet(OP_FUP, Some(s.from));
@@ -378,5 +378,114 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
         data: e.out,
         psbs: e.psbs,
         gaps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(kind: StepKind, clock: u64, from: u64, to: u64) -> Step {
+        Step {
+            clock,
+            kind,
+            from,
+            to,
+            len: 5,
+        }
+    }
+
+    fn enc(cfg: &PtConfig) -> Enc<'_> {
+        Enc {
+            cfg,
+            out: Vec::new(),
+            last_ip: 0,
+            tnt_count: 0,
+            tnt_bits: 0,
+            tnt_clock: 0,
+            stack: Vec::new(),
+            last_cyc: 0,
+            last_psb: 0,
+            enabled: true,
+            psbs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn packet_encodings_match_the_sdm() {
+        let cfg = PtConfig::default();
+        let mut e = enc(&cfg);
+        // CYC 0x32: low five bits in the header, the rest in one continuation byte.
+        e.cyc(0x32);
+        assert_eq!(e.out, [0x97, 0x02]);
+        // Short TNT, oldest bit first below the stop bit: T N T.
+        e.out.clear();
+        e.tnt(true, 0x32);
+        e.tnt(false, 0x32);
+        e.tnt(true, 0x32);
+        e.flush_tnt();
+        assert_eq!(e.out, [0x1a]);
+        // IP compression: same upper 48 bits -> two payload bytes.
+        e.out.clear();
+        e.last_ip = 0x40_0000_1000;
+        e.ip_packet(OP_TIP, Some(0x40_0000_1234));
+        assert_eq!(e.out, [0x2d, 0x34, 0x12]);
+        // Upper bits differ but 48-bit sign extension works -> six bytes.
+        e.out.clear();
+        e.ip_packet(OP_TIP_PGE, Some(0x7fff_0000_0010));
+        assert_eq!(e.out[0], 0x71);
+        assert_eq!(e.out.len(), 7);
+        // Suppressed IP.
+        e.out.clear();
+        e.ip_packet(OP_TIP_PGD, None);
+        assert_eq!(e.out, [0x01]);
+    }
+
+    #[test]
+    fn returns_compress_only_when_they_match_the_call() {
+        let steps = [
+            step(StepKind::Start, 0, 0, 0x1000),
+            step(StepKind::Call, 1, 0x1000, 0x2000),
+            step(StepKind::Return, 2, 0x2000, 0x1005),
+            step(StepKind::Call, 3, 0x1005, 0x2000),
+            // A return elsewhere (longjmp-like) cannot be compressed.
+            step(StepKind::Return, 4, 0x2000, 0x3000),
+            step(StepKind::Syscall, 5, 0x3000, 0),
+        ];
+        let cfg = PtConfig::default();
+        let out = encode(&steps, &cfg, &Faults::default()).data;
+        let tips = out.iter().filter(|&&b| b & 0x1f == OP_TIP).count();
+        // A TNT bit (taken) for the first return, a TIP only for the second.
+        assert_eq!(tips, 1, "{out:02x?}");
+        let noret = PtConfig {
+            retcomp: false,
+            ..PtConfig::default()
+        };
+        let out = encode(&steps, &noret, &Faults::default()).data;
+        assert_eq!(out.iter().filter(|&&b| b & 0x1f == OP_TIP).count(), 2);
+    }
+
+    #[test]
+    fn psbs_carry_the_current_ip_and_reset_compression() {
+        let mut steps = vec![step(StepKind::Start, 0, 0, 0x40_0000_0000)];
+        for i in 0..2000u64 {
+            steps.push(step(
+                StepKind::IndirectJmp,
+                i + 1,
+                0x40_0000_0000 + i,
+                0x40_0000_1000 + i * 64,
+            ));
+        }
+        let cfg = PtConfig {
+            psb_period: 256,
+            ..PtConfig::default()
+        };
+        let enc = encode(&steps, &cfg, &Faults::default());
+        assert!(enc.psbs.len() > 5);
+        for p in &enc.psbs[1..] {
+            assert_eq!(&enc.data[p.offset..p.offset + 4], &[0x02, 0x82, 0x02, 0x82]);
+            let ip = p.ip.expect("tracing is on");
+            assert_eq!(ip, steps[p.steps_before - 1].to);
+        }
     }
 }

@@ -43,10 +43,36 @@ pub enum Flow {
 
 /// Classifies the last instruction of `tb`.
 pub fn classify(tb: &TbDef) -> Flow {
-    let ip = tb.last_addr();
-    let mut dec = Decoder::with_ip(64, &tb.last, ip, DecoderOptions::NONE);
+    classify_bytes(&tb.last, tb.last_addr())
+}
+
+/// What a signal interrupted when it arrived before the instruction at a block's start.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Interrupted {
+    /// Anything but an indirect branch.
+    Other,
+    /// A return: perf takes the FUP as that return leaving the traced region.
+    Return,
+    /// An indirect jump (reported like a return).
+    IndirectJmp,
+    /// An indirect call (reported like a return).
+    IndirectCall,
+}
+
+fn interrupted(tb: &TbDef) -> Interrupted {
+    match classify_bytes(&tb.first, tb.vaddr) {
+        Flow::Return => Interrupted::Return,
+        Flow::IndirectJmp => Interrupted::IndirectJmp,
+        Flow::IndirectCall => Interrupted::IndirectCall,
+        _ => Interrupted::Other,
+    }
+}
+
+/// Classifies one instruction; [`Flow::Abandoned`] when the bytes are not one whole instruction.
+fn classify_bytes(bytes: &[u8], ip: u64) -> Flow {
+    let mut dec = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
     let insn = dec.decode();
-    if insn.is_invalid() || insn.len() != tb.last.len() {
+    if insn.is_invalid() || insn.len() != bytes.len() {
         return Flow::Abandoned;
     }
     // iced-x86 counts `syscall` as a call; for Intel PT it is a transfer to the kernel.
@@ -97,7 +123,10 @@ pub enum StepKind {
     /// Tracing stops at a syscall instruction at `from`.
     Syscall,
     /// Tracing stops asynchronously before the instruction at `from` (signal, exit of another thread).
-    Async,
+    Async {
+        /// The kind of instruction interrupted.
+        before: Interrupted,
+    },
 }
 
 /// One step of a thread's branch trace.
@@ -133,6 +162,8 @@ pub struct TruthStats {
     pub instructions: u64,
     /// Asynchronous transfers seen (signals and the like).
     pub async_transfers: u64,
+    /// Conditional branches interrupted by a signal whose outcome had to be guessed.
+    pub guessed_outcomes: u64,
 }
 
 /// Derives every thread's branch trace from a block log.
@@ -142,11 +173,19 @@ pub fn derive(log: &BlockLog) -> (Vec<ThreadTrace>, TruthStats) {
         .iter()
         .map(|t| t.as_ref().map(classify).unwrap_or(Flow::Other))
         .collect();
+    let starts: rustc_hash::FxHashMap<u64, Interrupted> = log
+        .tbs
+        .iter()
+        .flatten()
+        .map(|t| (t.vaddr, interrupted(t)))
+        .filter(|&(_, i)| i != Interrupted::Other)
+        .collect();
     let mut stats = TruthStats::default();
     let mut out = Vec::with_capacity(log.threads.len());
     for t in &log.threads {
         let mut steps = Vec::with_capacity(t.execs.len());
         let mut traced = false;
+        let mut pending: Vec<(usize, u64, u64, u8)> = Vec::new();
         for (i, &e) in t.execs.iter().enumerate() {
             let tb = log.tb(e);
             stats.blocks += 1;
@@ -211,20 +250,63 @@ pub fn derive(log: &BlockLog) -> (Vec<ThreadTrace>, TruthStats) {
                     b.to
                 }
                 (None, Some(x)) => x,
-                // Unknown outcome: stop before the branch instruction itself.
+                // Unknown outcome, settled after the loop: for now the async stop sits
+                // on the branch itself.
                 (None, None) => from,
             };
+            if unknown && next.is_some() {
+                if let Flow::Cond { target } = flows[e.tb as usize] {
+                    pending.push((steps.len(), target, fall, len));
+                }
+            }
             if next.is_some_and(|n| n != resume || unknown) {
                 stats.async_transfers += 1;
                 steps.push(Step {
                     clock,
-                    kind: StepKind::Async,
+                    kind: StepKind::Async {
+                        before: starts.get(&resume).copied().unwrap_or(Interrupted::Other),
+                    },
                     from: resume,
                     to: 0,
                     len: 0,
                 });
                 traced = false;
             }
+        }
+        // A signal delivered right after a conditional branch hides its outcome from the
+        // block log. The decoder cannot stop on a conditional branch, so decide it: by where
+        // the thread resumes after `rt_sigreturn` if that is one of the two successors,
+        // otherwise as not taken (counted in `guessed_outcomes`).
+        for &(at, target, fall, len) in pending.iter().rev() {
+            let Some(stop) = steps.get(at).copied() else {
+                continue;
+            };
+            let resumed = steps[at + 1..]
+                .windows(2)
+                .take(1_000_000)
+                .find(|w| {
+                    w[0].kind == StepKind::Syscall
+                        && w[1].kind == StepKind::Start
+                        && (w[1].to == target || w[1].to == fall)
+                })
+                .map(|w| w[1].to);
+            if resumed.is_none() {
+                stats.guessed_outcomes += 1;
+            }
+            let taken = resumed == Some(target) && target != fall;
+            let to = if taken { target } else { fall };
+            let jcc = Step {
+                clock: stop.clock,
+                kind: StepKind::Jcc { taken },
+                from: stop.from,
+                to,
+                len,
+            };
+            steps[at].from = to;
+            steps[at].kind = StepKind::Async {
+                before: starts.get(&to).copied().unwrap_or(Interrupted::Other),
+            };
+            steps.insert(at, jcc);
         }
         out.push(ThreadTrace { tid: t.tid, steps });
     }

@@ -8,8 +8,8 @@
 //!
 //! * `KIND_HEADER`: `pid u32`, `magic u32`.
 //! * `KIND_TBS`: translated blocks, each `id u32, vaddr u64, n_insns u32, size u32,
-//!   last_len u8, last instruction bytes`. Blocks are described once per translation,
-//!   so executions cost 4 bytes each.
+//!   last_len u8, last instruction bytes, first_len u8, first instruction bytes`. Blocks
+//!   are described once per translation, so executions cost 4 bytes each.
 //! * `KIND_EXEC`: one thread's executions as `u32` block ids. `MARKER` followed by a
 //!   `u64` clock (two `u32` words) says where the global instruction clock stood when the
 //!   next block started; it is written whenever another thread ran in between.
@@ -39,7 +39,7 @@ const KIND_MAPS: u8 = 3;
 /// Exec-stream word announcing a clock value.
 const MARKER: u32 = u32::MAX;
 /// Identifies the log format version.
-const MAGIC: u32 = 0x5054_5331; // "PTS1"
+const MAGIC: u32 = 0x5054_5332; // "PTS2"
 /// Per-thread buffer size before it is handed to the file.
 const FLUSH_AT: usize = 1 << 18;
 
@@ -200,20 +200,24 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
     let Some(shared) = SHARED.get() else { return };
     // SAFETY: `tb` is the live translation-block handle QEMU passes to this callback,
     // and instruction handles and data stay valid for the callback's duration.
-    let (vaddr, n, last_vaddr, last) = unsafe {
+    let (vaddr, n, last_vaddr, last, first) = unsafe {
         let n = qemu_plugin_tb_n_insns(tb);
         if n == 0 {
             return;
         }
-        let insn = qemu_plugin_tb_get_insn(tb, n - 1);
-        let len = qemu_plugin_insn_size(insn).min(15);
-        let data = qemu_plugin_insn_data(insn) as *const u8;
-        let bytes = std::slice::from_raw_parts(data, len).to_vec();
+        let bytes = |insn: *const c_void| {
+            let len = qemu_plugin_insn_size(insn).min(15);
+            let data = qemu_plugin_insn_data(insn) as *const u8;
+            std::slice::from_raw_parts(data, len).to_vec()
+        };
+        let last = qemu_plugin_tb_get_insn(tb, n - 1);
+        let first = qemu_plugin_tb_get_insn(tb, 0);
         (
             qemu_plugin_tb_vaddr(tb),
             n,
-            qemu_plugin_insn_vaddr(insn),
-            bytes,
+            qemu_plugin_insn_vaddr(last),
+            bytes(last),
+            bytes(first),
         )
     };
     let id = NEXT_TB.fetch_add(1, Ordering::Relaxed);
@@ -226,6 +230,9 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
     rec.extend_from_slice(&(size as u32).to_le_bytes());
     rec.push(last.len() as u8);
     rec.extend_from_slice(&last);
+    // The first instruction tells what a signal interrupted when it lands on this block.
+    rec.push(first.len() as u8);
+    rec.extend_from_slice(&first);
 
     let covered = shared
         .exec_ranges
