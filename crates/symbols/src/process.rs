@@ -48,7 +48,7 @@ impl MapEntry {
 /// The parsed mappings of a process.
 #[derive(Clone, Debug)]
 pub struct ProcMaps {
-    origin: PathBuf,
+    pid: Option<u32>,
     entries: Vec<MapEntry>,
 }
 
@@ -57,7 +57,9 @@ impl ProcMaps {
     pub fn read(pid: u32) -> Result<Self> {
         let origin = PathBuf::from(format!("/proc/{pid}/maps"));
         let text = fs::read_to_string(&origin).map_err(|e| Error::io(&origin, e))?;
-        Self::parse(&text, &origin)
+        let mut maps = Self::parse(&text, &origin)?;
+        maps.pid = Some(pid);
+        Ok(maps)
     }
 
     /// Parses maps text; `origin` names it in errors. Any malformed line is an error, since a
@@ -73,10 +75,7 @@ impl ProcMaps {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(ProcMaps {
-            origin: origin.to_path_buf(),
-            entries,
-        })
+        Ok(ProcMaps { pid: None, entries })
     }
 
     /// All mappings, in address order.
@@ -157,8 +156,9 @@ impl ProcMaps {
         Ok(vaddr.wrapping_add(bias))
     }
 
-    fn pid(&self) -> Option<u32> {
-        self.origin.iter().nth(2)?.to_str()?.parse().ok()
+    /// The process the maps were read from (`None` when parsed from text).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
     }
 }
 
@@ -359,7 +359,7 @@ mod tests {
         let m = ProcMaps::parse(MAPS, Path::new("/proc/42/maps")).unwrap();
         assert_eq!(m.entries().len(), 6);
         assert_eq!(m.files(), vec!["/usr/bin/prog"]);
-        assert_eq!(m.pid(), Some(42));
+        assert_eq!(m.pid(), None);
         let e = &m.entries()[1];
         assert!(e.is_executable() && e.offset == 0x1000 && e.dev_major == 0xfd && e.inode == 1234);
         assert_eq!(m.entries()[4].path, "");
