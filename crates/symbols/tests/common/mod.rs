@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,7 +19,11 @@ pub fn tool(name: &str) -> Option<PathBuf> {
         if std::env::var_os("CI").is_some() {
             panic!("`{name}` is required when CI is set, but is not on PATH");
         }
-        eprintln!("!!! SKIPPING: `{name}` not found on PATH (set CI=1 to make this a failure)");
+        // Straight to fd 2: the harness captures `eprintln!`, which would hide the skip.
+        let _ = writeln!(
+            std::io::stderr(),
+            "!!! SKIPPING: `{name}` not found on PATH (set CI=1 to make this a failure)"
+        );
     }
     found
 }
