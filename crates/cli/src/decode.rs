@@ -63,6 +63,11 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "FILE")]
     pub ocaml_exception_info: Option<PathBuf>,
 
+    /// The traced executable, for source positions of functions (DWARF) and OCaml
+    /// exception traps (`.note.ocaml_eh`); PIE load addresses are found from the trace.
+    #[arg(long, value_name = "PATH")]
+    pub executable: Option<PathBuf>,
+
     /// The perf binary to run (default: `$PTSCOPE_PERF`, else `perf` on PATH).
     #[arg(long, value_name = "PATH")]
     pub perf: Option<PathBuf>,
@@ -96,7 +101,7 @@ fn parse_scope(s: &str) -> Result<TraceScope, String> {
 
 /// One input to decode: each becomes its own snapshot.
 enum Source {
-    Text(Decoder<BufReader<Box<dyn Read>>>, u64),
+    Text(Decoder<BufReader<Box<dyn Read + Send>>>, u64),
     Perf(PerfScript),
 }
 
@@ -151,7 +156,7 @@ impl InputSpec {
     fn open(&self, perf: &Path, strings: StringTable) -> Result<Source> {
         match self {
             InputSpec::Text(p) if p == Path::new("-") => {
-                let r: Box<dyn Read> = Box::new(io::stdin());
+                let r: Box<dyn Read + Send> = Box::new(io::stdin());
                 Ok(Source::Text(
                     Decoder::with_strings(BufReader::with_capacity(1 << 20, r), strings),
                     0,
@@ -161,7 +166,7 @@ impl InputSpec {
                 let f = File::open(p)
                     .with_context(|| format!("cannot open perf script text {}", p.display()))?;
                 let size = f.metadata().map(|m| m.len()).unwrap_or(0);
-                let r: Box<dyn Read> = Box::new(f);
+                let r: Box<dyn Read + Send> = Box::new(f);
                 Ok(Source::Text(
                     Decoder::with_strings(BufReader::with_capacity(1 << 20, r), strings),
                     size,
@@ -300,100 +305,266 @@ fn progress(size: Option<u64>, quiet: bool, name: &str) -> ProgressBar {
     pb
 }
 
-/// Feeds every input through one writer, snapshot by snapshot.
-fn drive<S: TraceSink, W: StackWriter<S>>(
-    specs: &[InputSpec],
-    args: &DecodeArgs,
-    sink: S,
-    make_writer: impl FnOnce(S, u64) -> W,
-    on_end_of_input: impl FnOnce(&mut S),
+/// Events held back while looking for a PIE executable's load bias.
+const MAX_HELD: usize = 100_000;
+
+/// What the executable adds to a writer's configuration.
+struct Extras {
+    ocaml_exception_info: Option<OcamlExceptionInfo>,
+    debug_info: rustc_hash::FxHashMap<u64, ptscope_stacks::legacy::SourcePosition>,
+}
+
+fn extras(
+    exe: &Option<crate::exe::ExeInfo>,
+    bias: &mut Option<u64>,
     totals: &mut Totals,
-) -> Result<(S, StringTable)> {
-    let perf = args
-        .perf
-        .clone()
-        .unwrap_or_else(ptscope_decode::perf::default_perf);
-    let presses = install_ctrlc();
-    let mut writer: Option<W> = None;
-    let mut pending = Some((sink, make_writer));
+) -> Extras {
+    let Some(e) = exe else {
+        return Extras {
+            ocaml_exception_info: None,
+            debug_info: Default::default(),
+        };
+    };
+    let b = match *bias {
+        Some(b) => b,
+        None => {
+            totals.errors.push(
+                "the trace never enters the --executable (no event names its file), so its source positions and OCaml traps are not used".into(),
+            );
+            *bias = Some(0);
+            0
+        }
+    };
+    let (ocaml_exception_info, debug_info) = e.rebased(b);
+    Extras {
+        ocaml_exception_info,
+        debug_info,
+    }
+}
+
+/// What the decoding thread sends: names new since the last message (so the
+/// writer's table mirrors the decoder's, same ids), and events or an end of input.
+enum Msg {
+    Batch {
+        new_strings: Vec<Box<str>>,
+        events: Vec<Event>,
+    },
+    /// One input is done (a snapshot boundary).
+    Done {
+        stats: Stats,
+        warnings: Vec<Warning>,
+        errors: Vec<String>,
+    },
+}
+
+/// Events per message: large enough to amortise the channel, small enough to overlap.
+const BATCH: usize = 4096;
+
+/// Decodes every input on its own thread, so parsing overlaps stack reconstruction
+/// and output (the two cores each get half of the work).
+fn decode_inputs(
+    specs: Vec<InputSpec>,
+    perf: PathBuf,
+    quiet: bool,
+    presses: Arc<AtomicUsize>,
+    tx: std::sync::mpsc::SyncSender<Msg>,
+) {
     let mut strings = StringTable::new();
-    for (i, spec) in specs.iter().enumerate() {
+    let mut sent = 0usize;
+    let flush = |strings: &StringTable, sent: &mut usize, events: Vec<Event>| Msg::Batch {
+        new_strings: {
+            let v = (*sent..strings.len())
+                .map(|i| Box::<str>::from(strings.get(ptscope_event::Sym(i as u32))))
+                .collect();
+            *sent = strings.len();
+            v
+        },
+        events,
+    };
+    for spec in specs {
         if presses.load(Ordering::SeqCst) > 0 {
             break;
         }
-        // A failed open consumes the table it was given; keep a copy so names from
-        // earlier snapshots stay resolvable.
+        // A failed open consumes the table it was given; keep a copy so the names
+        // already sent stay in step.
         let backup = strings.clone();
         let mut source = match spec.open(&perf, std::mem::take(&mut strings)) {
             Ok(s) => s,
             Err(e) => {
                 strings = backup;
-                totals.errors.push(format!("{e:#}"));
+                let _ = tx.send(Msg::Done {
+                    stats: Stats::default(),
+                    warnings: Vec::new(),
+                    errors: vec![format!("{e:#}")],
+                });
                 continue;
             }
         };
-        let pb = progress(source.size(), args.quiet, &spec.name());
+        let pb = progress(source.size(), quiet, &spec.name());
+        let mut errors = Vec::new();
+        let mut batch = Vec::with_capacity(BATCH);
         let mut n = 0u64;
         loop {
             if presses.load(Ordering::SeqCst) > 0 {
                 break;
             }
-            let event = match source.next_event() {
-                Ok(Some(e)) => e,
+            match source.next_event() {
+                Ok(Some(e)) => batch.push(e),
                 Ok(None) => break,
                 Err(e) => {
-                    totals.errors.push(format!(
+                    errors.push(format!(
                         "{}: {e} (keeping the events decoded before it)",
                         spec.name()
                     ));
                     break;
                 }
-            };
-            let w = match writer.as_mut() {
-                Some(w) => w,
-                None => {
-                    let Some((sink, make)) = pending.take() else {
-                        break;
-                    };
-                    writer.insert(make(sink, event.time().unwrap_or(0)))
+            }
+            if batch.len() == BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                if tx.send(flush(source.strings(), &mut sent, full)).is_err() {
+                    return;
                 }
-            };
-            w.write_event(&event, source.strings());
-            n += 1;
-            if n.is_multiple_of(65_536) {
+                n += BATCH as u64;
                 match source.size() {
                     Some(_) => pb.set_position(source.decoder_stats().bytes),
                     None => pb.set_position(n),
                 }
             }
         }
+        if !batch.is_empty() && tx.send(flush(source.strings(), &mut sent, batch)).is_err() {
+            return;
+        }
         pb.finish_and_clear();
         let stats = source.decoder_stats();
-        totals.events += stats.events;
-        totals.lines += stats.lines;
-        totals.bytes += stats.bytes;
-        totals.warnings += stats.warnings;
-        for w in source.warnings() {
-            if totals.kept.len() < 5 {
-                totals.kept.push(w);
+        let warnings = source.warnings();
+        match source {
+            Source::Perf(mut p) => {
+                if let Err(e) = p.finish() {
+                    errors.push(format!("{e} (keeping the events decoded before it)"));
+                }
+                strings = p.take_strings();
+            }
+            Source::Text(d, _) => strings = d.into_strings(),
+        }
+        if tx
+            .send(Msg::Done {
+                stats,
+                warnings,
+                errors,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Feeds every input through one writer, snapshot by snapshot.
+fn drive<S: TraceSink, W: StackWriter<S>>(
+    specs: Vec<InputSpec>,
+    args: &DecodeArgs,
+    sink: S,
+    make_writer: impl FnOnce(S, u64, Extras) -> W,
+    on_end_of_input: impl FnOnce(&mut S),
+    totals: &mut Totals,
+) -> Result<(S, StringTable)> {
+    let exe = match &args.executable {
+        Some(p) => Some(crate::exe::ExeInfo::load(p)?),
+        None => None,
+    };
+    // A PIE's addresses are known only once an event inside it reveals the load bias.
+    let mut bias: Option<u64> = match &exe {
+        Some(e) if e.pie => None,
+        _ => Some(0),
+    };
+    let mut held: Vec<Event> = Vec::new();
+    let perf = args
+        .perf
+        .clone()
+        .unwrap_or_else(ptscope_decode::perf::default_perf);
+    let presses = install_ctrlc();
+    let inputs = specs.len();
+    let (tx, rx) = std::sync::mpsc::sync_channel(8);
+    let p = presses.clone();
+    let quiet = args.quiet;
+    let decoder = std::thread::Builder::new()
+        .name("ptscope-decode".into())
+        .spawn(move || decode_inputs(specs, perf, quiet, p, tx))
+        .context("cannot start the decoding thread")?;
+    let mut writer: Option<W> = None;
+    let mut pending = Some((sink, make_writer));
+    let mut strings = StringTable::new();
+    let mut done = 0;
+    for msg in rx {
+        match msg {
+            Msg::Batch {
+                new_strings,
+                events,
+            } => {
+                for s in &new_strings {
+                    strings.intern(s);
+                }
+                for event in events {
+                    if writer.is_none() {
+                        if bias.is_none() {
+                            bias = exe.as_ref().and_then(|e| e.bias_from(&event, &strings));
+                        }
+                        if bias.is_none() && held.len() < MAX_HELD {
+                            held.push(event);
+                            continue;
+                        }
+                        let Some((sink, make)) = pending.take() else {
+                            break;
+                        };
+                        let first = held.first().unwrap_or(&event).time().unwrap_or(0);
+                        let w = writer.insert(make(sink, first, extras(&exe, &mut bias, totals)));
+                        for e in held.drain(..) {
+                            w.write_event(&e, &strings);
+                        }
+                    }
+                    if let Some(w) = writer.as_mut() {
+                        w.write_event(&event, &strings);
+                    }
+                }
+            }
+            Msg::Done {
+                stats,
+                warnings,
+                errors,
+            } => {
+                totals.events += stats.events;
+                totals.lines += stats.lines;
+                totals.bytes += stats.bytes;
+                totals.warnings += stats.warnings;
+                totals.errors.extend(errors);
+                for w in warnings {
+                    if totals.kept.len() < 5 {
+                        totals.kept.push(w);
+                    }
+                }
+                done += 1;
+                // Each perf.data file is one snapshot: close its frames before the next.
+                if done < inputs {
+                    if let Some(w) = writer.as_mut() {
+                        w.end_snapshot(&strings);
+                    }
+                }
             }
         }
-        if let Source::Perf(mut p) = source {
-            if let Err(e) = p.finish() {
-                totals
-                    .errors
-                    .push(format!("{e} (keeping the events decoded before it)"));
-            }
-            strings = p.take_strings();
-        } else if let Source::Text(d, _) = source {
-            strings = d.into_strings();
-        }
-        // Each perf.data file is one snapshot: close its frames before the next one.
-        if i + 1 < specs.len() {
-            if let Some(w) = writer.as_mut() {
-                w.end_snapshot(&strings);
+    }
+    if writer.is_none() && !held.is_empty() {
+        if let Some((sink, make)) = pending.take() {
+            let first = held[0].time().unwrap_or(0);
+            let w = writer.insert(make(sink, first, extras(&exe, &mut bias, totals)));
+            for e in held.drain(..) {
+                w.write_event(&e, &strings);
             }
         }
+    }
+    if decoder.join().is_err() {
+        totals
+            .errors
+            .push("the decoding thread failed; the trace holds what was decoded before".into());
     }
     match writer {
         Some(mut w) => {
@@ -448,7 +619,7 @@ fn keep_old(path: &Path) {
 
 /// Runs the chosen stack writer over every input.
 fn run_writer<S: TraceSink>(
-    specs: &[InputSpec],
+    specs: Vec<InputSpec>,
     args: &DecodeArgs,
     (legacy, segments): (LegacyConfig, SegmentsConfig),
     sink: S,
@@ -460,11 +631,15 @@ fn run_writer<S: TraceSink>(
             specs,
             args,
             sink,
-            |sink, earliest_time| {
+            |sink, earliest_time, x: Extras| {
                 LegacyWriter::new(
                     sink,
                     LegacyConfig {
                         earliest_time,
+                        ocaml_exception_info: legacy
+                            .ocaml_exception_info
+                            .or(x.ocaml_exception_info),
+                        debug_info: x.debug_info,
                         ..legacy
                     },
                 )
@@ -476,11 +651,15 @@ fn run_writer<S: TraceSink>(
             specs,
             args,
             sink,
-            |sink, earliest_time| {
+            |sink, earliest_time, x: Extras| {
                 SegmentsWriter::new(
                     sink,
                     SegmentsConfig {
                         earliest_time,
+                        ocaml_exception_info: segments
+                            .ocaml_exception_info
+                            .or(x.ocaml_exception_info),
+                        debug_info: x.debug_info,
                         ..segments
                     },
                 )
@@ -514,7 +693,7 @@ pub fn run(args: DecodeArgs) -> Result<()> {
     match args.format {
         Format::Transcript => {
             let (sink, _) = run_writer(
-                &specs,
+                specs,
                 &args,
                 (legacy, segments),
                 TranscriptSink::default(),
@@ -541,7 +720,7 @@ pub fn run(args: DecodeArgs) -> Result<()> {
             // The legacy writer emits inferred frames late; restore per-thread time order.
             let sink = OrderedSink::new(ptscope_output::FxtSink::new(out));
             let (sink, _) =
-                match run_writer(&specs, &args, (legacy, segments), sink, |_| {}, &mut totals) {
+                match run_writer(specs, &args, (legacy, segments), sink, |_| {}, &mut totals) {
                     Ok(r) => r,
                     Err(e) => {
                         // Nothing usable was read: leave no empty trace behind.

@@ -1,6 +1,7 @@
 //! The `ptscope` command line: a thin layer over the stage crates.
 
 mod decode;
+mod exe;
 mod mem;
 
 use clap::{Parser, Subcommand};

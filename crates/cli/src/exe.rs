@@ -1,0 +1,95 @@
+//! What the traced executable itself tells the decoder: OCaml exception traps
+//! (`.note.ocaml_eh`) and the source position of every function start.
+
+use anyhow::{Context, Result};
+use ptscope_event::{Event, EventData, Location, OcamlExceptionInfo, StringTable, Symbol};
+use ptscope_stacks::legacy::SourcePosition;
+use ptscope_symbols::{MappedFile, OcamlTraps};
+use rustc_hash::FxHashMap;
+use std::path::Path;
+
+/// Facts read once from the executable, in link-time addresses.
+pub struct ExeInfo {
+    file_name: String,
+    /// A PIE is loaded at an address only the recording knows.
+    pub pie: bool,
+    functions: FxHashMap<String, u64>,
+    traps: Option<OcamlTraps>,
+    positions: FxHashMap<u64, SourcePosition>,
+}
+
+impl ExeInfo {
+    /// Reads symbols, line tables and the OCaml note; a missing part is just absent.
+    pub fn load(path: &Path) -> Result<ExeInfo> {
+        let file = MappedFile::open(path)
+            .with_context(|| format!("cannot read the executable {}", path.display()))?;
+        let elf = file
+            .elf()
+            .with_context(|| format!("{} is not a usable ELF file", path.display()))?;
+        let mut functions = FxHashMap::default();
+        let mut starts = Vec::new();
+        if let Ok(symbols) = elf.symbols() {
+            for f in symbols.functions() {
+                functions.insert(f.name().to_string(), f.address());
+                starts.push(f.address());
+            }
+        }
+        let positions = match elf.line_table() {
+            Ok(lines) => lines.positions(starts),
+            Err(_) => FxHashMap::default(),
+        };
+        Ok(ExeInfo {
+            file_name: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            pie: elf.is_position_independent(),
+            functions,
+            traps: elf.ocaml_traps().ok(),
+            positions,
+        })
+    }
+
+    /// The load bias, from any event location perf resolved inside the executable.
+    pub fn bias_from(&self, event: &Event, strings: &StringTable) -> Option<u64> {
+        let check = |loc: &Location| -> Option<u64> {
+            let dso = strings.get(loc.dso?);
+            if Path::new(dso).file_name()?.to_string_lossy() != self.file_name {
+                return None;
+            }
+            let Symbol::FromPerf(s) = loc.symbol else {
+                return None;
+            };
+            let link = *self.functions.get(strings.get(s))?;
+            Some(loc.ip.wrapping_sub(loc.offset).wrapping_sub(link))
+        };
+        match event {
+            Event::Ok {
+                data: EventData::Trace { src, dst, .. },
+                ..
+            } => check(src).or_else(|| check(dst)),
+            Event::Ok {
+                data: EventData::StackSample { callstack },
+                ..
+            } => callstack.iter().find_map(check),
+            _ => None,
+        }
+    }
+
+    /// Traps and function positions at run-time addresses.
+    pub fn rebased(
+        &self,
+        bias: u64,
+    ) -> (Option<OcamlExceptionInfo>, FxHashMap<u64, SourcePosition>) {
+        let traps = self
+            .traps
+            .as_ref()
+            .map(|t| t.rebased(bias).to_exception_info());
+        let positions = self
+            .positions
+            .iter()
+            .map(|(a, p)| (a.wrapping_add(bias), p.clone()))
+            .collect();
+        (traps, positions)
+    }
+}
