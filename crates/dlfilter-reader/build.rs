@@ -18,7 +18,14 @@ fn main() {
         .arg(&src)
         .args(["--crate-type", "cdylib", "--crate-name", "ptscope_dlfilter"])
         .args(["--edition", "2021"])
-        .args(["-C", "opt-level=3", "-C", "panic=abort", "-C", "debuginfo=0"])
+        .args([
+            "-C",
+            "opt-level=3",
+            "-C",
+            "panic=abort",
+            "-C",
+            "debuginfo=0",
+        ])
         .args(["-C", "strip=debuginfo", "-C", "codegen-units=1"])
         .arg("--out-dir")
         .arg(&out)

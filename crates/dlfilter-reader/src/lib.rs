@@ -177,6 +177,23 @@ impl DlfilterOptions {
     }
 }
 
+/// Asks for a 1 MiB pipe so perf, writing 4 KiB stdio blocks, rarely waits for us.
+/// Failure (an old kernel, a lower `pipe-max-size`) only costs speed.
+fn grow_pipe(stdout: &ChildStdout) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        extern "C" {
+            fn fcntl(fd: i32, cmd: i32, ...) -> i32;
+        }
+        const F_SETPIPE_SZ: i32 = 1031;
+        // SAFETY: F_SETPIPE_SZ on a pipe fd we own takes an int and touches no memory.
+        unsafe {
+            fcntl(stdout.as_raw_fd(), F_SETPIPE_SZ, 1i32 << 20);
+        }
+    }
+}
+
 fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
@@ -260,6 +277,7 @@ impl DlfilterScript {
                 source: io::Error::other("no pipes to the child"),
             });
         };
+        grow_pipe(&stdout);
         // A dedicated reader keeps a chatty stderr from stalling perf; only the tail is kept.
         let stderr = std::thread::spawn(move || {
             let mut kept = Vec::new();

@@ -25,6 +25,8 @@ pub struct RecordReader<R> {
     strings: StringTable,
     /// Filter name id → interned name.
     names: Vec<Option<Sym>>,
+    /// Filter location id → location (callchain frames).
+    locs: Vec<Location>,
     unknown_dso: Option<Sym>,
     payload: Vec<u8>,
     text: Vec<u8>,
@@ -89,6 +91,7 @@ impl<R: BufRead> RecordReader<R> {
             reader,
             strings,
             names: Vec::new(),
+            locs: Vec::new(),
             unknown_dso: None,
             payload: Vec::new(),
             text: Vec::new(),
@@ -114,6 +117,7 @@ impl<R: BufRead> RecordReader<R> {
     /// Takes the table, leaving an empty one (names sent earlier are forgotten too).
     pub fn take_strings(&mut self) -> StringTable {
         self.names.clear();
+        self.locs.clear();
         self.unknown_dso = None;
         std::mem::take(&mut self.strings)
     }
@@ -186,7 +190,11 @@ impl<R: BufRead> RecordReader<R> {
                 self.eof = true;
                 if !self.end && self.text.last().is_some_and(|&b| b != b'\n') {
                     // perf died mid-line: a partial line would decode as a wrong event.
-                    let keep = self.text.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+                    let keep = self
+                        .text
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(0, |p| p + 1);
                     self.text.truncate(keep);
                 }
                 self.flush_text();
@@ -263,7 +271,9 @@ impl<R: BufRead> RecordReader<R> {
         self.offset += (format::HEADER_LEN + len) as u64;
         self.stats.bytes += (format::HEADER_LEN + len) as u64;
         let payload = std::mem::take(&mut self.payload);
-        let r = self.convert(ty, &payload).map_err(|what| Error::Corrupt { offset: at, what });
+        let r = self
+            .convert(ty, &payload)
+            .map_err(|what| Error::Corrupt { offset: at, what });
         self.payload = payload;
         r
     }
@@ -308,15 +318,21 @@ impl<R: BufRead> RecordReader<R> {
             format::REC_STACK => {
                 let c = self.common(p)?;
                 let mut at = format::COMMON_LEN;
-                let n = (p.len() >= at + 4).then(|| u32_at(p, at)).ok_or("short stack")?;
+                let n = (p.len() >= at + 4)
+                    .then(|| u32_at(p, at))
+                    .ok_or("short stack")?;
                 at += 4;
-                if p.len() != at + n as usize * format::LOC_LEN {
+                if p.len() != at + n as usize * 4 {
                     return Err(format!("stack of {n} frames has {} bytes", p.len()));
                 }
                 self.frames.clear();
                 for i in 0..n as usize {
-                    let loc = self.loc(p, at + i * format::LOC_LEN)?;
-                    self.frames.push(loc);
+                    let id = u32_at(p, at + i * 4);
+                    let loc = self
+                        .locs
+                        .get(id as usize)
+                        .ok_or_else(|| format!("location id {id} used before it was sent"))?;
+                    self.frames.push(*loc);
                 }
                 let data = match extra(c.class) {
                     Some(name) => EventData::EventSample {
@@ -372,6 +388,17 @@ impl<R: BufRead> RecordReader<R> {
                         dst,
                     },
                 );
+            }
+            format::REC_LOC => {
+                if p.len() != 4 + format::LOC_LEN {
+                    return Err("bad location record length".into());
+                }
+                let id = u32_at(p, 0) as usize;
+                if id != self.locs.len() {
+                    return Err(format!("location id {id}, expected {}", self.locs.len()));
+                }
+                let loc = self.loc(p, 4)?;
+                self.locs.push(loc);
             }
             format::REC_END => self.end = true,
             other => return Err(format!("unknown record type {other}")),
@@ -495,14 +522,13 @@ fn read_full(r: &mut impl BufRead, buf: &mut [u8]) -> io::Result<()> {
     r.read_exact(buf)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Builds streams the way the filter writes them.
     #[derive(Default)]
-    struct W(Vec<u8>);
+    struct W(Vec<u8>, u32);
 
     impl W {
         fn rec(&mut self, ty: u8, payload: &[u8]) -> &mut Self {
@@ -540,7 +566,12 @@ mod tests {
             let mut p = Self::common(Class::Sample, 7, time, 0);
             p.extend_from_slice(&(frames.len() as u32).to_le_bytes());
             for &(ip, s, d, o) in frames {
-                Self::loc(&mut p, ip, s, d, o);
+                let id = self.1;
+                self.1 += 1;
+                let mut l = id.to_le_bytes().to_vec();
+                Self::loc(&mut l, ip, s, d, o);
+                self.rec(format::REC_LOC, &l);
+                p.extend_from_slice(&id.to_le_bytes());
             }
             self.rec(format::REC_STACK, &p)
         }
@@ -660,10 +691,7 @@ mod tests {
             Some((false, false, Some(Kind::Call)))
         );
         assert_eq!(branch_kind(BRANCH | TRACE_BEGIN), Some((true, false, None)));
-        assert_eq!(
-            branch_kind(BRANCH | TRACE_END),
-            Some((false, true, None))
-        );
+        assert_eq!(branch_kind(BRANCH | TRACE_END), Some((false, true, None)));
         assert_eq!(
             branch_kind(BRANCH | CONDITIONAL | TRACE_BEGIN),
             Some((true, false, Some(Kind::Jump)))
@@ -672,6 +700,9 @@ mod tests {
             branch_kind(BRANCH | TRACE_END | SYSCALLRET | CALL),
             Some((false, true, Some(Kind::Syscall)))
         );
-        assert_eq!(branch_kind(BRANCH | VMENTRY | CALL), Some((false, false, None)));
+        assert_eq!(
+            branch_kind(BRANCH | VMENTRY | CALL),
+            Some((false, false, None))
+        );
     }
 }

@@ -72,7 +72,11 @@ fn dlfilter_path(data: &Path) -> Decoded {
 fn compare(data: &Path) -> (usize, u64) {
     let t = text_path(data);
     let d = dlfilter_path(data);
-    assert_eq!(t.events.len(), d.events.len(), "event counts differ for {data:?}");
+    assert_eq!(
+        t.events.len(),
+        d.events.len(),
+        "event counts differ for {data:?}"
+    );
     for (i, (a, b)) in t.events.iter().zip(&d.events).enumerate() {
         assert_eq!(a, b, "event {i} differs for {data:?}");
     }
@@ -90,14 +94,21 @@ fn cpu_clock_sampling_with_callchains() {
     let exe = build_prog(&dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
-    record(&data, &["-e", "cpu-clock", "-c", "50000", "-g"], &[&exe_s, "150"]);
+    record(
+        &data,
+        &["-e", "cpu-clock", "-c", "50000", "-g"],
+        &[&exe_s, "150"],
+    );
     let (n, lines) = compare(&data);
     assert!(n > 100, "only {n} samples");
     // Every sample went through the binary records, none through perf's text.
     assert_eq!(lines, 0);
     // Kernel and user frames both appear, with names.
     let d = dlfilter_path(&data);
-    assert!(d.events.iter().any(|e| e.contains("leaf+") && e.contains("main+")));
+    assert!(d
+        .events
+        .iter()
+        .any(|e| e.contains("leaf+") && e.contains("main+")));
 }
 
 #[test]
@@ -109,7 +120,11 @@ fn cpu_clock_without_callchains() {
     let exe = build_prog(&dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
-    record(&data, &["-e", "cpu-clock", "-c", "100000"], &[&exe_s, "100"]);
+    record(
+        &data,
+        &["-e", "cpu-clock", "-c", "100000"],
+        &[&exe_s, "100"],
+    );
     let (n, lines) = compare(&data);
     assert!(n > 20, "only {n} samples");
     assert_eq!(lines, 0);
@@ -127,7 +142,13 @@ fn uprobe_events() {
     let group = format!("ptsdlf{}", std::process::id());
     let _guard = ProbeGuard(group.clone());
     let st = std::process::Command::new("perf")
-        .args(["probe", "-q", "-x", &exe_s, &format!("{group}:leafhit=leaf")])
+        .args([
+            "probe",
+            "-q",
+            "-x",
+            &exe_s,
+            &format!("{group}:leafhit=leaf"),
+        ])
         .status()
         .expect("perf probe");
     assert!(st.success(), "perf probe failed");
@@ -166,5 +187,8 @@ fn breakpoint_events() {
     record(&data, &["-e", &ev], &[&exe_s, "5"]);
     let (n, lines) = compare(&data);
     assert_eq!(n, 0);
-    assert!(lines >= 20, "breakpoint samples should pass through as text");
+    assert!(
+        lines >= 20,
+        "breakpoint samples should pass through as text"
+    );
 }

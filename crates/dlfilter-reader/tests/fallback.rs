@@ -56,7 +56,11 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
     let exe = build_prog(&dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
-    record(&data, &["-e", "cpu-clock", "-c", "50000", "-g"], &[&exe_s, "100"]);
+    record(
+        &data,
+        &["-e", "cpu-clock", "-c", "50000", "-g"],
+        &[&exe_s, "100"],
+    );
     let want = text_events(&data);
     assert!(want.len() > 100);
 

@@ -15,7 +15,7 @@ pub const VERSION: u32 = 1;
 pub const REC_HELLO: u8 = 1;
 /// `NAME`: u32 id, then the name's bytes. Sent once, before the first use of `id`.
 pub const REC_NAME: u8 = 2;
-/// `STACK`: common part, u32 frame count, frames (leaf first, as perf prints them).
+/// `STACK`: common part, u32 frame count, that many `LOC` ids (leaf first, as perf prints them).
 pub const REC_STACK: u8 = 3;
 /// `INLINE`: common part, one location (a sample without a callchain).
 pub const REC_INLINE: u8 = 4;
@@ -23,6 +23,9 @@ pub const REC_INLINE: u8 = 4;
 pub const REC_BRANCH: u8 = 5;
 /// `END`: u64 samples seen, u64 records sent, u64 jumps dropped, u64 passed as text.
 pub const REC_END: u8 = 6;
+
+/// `LOC`: u32 id, then one location. Sent once, before the first use of `id` in a `STACK`.
+pub const REC_LOC: u8 = 7;
 
 /// "No name" in a location's symbol or DSO id.
 pub const NO_NAME: u32 = u32::MAX;
@@ -112,7 +115,10 @@ pub fn classify(evname: &[u8]) -> (Class, bool) {
         return (class, false);
     }
     i += 1;
-    let k = s[i..].iter().take_while(|b| b.is_ascii_alphabetic()).count();
+    let k = s[i..]
+        .iter()
+        .take_while(|b| b.is_ascii_alphabetic())
+        .count();
     if k > 0 && s.get(i + k) == Some(&b':') {
         i += k + 1;
     }
@@ -221,7 +227,10 @@ mod tests {
             classify(b"branch-misses/period=50/u"),
             (Class::BranchMisses, true)
         );
-        assert_eq!(classify(b"mem:0x0000000000401161:x"), (Class::Sample, false));
+        assert_eq!(
+            classify(b"mem:0x0000000000401161:x"),
+            (Class::Sample, false)
+        );
         assert_eq!(classify(b"probe_prog:leaf_2"), (Class::Sample, false));
         assert_eq!(classify(b"psb"), (Class::Ignored, true));
         assert_eq!(classify(b""), (Class::Sample, false));

@@ -184,6 +184,38 @@ struct EventInfo {
     clean: bool,
 }
 
+/// FxHash: callchain addresses are hashed millions of times, SipHash is too slow.
+#[derive(Default, Clone, Copy)]
+struct Fx(u64);
+
+impl std::hash::Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
+
+/// Cached callchain locations of one process.
+#[derive(Default)]
+struct ProcCache {
+    /// The comm perf reports for the process; a new one (exec) invalidates the cache.
+    comm: usize,
+    /// Raw address → (location id, symbol and DSO pointers perf resolved it to).
+    locs: FxMap<u64, (u32, usize, usize)>,
+}
+
+/// A process's cache is dropped past this many addresses, bounding memory.
+const MAX_CACHED: usize = 1 << 20;
+
 /// The filter's state, created by `start`.
 struct State {
     null: bool,
@@ -194,6 +226,8 @@ struct State {
     by_name: HashMap<Vec<u8>, u32>,
     names: Vec<Vec<u8>>,
     events: HashMap<usize, EventInfo>,
+    procs: FxMap<i32, ProcCache>,
+    next_loc: u32,
     rec: Vec<u8>,
     def: Vec<u8>,
     seen: u64,
@@ -270,14 +304,69 @@ impl State {
     /// Appends a location to the record; `None` if perf's text would differ from
     /// what the reader can rebuild.
     fn loc(&mut self, printed_ip: u64, al: &Al) -> Option<()> {
-        let sym = self.name_id(al.sym);
-        let dso = self.name_id(al.dso);
-        let off = if al.sym.is_null() { 0 } else { offset(al)? };
+        let (sym, dso, off) = self.loc_fields(al)?;
         put_u64(&mut self.rec, printed_ip);
         put_u32(&mut self.rec, sym);
         put_u32(&mut self.rec, dso);
         put_u64(&mut self.rec, off);
         Some(())
+    }
+
+    fn loc_fields(&mut self, al: &Al) -> Option<(u32, u32, u64)> {
+        let sym = self.name_id(al.sym);
+        let dso = self.name_id(al.dso);
+        let off = if al.sym.is_null() { 0 } else { offset(al)? };
+        Some((sym, dso, off))
+    }
+
+    /// The id of a callchain address's location, resolving it (and announcing it with
+    /// a `LOC` record) only the first time it is seen in this process.
+    unsafe fn frame(&mut self, pid: i32, ip: u64, ctx: Ctx) -> Option<u32> {
+        if let Some(&(id, _, _)) = self.procs.get(&pid).and_then(|p| p.locs.get(&ip)) {
+            return Some(id);
+        }
+        let resolve = (*std::ptr::addr_of!(perf_dlfilter_fns)).resolve_address?;
+        let mut al: Al = std::mem::zeroed();
+        al.size = std::mem::size_of::<Al>() as u32;
+        if resolve(ctx, ip, &mut al) != 0 {
+            return None;
+        }
+        let (sym, dso, off) = self.loc_fields(&al)?;
+        let id = self.next_loc;
+        self.next_loc += 1;
+        begin(&mut self.def, format::REC_LOC);
+        put_u32(&mut self.def, id);
+        // perf prints callchain addresses relative to their DSO.
+        put_u64(&mut self.def, al.addr);
+        put_u32(&mut self.def, sym);
+        put_u32(&mut self.def, dso);
+        put_u64(&mut self.def, off);
+        seal(&mut self.def);
+        self.emit(|s| &s.def);
+        let p = self.procs.entry(pid).or_default();
+        if p.locs.len() >= MAX_CACHED {
+            p.locs.clear();
+        }
+        p.locs.insert(ip, (id, al.sym as usize, al.dso as usize));
+        Some(id)
+    }
+
+    /// Forgets a process's cached locations when its mappings may have changed: a new
+    /// comm (exec), or the sample's own address now resolving elsewhere (dlopen, JIT).
+    unsafe fn check_cache(&mut self, s: &Sample, ip_al: Option<&Al>) {
+        let Some(al) = ip_al else {
+            self.procs.remove(&s.pid);
+            return;
+        };
+        let p = self.procs.entry(s.pid).or_default();
+        let stale = p.comm != al.comm as usize
+            || p.locs
+                .get(&s.ip)
+                .is_some_and(|&(_, sym, dso)| sym != al.sym as usize || dso != al.dso as usize);
+        if stale {
+            p.locs.clear();
+            p.comm = al.comm as usize;
+        }
     }
 
     fn common(&mut self, ty: u8, class: Class, s: &Sample) {
@@ -327,12 +416,13 @@ impl State {
             if !ev.clean {
                 return None;
             }
-            let al = &*(fns.resolve_ip?)(ctx);
+            let al = (fns.resolve_ip?)(ctx).as_ref()?;
             self.common(format::REC_INLINE, ev.class, s);
             self.loc(s.ip, al)?;
             return Some(true);
         }
-        let resolve = fns.resolve_address?;
+        let ip_al = fns.resolve_ip.map(|f| f(ctx)).filter(|p| !p.is_null());
+        self.check_cache(s, ip_al.map(|p| &*p));
         self.common(format::REC_STACK, ev.class, s);
         let count_at = self.rec.len();
         put_u32(&mut self.rec, 0);
@@ -342,13 +432,8 @@ impl State {
             if ip >= PERF_CONTEXT_MAX {
                 continue;
             }
-            let mut al: Al = std::mem::zeroed();
-            al.size = std::mem::size_of::<Al>() as u32;
-            if resolve(ctx, ip, &mut al) != 0 {
-                return None;
-            }
-            // perf prints callchain addresses relative to their DSO.
-            self.loc(al.addr, &al)?;
+            let id = self.frame(s.pid, ip, ctx)?;
+            put_u32(&mut self.rec, id);
             n += 1;
         }
         if n == 0 {
@@ -365,8 +450,8 @@ impl State {
         if !ev.clean || format::flag_words(s.flags).is_none() || s.addr_correlates_sym == 0 {
             return None;
         }
-        let src = &*(fns.resolve_ip?)(ctx);
-        let dst = &*(fns.resolve_addr?)(ctx);
+        let src = (fns.resolve_ip?)(ctx).as_ref()?;
+        let dst = (fns.resolve_addr?)(ctx).as_ref()?;
         // Same test as the reader's `is_dropped_jump`, so a fallback can skip exactly
         // what was delivered; the name (not the address) is what stack writers compare.
         let plain_jump = s.flags & IN_TX == 0
@@ -399,6 +484,8 @@ pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_in
         by_name: HashMap::new(),
         names: Vec::new(),
         events: HashMap::new(),
+        procs: FxMap::default(),
+        next_loc: 0,
         rec: Vec::with_capacity(4096),
         def: Vec::with_capacity(256),
         seen: 0,
@@ -497,7 +584,8 @@ pub unsafe extern "C" fn filter_event(
 #[no_mangle]
 pub unsafe extern "C" fn filter_description(long: *mut *const c_char) -> *const c_char {
     if !long.is_null() {
-        *long = c"Streams samples to ptscope as binary records on stdout; dlargs: keep-jumps, null".as_ptr();
+        *long = c"Streams samples to ptscope as binary records on stdout; dlargs: keep-jumps, null"
+            .as_ptr();
     }
     c"ptscope binary sample stream".as_ptr()
 }

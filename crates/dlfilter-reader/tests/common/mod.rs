@@ -34,7 +34,8 @@ pub fn perf_usable(test: &str) -> bool {
     if perf_ok && gcc_ok && root {
         return true;
     }
-    let why = format!("{test}: needs perf, gcc and root (perf {perf_ok}, gcc {gcc_ok}, root {root})");
+    let why =
+        format!("{test}: needs perf, gcc and root (perf {perf_ok}, gcc {gcc_ok}, root {root})");
     if std::env::var_os("CI").is_some() {
         panic!("{why}");
     }
