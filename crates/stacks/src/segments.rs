@@ -97,6 +97,8 @@ const SENTINEL: u8 = 1;
 const INFERRED_START: u8 = 2;
 const KERNEL_ENTRY: u8 = 4;
 const NONE: u32 = u32::MAX;
+/// How many later segments are searched for evidence of what survived a gap.
+const MAX_LOOKAHEAD: usize = 64;
 /// How far up the stack a long return or unwind is looked for.
 const MAX_FIND_DEPTH: usize = 1024;
 
@@ -145,6 +147,8 @@ struct Segment {
     end_time: i64,
     /// May this segment be joined to the previous one?
     stitchable: bool,
+    /// The sentinel below the segment's outermost known frame (set when it closes).
+    sentinel: u32,
 }
 
 struct ThreadState<T> {
@@ -484,6 +488,9 @@ impl<S: TraceSink> SegmentsWriter<S> {
         let threads = std::mem::take(&mut self.threads);
         for mut ts in threads {
             close_segment(&mut ts);
+            if self.config.stitch {
+                extend_roots_backwards(&mut ts, &self.locs);
+            }
             write_thread(&mut self.sink, &ts, &self.locs, strings, &self.config);
         }
         self.sink
@@ -517,6 +524,7 @@ fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, stitchable: bool) {
         end: ts.entries.len() + 1,
         end_time: time,
         stitchable,
+        sentinel,
     });
     ts.entries.push(Entry {
         time,
@@ -529,9 +537,66 @@ fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, stitchable: bool) {
 fn close_segment<T>(ts: &mut ThreadState<T>) {
     let n = ts.entries.len();
     let last_time = ts.last_time;
+    let sentinel = ts.sentinel;
     if let Some(seg) = ts.segments.last_mut() {
         seg.end = n;
         seg.end_time = seg.end_time.max(last_time);
+        seg.sentinel = sentinel;
+    }
+}
+
+/// Callers learnt after a gap also ran before it: when the stack after a gap holds
+/// the outermost frames before it *above* further frames, those further frames are the
+/// earlier segment's missing roots. Applied from the last gap back to the first, so a
+/// root found late reaches every segment it lines up with.
+fn extend_roots_backwards<T>(ts: &mut ThreadState<T>, locs: &Locations) {
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for k in (1..ts.segments.len()).rev() {
+        let (a, b) = (&ts.segments[k - 1], &ts.segments[k]);
+        if !b.stitchable || a.end <= a.first || b.end <= b.first {
+            continue;
+        }
+        let a_sentinel = a.sentinel;
+        frame_path(ts, ts.entries[a.end - 1].leaf, &mut before);
+        frame_path(ts, ts.entries[b.first].leaf, &mut after);
+        let Some(&a0) = before.first() else { continue };
+        let sym =
+            |ts: &ThreadState<T>, f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+        if matches!(
+            sym(ts, a0),
+            Symbol::Untraced | Symbol::Syscall | Symbol::Returned | Symbol::Unknown
+        ) {
+            continue;
+        }
+        // The shallowest position j > 0 where the earlier stack lines up completely
+        // (or for at least two frames) inside the later one.
+        let found = (1..after.len()).find(|&j| {
+            let run = before
+                .iter()
+                .zip(&after[j..])
+                .take_while(|(x, y)| sym(ts, **x) == sym(ts, **y))
+                .count();
+            run >= before.len().min(2)
+        });
+        let Some(j) = found else { continue };
+        // Fill the earlier segment's sentinel with after[j-1], then below it after[j-2]…
+        let mut sentinel = a_sentinel;
+        for &f in after[..j].iter().rev() {
+            let loc = ts.frames[f as usize].loc;
+            let new = ts.frames.len() as u32;
+            ts.frames.push(Frame {
+                loc: NONE,
+                parent: NONE,
+                flags: SENTINEL,
+            });
+            let fr = &mut ts.frames[sentinel as usize];
+            fr.loc = loc;
+            fr.parent = new;
+            fr.flags = INFERRED_START;
+            sentinel = new;
+        }
+        ts.segments[k - 1].sentinel = sentinel;
     }
 }
 
@@ -1223,11 +1288,28 @@ fn write_thread<S: TraceSink>(
         let start = times[0].max(last_written);
         // Segment boundary: stitch onto what is open, or close it.
         frame_path(ts, entries[0].leaf, &mut path);
-        let stitch = if si > 0 && seg.stitchable && config.stitch {
+        let mut stitch = if si > 0 && seg.stitchable && config.stitch {
             find_stitch(ts, locs, &open, &path)
         } else {
             None
         };
+        if let Some(st) = stitch.as_mut().filter(|st| st.unverified) {
+            // Nothing lines up here; a later segment may show how much of the old
+            // stack survived the gap: keep only that much.
+            let mut later_path = Vec::new();
+            for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
+                if !later.stitchable || later.end <= later.first {
+                    break;
+                }
+                frame_path(ts, ts.entries[later.first].leaf, &mut later_path);
+                if let Some(found) = find_stitch(ts, locs, &open, &later_path) {
+                    if !found.unverified {
+                        st.base = found.base + 1;
+                        break;
+                    }
+                }
+            }
+        }
         let keep = match &stitch {
             Some(s) => s.base + s.matched,
             None => 0,

@@ -1,0 +1,57 @@
+//! The segments writer's fidelity targets, on every standard scenario and several seeds:
+//! ≥ 99.9 % exact on clean traces; on perturbed ones at least as good as the legacy
+//! writer (exact, root and suffix where the root is never seen); no phantom frames.
+
+use ptscope_groundtruth::gen::{generate, standard_specs};
+use ptscope_groundtruth::{evaluate, legacy_writer, segments_writer};
+
+#[test]
+fn segments_meets_its_targets() {
+    let mut report = String::new();
+    let mut failures = Vec::new();
+    for seed in 1..=4 {
+        for spec in standard_specs(seed) {
+            let sc = generate(&spec);
+            let seg = evaluate(&sc, segments_writer);
+            let leg = evaluate(&sc, legacy_writer);
+            report.push_str(&format!(
+                "seed {seed} {:<24} exact {:6.2} vs {:6.2}  root {:6.2} vs {:6.2}  phantom {}\n",
+                spec.name,
+                seg.exact * 100.0,
+                leg.exact * 100.0,
+                seg.root_correct * 100.0,
+                leg.root_correct * 100.0,
+                seg.phantom_frames
+            ));
+            let clean = !spec.name.contains("snapshot")
+                && !spec.name.contains("gaps")
+                && !spec.name.contains("bursts")
+                && spec.name != "multi_thread"
+                && spec.name != "exceptions";
+            if clean && seg.exact < 0.999 {
+                failures.push(format!(
+                    "seed {seed} {}: exact {:.4} < 0.999",
+                    spec.name, seg.exact
+                ));
+            }
+            if seg.exact + 1e-9 < leg.exact {
+                failures.push(format!("seed {seed} {}: exact below legacy", spec.name));
+            }
+            if seg.root_correct + 1e-9 < leg.root_correct {
+                failures.push(format!("seed {seed} {}: root below legacy", spec.name));
+            }
+            if spec.name == "snapshot" && seg.suffix_correct <= leg.suffix_correct {
+                failures.push(format!(
+                    "seed {seed} snapshot: suffix not better than legacy"
+                ));
+            }
+            if seg.phantom_frames != 0 {
+                failures.push(format!(
+                    "seed {seed} {}: {} phantom frames",
+                    spec.name, seg.phantom_frames
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}\n{report}", failures.join("\n"));
+}
