@@ -147,8 +147,13 @@ fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<Branch> {
 /// error or a bogus `tr end`, and resynchronises at the next TIP.PGE. Hardware would emit
 /// the same packets. What perf prints there depends on code after the FUP that never ran,
 /// so the stretch is marked [`BranchKind::Uncertain`].
-fn reported(steps: &[Step], prev: Option<&Step>, tid: u32, ns: &dyn Fn(u64) -> u64) -> Vec<Branch> {
-    let mut out = Vec::with_capacity(steps.len());
+fn reported(
+    out: &mut Vec<Branch>,
+    steps: &[Step],
+    prev: Option<&Step>,
+    tid: u32,
+    ns: &dyn Fn(u64) -> u64,
+) {
     let mut prev = prev.copied();
     // Reported direct jumps and calls since the last packet: perf walks them only when the
     // next packet arrives, so a decode error there swallows them too.
@@ -180,7 +185,6 @@ fn reported(steps: &[Step], prev: Option<&Step>, tid: u32, ns: &dyn Fn(u64) -> u
         }
         prev = Some(*s);
     }
-    out
 }
 
 /// Every branch the thread executed.
@@ -188,12 +192,16 @@ pub fn truth(t: &ThreadTrace, ns: &dyn Fn(u64) -> u64, pid: u32) -> ThreadExpect
     ThreadExpectation {
         pid,
         tid: t.tid,
-        branches: t
-            .steps
-            .iter()
-            .filter_map(|s| to_branch(s, t.tid, ns))
-            .collect(),
+        branches: truth_iter(t, ns).collect(),
     }
+}
+
+/// [`truth`] without collecting.
+pub fn truth_iter<'a>(
+    t: &'a ThreadTrace,
+    ns: &'a dyn Fn(u64) -> u64,
+) -> impl Iterator<Item = Branch> + 'a {
+    t.steps.iter().filter_map(move |s| to_branch(s, t.tid, ns))
 }
 
 /// The branches perf must decode from `enc` (cut to its last bytes from `cut` on, if set).
@@ -207,8 +215,10 @@ pub fn expected(
     let mut out = ThreadExpectation {
         pid,
         tid: t.tid,
-        branches: Vec::new(),
+        // Sized once: these vectors are large, and growing them costs page faults.
+        branches: Vec::with_capacity(truth_iter(t, ns).count() + 2 * enc.gaps.len() + 1),
     };
+    crate::advise_huge(&out.branches);
     let mut i = 0;
     if let Some(cut) = cut {
         // The decoder skips to the first PSB in the snapshot.
@@ -224,8 +234,7 @@ pub fn expected(
     for g in gaps.iter().filter(|g| g.first >= start) {
         let end = g.first.min(t.steps.len());
         let prev = i.checked_sub(1).and_then(|p| t.steps.get(p));
-        out.branches
-            .extend(reported(&t.steps[i..end], prev, t.tid, ns));
+        reported(&mut out.branches, &t.steps[i..end], prev, t.tid, ns);
         let when = t
             .steps
             .get(g.first)
@@ -255,8 +264,7 @@ pub fn expected(
     }
     let i = i.min(t.steps.len());
     let prev = i.checked_sub(1).and_then(|p| t.steps.get(p));
-    out.branches
-        .extend(reported(&t.steps[i..], prev, t.tid, ns));
+    reported(&mut out.branches, &t.steps[i..], prev, t.tid, ns);
     out
 }
 
@@ -314,4 +322,222 @@ pub fn read_tsv(path: &Path) -> Result<Vec<ThreadExpectation>> {
         }
     }
     Ok(out)
+}
+
+/// Magic number of the binary branch files.
+const BIN_MAGIC: &[u8; 8] = b"PTSIMBR1";
+
+fn put_varint(w: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        w.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    w.push(v as u8);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+const KINDS: [BranchKind; 12] = [
+    BranchKind::Call,
+    BranchKind::Return,
+    BranchKind::Jmp,
+    BranchKind::Jcc,
+    BranchKind::TraceStart,
+    BranchKind::SyscallEnd,
+    BranchKind::AsyncEnd,
+    BranchKind::ReturnEnd,
+    BranchKind::JmpEnd,
+    BranchKind::CallEnd,
+    BranchKind::Error,
+    BranchKind::Uncertain,
+];
+
+/// Streams threads' branches into the compact binary format (`PTSIMBR1`): per thread
+/// `pid u32, tid u32, count u64`, then per branch `kind u8` and LEB128 varints of the
+/// time delta, `from - previous to` (zigzag) and `to - from` (zigzag). About 6 bytes per
+/// branch instead of 50 in TSV.
+pub struct BinWriter<W: Write> {
+    w: W,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> BinWriter<W> {
+    /// Starts a file holding `threads` threads.
+    pub fn new(mut w: W, threads: u32) -> std::io::Result<Self> {
+        w.write_all(BIN_MAGIC)?;
+        w.write_all(&threads.to_le_bytes())?;
+        Ok(Self {
+            w,
+            buf: Vec::with_capacity(1 << 16),
+        })
+    }
+
+    /// Writes one thread's `count` branches.
+    pub fn thread(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        count: u64,
+        branches: impl Iterator<Item = Branch>,
+    ) -> std::io::Result<()> {
+        self.w.write_all(&pid.to_le_bytes())?;
+        self.w.write_all(&tid.to_le_bytes())?;
+        self.w.write_all(&count.to_le_bytes())?;
+        let (mut time, mut last_to) = (0u64, 0u64);
+        let mut written = 0u64;
+        for b in branches {
+            written += 1;
+            let k = KINDS.iter().position(|&k| k == b.kind).unwrap_or(0) as u8;
+            self.buf.push(k);
+            put_varint(&mut self.buf, zigzag(b.time.wrapping_sub(time) as i64));
+            put_varint(&mut self.buf, zigzag(b.from.wrapping_sub(last_to) as i64));
+            put_varint(&mut self.buf, zigzag(b.to.wrapping_sub(b.from) as i64));
+            time = b.time;
+            last_to = b.to;
+            if self.buf.len() >= 1 << 16 {
+                self.w.write_all(&self.buf)?;
+                self.buf.clear();
+            }
+        }
+        self.w.write_all(&self.buf)?;
+        self.buf.clear();
+        if written != count {
+            return Err(std::io::Error::other(format!(
+                "branch count mismatch: announced {count}, wrote {written}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Flushes and returns the writer.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        self.w.flush()?;
+        Ok(self.w)
+    }
+}
+
+/// Reads a file written by [`BinWriter`].
+pub fn read_bin(path: &Path) -> Result<Vec<ThreadExpectation>> {
+    let d = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bad = |what: &str| anyhow::anyhow!("{}: malformed branch file: {what}", path.display());
+    if d.get(..8) != Some(&BIN_MAGIC[..]) {
+        return Err(bad("bad magic"));
+    }
+    let mut at = 8usize;
+    let mut take = |n: usize| -> Result<&[u8]> {
+        let s = d.get(at..at + n).ok_or_else(|| bad("truncated"))?;
+        at += n;
+        Ok(s)
+    };
+    let u32_of = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let threads = u32_of(take(4)?);
+    let mut out = Vec::new();
+    for _ in 0..threads {
+        let pid = u32_of(take(4)?);
+        let tid = u32_of(take(4)?);
+        let mut n8 = [0u8; 8];
+        n8.copy_from_slice(take(8)?);
+        let n = u64::from_le_bytes(n8);
+        let mut branches = Vec::with_capacity(n.min(1 << 24) as usize);
+        let (mut time, mut last_to) = (0u64, 0u64);
+        for _ in 0..n {
+            let k = take(1)?[0];
+            let kind = *KINDS.get(k as usize).ok_or_else(|| bad("unknown kind"))?;
+            let mut vals = [0u64; 3];
+            for v in &mut vals {
+                let mut shift = 0;
+                loop {
+                    let b = take(1)?[0];
+                    if shift > 63 {
+                        return Err(bad("varint too long"));
+                    }
+                    *v |= ((b & 0x7f) as u64) << shift;
+                    shift += 7;
+                    if b & 0x80 == 0 {
+                        break;
+                    }
+                }
+            }
+            time = time.wrapping_add(unzigzag(vals[0]) as u64);
+            let from = last_to.wrapping_add(unzigzag(vals[1]) as u64);
+            let to = from.wrapping_add(unzigzag(vals[2]) as u64);
+            last_to = to;
+            branches.push(Branch {
+                tid,
+                time,
+                kind,
+                from,
+                to,
+            });
+        }
+        out.push(ThreadExpectation { pid, tid, branches });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_branch_files_round_trip() {
+        let t = ThreadExpectation {
+            pid: 7,
+            tid: 8,
+            branches: vec![
+                Branch {
+                    tid: 8,
+                    time: 1_000_000_000_123,
+                    kind: BranchKind::TraceStart,
+                    from: 0,
+                    to: 0x40_0000_1000,
+                },
+                Branch {
+                    tid: 8,
+                    time: 1_000_000_000_125,
+                    kind: BranchKind::Call,
+                    from: 0x40_0000_1004,
+                    to: 0x7fff_0000_0000,
+                },
+                Branch {
+                    tid: 8,
+                    time: 1_000_000_000_125,
+                    kind: BranchKind::Return,
+                    from: 0x7fff_0000_0010,
+                    to: 0x40_0000_1009,
+                },
+                Branch {
+                    tid: 8,
+                    time: 1_000_000_000_130,
+                    kind: BranchKind::Error,
+                    from: 6,
+                    to: 0,
+                },
+            ],
+        };
+        let dir = std::env::temp_dir().join(format!("ptsim-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("b.ptb");
+        let mut w = BinWriter::new(std::fs::File::create(&path).unwrap(), 1).unwrap();
+        w.thread(
+            t.pid,
+            t.tid,
+            t.branches.len() as u64,
+            t.branches.iter().copied(),
+        )
+        .unwrap();
+        w.finish().unwrap();
+        let back = read_bin(&path).unwrap();
+        assert_eq!(back.len(), 1);
+        assert_eq!((back[0].pid, back[0].tid), (7, 8));
+        assert_eq!(back[0].branches, t.branches);
+        std::fs::write(&path, b"PTSIMBR1\x01\x00").unwrap();
+        assert!(read_bin(&path).is_err());
+    }
 }

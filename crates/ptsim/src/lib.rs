@@ -123,22 +123,46 @@ pub struct SimStats {
     pub unmapped_blocks: u64,
     /// Time spent running the program under QEMU.
     pub qemu_time: Duration,
-    /// Time spent deriving, encoding and writing.
+    /// Time spent reading the block log.
+    pub read_time: Duration,
+    /// Time spent deriving the branch trace from the blocks.
+    pub derive_time: Duration,
+    /// Time spent encoding packets and computing the expectation.
     pub encode_time: Duration,
+    /// Time spent writing perf.data and the truth files.
+    pub write_time: Duration,
 }
 
 /// The result of a simulation: the recording and what it must decode to.
 pub struct Simulation {
     /// The perf.data contents.
     pub recording: Recording,
-    /// Each thread's true branches (everything that executed).
-    pub truth: Vec<ThreadExpectation>,
     /// Each thread's branches as perf must decode them (snapshot cut, fault gaps).
     pub expected: Vec<ThreadExpectation>,
     /// Each thread's full branch trace, including not-taken conditional branches.
     pub traces: Vec<ThreadTrace>,
+    /// TSC to perf time conversion.
+    pub time: TimeConv,
+    /// TSC at instruction clock 0.
+    pub tsc_offset: u64,
     /// Figures.
     pub stats: SimStats,
+}
+
+impl Simulation {
+    /// Perf time in ns of an instruction clock value.
+    pub fn ns(&self, clock: u64) -> u64 {
+        self.time.tsc_to_ns(self.tsc_offset + clock)
+    }
+
+    /// Each thread's true branches: everything that executed.
+    pub fn truth(&self) -> Vec<ThreadExpectation> {
+        let ns = |c| self.ns(c);
+        self.traces
+            .iter()
+            .map(|t| expected::truth(t, &ns, self.recording.pid))
+            .collect()
+    }
 }
 
 /// Locates the plugin: `$PTSIM_PLUGIN`, else next to the running executable or its parent.
@@ -181,6 +205,7 @@ pub fn run_qemu(plugin: &Path, log: &Path, argv: &[OsString]) -> Result<std::pro
 pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
     let started = Instant::now();
     let (mut traces, tstats) = truth::derive(log);
+    let derive_time = started.elapsed();
     // The main thread first, the others in order of appearance.
     traces.sort_by_key(|t| {
         (
@@ -192,7 +217,6 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
     let ns = |clock: u64| time.tsc_to_ns(cfg.pt.tsc_offset + clock);
 
     let mut threads = Vec::new();
-    let mut truths = Vec::new();
     let mut expecteds = Vec::new();
     let mut steps_total = 0u64;
     for (i, t) in traces.iter().enumerate() {
@@ -210,7 +234,6 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
             }
             _ => (enc.data.clone(), None),
         };
-        truths.push(expected::truth(t, &ns, log.pid));
         expecteds.push(expected::expected(t, &enc, cut, &ns, log.pid));
         let first = t.steps.first().map_or(0, |s| s.clock);
         let last = t.steps.last().map_or(0, |s| s.clock);
@@ -246,15 +269,22 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
         blocks: tstats.blocks,
         instructions: tstats.instructions,
         steps: steps_total,
-        branches: truths.iter().map(|t| t.branches.len() as u64).sum(),
+        branches: traces
+            .iter()
+            .map(|t| expected::truth_iter(t, &ns).count() as u64)
+            .sum(),
         pt_bytes: recording.threads.iter().map(|t| t.aux.len() as u64).sum(),
         unmapped_blocks: unmapped,
         qemu_time: Duration::ZERO,
-        encode_time: started.elapsed(),
+        read_time: Duration::ZERO,
+        derive_time,
+        encode_time: started.elapsed() - derive_time,
+        write_time: Duration::ZERO,
     };
     Simulation {
         recording,
-        truth: truths,
+        time,
+        tsc_offset: cfg.pt.tsc_offset,
         expected: expecteds,
         traces,
         stats,
@@ -320,12 +350,12 @@ pub struct RunOutput {
 }
 
 /// Runs a program under QEMU, then writes `perf.data` to `out` and the truth files beside it
-/// (`ground-truth.tsv`: every branch that ran; `expected.tsv`: what perf must decode).
-pub fn run(argv: &[OsString], out: &Path, cfg: &SimConfig) -> Result<RunOutput> {
+/// (see [`write_outputs`]).
+pub fn run(argv: &[OsString], out: &Path, cfg: &SimConfig, tsv: bool) -> Result<RunOutput> {
     let plugin = find_plugin().context(
         "cannot find libptsim_plugin.so: build it with `cargo build -p ptsim-plugin` or set PTSIM_PLUGIN",
     )?;
-    run_with_plugin(&plugin, argv, out, cfg)
+    run_with_plugin(&plugin, argv, out, cfg, tsv)
 }
 
 /// [`run`] with an explicit plugin path.
@@ -334,6 +364,7 @@ pub fn run_with_plugin(
     argv: &[OsString],
     out: &Path,
     cfg: &SimConfig,
+    tsv: bool,
 ) -> Result<RunOutput> {
     let dir = out
         .parent()
@@ -343,7 +374,9 @@ pub fn run_with_plugin(
     let t0 = Instant::now();
     let status = run_qemu(plugin, &log_path, argv)?;
     let qemu_time = t0.elapsed();
+    let t_read = Instant::now();
     let log = BlockLog::read(&log_path)?;
+    let read_time = t_read.elapsed();
     let comm = argv
         .first()
         .and_then(|p| Path::new(p).file_name())
@@ -351,14 +384,16 @@ pub fn run_with_plugin(
         .unwrap_or_default();
     let mut sim = simulate(&log, &comm, cfg);
     sim.stats.qemu_time = qemu_time;
+    sim.stats.read_time = read_time;
     let t1 = Instant::now();
-    write_outputs(&sim, out)?;
-    sim.stats.encode_time += t1.elapsed();
+    write_outputs(&sim, out, tsv)?;
+    sim.stats.write_time = t1.elapsed();
     Ok(RunOutput { sim, status })
 }
 
-/// Writes `perf.data` to `out` and `ground-truth.tsv` and `expected.tsv` beside it.
-pub fn write_outputs(sim: &Simulation, out: &Path) -> Result<()> {
+/// Writes `perf.data` to `out` and, beside it, `ground-truth.ptb` (every branch that ran)
+/// and `expected.ptb` (what perf must decode), plus `.tsv` versions of both if `tsv`.
+pub fn write_outputs(sim: &Simulation, out: &Path, tsv: bool) -> Result<()> {
     let dir = out
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -370,8 +405,41 @@ pub fn write_outputs(sim: &Simulation, out: &Path) -> Result<()> {
         .write(&mut w)
         .and_then(|_| std::io::Write::flush(&mut w))
         .with_context(|| format!("cannot write {}", out.display()))?;
-    expected::write_tsv(&dir.join("ground-truth.tsv"), &sim.truth)?;
-    expected::write_tsv(&dir.join("expected.tsv"), &sim.expected)?;
+
+    let ns = |c| sim.ns(c);
+    let pid = sim.recording.pid;
+    let truth_path = dir.join("ground-truth.ptb");
+    let res = (|| -> std::io::Result<()> {
+        let f = std::io::BufWriter::new(std::fs::File::create(&truth_path)?);
+        let mut bw = expected::BinWriter::new(f, sim.traces.len() as u32)?;
+        for t in &sim.traces {
+            let n = expected::truth_iter(t, &ns).count() as u64;
+            bw.thread(pid, t.tid, n, expected::truth_iter(t, &ns))?;
+        }
+        bw.finish()?;
+        Ok(())
+    })();
+    res.with_context(|| format!("cannot write {}", truth_path.display()))?;
+    let exp_path = dir.join("expected.ptb");
+    let res = (|| -> std::io::Result<()> {
+        let f = std::io::BufWriter::new(std::fs::File::create(&exp_path)?);
+        let mut bw = expected::BinWriter::new(f, sim.expected.len() as u32)?;
+        for t in &sim.expected {
+            bw.thread(
+                t.pid,
+                t.tid,
+                t.branches.len() as u64,
+                t.branches.iter().copied(),
+            )?;
+        }
+        bw.finish()?;
+        Ok(())
+    })();
+    res.with_context(|| format!("cannot write {}", exp_path.display()))?;
+    if tsv {
+        expected::write_tsv(&dir.join("ground-truth.tsv"), &sim.truth())?;
+        expected::write_tsv(&dir.join("expected.tsv"), &sim.expected)?;
+    }
     Ok(())
 }
 
@@ -381,4 +449,32 @@ pub fn flatten(threads: &[ThreadExpectation]) -> Vec<Branch> {
         .iter()
         .flat_map(|t| t.branches.iter().copied())
         .collect()
+}
+
+/// Asks the kernel to back a large, not yet touched vector with transparent huge pages.
+///
+/// The simulation fills multi-gigabyte vectors once; with 4 KiB pages most of its time
+/// goes to page faults (on these KVM guests THP is in `madvise` mode). Only advice:
+/// failures are ignored.
+pub(crate) fn advise_huge<T>(v: &Vec<T>) {
+    const HUGE: usize = 2 << 20;
+    let bytes = v.capacity() * std::mem::size_of::<T>();
+    if bytes < 4 * HUGE {
+        return;
+    }
+    let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
+    let end = (v.as_ptr() as usize + bytes) & !(HUGE - 1);
+    if end <= start {
+        return;
+    }
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    /// `MADV_HUGEPAGE` on Linux.
+    const MADV_HUGEPAGE: i32 = 14;
+    // SAFETY: the range lies inside the vector's own allocation; advice does not change
+    // its contents or validity.
+    unsafe {
+        madvise(start as *mut std::ffi::c_void, end - start, MADV_HUGEPAGE);
+    }
 }

@@ -81,7 +81,7 @@ pub fn compile(dir: &Path, name: &str, file: &str, source: &str, cmd: &[&str]) -
 pub fn record(dir: &Path, argv: &[&Path], cfg: &SimConfig) -> Result<RunOutput> {
     let plugin = plugin()?;
     let argv: Vec<OsString> = argv.iter().map(|p| p.as_os_str().to_owned()).collect();
-    run_with_plugin(&plugin, &argv, &dir.join("perf.data"), cfg)
+    run_with_plugin(&plugin, &argv, &dir.join("perf.data"), cfg, false)
 }
 
 /// Function addresses from `nm` for a non-PIE executable, by name.

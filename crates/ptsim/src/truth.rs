@@ -183,7 +183,8 @@ pub fn derive(log: &BlockLog) -> (Vec<ThreadTrace>, TruthStats) {
     let mut stats = TruthStats::default();
     let mut out = Vec::with_capacity(log.threads.len());
     for t in &log.threads {
-        let mut steps = Vec::with_capacity(t.execs.len());
+        let mut steps = Vec::with_capacity(t.execs.len() + 16);
+        crate::advise_huge(&steps);
         let mut traced = false;
         let mut pending: Vec<(usize, u64, u64, u8)> = Vec::new();
         for (i, &e) in t.execs.iter().enumerate() {

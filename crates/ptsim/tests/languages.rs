@@ -27,7 +27,7 @@ fn record_and_compare(dir: &Path, exe: &Path) -> (Simulation, Comparison) {
 }
 
 fn calls_to(sim: &Simulation, tid_index: usize) -> usize {
-    sim.truth[tid_index]
+    sim.truth()[tid_index]
         .branches
         .iter()
         .filter(|b| b.kind == BranchKind::Call)
@@ -63,10 +63,11 @@ int main(void) {
     )
     .unwrap();
     let (sim, c) = record_and_compare(&dir, &exe);
-    assert_eq!(sim.truth.len(), 4, "main thread and three workers");
+    let truth = sim.truth();
+    assert_eq!(truth.len(), 4, "main thread and three workers");
     assert_eq!(sim.recording.threads.len(), 4);
     // Each worker starts where clone returns and exits by a syscall.
-    for t in &sim.truth[1..] {
+    for t in &truth[1..] {
         assert_eq!(t.branches[0].kind, BranchKind::TraceStart);
         assert_eq!(
             t.branches.last().map(|b| b.kind),
@@ -186,5 +187,5 @@ func main() {
     assert!(status.success());
     let (sim, _c) = record_and_compare(&dir, &dir.join("gop"));
     // The Go runtime starts several OS threads.
-    assert!(sim.truth.len() >= 2, "{} threads", sim.truth.len());
+    assert!(sim.traces.len() >= 2, "{} threads", sim.traces.len());
 }
