@@ -30,7 +30,6 @@ pub fn version_supports_dlfilter(v: (u32, u32)) -> bool {
 /// True for the branches the filter drops by default: plain jumps (`jmp`/`jcc`, not
 /// in a transaction, no trace start/end) whose source and target are the same symbol.
 pub fn is_dropped_jump(event: &Event, strings: &StringTable) -> bool {
-    let _ = strings;
     match event {
         Event::Ok {
             in_transaction: false,
