@@ -1,0 +1,558 @@
+//! The `perf record` command line, built from a [`RecordPlan`] in magic-trace's argument order:
+//!
+//! ```text
+//! perf record -o DIR/perf.data --timestamp --event=PRIMARY [--overwrite] [--switch-output=signal]
+//!   ([--per-thread] -t | -p) PID,PID [--snapshot|--snapshot=e] [--control=…] [--kcore] [-m,PAGES]
+//!   [--call-graph X]
+//! ```
+
+use anyhow::{bail, Result};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// How to record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Intel Processor Trace: every branch, in a snapshot ring.
+    Pt,
+    /// Timer sampling with call stacks (`cycles`, or `cpu-clock` without a hardware PMU).
+    Sample,
+}
+
+/// Which privilege levels to record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// User space only (`u`).
+    #[default]
+    User,
+    /// User space and kernel (`uk`).
+    UserKernel,
+    /// Kernel only (`k`).
+    Kernel,
+}
+
+impl Scope {
+    /// perf's event modifier.
+    pub fn selector(self) -> &'static str {
+        match self {
+            Scope::User => "u",
+            Scope::UserKernel => "uk",
+            Scope::Kernel => "k",
+        }
+    }
+
+    /// True if the kernel is recorded.
+    pub fn includes_kernel(self) -> bool {
+        self != Scope::User
+    }
+}
+
+/// Intel PT timing packets, each `None` when left to perf's default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PtTiming {
+    /// Cycle-accurate packets.
+    pub cyc: Option<bool>,
+    /// CYC threshold.
+    pub cyc_thresh: Option<u32>,
+    /// Mini time counter packets.
+    pub mtc: Option<bool>,
+    /// MTC period.
+    pub mtc_period: Option<u32>,
+    /// Disable return compression (every return gets a packet).
+    pub noretcomp: Option<bool>,
+    /// PSB period.
+    pub psb_period: Option<u32>,
+}
+
+/// `--timer-resolution`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TimerResolution {
+    /// PT: no timing packets; sampling: 1 kHz.
+    Low,
+    /// PT: cycle-accurate; sampling: 10 kHz.
+    #[default]
+    Normal,
+    /// PT: cycle-accurate without return compression; sampling: the kernel's maximum rate.
+    High,
+    /// Sampling at this frequency (Hz).
+    Sample(u32),
+    /// PT with explicit timing packets.
+    Custom(PtTiming),
+}
+
+impl TimerResolution {
+    /// Parses `low`, `normal`, `high`, `sample:FREQ` or `custom:cyc=1,mtc_period=0,…`.
+    pub fn parse(s: &str) -> Result<Self> {
+        let lower = s.trim().to_ascii_lowercase();
+        Ok(match lower.as_str() {
+            "low" => TimerResolution::Low,
+            "normal" => TimerResolution::Normal,
+            "high" => TimerResolution::High,
+            _ => {
+                if let Some(f) = lower.strip_prefix("sample:") {
+                    match f.parse::<u32>() {
+                        Ok(n) if n > 0 => TimerResolution::Sample(n),
+                        _ => bail!("`{s}`: the sampling frequency must be a positive number of Hz, e.g. sample:5000"),
+                    }
+                } else if let Some(kv) = lower.strip_prefix("custom:") {
+                    let mut t = PtTiming::default();
+                    for pair in kv.split(',').filter(|p| !p.is_empty()) {
+                        let Some((k, v)) = pair.split_once('=') else {
+                            bail!("`{pair}` in `{s}` is not KEY=VALUE");
+                        };
+                        let Ok(n) = v.parse::<u32>() else {
+                            bail!("`{pair}` in `{s}`: the value must be a number");
+                        };
+                        match k {
+                            "cyc" => t.cyc = Some(n != 0),
+                            "cyc_thresh" => t.cyc_thresh = Some(n),
+                            "mtc" => t.mtc = Some(n != 0),
+                            "mtc_period" => t.mtc_period = Some(n),
+                            "noretcomp" => t.noretcomp = Some(n != 0),
+                            "psb_period" => t.psb_period = Some(n),
+                            _ => bail!("`{k}` in `{s}` is not a PT timing setting; use cyc, cyc_thresh, mtc, mtc_period, noretcomp or psb_period"),
+                        }
+                    }
+                    TimerResolution::Custom(t)
+                } else {
+                    bail!("`{s}` is not a timer resolution; use low, normal, high, sample:FREQ or custom:cyc=1,cyc_thresh=1,…")
+                }
+            }
+        })
+    }
+}
+
+/// `--callgraph` for sampling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallGraph {
+    /// Frame pointers: cheap, needs `-fno-omit-frame-pointer`.
+    Fp,
+    /// DWARF unwinding of a copied stack: works everywhere, heavier.
+    Dwarf,
+    /// Hardware last-branch records (Intel).
+    Lbr,
+}
+
+impl CallGraph {
+    /// perf's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallGraph::Fp => "fp",
+            CallGraph::Dwarf => "dwarf",
+            CallGraph::Lbr => "lbr",
+        }
+    }
+}
+
+/// How ptscope tells perf to snapshot and stop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlChannel {
+    /// Signals only (perf < 5.10).
+    Signals,
+    /// `--control=fifo:CTL,ACK`.
+    Fifo {
+        /// Command fifo.
+        ctl: PathBuf,
+        /// Acknowledgement fifo.
+        ack: PathBuf,
+    },
+    /// `--control=fd:CTL,ACK` (inherited descriptors, as magic-trace passes them).
+    Fd {
+        /// Command descriptor in perf.
+        ctl: i32,
+        /// Acknowledgement descriptor in perf.
+        ack: i32,
+    },
+}
+
+/// When the PT snapshot is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotWhen {
+    /// When recording ends (Ctrl-C or the program exits).
+    AtExit,
+    /// When the trigger fires.
+    OnTrigger,
+}
+
+/// Everything that decides the `perf record` command line.
+#[derive(Clone, Debug)]
+pub struct RecordPlan {
+    /// The perf binary.
+    pub perf: PathBuf,
+    /// `DIR/perf.data`.
+    pub output: PathBuf,
+    /// PT or sampling.
+    pub backend: Backend,
+    /// User, kernel or both.
+    pub scope: Scope,
+    /// Timing detail or sampling rate.
+    pub timer: TimerResolution,
+    /// Processes (or threads) to record; the first is the head.
+    pub pids: Vec<u32>,
+    /// Record every thread of the processes (`-p`) rather than the given threads (`-t`).
+    pub multi_thread: bool,
+    /// A snapshot on every trigger hit, each in its own file.
+    pub multi_snapshot: bool,
+    /// Record everything, no snapshot ring.
+    pub full_execution: bool,
+    /// When the snapshot is taken.
+    pub snapshot_when: SnapshotWhen,
+    /// Ring size in 4 KiB pages (a power of two).
+    pub snapshot_pages: Option<u32>,
+    /// Sampling call stacks.
+    pub callgraph: CallGraph,
+    /// How perf is controlled.
+    pub control: ControlChannel,
+    /// perf supports `--snapshot=e`.
+    pub snapshot_at_exit: bool,
+    /// perf supports `--kcore`.
+    pub kcore: bool,
+    /// The PT PMU has `psb_cyc` (else Normal/High fall back to Low).
+    pub psb_cyc: bool,
+    /// A hardware PMU exists (`cycles`); else sampling uses `cpu-clock`.
+    pub hardware_pmu: bool,
+    /// The kernel's maximum sampling rate (High resolution).
+    pub max_sample_rate: u32,
+}
+
+impl RecordPlan {
+    /// A plan with ptscope's defaults, to be adjusted field by field.
+    pub fn new(perf: impl Into<PathBuf>, output: impl Into<PathBuf>, pids: Vec<u32>) -> Self {
+        RecordPlan {
+            perf: perf.into(),
+            output: output.into(),
+            backend: Backend::Pt,
+            scope: Scope::User,
+            timer: TimerResolution::Normal,
+            pids,
+            multi_thread: false,
+            multi_snapshot: false,
+            full_execution: false,
+            snapshot_when: SnapshotWhen::AtExit,
+            snapshot_pages: None,
+            callgraph: CallGraph::Dwarf,
+            control: ControlChannel::Signals,
+            snapshot_at_exit: true,
+            kcore: true,
+            psb_cyc: true,
+            hardware_pmu: true,
+            max_sample_rate: 100_000,
+        }
+    }
+
+    /// Whether a PT snapshot ring is used (not with sampling or full execution).
+    pub fn uses_snapshot_ring(&self) -> bool {
+        self.backend == Backend::Pt && !self.full_execution
+    }
+
+    /// The timer resolution actually used: Normal/High need `psb_cyc`.
+    pub fn effective_timer(&self) -> TimerResolution {
+        match (self.backend, self.timer, self.psb_cyc) {
+            (Backend::Pt, TimerResolution::Normal | TimerResolution::High, false) => {
+                TimerResolution::Low
+            }
+            (_, t, _) => t,
+        }
+    }
+
+    /// Notes for the user about settings that were adjusted (printed before recording).
+    pub fn notices(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.effective_timer() != self.timer {
+            v.push("this CPU's PT has no cycle-accurate timing (caps/psb_cyc); timing will be ~1 µs instead of ~10 ns".into());
+        }
+        if self.backend == Backend::Pt && self.scope.includes_kernel() && !self.kcore {
+            v.push("this perf is older than 5.5 and has no --kcore; kernel traces may decode less reliably".into());
+        }
+        v
+    }
+
+    /// Checks combinations that cannot work; the message says what to use instead.
+    pub fn validate(&self) -> Result<()> {
+        if self.pids.is_empty() {
+            bail!("no process to record");
+        }
+        match (self.backend, self.timer) {
+            (Backend::Sample, TimerResolution::Custom(_)) => bail!(
+                "custom PT timing does not apply to sampling; use --timer-resolution sample:FREQ"
+            ),
+            (Backend::Pt, TimerResolution::Sample(_)) => bail!(
+                "sample:FREQ applies to sampling only; with Intel PT use low, normal, high or custom:…"
+            ),
+            _ => {}
+        }
+        if let Some(p) = self.snapshot_pages {
+            if !p.is_power_of_two() {
+                bail!("the snapshot size must be a power of two of 4 KiB pages (got {p} pages)");
+            }
+        }
+        if self.backend == Backend::Sample && self.callgraph == CallGraph::Lbr && !self.hardware_pmu
+        {
+            bail!("--callgraph lbr needs a hardware PMU with last-branch records, and this machine has none; use --callgraph dwarf (or fp for programs built with frame pointers)");
+        }
+        Ok(())
+    }
+
+    fn primary_event(&self) -> String {
+        let sel = self.scope.selector();
+        match self.backend {
+            Backend::Pt => {
+                let cfg = match self.effective_timer() {
+                    TimerResolution::Low | TimerResolution::Sample(_) => String::new(),
+                    TimerResolution::Normal => "cyc=1,cyc_thresh=1,mtc_period=0".into(),
+                    TimerResolution::High => "cyc=1,cyc_thresh=1,mtc_period=0,noretcomp=1".into(),
+                    TimerResolution::Custom(t) => {
+                        let b = |x: bool| u32::from(x);
+                        [
+                            t.cyc.map(|v| format!("cyc={}", b(v))),
+                            t.cyc_thresh.map(|v| format!("cyc_thresh={v}")),
+                            t.mtc.map(|v| format!("mtc={}", b(v))),
+                            t.mtc_period.map(|v| format!("mtc_period={v}")),
+                            t.noretcomp.map(|v| format!("noretcomp={}", b(v))),
+                            t.psb_period.map(|v| format!("psb_period={v}")),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join(",")
+                    }
+                };
+                format!("intel_pt/{cfg}/{sel}")
+            }
+            Backend::Sample => {
+                let freq = match self.timer {
+                    TimerResolution::Low => 1000,
+                    TimerResolution::High => self.max_sample_rate,
+                    TimerResolution::Sample(f) => f,
+                    TimerResolution::Normal | TimerResolution::Custom(_) => 10_000,
+                };
+                // Without a hardware PMU (VMs, these AMD guests) `cycles` does not open.
+                let name = if self.hardware_pmu {
+                    "cycles"
+                } else {
+                    "cpu-clock"
+                };
+                format!("{name}/freq={freq}/{sel}")
+            }
+        }
+    }
+}
+
+/// The full `perf record` argv (argv[0] is the perf binary).
+pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec![plan.perf.clone().into(), "record".into(), "-o".into()];
+    a.push(plan.output.clone().into());
+    a.push("--timestamp".into());
+    a.push(format!("--event={}", plan.primary_event()).into());
+    // Sampling keeps only the newest samples, like PT's ring: the last moments.
+    if plan.backend == Backend::Sample && !plan.full_execution {
+        a.push("--overwrite".into());
+    }
+    if plan.multi_snapshot && !plan.full_execution {
+        a.push("--switch-output=signal".into());
+    }
+    let pids = plan
+        .pids
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    if plan.multi_thread {
+        a.push("-p".into());
+    } else {
+        a.push("--per-thread".into());
+        a.push("-t".into());
+    }
+    a.push(pids.into());
+    if plan.uses_snapshot_ring() {
+        let at_exit = plan.snapshot_when == SnapshotWhen::AtExit && plan.snapshot_at_exit;
+        a.push(
+            if at_exit {
+                "--snapshot=e"
+            } else {
+                "--snapshot"
+            }
+            .into(),
+        );
+    }
+    match &plan.control {
+        ControlChannel::Signals => {}
+        ControlChannel::Fifo { ctl, ack } => {
+            let mut s = OsString::from("--control=fifo:");
+            s.push(ctl);
+            s.push(",");
+            s.push(ack);
+            a.push(s);
+        }
+        ControlChannel::Fd { ctl, ack } => a.push(format!("--control=fd:{ctl},{ack}").into()),
+    }
+    if plan.backend == Backend::Pt && plan.scope.includes_kernel() && plan.kcore {
+        a.push("--kcore".into());
+    }
+    if let Some(p) = plan.snapshot_pages {
+        match plan.backend {
+            // `-m ,N` sizes only the AUX (trace) buffer.
+            Backend::Pt => a.push(format!("-m,{p}").into()),
+            // Sampling has no AUX buffer: size the sample ring instead.
+            Backend::Sample => a.push(format!("--mmap-pages={p}").into()),
+        }
+    }
+    if plan.backend == Backend::Sample {
+        a.push("--call-graph".into());
+        a.push(plan.callgraph.name().into());
+    }
+    a
+}
+
+/// Parses a `--snapshot-size` (`4M`, `256K`, `1G`, or a page count with `p`) into 4 KiB pages.
+pub fn parse_snapshot_size(s: &str) -> Result<u32> {
+    let t = s.trim();
+    let (num, mult): (&str, u64) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        Some((i, 'p' | 'P')) => (&t[..i], 4096),
+        _ => (t, 1),
+    };
+    let Ok(n) = num.parse::<u64>() else {
+        bail!("`{s}` is not a size; write e.g. 4M, 256K or 1024p (pages)");
+    };
+    let bytes = n.saturating_mul(mult);
+    let pages = bytes / 4096;
+    if bytes % 4096 != 0 || !pages.is_power_of_two() || pages > u64::from(u32::MAX) {
+        bail!("`{s}` is not a power of two of 4 KiB pages; use e.g. 64K, 4M or 64M");
+    }
+    Ok(pages as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: Vec<OsString>) -> String {
+        v.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn pt() -> RecordPlan {
+        RecordPlan::new("perf", "/w/perf.data", vec![42])
+    }
+
+    #[test]
+    fn pt_command_lines() {
+        let base = "perf record -o /w/perf.data --timestamp";
+        let cases: Vec<(&str, Box<dyn Fn(&mut RecordPlan)>, String)> = vec![
+            ("default", Box::new(|_| {}), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e")),
+            ("low", Box::new(|p| p.timer = TimerResolution::Low), format!("{base} --event=intel_pt//u --per-thread -t 42 --snapshot=e")),
+            ("high", Box::new(|p| p.timer = TimerResolution::High), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0,noretcomp=1/u --per-thread -t 42 --snapshot=e")),
+            ("no psb_cyc", Box::new(|p| { p.timer = TimerResolution::High; p.psb_cyc = false }), format!("{base} --event=intel_pt//u --per-thread -t 42 --snapshot=e")),
+            ("custom", Box::new(|p| p.timer = TimerResolution::parse("custom:cyc=0,mtc=1,mtc_period=3,psb_period=2").unwrap()), format!("{base} --event=intel_pt/cyc=0,mtc=1,mtc_period=3,psb_period=2/u --per-thread -t 42 --snapshot=e")),
+            ("kernel", Box::new(|p| p.scope = Scope::UserKernel), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/uk --per-thread -t 42 --snapshot=e --kcore")),
+            ("kernel only, old perf", Box::new(|p| { p.scope = Scope::Kernel; p.kcore = false }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/k --per-thread -t 42 --snapshot=e")),
+            ("trigger", Box::new(|p| p.snapshot_when = SnapshotWhen::OnTrigger), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot")),
+            ("perf < 5.4", Box::new(|p| p.snapshot_at_exit = false), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot")),
+            ("multi-snapshot", Box::new(|p| { p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --switch-output=signal --per-thread -t 42 --snapshot")),
+            ("multi-thread", Box::new(|p| { p.multi_thread = true; p.pids = vec![42, 43] }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42,43 --snapshot=e")),
+            ("several pids", Box::new(|p| p.pids = vec![7, 8]), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 7,8 --snapshot=e")),
+            ("full execution", Box::new(|p| { p.full_execution = true; p.multi_snapshot = true }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42")),
+            ("snapshot size", Box::new(|p| p.snapshot_pages = Some(1024)), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e -m,1024")),
+            ("fifo control", Box::new(|p| p.control = ControlChannel::Fifo { ctl: "/w/ctl".into(), ack: "/w/ack".into() }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e --control=fifo:/w/ctl,/w/ack")),
+            ("fd control", Box::new(|p| p.control = ControlChannel::Fd { ctl: 5, ack: 6 }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e --control=fd:5,6")),
+            ("everything", Box::new(|p| {
+                p.scope = Scope::UserKernel; p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger;
+                p.snapshot_pages = Some(64); p.control = ControlChannel::Fifo { ctl: "c".into(), ack: "a".into() };
+                p.timer = TimerResolution::Low; p.callgraph = CallGraph::Fp;
+            }), format!("{base} --event=intel_pt//uk --switch-output=signal --per-thread -t 42 --snapshot --control=fifo:c,a --kcore -m,64")),
+        ];
+        for (name, f, want) in cases {
+            let mut p = pt();
+            f(&mut p);
+            p.validate().unwrap();
+            assert_eq!(s(perf_record_argv(&p)), want, "case {name}");
+        }
+    }
+
+    #[test]
+    fn sampling_command_lines() {
+        let mut p = pt();
+        p.backend = Backend::Sample;
+        p.hardware_pmu = false;
+        assert_eq!(
+            s(perf_record_argv(&p)),
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --overwrite --per-thread -t 42 --call-graph dwarf"
+        );
+        p.hardware_pmu = true;
+        p.timer = TimerResolution::Low;
+        p.callgraph = CallGraph::Lbr;
+        assert_eq!(
+            s(perf_record_argv(&p)),
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u --overwrite --per-thread -t 42 --call-graph lbr"
+        );
+        p.timer = TimerResolution::High;
+        p.max_sample_rate = 25_000;
+        p.full_execution = true;
+        p.callgraph = CallGraph::Fp;
+        p.multi_thread = true;
+        p.scope = Scope::UserKernel;
+        assert_eq!(
+            s(perf_record_argv(&p)),
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk -p 42 --call-graph fp"
+        );
+        p.full_execution = false;
+        p.timer = TimerResolution::Sample(333);
+        p.multi_snapshot = true;
+        p.snapshot_pages = Some(256);
+        p.control = ControlChannel::Fifo {
+            ctl: "c".into(),
+            ack: "a".into(),
+        };
+        assert_eq!(
+            s(perf_record_argv(&p)),
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --overwrite --switch-output=signal -p 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp"
+        );
+    }
+
+    #[test]
+    fn invalid_plans_say_what_to_do() {
+        let mut p = pt();
+        p.backend = Backend::Sample;
+        p.timer = TimerResolution::parse("custom:cyc=1").unwrap();
+        assert!(p
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("sample:FREQ"));
+        let mut p = pt();
+        p.timer = TimerResolution::Sample(10);
+        assert!(p.validate().is_err());
+        let mut p = pt();
+        p.backend = Backend::Sample;
+        p.hardware_pmu = false;
+        p.callgraph = CallGraph::Lbr;
+        assert!(p
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--callgraph dwarf"));
+        assert!(TimerResolution::parse("medium").is_err());
+        assert!(TimerResolution::parse("custom:foo=1").is_err());
+        assert!(TimerResolution::parse("sample:0").is_err());
+        assert_eq!(
+            TimerResolution::parse("High").unwrap(),
+            TimerResolution::High
+        );
+    }
+
+    #[test]
+    fn snapshot_sizes() {
+        assert_eq!(parse_snapshot_size("4M").unwrap(), 1024);
+        assert_eq!(parse_snapshot_size("256K").unwrap(), 64);
+        assert_eq!(parse_snapshot_size("8p").unwrap(), 8);
+        assert_eq!(parse_snapshot_size("4096").unwrap(), 1);
+        assert!(parse_snapshot_size("3M").is_err());
+        assert!(parse_snapshot_size("1000").is_err());
+        assert!(parse_snapshot_size("big").is_err());
+    }
+}

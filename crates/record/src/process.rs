@@ -1,0 +1,347 @@
+//! Processes: the program started stopped at exec (so perf and the trigger are in place
+//! before its first instruction), perf in its own process group, and signals.
+
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A program started by `ptscope run`, stopped right after exec until [`Self::release`].
+pub struct Program {
+    child: Child,
+    released: bool,
+    status: Option<ExitStatus>,
+}
+
+impl Program {
+    /// Starts `argv` traced (`PTRACE_TRACEME`), so the kernel stops it at exec, and dying
+    /// with us (`PR_SET_PDEATHSIG`).
+    pub fn spawn_stopped(argv: &[OsString]) -> Result<Self> {
+        let Some((prog, args)) = argv.split_first() else {
+            bail!("no command to run; write it after `--`, e.g. ptscope run -- ./myprogram arg");
+        };
+        let mut cmd = Command::new(prog);
+        cmd.args(args);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            let what = Path::new(prog).display();
+            match e.kind() {
+                std::io::ErrorKind::NotFound => anyhow::anyhow!(
+                    "cannot run `{what}`: no such program (give a path like ./{what}, or a program on PATH)"
+                ),
+                std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
+                    "cannot run `{what}`: permission denied (is it executable? chmod +x {what})"
+                ),
+                _ => anyhow::anyhow!("cannot run `{what}`: {e}"),
+            }
+        })?;
+        let pid = child.id() as libc::pid_t;
+        let mut p = Program {
+            child,
+            released: false,
+            status: None,
+        };
+        // The exec stop (SIGTRAP) comes once the new image is mapped.
+        let mut st = 0;
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+        if r != pid || !libc::WIFSTOPPED(st) {
+            p.released = true;
+            if r == pid {
+                p.status = Some(ExitStatus::from_raw(st));
+            }
+            bail!("`{}` exited before it started", Path::new(prog).display());
+        }
+        Ok(p)
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lets it run (detaches ptrace, no signal delivered).
+    pub fn release(&mut self) -> Result<()> {
+        if self.released {
+            return Ok(());
+        }
+        // SAFETY: detaching our stopped tracee.
+        let r = unsafe { libc::ptrace(libc::PTRACE_DETACH, self.pid() as libc::pid_t, 0, 0) };
+        if r != 0 {
+            bail!(
+                "cannot release process {}: {}",
+                self.pid(),
+                std::io::Error::last_os_error()
+            );
+        }
+        self.released = true;
+        Ok(())
+    }
+
+    /// Its exit status if it has exited (reaps it).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().ok().flatten();
+        }
+        self.status
+    }
+
+    /// Sends it a signal.
+    pub fn signal(&self, sig: i32) {
+        if self.status.is_none() {
+            // SAFETY: signalling our own unreaped child.
+            unsafe { libc::kill(self.pid() as libc::pid_t, sig) };
+        }
+    }
+
+    /// Waits up to `timeout` for it to exit.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.try_wait() {
+                return Some(s);
+            }
+            if start.elapsed() >= timeout {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills it (SIGKILL) and reaps it, unless it already exited.
+    pub fn kill(&mut self) {
+        if self.try_wait().is_none() {
+            if !self.released {
+                // A stopped tracee dies on SIGKILL too; nothing to detach first.
+                self.released = true;
+            }
+            self.signal(libc::SIGKILL);
+            self.status = self.child.wait().ok();
+        }
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Describes an exit status for a person.
+pub fn describe_exit(s: ExitStatus) -> String {
+    if let Some(code) = s.code() {
+        format!("exited with status {code}")
+    } else if let Some(sig) = s.signal() {
+        let core = if s.core_dumped() { ", core dumped" } else { "" };
+        format!("was killed by signal {sig} ({}{core})", signal_name(sig))
+    } else {
+        format!("{s}")
+    }
+}
+
+/// SIGSEGV-style name of a signal.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        _ => "signal",
+    }
+}
+
+/// perf, running in its own process group so a terminal's Ctrl-C reaches ptscope (which then
+/// asks perf for the snapshot) and not perf directly.
+pub struct Perf {
+    child: Child,
+    status: Option<ExitStatus>,
+}
+
+impl Perf {
+    /// Starts `argv` with its output in `log`.
+    pub fn spawn(argv: &[OsString], log: &Path) -> Result<Self> {
+        let Some((prog, args)) = argv.split_first() else {
+            bail!("empty perf command line");
+        };
+        let out = std::fs::File::create(log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        let err = out.try_clone().context("cannot duplicate the perf log")?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
+            // perf runs a pager on usage errors, which would hang us.
+            .env("PAGER", "cat")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            anyhow::anyhow!(
+                "cannot run {}: {e}; install perf (Debian: apt install linux-perf) or set PTSCOPE_PERF",
+                Path::new(prog).display()
+            )
+        })?;
+        Ok(Perf {
+            child,
+            status: None,
+        })
+    }
+
+    /// perf's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its exit status once it has exited.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().ok().flatten();
+        }
+        self.status
+    }
+
+    /// True while perf runs.
+    pub fn alive(&mut self) -> bool {
+        self.try_wait().is_none()
+    }
+
+    /// Sends perf a signal.
+    pub fn signal(&mut self, sig: i32) {
+        if self.alive() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.pid() as libc::pid_t, sig) };
+        }
+    }
+
+    /// Waits up to `timeout`, then kills it; returns the status.
+    pub fn finish(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(s) = self.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.signal(libc::SIGKILL);
+        self.status = self.child.wait().ok();
+        self.status
+    }
+}
+
+impl Drop for Perf {
+    fn drop(&mut self) {
+        if self.alive() {
+            self.signal(libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+static SIGNAL_FROM_USER: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
+    let code = unsafe { info.as_ref().map(|i| i.si_code).unwrap_or(0) };
+    // kill(2)/sigqueue(3) are aimed at ptscope alone; a terminal's Ctrl-C (SI_KERNEL) already
+    // reached the whole foreground group.
+    if code == libc::SI_USER || code == libc::SI_QUEUE {
+        SIGNAL_FROM_USER.store(sig, Ordering::SeqCst);
+    }
+    SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP so recording can end cleanly (snapshot, perf stopped,
+/// temporary files removed).
+pub fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installing an async-signal-safe handler (atomics only).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Puts the default handlers back (after recording, so decoding installs its own).
+pub fn restore_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: resetting to the default disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+}
+
+/// The last signal caught (0 if none), and whether it was sent to ptscope specifically
+/// (to be forwarded to the program).
+pub fn take_signal() -> Option<(i32, bool)> {
+    let s = SIGNAL.swap(0, Ordering::SeqCst);
+    let u = SIGNAL_FROM_USER.swap(0, Ordering::SeqCst);
+    (s != 0).then_some((s, u == s))
+}
+
+/// True if `pid` exists (and is not a zombie).
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// The command line of `pid`, for messages and track names.
+pub fn cmdline(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let s: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    (!s.is_empty()).then(|| s.join(" "))
+}
+
+/// Every process we may see: `(pid, command line)`, oldest first.
+pub fn list_processes() -> Vec<(u32, String)> {
+    let mut v: Vec<(u32, String)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, cmdline(pid)?)))
+        .collect();
+    v.sort();
+    v
+}

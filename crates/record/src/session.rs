@@ -1,0 +1,554 @@
+//! One recording, start to end: capabilities, the program (started stopped or attached), perf,
+//! the trigger, snapshots, and a clean stop whatever happens.
+
+use crate::argv::{
+    perf_record_argv, Backend, CallGraph, ControlChannel, RecordPlan, Scope, SnapshotWhen,
+    TimerResolution,
+};
+use crate::caps::{process_owner, Capabilities};
+use crate::control::{Command, ControlFifos};
+use crate::process::{self, describe_exit, Perf, Program};
+use crate::trigger::{self, Breakpoint, TriggerSpec};
+use anyhow::{bail, Context, Result};
+use ptscope_stacks::legacy::Hit;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+/// What to record.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// Start this command (argv) and record it from its first instruction.
+    Run(Vec<OsString>),
+    /// Attach to these processes; the first is the head (trigger, executable).
+    Attach(Vec<u32>),
+}
+
+/// Everything `run`/`attach` can be asked.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The perf binary.
+    pub perf: PathBuf,
+    /// What to record.
+    pub target: Target,
+    /// Where perf.data, hits and the log go.
+    pub working_dir: PathBuf,
+    /// Backend; `None` picks PT where it exists, else sampling.
+    pub backend: Option<Backend>,
+    /// User/kernel.
+    pub scope: Scope,
+    /// Timing.
+    pub timer: TimerResolution,
+    /// `-p` (all threads) rather than `-t`.
+    pub multi_thread: bool,
+    /// A snapshot per trigger hit.
+    pub multi_snapshot: bool,
+    /// No ring: record everything.
+    pub full_execution: bool,
+    /// Ring size in pages.
+    pub snapshot_pages: Option<u32>,
+    /// Sampling call stacks; `None` = dwarf.
+    pub callgraph: Option<CallGraph>,
+    /// The trigger.
+    pub trigger: Option<TriggerSpec>,
+    /// Use these capabilities instead of probing (tests with a stand-in perf).
+    pub caps: Option<Capabilities>,
+    /// No progress messages.
+    pub quiet: bool,
+}
+
+/// Why recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// The trigger fired (single snapshot).
+    Trigger,
+    /// Ctrl-C or another signal.
+    Signal(i32),
+    /// Every recorded process exited.
+    ProgramExited,
+}
+
+/// What a recording produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The backend used.
+    pub backend: Backend,
+    /// Recorded pids (head first).
+    pub pids: Vec<u32>,
+    /// Trigger hits, in order.
+    pub hits: Vec<Hit>,
+    /// perf.data files, one per snapshot, in order.
+    pub perf_files: Vec<PathBuf>,
+    /// Why it ended.
+    pub ended_by: EndReason,
+    /// How the program ended (`run` only, if it did).
+    pub program_status: Option<ExitStatus>,
+    /// The head process's command line (for track names).
+    pub command: Option<String>,
+}
+
+fn say(quiet: bool, msg: &str) {
+    if !quiet {
+        eprintln!("ptscope: {msg}");
+    }
+}
+
+/// perf's log, last lines, indented for an error message.
+fn perf_log_tail(dir: &Path) -> String {
+    let text = std::fs::read_to_string(dir.join("perf.log")).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = &lines[lines.len().saturating_sub(8)..];
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("\nperf said:\n  {}", tail.join("\n  "))
+    }
+}
+
+/// perf's control: fifos when perf has `--control`, signals otherwise.
+struct Controller {
+    fifos: Option<ControlFifos>,
+    snapshot_at_exit: bool,
+}
+
+impl Controller {
+    fn send(&mut self, perf: &mut Perf, cmd: Command) -> Result<()> {
+        match &mut self.fifos {
+            Some(f) => f.send(cmd, Duration::from_secs(8), || perf.alive()),
+            None => {
+                let sig = match cmd {
+                    Command::Snapshot => libc::SIGUSR2,
+                    Command::Ping => return Ok(()),
+                    // perf ≥ 5.4 snapshots at SIGINT with --snapshot=e; older ones stop on SIGTERM.
+                    Command::Stop if self.snapshot_at_exit => libc::SIGINT,
+                    Command::Stop => libc::SIGTERM,
+                };
+                perf.signal(sig);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Records according to `opts`. Whatever happens, perf and a started program are not left
+/// running, and the control fifos are removed.
+pub fn record(opts: &Options) -> Result<Outcome> {
+    process::install_signal_handlers();
+    let r = record_inner(opts);
+    process::restore_signal_handlers();
+    r
+}
+
+fn record_inner(opts: &Options) -> Result<Outcome> {
+    let caps = match &opts.caps {
+        Some(c) => c.clone(),
+        None => Capabilities::detect(&opts.perf)?,
+    };
+    let backend = match (opts.backend, &caps.intel_pt) {
+        (Some(Backend::Pt), None) => bail!(
+            "{}, so --backend pt cannot work here; use --backend sample (timer sampling with call \
+             stacks), or record on an Intel machine with PT (bare metal, or a VM with PT passthrough)",
+            caps.why_no_pt()
+        ),
+        (Some(b), _) => b,
+        (None, Some(_)) => Backend::Pt,
+        (None, None) => {
+            say(
+                opts.quiet,
+                &format!(
+                    "{}; sampling with {} and call stacks instead (see --backend)",
+                    caps.why_no_pt(),
+                    if caps.hardware_pmu { "cycles" } else { "cpu-clock" }
+                ),
+            );
+            Backend::Sample
+        }
+    };
+    caps.check_may_record(opts.scope.includes_kernel())?;
+    std::fs::create_dir_all(&opts.working_dir).with_context(|| {
+        format!(
+            "cannot create the working directory {}",
+            opts.working_dir.display()
+        )
+    })?;
+    let dir = &opts.working_dir;
+
+    let mut program = None;
+    let pids = match &opts.target {
+        Target::Run(argv) => {
+            let p = Program::spawn_stopped(argv)?;
+            let pid = p.pid();
+            program = Some(p);
+            vec![pid]
+        }
+        Target::Attach(pids) => {
+            if pids.is_empty() {
+                bail!("no process to attach to; give -p PID");
+            }
+            for &pid in pids {
+                let Some(owner) = process_owner(pid).filter(|_| process::pid_alive(pid)) else {
+                    bail!("there is no process with pid {pid} (it may have exited); list processes with `ps x`");
+                };
+                if caps.euid != 0 && owner != caps.euid {
+                    bail!(
+                        "no permission to record process {pid}: it belongs to uid {owner} and you are uid {}; \
+                         run ptscope as root (sudo) to record other users' processes",
+                        caps.euid
+                    );
+                }
+            }
+            pids.clone()
+        }
+    };
+    let head = pids[0];
+    let command = process::cmdline(head);
+
+    let targets = match &opts.trigger {
+        Some(spec) => trigger::resolve(spec, head)?,
+        None => Vec::new(),
+    };
+
+    let fifos = if caps.perf_version.control() {
+        Some(ControlFifos::create(dir)?)
+    } else {
+        None
+    };
+    let mut plan = RecordPlan::new(&opts.perf, dir.join("perf.data"), pids.clone());
+    plan.backend = backend;
+    plan.scope = opts.scope;
+    plan.timer = opts.timer;
+    plan.multi_thread = opts.multi_thread;
+    plan.multi_snapshot = opts.multi_snapshot;
+    plan.full_execution = opts.full_execution;
+    plan.snapshot_when = if targets.is_empty() {
+        SnapshotWhen::AtExit
+    } else {
+        SnapshotWhen::OnTrigger
+    };
+    plan.snapshot_pages = opts.snapshot_pages;
+    plan.callgraph = opts.callgraph.unwrap_or(CallGraph::Dwarf);
+    plan.control = match &fifos {
+        Some(f) => ControlChannel::Fifo {
+            ctl: f.ctl_path().to_owned(),
+            ack: f.ack_path().to_owned(),
+        },
+        None => ControlChannel::Signals,
+    };
+    plan.snapshot_at_exit = caps.perf_version.snapshot_at_exit();
+    plan.kcore = caps.perf_version.kcore();
+    plan.psb_cyc = caps.intel_pt.as_ref().is_some_and(|c| c.psb_cyc);
+    plan.hardware_pmu = caps.hardware_pmu;
+    plan.max_sample_rate = caps.max_sample_rate.unwrap_or(100_000);
+    plan.validate()?;
+    for n in plan.notices() {
+        say(opts.quiet, &n);
+    }
+    // A previous recording in a reused working directory must not be decoded with this one.
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("perf.data") || name == crate::hits::FILE_NAME {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let argv = perf_record_argv(&plan);
+    if std::env::var_os("PTSCOPE_PRINT_PERF_COMMANDS").is_some() {
+        eprintln!(
+            "ptscope: {}",
+            argv.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    let mut perf = Perf::spawn(&argv, &dir.join("perf.log"))?;
+    let mut ctl = Controller {
+        fifos,
+        snapshot_at_exit: plan.snapshot_at_exit,
+    };
+
+    // perf answers `ping` only once its events are enabled: then the program may run.
+    let ready = match ctl.fifos.is_some() {
+        true => ctl.send(&mut perf, Command::Ping),
+        false => {
+            std::thread::sleep(Duration::from_millis(500));
+            Ok(())
+        }
+    };
+    if let Err(e) = ready.and_then(|_| {
+        if perf.alive() {
+            Ok(())
+        } else {
+            bail!("perf exited")
+        }
+    }) {
+        let status = perf.finish(Duration::from_secs(2));
+        bail!(
+            "perf could not start recording ({e}{}){}",
+            status
+                .map(|s| format!("; it {}", describe_exit(s)))
+                .unwrap_or_default(),
+            perf_log_tail(dir)
+        );
+    }
+
+    let once = !opts.multi_snapshot;
+    let mut bps = Vec::new();
+    for t in &targets {
+        bps.push(Breakpoint::open(head, t.clone(), once)?);
+    }
+    let offset = if targets.iter().any(|t| t.is_stop_indicator) {
+        trigger::monotonic_to_perf_offset()
+    } else {
+        None
+    };
+
+    match &program {
+        Some(_) => say(
+            opts.quiet,
+            &format!(
+                "recording {} (pid {head}){}; Ctrl-C to stop",
+                command.as_deref().unwrap_or("the program"),
+                trigger_note(&targets)
+            ),
+        ),
+        None => say(
+            opts.quiet,
+            &format!(
+                "attached to {} (pid {}){}; Ctrl-C to stop and keep the last moments",
+                command.as_deref().unwrap_or("the process"),
+                pids.iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                trigger_note(&targets)
+            ),
+        ),
+    }
+    if let Some(p) = program.as_mut() {
+        p.release()?;
+    }
+
+    let mut hits = Vec::new();
+    let ended_by = loop {
+        if let Some((sig, to_us)) = process::take_signal() {
+            if to_us {
+                if let Some(p) = &program {
+                    p.signal(sig);
+                }
+            }
+            break EndReason::Signal(sig);
+        }
+        let mut fired = false;
+        for bp in &mut bps {
+            for h in bp.read_hits() {
+                fired = true;
+                hits.push(Hit {
+                    symbol: bp.target.name.clone(),
+                    time: h.time,
+                    tid: h.tid,
+                    ip: h.ip,
+                    passed_time: if bp.target.is_stop_indicator {
+                        offset.map_or(0, |o| (h.di as i64).wrapping_add(o) as u64)
+                    } else {
+                        0
+                    },
+                    passed_value: h.si as i64,
+                    is_stop_indicator: bp.target.is_stop_indicator,
+                });
+            }
+        }
+        if fired {
+            if opts.multi_snapshot {
+                // SIGUSR2 both snapshots and switches to a new perf.data file.
+                perf.signal(libc::SIGUSR2);
+                say(opts.quiet, &format!("trigger hit: snapshot {}", hits.len()));
+                for bp in &bps {
+                    bp.rearm()?;
+                }
+            } else {
+                // Hold the process still so the recording ends at the hit, not a few ms later.
+                for &p in &pids {
+                    // SAFETY: plain kill(2).
+                    unsafe { libc::kill(p as libc::pid_t, libc::SIGSTOP) };
+                }
+                break EndReason::Trigger;
+            }
+        }
+        let gone = match program.as_mut() {
+            Some(p) => p.try_wait().is_some(),
+            None => pids.iter().all(|&p| !process::pid_alive(p)),
+        };
+        if gone {
+            break EndReason::ProgramExited;
+        }
+        if let Some(s) = perf.try_wait() {
+            bail!(
+                "perf stopped while recording: it {}; no trace was written{}",
+                describe_exit(s),
+                perf_log_tail(dir)
+            );
+        }
+        wait_for(&bps, Duration::from_millis(20));
+    };
+
+    let finish = finish_perf(&mut ctl, &mut perf, backend, &plan, ended_by);
+    if ended_by == EndReason::Trigger {
+        for &p in &pids {
+            // SAFETY: plain kill(2).
+            unsafe { libc::kill(p as libc::pid_t, libc::SIGCONT) };
+        }
+    }
+    drop(bps);
+    drop(ctl);
+    let perf_status = perf.finish(Duration::from_secs(30));
+    finish?;
+    match perf_status {
+        Some(s) if s.success() => {}
+        // perf ends on SIGINT/SIGTERM when signalled (old perf): that is a normal end.
+        Some(s)
+            if s.code().is_none()
+                && matches!(
+                    std::os::unix::process::ExitStatusExt::signal(&s),
+                    Some(libc::SIGINT | libc::SIGTERM)
+                ) => {}
+        Some(s) => bail!(
+            "perf {} while finishing the recording{}",
+            describe_exit(s),
+            perf_log_tail(dir)
+        ),
+        None => bail!("lost track of perf"),
+    }
+
+    let mut program_status = None;
+    if let Some(p) = program.as_mut() {
+        program_status = match ended_by {
+            EndReason::ProgramExited => p.try_wait(),
+            // The program runs on to its natural end after a trigger; a signal ends it.
+            EndReason::Trigger => {
+                say(
+                    opts.quiet,
+                    "snapshot taken; waiting for the program to exit (Ctrl-C to stop it)",
+                );
+                wait_program(p)
+            }
+            EndReason::Signal(_) => {
+                let s = p.wait_timeout(Duration::from_millis(500));
+                if s.is_none() {
+                    p.signal(libc::SIGTERM);
+                }
+                p.wait_timeout(Duration::from_secs(2)).or_else(|| {
+                    p.kill();
+                    p.try_wait()
+                })
+            }
+        };
+    }
+    crate::hits::write(dir, &hits)?;
+    let mut perf_files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("perf.data") && !n.ends_with(".old"))
+        })
+        .collect();
+    perf_files.sort();
+    if perf_files.is_empty() {
+        bail!("perf wrote no data{}", perf_log_tail(dir));
+    }
+    Ok(Outcome {
+        backend,
+        pids,
+        hits,
+        perf_files,
+        ended_by,
+        program_status,
+        command,
+    })
+}
+
+fn trigger_note(targets: &[trigger::Target]) -> String {
+    match targets {
+        [] => String::new(),
+        [t] => format!(", trigger on {} at {:#x}", t.name, t.address),
+        ts => format!(", trigger on {} places", ts.len()),
+    }
+}
+
+/// Waits for the program; a Ctrl-C (or SIGTERM) meanwhile is passed on.
+fn wait_program(p: &mut Program) -> Option<ExitStatus> {
+    loop {
+        if let Some(s) = p.try_wait() {
+            return Some(s);
+        }
+        if let Some((sig, to_us)) = process::take_signal() {
+            if to_us || sig != libc::SIGINT {
+                p.signal(sig);
+            }
+            return p.wait_timeout(Duration::from_secs(2)).or_else(|| {
+                p.kill();
+                p.try_wait()
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_for(bps: &[Breakpoint], timeout: Duration) {
+    if bps.is_empty() {
+        std::thread::sleep(timeout);
+        return;
+    }
+    let mut fds: Vec<libc::pollfd> = bps
+        .iter()
+        .map(|b| libc::pollfd {
+            fd: b.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: valid pollfd array.
+    unsafe {
+        libc::poll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            timeout.as_millis() as i32,
+        )
+    };
+}
+
+/// Takes the final snapshot if one is due and stops perf.
+fn finish_perf(
+    ctl: &mut Controller,
+    perf: &mut Perf,
+    backend: Backend,
+    plan: &RecordPlan,
+    ended_by: EndReason,
+) -> Result<()> {
+    if !perf.alive() {
+        return Ok(());
+    }
+    let start = Instant::now();
+    let snapshot_first = backend == Backend::Pt
+        && plan.uses_snapshot_ring()
+        && !plan.multi_snapshot
+        && (ended_by == EndReason::Trigger || !plan.snapshot_at_exit);
+    if snapshot_first {
+        if let Err(e) = ctl.send(perf, Command::Snapshot) {
+            if perf.alive() {
+                return Err(e.context("taking the snapshot"));
+            }
+        }
+    }
+    if let Err(e) = ctl.send(perf, Command::Stop) {
+        // perf may have exited by itself as the program ended, before reading `stop`.
+        if perf.alive() && start.elapsed() > Duration::from_secs(1) {
+            return Err(e.context("stopping perf"));
+        }
+    }
+    Ok(())
+}
