@@ -87,6 +87,8 @@ pub struct SimConfig {
     pub snapshot_size: Option<usize>,
     /// Faults to inject.
     pub faults: FaultSpec,
+    /// Faults at chosen step indices of the main thread, instead of `faults`.
+    pub main_faults: Option<Faults>,
     /// Perf time of TSC 0, in ns.
     pub time_zero: u64,
     /// PMU type number for `intel_pt`.
@@ -100,6 +102,7 @@ impl Default for SimConfig {
             pt: PtConfig::default(),
             snapshot_size: None,
             faults: FaultSpec::default(),
+            main_faults: None,
             time_zero: 1_000_000_000_000,
             pmu_type: 8,
         }
@@ -222,7 +225,9 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
     for (i, t) in traces.iter().enumerate() {
         steps_total += t.steps.len() as u64;
         let faults = if i == 0 {
-            cfg.faults.place(t.steps.len())
+            cfg.main_faults
+                .clone()
+                .unwrap_or_else(|| cfg.faults.place(t.steps.len()))
         } else {
             Faults::default()
         };
