@@ -257,16 +257,19 @@ pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
         return Err(bad);
     }
     i += 1;
-    // Optional `selector:` glued to the colon, e.g. `branches:uH:`.
-    let n = {
+    // Further `token:` parts glued to the colon: a selector (`branches:uH:`), a
+    // tracepoint or probe name (`probe_prog:leaf_2:`), a breakpoint (`mem:0x4005d6:x:`).
+    // perf puts a space before the event's own fields, so a token stops at one.
+    loop {
         let mut j = i;
-        while j < s.len() && s[j].is_ascii_alphabetic() {
+        while j < s.len() && s[j] != b' ' && s[j] != b'\t' {
             j += 1;
         }
-        j - i
-    };
-    if n > 0 && s.get(i + n) == Some(&b':') {
-        i += n + 1;
+        if j > i && s[j - 1] == b':' {
+            i = j;
+        } else {
+            break;
+        }
     }
     Ok(Header {
         thread: Thread { pid, tid },
@@ -821,6 +824,29 @@ pub(crate) fn parse_trace_error(line: &[u8]) -> Result<TraceError<'_>, WarningKi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_and_breakpoint_event_names_are_headers() {
+        for (line, rest) in [
+            (
+                &b"  1234/1234 10.000000001:          1 probe_prog:leaf_2:       55d5c0a01139 leaf_2+0x0 (/tmp/prog)"[..],
+                &b"       55d5c0a01139 leaf_2+0x0 (/tmp/prog)"[..],
+            ),
+            (
+                b"  1234/1234 10.000000001:          1 mem:0x55d5c0a01139:x:       55d5c0a01139 leaf+0x0 (/tmp/prog)",
+                b"       55d5c0a01139 leaf+0x0 (/tmp/prog)",
+            ),
+            (
+                b"  1234/1234 10.000000001:          1 branches:uH:   call  1 a+0x0 (x) => 2 b+0x0 (x)",
+                b"   call  1 a+0x0 (x) => 2 b+0x0 (x)",
+            ),
+            (b"1/1 1.0: 250000 cpu-clock:u: ", b" "),
+            (b"1/1 1.0: 250000 cpu-clock: ", b" "),
+        ] {
+            let h = parse_header(line).expect("header");
+            assert_eq!(h.rest, rest, "{}", String::from_utf8_lossy(line));
+        }
+    }
 
     #[test]
     fn time_fraction_is_padded_and_truncated() {

@@ -8,7 +8,7 @@
 //! sink and re-emits everything in per-thread time order.
 //!
 //! Memory stays bounded: events arriving in order (nearly all of them) are spooled —
-//! in memory up to a limit, then to a temporary file — and only the few *late*
+//! in memory up to a limit (16 MiB), then to a temporary file — and only the few *late*
 //! events are held in memory. At [`OrderedSink::finish`] the spool is replayed and
 //! each late event is slotted in before the first spooled event of its thread with a
 //! later time. Ties keep arrival order (late events after in-order events with the
@@ -39,7 +39,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 
 /// Spooled bytes kept in memory before spilling to a temporary file.
-const DEFAULT_MEMORY_LIMIT: usize = 64 << 20;
+const DEFAULT_MEMORY_LIMIT: usize = 16 << 20;
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 #[repr(u8)]
@@ -136,7 +136,7 @@ impl<S: TraceSink> OrderedSink<S> {
         }
     }
 
-    /// Spills the spool to a temporary file beyond `bytes` (default 64 MiB).
+    /// Spills the spool to a temporary file beyond `bytes` (default 16 MiB).
     pub fn with_memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = bytes;
         self
