@@ -3,7 +3,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use ptscope_decode::{Decoder, PerfScript, PerfScriptOptions, Stats, Warning};
+use ptscope_decode::{Decoder, RecordingKind, Stats, Warning};
+use ptscope_dlfilter_reader::{AnyScript, Choice, DlfilterOptions};
 use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::ordered::OrderedSink;
@@ -68,6 +69,11 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "PATH")]
     pub executable: Option<PathBuf>,
 
+    /// How to read perf.data: through ptscope's perf dlfilter (binary, fast), as
+    /// `perf script` text, or the dlfilter when perf supports it (perf >= 5.14).
+    #[arg(long, value_enum, default_value_t = DecoderKind::Auto)]
+    pub decoder: DecoderKind,
+
     /// The perf binary to run (default: `$PTSCOPE_PERF`, else `perf` on PATH).
     #[arg(long, value_name = "PATH")]
     pub perf: Option<PathBuf>,
@@ -75,6 +81,17 @@ pub struct DecodeArgs {
     /// Do not show a progress bar.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// Decode paths for perf.data files.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DecoderKind {
+    /// The dlfilter if this perf can load it, else text (with a one-line notice).
+    Auto,
+    /// The dlfilter, or an error saying why not.
+    Dlfilter,
+    /// `perf script` text.
+    Text,
 }
 
 /// Stack writers to choose from.
@@ -102,14 +119,14 @@ fn parse_scope(s: &str) -> Result<TraceScope, String> {
 /// One input to decode: each becomes its own snapshot.
 enum Source {
     Text(Decoder<BufReader<Box<dyn Read + Send>>>, u64),
-    Perf(PerfScript),
+    Perf(Box<AnyScript>),
 }
 
 impl Source {
-    fn next_event(&mut self) -> Result<Option<Event>, ptscope_decode::Error> {
+    fn next_event(&mut self) -> Result<Option<Event>, String> {
         match self {
-            Source::Text(d, _) => d.next_event(),
-            Source::Perf(p) => p.next_event(),
+            Source::Text(d, _) => d.next_event().map_err(|e| e.to_string()),
+            Source::Perf(p) => p.next_event().map_err(|e| e.to_string()),
         }
     }
     fn strings(&self) -> &StringTable {
@@ -121,13 +138,13 @@ impl Source {
     fn decoder_stats(&self) -> Stats {
         match self {
             Source::Text(d, _) => *d.stats(),
-            Source::Perf(p) => *p.decoder().stats(),
+            Source::Perf(p) => p.stats(),
         }
     }
     fn warnings(&self) -> Vec<Warning> {
         match self {
             Source::Text(d, _) => d.warnings().to_vec(),
-            Source::Perf(p) => p.decoder().warnings().to_vec(),
+            Source::Perf(p) => p.warnings(),
         }
     }
     fn size(&self) -> Option<u64> {
@@ -153,7 +170,7 @@ impl InputSpec {
     }
 
     /// Opens the input, interning into `strings` so names stay valid across snapshots.
-    fn open(&self, perf: &Path, strings: StringTable) -> Result<Source> {
+    fn open(&self, perf: &Path, choice: Choice, strings: StringTable) -> Result<Source> {
         match self {
             InputSpec::Text(p) if p == Path::new("-") => {
                 let r: Box<dyn Read + Send> = Box::new(io::stdin());
@@ -173,11 +190,20 @@ impl InputSpec {
                 ))
             }
             InputSpec::PerfData(p) => {
-                let mut opts = PerfScriptOptions::new(p);
+                let mut opts = DlfilterOptions::new(p);
                 opts.perf = perf.to_path_buf();
-                let script = PerfScript::spawn_with_strings(&opts, strings)
+                let kind = ptscope_decode::perf::detect_recording_kind(perf, p)
                     .with_context(|| format!("cannot decode {}", p.display()))?;
-                Ok(Source::Perf(script))
+                opts.kind = Some(kind);
+                // Jumps within a function change no stack, but their timestamps bound how
+                // far calls are spread in time: keep them so both paths give one trace.
+                opts.keep_jumps = kind == RecordingKind::IntelPt;
+                let (script, notice) = ptscope_dlfilter_reader::open(&opts, strings, choice)
+                    .with_context(|| format!("cannot decode {}", p.display()))?;
+                if let Some(n) = notice {
+                    eprintln!("{n}");
+                }
+                Ok(Source::Perf(Box::new(script)))
             }
         }
     }
@@ -365,6 +391,7 @@ const BATCH: usize = 4096;
 fn decode_inputs(
     specs: Vec<InputSpec>,
     perf: PathBuf,
+    choice: Choice,
     quiet: bool,
     presses: Arc<AtomicUsize>,
     tx: std::sync::mpsc::SyncSender<Msg>,
@@ -388,7 +415,7 @@ fn decode_inputs(
         // A failed open consumes the table it was given; keep a copy so the names
         // already sent stay in step.
         let backup = strings.clone();
-        let mut source = match spec.open(&perf, std::mem::take(&mut strings)) {
+        let mut source = match spec.open(&perf, choice, std::mem::take(&mut strings)) {
             Ok(s) => s,
             Err(e) => {
                 strings = backup;
@@ -487,9 +514,14 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     let (tx, rx) = std::sync::mpsc::sync_channel(8);
     let p = presses.clone();
     let quiet = args.quiet;
+    let choice = match args.decoder {
+        DecoderKind::Auto => Choice::Auto,
+        DecoderKind::Dlfilter => Choice::Dlfilter,
+        DecoderKind::Text => Choice::Text,
+    };
     let decoder = std::thread::Builder::new()
         .name("ptscope-decode".into())
-        .spawn(move || decode_inputs(specs, perf, quiet, p, tx))
+        .spawn(move || decode_inputs(specs, perf, choice, quiet, p, tx))
         .context("cannot start the decoding thread")?;
     let mut writer: Option<W> = None;
     let mut pending = Some((sink, make_writer));

@@ -113,7 +113,7 @@ fn fixtures_decode_to_valid_fxt() {
             for (slice, count) in slice_names_in_transcript(&transcript) {
                 let got = report.count(&slice);
                 // A begin/end pair is two events, a complete or instant one.
-            assert!(
+                assert!(
                 count <= got && got <= 2 * count,
                 "{name} ({writer}): slice {slice:?} appears {got} times in the FXT, {count} in the transcript"
             );
