@@ -118,7 +118,7 @@ fn parse_scope(s: &str) -> Result<TraceScope, String> {
 
 /// One input to decode: each becomes its own snapshot.
 enum Source {
-    Text(Decoder<BufReader<Box<dyn Read + Send>>>, u64),
+    Text(Box<Decoder<BufReader<Box<dyn Read + Send>>>>, u64),
     Perf(Box<AnyScript>),
 }
 
@@ -175,7 +175,10 @@ impl InputSpec {
             InputSpec::Text(p) if p == Path::new("-") => {
                 let r: Box<dyn Read + Send> = Box::new(io::stdin());
                 Ok(Source::Text(
-                    Decoder::with_strings(BufReader::with_capacity(1 << 20, r), strings),
+                    Box::new(Decoder::with_strings(
+                        BufReader::with_capacity(1 << 20, r),
+                        strings,
+                    )),
                     0,
                 ))
             }
@@ -185,7 +188,10 @@ impl InputSpec {
                 let size = f.metadata().map(|m| m.len()).unwrap_or(0);
                 let r: Box<dyn Read + Send> = Box::new(f);
                 Ok(Source::Text(
-                    Decoder::with_strings(BufReader::with_capacity(1 << 20, r), strings),
+                    Box::new(Decoder::with_strings(
+                        BufReader::with_capacity(1 << 20, r),
+                        strings,
+                    )),
                     size,
                 ))
             }
