@@ -100,7 +100,7 @@ const NONE: u32 = u32::MAX;
 /// How many later segments are searched for evidence of what survived a gap.
 const MAX_LOOKAHEAD: usize = 64;
 /// How far up the stack a long return or unwind is looked for.
-const MAX_FIND_DEPTH: usize = 1024;
+const MAX_FIND_DEPTH: usize = 256;
 
 /// One stack frame: 12 bytes, so millions of calls stay cheap.
 #[derive(Clone, Copy, Debug)]
