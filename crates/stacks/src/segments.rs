@@ -206,6 +206,9 @@ pub struct SegmentsWriter<S: TraceSink> {
     base_time: u64,
     warned_impossible: bool,
     warned_traps: bool,
+    /// Changes of the `--filter` region: (trace time, events now written?).
+    regions: Vec<(i64, bool)>,
+    in_region: bool,
 }
 
 fn is_kernel(ip: u64) -> bool {
@@ -231,6 +234,8 @@ impl<S: TraceSink> SegmentsWriter<S> {
             base_time,
             warned_impossible: false,
             warned_traps: false,
+            regions: Vec::new(),
+            in_region: true,
         };
         w.write_hits();
         w
@@ -271,6 +276,27 @@ impl<S: TraceSink> SegmentsWriter<S> {
     /// The sink (e.g. to mark the end of input in a transcript).
     pub fn sink_mut(&mut self) -> &mut S {
         &mut self.sink
+    }
+
+    /// Feeds one event; `should_write` is false outside a `--filter` range. Frames are
+    /// tracked outside ranges too, so a range starts with the right stack (its frames
+    /// marked as inferred starts) and ends with every open frame closed.
+    pub fn write_event_filtered(
+        &mut self,
+        event: &Event,
+        should_write: bool,
+        strings: &StringTable,
+    ) {
+        if should_write != self.in_region {
+            self.in_region = should_write;
+            let t = event
+                .time()
+                .map(|t| t.wrapping_sub(self.base_time) as i64)
+                .or_else(|| self.regions.last().map(|r| r.0))
+                .unwrap_or(0);
+            self.regions.push((t, should_write));
+        }
+        self.write_event(event, strings);
     }
 
     /// Feeds one event.
@@ -491,7 +517,14 @@ impl<S: TraceSink> SegmentsWriter<S> {
             if self.config.stitch {
                 extend_roots_backwards(&mut ts, &self.locs);
             }
-            write_thread(&mut self.sink, &ts, &self.locs, strings, &self.config);
+            write_thread(
+                &mut self.sink,
+                &ts,
+                &self.locs,
+                strings,
+                &self.config,
+                &self.regions,
+            );
         }
         self.sink
     }
@@ -1091,10 +1124,48 @@ struct WriteCx<'a, S: TraceSink> {
     locs: &'a Locations,
     strings: &'a StringTable,
     config: &'a SegmentsConfig,
+    /// False outside a `--filter` range: frames are tracked, nothing is written.
+    enabled: bool,
 }
 
 impl<S: TraceSink> WriteCx<'_, S> {
+    /// Applies the filter-range changes up to `upto`: leaving a range closes every
+    /// open frame, entering one reopens the current stack as inferred starts.
+    fn regions(
+        &mut self,
+        regions: &[(i64, bool)],
+        next: &mut usize,
+        upto: i64,
+        open: &[Open],
+        frames: &[Frame],
+        last_written: &mut i64,
+    ) {
+        while *next < regions.len() && regions[*next].0 <= upto {
+            let (t, on) = regions[*next];
+            *next += 1;
+            if on == self.enabled {
+                continue;
+            }
+            let t = t.max(*last_written);
+            if on {
+                self.enabled = true;
+                for o in open {
+                    self.begin(&frames[o.frame as usize], t, true);
+                }
+            } else {
+                for o in open.iter().rev() {
+                    self.end(&frames[o.frame as usize], t, false, o.unverified);
+                }
+                self.enabled = false;
+            }
+            *last_written = t;
+        }
+    }
+
     fn begin(&mut self, frame: &Frame, time: i64, inferred: bool) {
+        if !self.enabled {
+            return;
+        }
         let loc = self.locs.list[frame.loc as usize];
         let name = self.strings.display(loc.symbol);
         let mut args: [Arg<'_>; 6] = [Arg::new("", ArgValue::Int(0)); 6];
@@ -1129,6 +1200,9 @@ impl<S: TraceSink> WriteCx<'_, S> {
     }
 
     fn end(&mut self, frame: &Frame, time: i64, inferred: bool, unverified: bool) {
+        if !self.enabled {
+            return;
+        }
         let name = display(self.locs, self.strings, frame);
         let mut args = [Arg::new("", ArgValue::Int(0)); 2];
         let mut n = 0;
@@ -1246,6 +1320,7 @@ fn write_thread<S: TraceSink>(
     locs: &Locations,
     strings: &StringTable,
     config: &SegmentsConfig,
+    regions: &[(i64, bool)],
 ) {
     let mut cx = WriteCx {
         sink,
@@ -1253,7 +1328,9 @@ fn write_thread<S: TraceSink>(
         locs,
         strings,
         config,
+        enabled: true,
     };
+    let mut region = 0usize;
     let mut open: Vec<Open> = Vec::new();
     let mut is_open = vec![false; ts.frames.len()];
     let mut path = Vec::new();
@@ -1271,6 +1348,9 @@ fn write_thread<S: TraceSink>(
                     break;
                 }
                 power.next();
+                if !cx.enabled {
+                    continue;
+                }
                 cx.sink.counter(
                     cx.track,
                     "CPU",
@@ -1346,7 +1426,9 @@ fn write_thread<S: TraceSink>(
             }
             errors.next();
             let t = t.max(last_written);
-            cx.sink.duration_instant(cx.track, name, t, &[]);
+            if cx.enabled {
+                cx.sink.duration_instant(cx.track, name, t, &[]);
+            }
             last_written = t;
             if t >= start {
                 break;
@@ -1357,6 +1439,14 @@ fn write_thread<S: TraceSink>(
             None => 0,
         };
         for (k, e) in entries.iter().enumerate() {
+            cx.regions(
+                regions,
+                &mut region,
+                times[k],
+                &open,
+                &ts.frames,
+                &mut last_written,
+            );
             let t = times[k].max(last_written);
             counter(&mut cx, t, &mut power);
             // Walk up from the new leaf to the first frame already open.
@@ -1400,7 +1490,9 @@ fn write_thread<S: TraceSink>(
     }
     for (t, name) in errors {
         let t = (*t).max(last_written);
-        cx.sink.duration_instant(cx.track, name, t, &[]);
+        if cx.enabled {
+            cx.sink.duration_instant(cx.track, name, t, &[]);
+        }
         last_written = t;
     }
     counter(&mut cx, i64::MAX, &mut power);

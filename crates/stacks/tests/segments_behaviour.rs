@@ -1,0 +1,293 @@
+//! The segments writer on hand-made event streams: kernel entries, TSX, filter ranges,
+//! OCaml traps and time order of the output.
+
+use ptscope_event::{
+    Event, EventData, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread, TraceScope,
+    TraceStateChange,
+};
+use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::{Arg, TraceSink};
+
+/// (start, end, depth, name) of every slice, from a sink that checks nesting and order.
+#[derive(Default)]
+struct Slices {
+    open: Vec<(i64, String)>,
+    done: Vec<(i64, i64, usize, String)>,
+    last: i64,
+    instants: Vec<(i64, String)>,
+}
+
+impl TraceSink for Slices {
+    type Thread = u32;
+    fn allocate_pid(&mut self, _: &str) -> u32 {
+        0
+    }
+    fn allocate_thread(&mut self, _: u32, _: &str) -> u32 {
+        0
+    }
+    fn duration_begin(&mut self, _: u32, name: &str, t: i64, _: &[Arg<'_>]) {
+        assert!(t >= self.last, "time went backwards at {name}");
+        self.last = t;
+        self.open.push((t, name.to_string()));
+    }
+    fn duration_end(&mut self, _: u32, name: &str, t: i64, _: &[Arg<'_>]) {
+        assert!(t >= self.last, "time went backwards at end of {name}");
+        self.last = t;
+        let (s, n) = self.open.pop().expect("end without begin");
+        assert_eq!(n, name, "ends must close the innermost slice");
+        self.done.push((s, t, self.open.len(), n));
+    }
+    fn duration_complete(&mut self, _: u32, _: &str, _: i64, _: i64, _: &[Arg<'_>]) {}
+    fn duration_instant(&mut self, _: u32, name: &str, t: i64, _: &[Arg<'_>]) {
+        self.instants.push((t, name.to_string()));
+    }
+    fn counter(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
+    fn warning(&mut self, _: &str) {}
+}
+
+struct Build {
+    s: StringTable,
+    events: Vec<Event>,
+}
+
+impl Build {
+    fn new() -> Self {
+        Build {
+            s: StringTable::new(),
+            events: Vec::new(),
+        }
+    }
+    fn loc(&mut self, ip: u64, name: &str) -> Location {
+        let sym = if name.is_empty() {
+            Symbol::Unknown
+        } else {
+            Symbol::FromPerf(self.s.intern(name))
+        };
+        Location::new(ip, sym, 1)
+    }
+    fn br(
+        &mut self,
+        t: u64,
+        kind: Option<Kind>,
+        change: Option<TraceStateChange>,
+        src: (u64, &str),
+        dst: (u64, &str),
+        tx: bool,
+    ) {
+        let src = self.loc(src.0, src.1);
+        let dst = self.loc(dst.0, dst.1);
+        self.events.push(Event::Ok {
+            thread: Thread {
+                pid: Some(1),
+                tid: Some(1),
+            },
+            time: t,
+            in_transaction: tx,
+            data: EventData::Trace {
+                change,
+                kind,
+                src,
+                dst,
+            },
+        });
+    }
+    fn k(&mut self, t: u64, kind: Kind, src: (u64, &str), dst: (u64, &str)) {
+        self.br(t, Some(kind), None, src, dst, false);
+    }
+    fn run(self, config: SegmentsConfig, filter: Option<&dyn Fn(usize) -> bool>) -> Slices {
+        let mut w = SegmentsWriter::new(Slices::default(), config);
+        for (i, e) in self.events.iter().enumerate() {
+            match filter {
+                Some(f) => w.write_event_filtered(e, f(i), &self.s),
+                None => w.write_event(e, &self.s),
+            }
+        }
+        let mut out = w.finish(&self.s);
+        out.done.sort();
+        out
+    }
+}
+
+fn has(s: &Slices, slice: (i64, i64, usize, &str)) -> bool {
+    s.done
+        .iter()
+        .any(|d| (d.0, d.1, d.2, d.3.as_str()) == slice)
+}
+
+const K: u64 = 0xffff_ffff_8100_0000;
+
+/// With kernel tracing, a syscall runs on a stack of its own on top of the user stack;
+/// a kernel return above the first kernel frame seen finds that frame's caller.
+#[test]
+fn kernel_entries_nest_over_the_user_stack() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x100, "main"), (0x200, "foo"));
+    b.k(10, Kind::Syscall, (0x210, "foo"), (K, "entry_SYSCALL_64"));
+    b.k(
+        20,
+        Kind::Call,
+        (K + 0x10, "entry_SYSCALL_64"),
+        (K + 0x100, "do_syscall_64"),
+    );
+    b.k(
+        30,
+        Kind::Return,
+        (K + 0x110, "do_syscall_64"),
+        (K + 0x20, "entry_SYSCALL_64"),
+    );
+    b.k(
+        40,
+        Kind::Sysret,
+        (K + 0x30, "entry_SYSCALL_64"),
+        (0x212, "foo"),
+    );
+    b.k(50, Kind::Return, (0x220, "foo"), (0x105, "main"));
+    // An interrupt whose first kernel frame returns into a caller never seen.
+    b.k(
+        60,
+        Kind::HardwareInterrupt,
+        (0x106, "main"),
+        (K + 0x500, "irq_handler"),
+    );
+    b.k(
+        70,
+        Kind::Return,
+        (K + 0x510, "irq_handler"),
+        (K + 0x600, "common_interrupt"),
+    );
+    b.k(
+        80,
+        Kind::Iret,
+        (K + 0x610, "common_interrupt"),
+        (0x106, "main"),
+    );
+    let s = b.run(
+        SegmentsConfig {
+            scope: TraceScope::UserspaceAndKernel,
+            ..Default::default()
+        },
+        None,
+    );
+    assert!(
+        has(&s, (0, 90, 0, "main")) || s.done.iter().any(|d| d.3 == "main" && d.2 == 0),
+        "{:?}",
+        s.done
+    );
+    assert!(has(&s, (0, 50, 1, "foo")), "{:?}", s.done);
+    assert!(has(&s, (10, 40, 2, "entry_SYSCALL_64")), "{:?}", s.done);
+    assert!(has(&s, (20, 30, 3, "do_syscall_64")), "{:?}", s.done);
+    assert!(has(&s, (60, 70, 2, "irq_handler")), "{:?}", s.done);
+    // The caller found by the return was running since the interrupt began.
+    assert!(has(&s, (60, 80, 1, "common_interrupt")), "{:?}", s.done);
+}
+
+/// Branches inside a TSX transaction count only if it commits; an abort drops them.
+#[test]
+fn aborted_transactions_leave_no_frames() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x100, "main"), (0x200, "work"));
+    b.br(
+        10,
+        Some(Kind::Call),
+        None,
+        (0x210, "work"),
+        (0x300, "in_tx_aborted"),
+        true,
+    );
+    b.br(
+        20,
+        Some(Kind::TxAbort),
+        None,
+        (0x310, "in_tx_aborted"),
+        (0x220, "work"),
+        false,
+    );
+    b.br(
+        30,
+        Some(Kind::Call),
+        None,
+        (0x230, "work"),
+        (0x400, "in_tx_committed"),
+        true,
+    );
+    b.br(
+        40,
+        Some(Kind::Return),
+        None,
+        (0x410, "in_tx_committed"),
+        (0x240, "work"),
+        true,
+    );
+    b.k(50, Kind::Return, (0x250, "work"), (0x105, "main"));
+    let s = b.run(SegmentsConfig::default(), None);
+    assert!(
+        !s.done.iter().any(|d| d.3 == "in_tx_aborted"),
+        "{:?}",
+        s.done
+    );
+    assert!(has(&s, (30, 40, 2, "in_tx_committed")), "{:?}", s.done);
+}
+
+/// Outside a filter range nothing is written; entering one reopens the live stack.
+#[test]
+fn filter_ranges_close_and_reopen_the_stack() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x100, "main"), (0x200, "a"));
+    b.k(10, Kind::Call, (0x210, "a"), (0x300, "b"));
+    b.k(20, Kind::Return, (0x310, "b"), (0x220, "a"));
+    b.k(30, Kind::Call, (0x230, "a"), (0x400, "c"));
+    b.k(40, Kind::Return, (0x410, "c"), (0x240, "a"));
+    b.k(50, Kind::Return, (0x250, "a"), (0x105, "main"));
+    // Events 1..=2 (b's call and return) are outside the range.
+    let s = b.run(SegmentsConfig::default(), Some(&|i| !(1..=2).contains(&i)));
+    assert!(!s.done.iter().any(|d| d.3 == "b"), "{:?}", s.done);
+    assert!(has(&s, (30, 40, 2, "c")), "{:?}", s.done);
+    // a and main were closed when the range was left and reopened when it resumed.
+    assert!(
+        has(&s, (0, 10, 1, "a")) && has(&s, (30, 50, 1, "a")),
+        "{:?}",
+        s.done
+    );
+}
+
+/// An entertrap with no matching pushtrap starts a new segment instead of guessing.
+#[test]
+fn unmatched_entertrap_splits_the_segment() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x100, "caml_main"), (0x200, "f"));
+    b.k(10, Kind::Call, (0x210, "f"), (0x300, "g"));
+    // A raise lands on a handler whose trap was pushed before the trace started.
+    b.br(
+        20,
+        Some(Kind::Jump),
+        None,
+        (0x310, "g"),
+        (0x150, "caml_main"),
+        false,
+    );
+    b.k(30, Kind::Call, (0x160, "caml_main"), (0x500, "h"));
+    let traps = OcamlExceptionInfo::new(&[], &[], &[0x150]);
+    let s = b.run(
+        SegmentsConfig {
+            ocaml_exception_info: Some(traps),
+            ..Default::default()
+        },
+        None,
+    );
+    // f and g end at the split; caml_main starts afresh and h runs inside it.
+    assert!(
+        s.done.iter().any(|d| d.3 == "g" && d.1 <= 20),
+        "{:?}",
+        s.done
+    );
+    assert!(
+        s.done.iter().any(|d| d.3 == "h" && d.0 == 30),
+        "{:?}",
+        s.done
+    );
+    assert!(
+        !s.done.iter().any(|d| d.3 == "f" && d.1 > 20),
+        "{:?}",
+        s.done
+    );
+}
