@@ -715,16 +715,23 @@ pub fn run(args: DecodeArgs) -> Result<()> {
         Some(p) => Some(read_ocaml_info(p)?),
         None => None,
     };
+    // A working directory from `ptscope run -w DIR` also holds the trigger hits.
+    let hits = match &args.input {
+        Some(dir) if dir.is_dir() => ptscope_record::hits::read(dir),
+        _ => Vec::new(),
+    };
     let legacy = LegacyConfig {
         scope: args.scope,
         annotate_inferred_start_times: args.format == Format::Transcript,
         ocaml_exception_info: ocaml_exception_info.clone(),
+        hits: hits.clone(),
         ..LegacyConfig::default()
     };
     let segments = SegmentsConfig {
         scope: args.scope,
         annotate_inferred_start_times: args.format == Format::Transcript,
         ocaml_exception_info,
+        hits,
         ..SegmentsConfig::default()
     };
     let mut totals = Totals::default();

@@ -3,6 +3,7 @@
 mod decode;
 mod exe;
 mod mem;
+mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,10 @@ enum Command {
     Decode(decode::DecodeArgs),
     /// Work with memtrace allocation traces.
     Mem(mem::MemArgs),
+    /// Start a program under perf and write a trace of its last moments.
+    Run(run::RunArgs),
+    /// Attach to running processes and write a trace of their last moments.
+    Attach(run::AttachArgs),
 }
 
 fn main() {
@@ -38,6 +43,8 @@ fn main() {
     let result = match cli.command {
         Command::Decode(args) => decode::run(args),
         Command::Mem(args) => mem::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Attach(args) => run::attach(args),
     };
     if let Err(e) = result {
         eprintln!("ptscope: error: {e:#}");

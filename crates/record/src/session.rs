@@ -86,6 +86,8 @@ pub struct Outcome {
     pub program_status: Option<ExitStatus>,
     /// The head process's command line (for track names).
     pub command: Option<String>,
+    /// The head process's executable (for source positions when decoding).
+    pub exe: Option<PathBuf>,
 }
 
 fn say(quiet: bool, msg: &str) {
@@ -203,6 +205,7 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
     };
     let head = pids[0];
     let command = process::cmdline(head);
+    let exe = std::fs::read_link(format!("/proc/{head}/exe")).ok();
 
     let targets = match &opts.trigger {
         Some(spec) => trigger::resolve(spec, head)?,
@@ -468,6 +471,7 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
         ended_by,
         program_status,
         command,
+        exe,
     })
 }
 

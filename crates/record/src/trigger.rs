@@ -518,3 +518,15 @@ mod tests {
         assert!(parse_sample(&b[..10]).is_none());
     }
 }
+
+#[cfg(test)]
+mod clock_tests {
+    #[test]
+    fn perf_clock_offset_is_measured() {
+        // Needs perf_event_open on ourselves (root or a permissive perf_event_paranoid).
+        match super::monotonic_to_perf_offset() {
+            Some(o) => eprintln!("perf clock - CLOCK_MONOTONIC = {o} ns"),
+            None => eprintln!("SKIPPED: cannot open a breakpoint on ourselves"),
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! `ptscope run` and `ptscope attach`: record with perf, then decode the working directory
+//! exactly as `ptscope decode DIR` does.
+
+use crate::decode::{self, DecodeArgs, Format, WriterKind};
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use ptscope_event::TraceScope;
+use ptscope_record::argv::{parse_snapshot_size, Backend, CallGraph, Scope, TimerResolution};
+use ptscope_record::process::describe_exit;
+use ptscope_record::session::{self, EndReason, Options, Target};
+use ptscope_record::trigger::TriggerSpec;
+use std::ffi::OsString;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+/// Recording backends.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// Intel Processor Trace (every call and return).
+    Pt,
+    /// Timer sampling with call stacks (works everywhere).
+    Sample,
+}
+
+/// Sampling call-stack methods.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CallGraphArg {
+    /// Frame pointers (programs built with -fno-omit-frame-pointer).
+    Fp,
+    /// DWARF unwinding (any program with unwind tables; heavier).
+    Dwarf,
+    /// Last-branch records (Intel hardware).
+    Lbr,
+}
+
+/// Options shared by `run` and `attach`.
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Snapshot when this runs: a function (raw or demangled), 0xADDR, FILE:LINE[:COL],
+    /// `.` (ptscope_stop_indicator) or `?` (pick a function). Default: at Ctrl-C or exit.
+    #[arg(long, value_name = "WHERE")]
+    pub trigger: Option<String>,
+    /// Take a snapshot at every trigger hit (each its own snapshot in the trace).
+    #[arg(long)]
+    pub multi_snapshot: bool,
+    /// Snapshot ring size: a power of two, e.g. 4M, 256K (PT trace buffer; sampling: sample ring).
+    #[arg(long, value_name = "SIZE")]
+    pub snapshot_size: Option<String>,
+    /// low, normal, high, sample:FREQ (Hz) or custom:cyc=1,cyc_thresh=1,mtc_period=0,….
+    #[arg(long, value_name = "RES", default_value = "normal")]
+    pub timer_resolution: String,
+    /// Record the kernel too (needs root).
+    #[arg(long, conflicts_with = "kernel_only")]
+    pub trace_include_kernel: bool,
+    /// Record only the kernel (needs root).
+    #[arg(long)]
+    pub kernel_only: bool,
+    /// Record every thread of the process (default: the given thread and its children).
+    #[arg(long)]
+    pub multi_thread: bool,
+    /// Record everything from start to end instead of the last moments (large!).
+    #[arg(long)]
+    pub full_execution: bool,
+    /// Keep only what happens between calls to START and returns from STOP.
+    #[arg(long, value_name = "START,STOP")]
+    pub filter: Option<String>,
+    /// pt or sample; default: pt where the CPU has Intel PT, else sample.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// How sampling gets call stacks (default dwarf).
+    #[arg(long, value_enum)]
+    pub callgraph: Option<CallGraphArg>,
+    /// Where to write the trace (`.fxt.gz` gzipped, `.fxt` raw).
+    #[arg(short, long, value_name = "FILE", default_value = "trace.fxt.gz")]
+    pub output: PathBuf,
+    /// Keep the recording here (`ptscope decode DIR` decodes it again); default: a temporary
+    /// directory, removed afterwards.
+    #[arg(short = 'w', long, value_name = "DIR")]
+    pub working_directory: Option<PathBuf>,
+    /// The perf binary (default: `$PTSCOPE_PERF`, else `perf` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub perf: Option<PathBuf>,
+    /// Record only; do not decode.
+    #[arg(long)]
+    pub no_decode: bool,
+    /// Fewer messages, no progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Arguments of `ptscope run`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  ptscope run -- ./server --port 8080          # snapshot at Ctrl-C or when it exits
+  ptscope run --trigger handle_timeout -- ./server   # snapshot when handle_timeout runs
+  ptscope run --trigger . -- ./server          # snapshot at ptscope_stop_indicator()
+  ptscope run --trigger src/main.rs:120 -w rec -- ./server   # keep the recording in rec/
+  ptscope decode rec -o again.fxt.gz            # decode a kept recording again
+
+Without Intel PT (AMD, most VMs) ptscope samples call stacks instead and says so.
+Open the trace at https://ui.perfetto.dev.")]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub common: RecordArgs,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Arguments of `ptscope attach`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  ptscope attach -p 1234                 # Ctrl-C to stop: the trace shows the last moments
+  ptscope attach -p 1234,1240 --multi-thread
+  ptscope attach -p 1234 --trigger my_slow_path
+  ptscope attach                         # pick a process interactively
+
+Open the trace at https://ui.perfetto.dev.")]
+pub struct AttachArgs {
+    /// Process ids (comma-separated); omitted: pick one interactively.
+    #[arg(short, long, value_name = "PID[,PID…]", value_delimiter = ',')]
+    pub pid: Vec<u32>,
+    #[command(flatten)]
+    pub common: RecordArgs,
+}
+
+/// Removes a temporary working directory however we leave.
+struct TempDir(Option<PathBuf>);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Runs `ptscope run`.
+pub fn run(args: RunArgs) -> Result<()> {
+    record_and_decode(&args.common, Target::Run(args.command))
+}
+
+/// Runs `ptscope attach`.
+pub fn attach(args: AttachArgs) -> Result<()> {
+    let pids = if args.pid.is_empty() {
+        vec![pick_process()?]
+    } else {
+        args.pid
+    };
+    record_and_decode(&args.common, Target::Attach(pids))
+}
+
+fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
+    if let Some(f) = &a.filter {
+        bail!(
+            "--filter {f}: filtering by call range is not supported by ptscope's decoder yet; \
+             record without it and use Perfetto's search, or keep the recording with -w DIR"
+        );
+    }
+    let perf = a
+        .perf
+        .clone()
+        .unwrap_or_else(ptscope_decode::perf::default_perf);
+    let scope = match (a.trace_include_kernel, a.kernel_only) {
+        (_, true) => Scope::Kernel,
+        (true, _) => Scope::UserKernel,
+        _ => Scope::User,
+    };
+    let trigger = match a.trigger.as_deref() {
+        None => None,
+        Some(s) if s == "?" || s == "symbol:?" => Some(TriggerSpec::Symbol(pick_symbol(&target)?)),
+        Some(s) => Some(TriggerSpec::parse(s)?),
+    };
+    let (working_dir, _temp) = match &a.working_directory {
+        Some(d) => (d.clone(), TempDir(None)),
+        None => {
+            let d = std::env::temp_dir().join(format!(
+                "ptscope-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0)
+            ));
+            (d.clone(), TempDir(Some(d)))
+        }
+    };
+    let opts = Options {
+        perf: perf.clone(),
+        target,
+        working_dir: working_dir.clone(),
+        backend: a.backend.map(|b| match b {
+            BackendArg::Pt => Backend::Pt,
+            BackendArg::Sample => Backend::Sample,
+        }),
+        scope,
+        timer: TimerResolution::parse(&a.timer_resolution)?,
+        multi_thread: a.multi_thread,
+        multi_snapshot: a.multi_snapshot,
+        full_execution: a.full_execution,
+        snapshot_pages: a
+            .snapshot_size
+            .as_deref()
+            .map(parse_snapshot_size)
+            .transpose()?,
+        callgraph: a.callgraph.map(|c| match c {
+            CallGraphArg::Fp => CallGraph::Fp,
+            CallGraphArg::Dwarf => CallGraph::Dwarf,
+            CallGraphArg::Lbr => CallGraph::Lbr,
+        }),
+        trigger,
+        caps: None,
+        quiet: a.quiet,
+    };
+    let outcome = session::record(&opts)?;
+    let say = |m: String| {
+        if !a.quiet {
+            eprintln!("ptscope: {m}");
+        }
+    };
+    match outcome.ended_by {
+        EndReason::Trigger => say(format!(
+            "trigger hit ({} at {:#x}, tid {})",
+            outcome
+                .hits
+                .last()
+                .map(|h| h.symbol.as_str())
+                .unwrap_or("?"),
+            outcome.hits.last().map(|h| h.ip).unwrap_or(0),
+            outcome.hits.last().map(|h| h.tid).unwrap_or(0)
+        )),
+        EndReason::Signal(_) => say("stopped; snapshot taken".into()),
+        EndReason::ProgramExited => {}
+    }
+    if let Some(s) = outcome.program_status {
+        if !s.success() {
+            say(format!(
+                "the program {}; the trace shows its last moments",
+                describe_exit(s)
+            ));
+        }
+    }
+    if a.trigger.is_some() && outcome.hits.is_empty() {
+        say("the trigger never fired; the snapshot is from the end of the recording".into());
+    }
+    if a.no_decode {
+        say(format!(
+            "recording kept in {}; decode it with `ptscope decode {}`",
+            working_dir.display(),
+            working_dir.display()
+        ));
+        return Ok(());
+    }
+    let scope = match scope {
+        Scope::User => TraceScope::parse("u"),
+        Scope::UserKernel => TraceScope::parse("uk"),
+        Scope::Kernel => TraceScope::parse("k"),
+    }
+    .context("internal: trace scope")?;
+    decode::run(DecodeArgs {
+        input: Some(working_dir.clone()),
+        perf_script: None,
+        output: a.output.clone(),
+        scope,
+        writer: WriterKind::Segments,
+        format: Format::Fxt,
+        ocaml_exception_info: None,
+        executable: outcome.exe.clone(),
+        decoder: decode::DecoderKind::Auto,
+        perf: Some(perf),
+        quiet: a.quiet,
+    })?;
+    if a.working_directory.is_some() {
+        say(format!(
+            "recording kept in {} (`ptscope decode {}` decodes it again)",
+            working_dir.display(),
+            working_dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Reads one line from the terminal after a prompt.
+fn prompt(msg: &str) -> Result<String> {
+    eprint!("{msg}");
+    std::io::stderr().flush().ok();
+    let mut s = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut s)
+        .context("reading your answer")?;
+    Ok(s.trim().to_owned())
+}
+
+/// A small fuzzy picker: type words to narrow the list, a number to choose.
+fn pick(what: &str, items: &[String]) -> Result<usize> {
+    if !std::io::stdin().is_terminal() {
+        bail!("choosing {what} interactively needs a terminal; name it on the command line");
+    }
+    let mut query = String::new();
+    loop {
+        let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+        let mut m: Vec<(usize, &String)> = items
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                let l = s.to_lowercase();
+                words.iter().all(|w| fuzzy(&l, w))
+            })
+            .collect();
+        m.sort_by_key(|(_, s)| s.len());
+        for (n, (_, s)) in m.iter().take(20).enumerate() {
+            eprintln!("{:>3}  {s}", n + 1);
+        }
+        if m.len() > 20 {
+            eprintln!("     … {} more; type to narrow", m.len() - 20);
+        }
+        if m.is_empty() {
+            eprintln!("  (nothing matches `{query}`)");
+        }
+        let ans = prompt(&format!(
+            "{what} (words to filter, number to choose, empty to quit)> "
+        ))?;
+        if ans.is_empty() {
+            bail!("nothing chosen");
+        }
+        if let Ok(n) = ans.parse::<usize>() {
+            if let Some((i, _)) = m.get(n.wrapping_sub(1)) {
+                return Ok(*i);
+            }
+        }
+        query = ans;
+    }
+}
+
+/// True if the characters of `needle` appear in order in `hay`.
+fn fuzzy(hay: &str, needle: &str) -> bool {
+    let mut it = hay.chars();
+    needle.chars().all(|c| it.any(|h| h == c))
+}
+
+fn pick_process() -> Result<u32> {
+    if !std::io::stdin().is_terminal() {
+        bail!("give the process to attach to with -p PID (find it with `ps x` or `pgrep NAME`)");
+    }
+    let me = std::process::id();
+    let procs: Vec<(u32, String)> = ptscope_record::process::list_processes()
+        .into_iter()
+        .filter(|(p, _)| *p != me)
+        .collect();
+    let items: Vec<String> = procs.iter().map(|(p, c)| format!("{p:>7} {c}")).collect();
+    let i = pick("process", &items)?;
+    Ok(procs[i].0)
+}
+
+fn pick_symbol(target: &Target) -> Result<String> {
+    let exe: PathBuf = match target {
+        Target::Attach(p) => std::fs::read_link(format!("/proc/{}/exe", p[0]))
+            .with_context(|| format!("cannot read the executable of process {}", p[0]))?,
+        Target::Run(argv) => which(Path::new(argv.first().context("no command given")?))?,
+    };
+    let file = ptscope_symbols::MappedFile::open(&exe)?;
+    let elf = file.elf()?;
+    let syms = elf.symbols()?;
+    let mut names: Vec<String> = syms
+        .functions()
+        .iter()
+        .map(|f| f.demangled().to_owned())
+        .collect();
+    names.sort();
+    names.dedup();
+    let i = pick("function", &names)?;
+    Ok(names[i].clone())
+}
+
+/// Finds a command the way exec does (a path with `/`, else `$PATH`).
+fn which(cmd: &Path) -> Result<PathBuf> {
+    if cmd.components().count() > 1 {
+        return Ok(cmd.to_path_buf());
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+        .with_context(|| format!("`{}` is not on PATH", cmd.display()))
+}
