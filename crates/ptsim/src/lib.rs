@@ -12,6 +12,7 @@ pub mod expected;
 pub mod perfdata;
 pub mod perfscript;
 pub mod pt;
+pub mod stacks;
 pub mod testing;
 pub mod truth;
 
@@ -176,7 +177,7 @@ pub fn find_plugin() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let mut dir = exe.parent()?;
     for _ in 0..3 {
-        for sub in ["", "release", "debug"] {
+        for sub in ["", "release", "debug", "ptsim-plugin/release"] {
             let cand = dir.join(sub).join("libptsim_plugin.so");
             if cand.is_file() {
                 return Some(cand);
@@ -446,6 +447,58 @@ pub fn write_outputs(sim: &Simulation, out: &Path, tsv: bool) -> Result<()> {
         expected::write_tsv(&dir.join("expected.tsv"), &sim.expected)?;
     }
     Ok(())
+}
+
+/// The true stacks of every thread of `sim`, named by perf.
+///
+/// Names come from perf's decode of a full recording of the same execution (written to a
+/// temporary `symbols.perf.data` beside `out` when `sim` is a snapshot or has faults), so
+/// frames entered before a snapshot are named too.
+pub fn true_stacks(
+    sim: &Simulation,
+    log: &BlockLog,
+    out: &Path,
+) -> Result<Vec<stacks::StackTimeline>> {
+    let full = sim.recording.snapshot || sim.stats.pt_bytes == 0 || {
+        let g: usize = sim
+            .expected
+            .iter()
+            .map(|t| {
+                t.branches
+                    .iter()
+                    .filter(|b| b.kind == expected::BranchKind::Error)
+                    .count()
+            })
+            .sum();
+        g > 0
+    };
+    let syms = if full {
+        let dir = out
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let path = dir.join("symbols.perf.data");
+        let plain = simulate(log, &sim.recording.comm, &SimConfig::default());
+        let f = std::fs::File::create(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let mut w = std::io::BufWriter::new(f);
+        plain
+            .recording
+            .write(&mut w)
+            .and_then(|_| std::io::Write::flush(&mut w))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let syms = perfscript::Symbols::from_perf(&path);
+        let _ = std::fs::remove_file(&path);
+        syms?
+    } else {
+        perfscript::Symbols::from_perf(out)?
+    };
+    let ns = |c| sim.ns(c);
+    Ok(sim
+        .traces
+        .iter()
+        .map(|t| stacks::timeline(t, &ns, &syms))
+        .collect())
 }
 
 /// Convenience for tests: all branches of all threads, flattened in thread order.

@@ -40,6 +40,9 @@ struct SimArgs {
     /// Also write ground-truth.tsv and expected.tsv (about 55 bytes per branch).
     #[arg(long)]
     tsv: bool,
+    /// Also write true-stacks.tsv: each thread's true stack over time, named by perf.
+    #[arg(long)]
+    stacks: bool,
 }
 
 impl SimArgs {
@@ -116,6 +119,15 @@ fn report(s: &SimStats, output: &Path) {
     );
 }
 
+fn write_stacks(sim: &ptsim::Simulation, log: &BlockLog, output: &Path) -> Result<()> {
+    let timelines = ptsim::true_stacks(sim, log, output)?;
+    let path = output
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("true-stacks.tsv");
+    ptsim::stacks::write_tsv(&path, &timelines)
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
@@ -123,6 +135,14 @@ fn main() -> Result<()> {
             let cfg = sim.config()?;
             let out = ptsim::run(&argv, &sim.output, &cfg, sim.tsv)?;
             report(&out.sim.stats, &sim.output);
+            if sim.stacks {
+                let log = sim
+                    .output
+                    .parent()
+                    .unwrap_or(Path::new("."))
+                    .join("ptsim-blocks.log");
+                write_stacks(&out.sim, &BlockLog::read(&log)?, &sim.output)?;
+            }
             if !out.status.success() {
                 eprintln!("ptsim: the program exited with {}", out.status);
             }
@@ -139,6 +159,9 @@ fn main() -> Result<()> {
             ptsim::write_outputs(&s, &sim.output, sim.tsv)?;
             s.stats.write_time = t1.elapsed();
             report(&s.stats, &sim.output);
+            if sim.stacks {
+                write_stacks(&s, &blocks, &sim.output)?;
+            }
             Ok(())
         }
         Cmd::Check {

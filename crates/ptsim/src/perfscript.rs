@@ -245,3 +245,92 @@ pub fn compare(expected: &[ThreadExpectation], reported: &[Branch]) -> Compariso
     }
     c
 }
+
+/// Function names as perf prints them, for every code address perf reported.
+///
+/// Built from perf's own output so that names (demangling included) are exactly those a
+/// perf-based decoder sees.
+#[derive(Clone, Debug, Default)]
+pub struct Symbols {
+    by_addr: rustc_hash::FxHashMap<u64, (u32, u64)>,
+    names: Vec<String>,
+    index: rustc_hash::FxHashMap<String, u32>,
+}
+
+impl Symbols {
+    /// Runs `perf script` on a recording and collects the symbols of all branch ends.
+    pub fn from_perf(perf_data: &Path) -> Result<Self> {
+        let out = std::process::Command::new("perf")
+            .arg("script")
+            .arg("-i")
+            .arg(perf_data)
+            .args(["--itrace=be", "-F", "ip,sym,symoff,addr"])
+            .output()
+            .context("cannot run perf (Debian package linux-perf)")?;
+        if !out.status.success() {
+            bail!(
+                "perf script failed with {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(Self::parse(&String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// Parses `perf script -F ip,sym,symoff,addr` output; lines it cannot read are skipped.
+    pub fn parse(text: &str) -> Self {
+        let mut s = Symbols::default();
+        for line in text.lines() {
+            let Some((left, right)) = line.split_once(" => ") else {
+                continue;
+            };
+            for side in [left, right] {
+                let side = side.trim();
+                let Some((addr, sym)) = side.split_once(' ') else {
+                    continue;
+                };
+                let (Ok(addr), Some((name, off))) =
+                    (u64::from_str_radix(addr, 16), sym.trim().rsplit_once("+0x"))
+                else {
+                    continue;
+                };
+                let Ok(off) = u64::from_str_radix(off, 16) else {
+                    continue;
+                };
+                if s.by_addr.contains_key(&addr) {
+                    continue;
+                }
+                let id = match s.index.get(name) {
+                    Some(&id) => id,
+                    None => {
+                        let id = s.names.len() as u32;
+                        s.names.push(name.to_string());
+                        s.index.insert(name.to_string(), id);
+                        id
+                    }
+                };
+                s.by_addr.insert(addr, (id, off));
+            }
+        }
+        s
+    }
+
+    /// The function holding `addr`: its name and entry address, if perf reported `addr`.
+    pub fn function(&self, addr: u64) -> Option<(&str, u64)> {
+        let &(id, off) = self.by_addr.get(&addr)?;
+        Some((
+            self.names.get(id as usize)?.as_str(),
+            addr.wrapping_sub(off),
+        ))
+    }
+
+    /// Number of addresses known.
+    pub fn len(&self) -> usize {
+        self.by_addr.len()
+    }
+
+    /// True when no address is known.
+    pub fn is_empty(&self) -> bool {
+        self.by_addr.is_empty()
+    }
+}

@@ -28,21 +28,41 @@ pub fn tools_available(tools: &[&str]) -> bool {
 
 static BUILD: Mutex<()> = Mutex::new(());
 
-/// The plugin library, built with `cargo build --release -p ptsim-plugin` if not found.
+/// The plugin library: found next to the test binary, or built with cargo.
+///
+/// The build goes to its own target directory: the `cargo test` running this holds the
+/// lock on the main one.
 pub fn plugin() -> Result<PathBuf> {
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = crate::find_plugin() {
         return Ok(p);
     }
+    let exe = std::env::current_exe().context("cannot locate the test binary")?;
+    // target/<profile>/deps/test-binary -> target/ptsim-plugin
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .context("test binary is not inside a cargo target directory")?
+        .join("ptsim-plugin");
+    let manifest =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/ptsim-plugin/Cargo.toml");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "ptsim-plugin"])
+        .args(["build", "--release", "--offline", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
         .status()
         .context("cannot run cargo to build the plugin")?;
     if !status.success() {
         bail!("building ptsim-plugin failed");
     }
-    crate::find_plugin().context("ptsim-plugin built but libptsim_plugin.so not found")
+    let lib = target.join("release/libptsim_plugin.so");
+    if lib.is_file() {
+        Ok(lib)
+    } else {
+        bail!("ptsim-plugin built but {} is missing", lib.display())
+    }
 }
 
 /// A fresh, empty directory for one test's files.

@@ -89,6 +89,27 @@ fn c_call_tree_ground_truth_and_decode() {
     assert!(ld.path.contains("ld-linux"), "started in {}", ld.path);
     assert_eq!(sim.stats.unmapped_blocks, 0);
 
+    // The true stacks, named as perf names functions: inside every leaf call the stack
+    // is ... main > top > mid > leaf, below libc's start-up frames.
+    let log = BlockLog::read(&dir.join("ptsim-blocks.log")).unwrap();
+    let stacks = ptsim::true_stacks(sim, &log, &dir.join("perf.data")).unwrap();
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let leaf_calls: Vec<u64> = trace
+        .steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Call && s.to == leaf)
+        .map(|s| sim.ns(s.clock))
+        .collect();
+    assert_eq!(leaf_calls.len(), 10);
+    for t in leaf_calls {
+        let stack = stacks[0].at(t).expect("time inside the timeline");
+        assert!(
+            stack.ends_with(&names(&["main", "top", "mid", "leaf"])),
+            "{stack:?}"
+        );
+        assert_eq!(stack.first().map(String::as_str), Some("_start"));
+    }
+
     // perf decodes exactly these branches, with timestamps close to the truth.
     let c = check(&dir, sim);
     assert_exact("full recording", &c);

@@ -1,0 +1,203 @@
+//! The true call stack of each thread over time, named as perf names functions, in the
+//! shape the project's fidelity scoring uses (`ptscope-groundtruth`'s `ThreadTruth`
+//! timeline): contiguous pieces `(start_ns, end_ns, stack root first)`.
+//!
+//! Conventions follow FIDELITY.md: a frame is a function; a jump to another function's
+//! entry is a tail call (the top frame changes function); a jump or return landing inside
+//! an ancestor's function unwinds to it (exceptions, OCaml raise, `longjmp`); `[syscall]`
+//! sits on top between a syscall and the restart of tracing, `[untraced]` after an
+//! asynchronous stop.
+
+use crate::perfscript::Symbols;
+use crate::truth::{StepKind, ThreadTrace};
+use std::io::Write;
+use std::path::Path;
+
+/// One frame: the function and the address its call returns to (0 if not called).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Frame {
+    entry: u64,
+    name: String,
+    ret: u64,
+}
+
+/// A thread's true stacks over time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackTimeline {
+    /// Thread id.
+    pub tid: u32,
+    /// Contiguous pieces `(start_ns, end_ns, stack root first)` of positive length.
+    pub pieces: Vec<(u64, u64, Vec<String>)>,
+}
+
+impl StackTimeline {
+    /// The stack at perf time `t`, if `t` is inside the timeline.
+    pub fn at(&self, t: u64) -> Option<&[String]> {
+        let i = self.pieces.partition_point(|p| p.1 <= t);
+        self.pieces
+            .get(i)
+            .filter(|p| p.0 <= t)
+            .map(|p| p.2.as_slice())
+    }
+}
+
+fn function(syms: &Symbols, addr: u64) -> (String, u64) {
+    match syms.function(addr) {
+        Some((name, entry)) => (name.to_string(), entry),
+        None => (format!("[unknown @ {addr:#x}]"), addr),
+    }
+}
+
+/// Replays a thread's steps into its stack timeline; `ns` converts instruction clocks.
+pub fn timeline(t: &ThreadTrace, ns: &dyn Fn(u64) -> u64, syms: &Symbols) -> StackTimeline {
+    let mut frames: Vec<Frame> = Vec::new();
+    let mut overlay: Option<&'static str> = None;
+    let mut pieces: Vec<(u64, u64, Vec<String>)> = Vec::new();
+    let mut last: Option<(u64, Vec<String>)> = None;
+    let mut after_stop: Option<(StepKind, u64)> = None;
+
+    let snapshot = |frames: &[Frame], overlay: Option<&str>| -> Vec<String> {
+        let mut v: Vec<String> = frames.iter().map(|f| f.name.clone()).collect();
+        if let Some(o) = overlay {
+            v.push(o.to_string());
+        }
+        v
+    };
+
+    for s in &t.steps {
+        let now = ns(s.clock);
+        match s.kind {
+            StepKind::Start => {
+                overlay = None;
+                let (name, entry) = function(syms, s.to);
+                match after_stop {
+                    // A signal handler runs on top of the interrupted code.
+                    Some((StepKind::Async { .. }, at)) if !frames.is_empty() => {
+                        if frames.last().is_none_or(|f| f.entry != entry) {
+                            frames.push(Frame {
+                                entry,
+                                name,
+                                ret: at,
+                            });
+                        }
+                    }
+                    _ => {
+                        // rt_sigreturn back into interrupted code pops the handler.
+                        if let Some(i) = frames.iter().rposition(|f| f.ret == s.to) {
+                            frames.truncate(i);
+                        }
+                        land(&mut frames, entry, name, true);
+                    }
+                }
+                after_stop = None;
+            }
+            StepKind::Call | StepKind::IndirectCall => {
+                let (name, entry) = function(syms, s.to);
+                frames.push(Frame {
+                    entry,
+                    name,
+                    ret: s.from + s.len as u64,
+                });
+            }
+            StepKind::Return => {
+                if let Some(i) = frames.iter().rposition(|f| f.ret == s.to) {
+                    frames.truncate(i);
+                } else {
+                    frames.pop();
+                }
+                let (name, entry) = function(syms, s.to);
+                land(&mut frames, entry, name, false);
+            }
+            StepKind::Jmp | StepKind::IndirectJmp | StepKind::Jcc { taken: true } => {
+                let (name, entry) = function(syms, s.to);
+                if frames.last().is_none_or(|f| f.entry != entry) {
+                    land(&mut frames, entry, name, s.to == entry);
+                }
+            }
+            StepKind::Jcc { taken: false } => {}
+            StepKind::Syscall => {
+                overlay = Some("[syscall]");
+                after_stop = Some((s.kind, s.from));
+            }
+            StepKind::Async { .. } => {
+                overlay = Some("[untraced]");
+                after_stop = Some((s.kind, s.from));
+            }
+        }
+        let stack = snapshot(&frames, overlay);
+        match &last {
+            Some((_, prev)) if *prev == stack => {}
+            _ => {
+                if let Some((start, prev)) = last.take() {
+                    if now > start {
+                        pieces.push((start, now, prev));
+                    }
+                }
+                last = Some((now, stack));
+            }
+        }
+    }
+    if let (Some((start, stack)), Some(end)) = (last, t.steps.last().map(|s| ns(s.clock))) {
+        if end > start {
+            pieces.push((start, end, stack));
+        }
+    }
+    // Merge neighbours that ended up equal after zero-length pieces were dropped.
+    let mut merged: Vec<(u64, u64, Vec<String>)> = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        match merged.last_mut() {
+            Some(m) if m.2 == p.2 && m.1 == p.0 => m.1 = p.1,
+            _ => merged.push(p),
+        }
+    }
+    StackTimeline {
+        tid: t.tid,
+        pieces: merged,
+    }
+}
+
+/// Execution continues in function `entry`: unwind to an ancestor running it, else the
+/// top frame becomes it (a tail call when `at_entry`, or code reached some other way).
+fn land(frames: &mut Vec<Frame>, entry: u64, name: String, at_entry: bool) {
+    if frames.last().is_some_and(|f| f.entry == entry) {
+        return;
+    }
+    if !at_entry {
+        if let Some(i) = frames.iter().rposition(|f| f.entry == entry) {
+            frames.truncate(i + 1);
+            return;
+        }
+    }
+    match frames.last_mut() {
+        Some(top) => {
+            top.entry = entry;
+            top.name = name;
+        }
+        None => frames.push(Frame {
+            entry,
+            name,
+            ret: 0,
+        }),
+    }
+}
+
+/// Writes timelines as TSV: `tid start_ns end_ns frame;frame;…` (root first).
+pub fn write_tsv(path: &Path, timelines: &[StackTimeline]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let f =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    let res = (|| -> std::io::Result<()> {
+        writeln!(
+            w,
+            "# ptsim true stacks v1: tid start_ns end_ns frames (root first, ';'-separated)"
+        )?;
+        for t in timelines {
+            for (a, b, stack) in &t.pieces {
+                writeln!(w, "{}\t{a}\t{b}\t{}", t.tid, stack.join(";"))?;
+            }
+        }
+        w.flush()
+    })();
+    res.with_context(|| format!("cannot write {}", path.display()))
+}
