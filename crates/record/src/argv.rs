@@ -344,10 +344,9 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     a.push(plan.output.clone().into());
     a.push("--timestamp".into());
     a.push(format!("--event={}", plan.primary_event()).into());
-    // Sampling keeps only the newest samples, like PT's ring: the last moments.
-    if plan.backend == Backend::Sample && !plan.full_execution {
-        a.push("--overwrite".into());
-    }
+    // magic-trace adds --overwrite for sampling. We do not: with perf 6.1 an overwrite ring
+    // loses the comm/mmap records when the program exits while recording, and every sample
+    // then shows as `[unknown]`. Sampling data is small enough to keep whole.
     if plan.multi_snapshot && !plan.full_execution {
         a.push("--switch-output=signal".into());
     }
@@ -481,14 +480,14 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --overwrite --per-thread -t 42 --call-graph dwarf"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --per-thread -t 42 --call-graph dwarf"
         );
         p.hardware_pmu = true;
         p.timer = TimerResolution::Low;
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u --overwrite --per-thread -t 42 --call-graph lbr"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u --per-thread -t 42 --call-graph lbr"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;
@@ -510,7 +509,7 @@ mod tests {
         };
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --overwrite --switch-output=signal -p 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal -p 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp"
         );
     }
 
