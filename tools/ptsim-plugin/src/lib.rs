@@ -75,6 +75,8 @@ const CB_NO_REGS: c_int = 0;
 
 /// State shared by all threads.
 struct Shared {
+    /// The process the log belongs to: a forked child must not write into it.
+    pid: u32,
     out: Mutex<BufWriter<File>>,
     /// Address ranges mapped at the last maps snapshot.
     exec_ranges: Mutex<Vec<(u64, u64)>>,
@@ -128,10 +130,19 @@ fn flush_thread(shared: &Shared, tb: &mut ThreadBuf) {
     if tb.buf.is_empty() {
         return;
     }
-    if let Ok(mut out) = shared.out.lock() {
-        write_chunk(&mut *out, KIND_EXEC, tb.tid, &tb.buf);
+    if is_owner(shared) {
+        if let Ok(mut out) = shared.out.lock() {
+            write_chunk(&mut *out, KIND_EXEC, tb.tid, &tb.buf);
+        }
     }
     tb.buf.clear();
+}
+
+/// False in a child created by `fork`: it inherits the log's buffers and must drop them,
+/// or the parent's data would be written twice. Children are not traced.
+fn is_owner(shared: &Shared) -> bool {
+    // SAFETY: getpid has no preconditions.
+    (unsafe { getpid() } as u32) == shared.pid
 }
 
 fn gettid() -> u32 {
@@ -239,6 +250,9 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
         .lock()
         .map(|r| r.iter().any(|&(a, b)| vaddr >= a && vaddr < b))
         .unwrap_or(true);
+    if !is_owner(shared) {
+        return;
+    }
     let maps = if covered {
         None
     } else {
@@ -266,6 +280,9 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
 
 extern "C" fn on_exit(_id: PluginId, _p: *mut c_void) {
     let Some(shared) = SHARED.get() else { return };
+    if !is_owner(shared) {
+        return;
+    }
     let threads = shared.threads.lock().map(|t| t.clone()).unwrap_or_default();
     for t in threads {
         if let Ok(mut tb) = t.lock() {
@@ -320,10 +337,12 @@ pub unsafe extern "C" fn qemu_plugin_install(
     };
     let mut head = Vec::new();
     // SAFETY: getpid has no preconditions.
-    head.extend_from_slice(&(unsafe { getpid() } as u32).to_le_bytes());
+    let pid = unsafe { getpid() } as u32;
+    head.extend_from_slice(&pid.to_le_bytes());
     head.extend_from_slice(&MAGIC.to_le_bytes());
     write_chunk(&mut file, KIND_HEADER, 0, &head);
     let shared = Shared {
+        pid,
         out: Mutex::new(BufWriter::with_capacity(1 << 20, file)),
         exec_ranges: Mutex::new(Vec::new()),
         threads: Mutex::new(Vec::new()),
