@@ -442,7 +442,8 @@ mod tests {
     #[test]
     fn pt_command_lines() {
         let base = "perf record -o /w/perf.data --timestamp";
-        let cases: Vec<(&str, Box<dyn Fn(&mut RecordPlan)>, String)> = vec![
+        type Case = (&'static str, Box<dyn Fn(&mut RecordPlan)>, String);
+        let cases: Vec<Case> = vec![
             ("default", Box::new(|_| {}), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e")),
             ("low", Box::new(|p| p.timer = TimerResolution::Low), format!("{base} --event=intel_pt//u --per-thread -t 42 --snapshot=e")),
             ("high", Box::new(|p| p.timer = TimerResolution::High), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0,noretcomp=1/u --per-thread -t 42 --snapshot=e")),

@@ -367,9 +367,6 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
                 // SIGUSR2 both snapshots and switches to a new perf.data file.
                 perf.signal(libc::SIGUSR2);
                 say(opts.quiet, &format!("trigger hit: snapshot {}", hits.len()));
-                for bp in &bps {
-                    bp.rearm()?;
-                }
             } else {
                 // Hold the process still so the recording ends at the hit, not a few ms later.
                 for &p in &pids {

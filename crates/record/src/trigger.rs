@@ -502,9 +502,7 @@ mod tests {
     #[test]
     fn parses_samples() {
         let mut b = Vec::new();
-        for v in [0x1234u64] {
-            b.extend_from_slice(&v.to_ne_bytes());
-        }
+        b.extend_from_slice(&0x1234u64.to_ne_bytes());
         b.extend_from_slice(&7u32.to_ne_bytes());
         b.extend_from_slice(&8u32.to_ne_bytes());
         for v in [99u64, 2, 0xaa, 0xbb] {
