@@ -259,6 +259,10 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
         } else {
             perfdata::cfg_bits::NORETCOMP
         }
+        | cfg
+            .pt
+            .mtc_period
+            .map_or(0, |p| perfdata::cfg_bits::MTC | ((p as u64 & 0xf) << 14))
         | 1; // pt
     let recording = Recording {
         pid: log.pid,
@@ -270,6 +274,7 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
         config,
         max_nonturbo_ratio: cfg.pt.cbr as u64,
         snapshot: cfg.snapshot_size.is_some(),
+        tsc_ctc_ratio: cfg.pt.tsc_ctc_ratio,
     };
     let stats = SimStats {
         blocks: tstats.blocks,

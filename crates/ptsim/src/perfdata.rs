@@ -146,6 +146,8 @@ pub struct Recording {
     pub max_nonturbo_ratio: u64,
     /// Whether the AUX data is a snapshot (ring buffer contents).
     pub snapshot: bool,
+    /// TSC ticks per crystal-clock tick.
+    pub tsc_ctc_ratio: u32,
 }
 
 fn pad8(v: &mut Vec<u8>) {
@@ -231,8 +233,8 @@ impl Recording {
             0, // per_cpu_mmaps: per-thread recording
             cfg_bits::MTC,
             cfg_bits::MTC_PERIOD,
-            2, // TSC:CTC numerator (unused without MTC)
-            1, // TSC:CTC denominator
+            self.tsc_ctc_ratio as u64, // TSC:CTC numerator
+            1,                         // TSC:CTC denominator
             cfg_bits::CYC,
             self.max_nonturbo_ratio,
             0, // filter string length

@@ -30,6 +30,10 @@ pub struct PtConfig {
     pub tsc_offset: u64,
     /// Core-to-bus ratio written in CBR packets (equal to the maximum non-turbo ratio).
     pub cbr: u8,
+    /// MTC packets every 2^n crystal-clock (CTC) ticks, with TMA in PSB+; `None` for none.
+    pub mtc_period: Option<u8>,
+    /// TSC ticks per CTC tick (TSC:CTC ratio, denominator 1).
+    pub tsc_ctc_ratio: u32,
 }
 
 impl Default for PtConfig {
@@ -39,6 +43,9 @@ impl Default for PtConfig {
             psb_period: 16 * 1024,
             tsc_offset: 1 << 32,
             cbr: 20,
+            // perf's default `mtc_period=3`; a 2 GHz TSC over a 24 MHz crystal is ~83.
+            mtc_period: Some(3),
+            tsc_ctc_ratio: 84,
         }
     }
 }
@@ -106,10 +113,51 @@ struct Enc<'a> {
     last_psb: usize,
     enabled: bool,
     psbs: Vec<PsbMark>,
+    /// TSC of the next MTC (a multiple of the MTC period in TSC ticks).
+    next_mtc: u64,
 }
 
 impl Enc<'_> {
+    /// TSC ticks between MTC packets, if MTC is on.
+    fn mtc_step(&self) -> Option<u64> {
+        self.cfg
+            .mtc_period
+            .map(|p| (self.cfg.tsc_ctc_ratio.max(1) as u64) << p)
+    }
+
+    /// Timing up to `clock`: the MTCs due by then (each preceded by a CYC bringing the
+    /// cycle count to its boundary, so the decoder re-bases exactly there), then a CYC.
     fn cyc(&mut self, clock: u64) {
+        if let (Some(step), Some(p)) = (self.mtc_step(), self.cfg.mtc_period) {
+            let tsc = self.cfg.tsc_offset + clock;
+            while self.next_mtc <= tsc {
+                let at = self.next_mtc - self.cfg.tsc_offset;
+                self.cyc_only(at);
+                let ctc = self.next_mtc / self.cfg.tsc_ctc_ratio.max(1) as u64;
+                self.out
+                    .extend_from_slice(&[0x59, ((ctc >> p) & 0xff) as u8]);
+                self.next_mtc += step;
+            }
+        }
+        self.cyc_only(clock);
+    }
+
+    /// MTC periods due by `clock`.
+    fn mtcs_due(&self, clock: u64) -> u64 {
+        match self.mtc_step() {
+            Some(step) => {
+                let tsc = self.cfg.tsc_offset + clock;
+                if tsc < self.next_mtc {
+                    0
+                } else {
+                    (tsc - self.next_mtc) / step + 1
+                }
+            }
+            None => 0,
+        }
+    }
+
+    fn cyc_only(&mut self, clock: u64) {
         let mut d = clock.saturating_sub(self.last_cyc);
         self.last_cyc = self.last_cyc.max(clock);
         if d == 0 {
@@ -173,6 +221,11 @@ impl Enc<'_> {
     }
 
     fn psb_plus(&mut self, clock: u64, ip: Option<u64>, steps_before: usize) {
+        // perf re-bases cycle counting at a TSC only when a CYC precedes it, so the
+        // cycles up to the PSB must have been counted.
+        if !self.psbs.is_empty() {
+            self.cyc_only(clock);
+        }
         self.psbs.push(PsbMark {
             offset: self.out.len(),
             steps_before,
@@ -185,6 +238,17 @@ impl Enc<'_> {
         let tsc = self.cfg.tsc_offset + clock;
         self.out.push(0x19);
         self.out.extend_from_slice(&tsc.to_le_bytes()[..7]);
+        if let Some(step) = self.mtc_step() {
+            // TMA: CTC[15:0] and the fast counter (TSC ticks since that CTC tick).
+            let ratio = self.cfg.tsc_ctc_ratio.max(1) as u64;
+            let (ctc, fc) = (tsc / ratio, tsc % ratio);
+            self.out.extend_from_slice(&[0x02, 0x73]);
+            self.out.extend_from_slice(&(ctc as u16).to_le_bytes());
+            self.out.push(0);
+            self.out.push(fc as u8);
+            self.out.push(((fc >> 8) & 1) as u8);
+            self.next_mtc = (tsc / step + 1) * step;
+        }
         self.out
             .extend_from_slice(&[0x02, 0x03, self.cfg.cbr, 0x00]);
         self.last_ip = 0;
@@ -235,6 +299,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
         last_psb: 0,
         enabled: false,
         psbs: Vec::new(),
+        next_mtc: u64::MAX,
     };
     let mut gaps = Vec::new();
     let mut overflows = faults.overflows.clone();
@@ -302,7 +367,11 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
         }
         match s.kind {
             StepKind::Start => {
-                if !e.psbs.is_empty() && e.out.len() - e.last_psb >= cfg.psb_period {
+                // After a long untraced stretch the 8-bit MTC counter may have wrapped:
+                // a PSB+ gives the decoder the time afresh.
+                if !e.psbs.is_empty()
+                    && (e.out.len() - e.last_psb >= cfg.psb_period || e.mtcs_due(s.clock) > 128)
+                {
                     e.psb_plus(s.clock, None, i);
                 }
                 e.cyc(s.clock);
@@ -408,6 +477,7 @@ mod tests {
             last_psb: 0,
             enabled: true,
             psbs: Vec::new(),
+            next_mtc: u64::MAX,
         }
     }
 

@@ -114,7 +114,9 @@ fn c_call_tree_ground_truth_and_decode() {
     let c = check(&dir, sim);
     assert_exact("full recording", &c);
     assert!(c.matched > 5000, "only {} branches", c.matched);
-    assert!(c.max_lag_ns < 5_000 && c.max_early_ns < 5_000, "{c:?}");
+    // perf times a branch by the packet that carries it (CYC/MTC-exact here), so it can
+    // be a little late, or early for branches walked before that packet.
+    assert!(c.max_lag_ns < 1_000 && c.max_early_ns < 1_000, "{c:?}");
 }
 
 #[test]

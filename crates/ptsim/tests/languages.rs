@@ -76,6 +76,9 @@ int main(void) {
         assert!(calls_to(&sim, 0) > 0);
     }
     assert!(c.matched > 10_000);
+    // Threads interleave on one instruction clock; timing stays packet-exact across the
+    // gaps (CYC before every PSB, MTC, TSC).
+    assert!(c.max_lag_ns < 1_000 && c.max_early_ns < 1_000, "{c:?}");
 }
 
 #[test]
