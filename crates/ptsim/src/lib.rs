@@ -251,7 +251,7 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
             reference_tsc: cfg.pt.tsc_offset + last,
         });
     }
-    let (mmaps, unmapped) = code_mappings(log, &ns);
+    let (mmaps, unmapped) = code_mappings(log, &traces, &ns);
     let config = perfdata::cfg_bits::TSC
         | perfdata::cfg_bits::CYC
         | if cfg.pt.retcomp {
@@ -303,7 +303,11 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
 }
 
 /// The file mappings that hold executed code, each announced when first seen.
-fn code_mappings(log: &BlockLog, ns: &dyn Fn(u64) -> u64) -> (Vec<Mmap>, u64) {
+fn code_mappings(
+    log: &BlockLog,
+    traces: &[ThreadTrace],
+    ns: &dyn Fn(u64) -> u64,
+) -> (Vec<Mmap>, u64) {
     let mut executed: Vec<u64> = log.tbs.iter().flatten().map(|t| t.vaddr).collect();
     executed.sort_unstable();
     let mut out: Vec<Mmap> = Vec::new();
@@ -333,6 +337,29 @@ fn code_mappings(log: &BlockLog, ns: &dyn Fn(u64) -> u64) -> (Vec<Mmap>, u64) {
                 ino: m.ino,
                 path: m.path.clone(),
             });
+        }
+    }
+    // A thread's own clock can trail the global one the snapshots carry: announce each
+    // mapping before its first use by any thread, too.
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    order.sort_by_key(|&i| out[i].start);
+    let mut first_use = vec![u64::MAX; out.len()];
+    for t in traces {
+        for s in &t.steps {
+            if s.to == 0 {
+                continue;
+            }
+            let k = order.partition_point(|&i| out[i].start <= s.to);
+            if let Some(&i) = k.checked_sub(1).and_then(|k| order.get(k)) {
+                if s.to < out[i].start + out[i].len && s.clock < first_use[i] {
+                    first_use[i] = s.clock;
+                }
+            }
+        }
+    }
+    for (m, &c) in out.iter_mut().zip(&first_use) {
+        if c != u64::MAX {
+            m.time = m.time.min(ns(c).saturating_sub(1));
         }
     }
     let mapped = |a: u64| out.iter().any(|m| a >= m.start && a < m.start + m.len);

@@ -187,13 +187,22 @@ pub fn derive(log: &BlockLog) -> (Vec<ThreadTrace>, TruthStats) {
         crate::advise_huge(&steps);
         let mut traced = false;
         let mut pending: Vec<(usize, u64, u64, u8)> = Vec::new();
+        // A thread's own clock: its instructions, plus time spent blocked while tracing
+        // was off. The global clock also counts other threads' instructions; following
+        // it mid-code would stretch a thread's time whenever another ran in parallel.
+        let mut running = 0u64;
         for (i, &e) in t.execs.iter().enumerate() {
             let tb = log.tb(e);
             stats.blocks += 1;
             stats.instructions += tb.n_insns as u64;
+            let start = if traced {
+                running
+            } else {
+                running.max(e.clock)
+            };
             if !traced {
                 steps.push(Step {
-                    clock: e.clock,
+                    clock: start,
                     kind: StepKind::Start,
                     from: 0,
                     to: tb.vaddr,
@@ -201,7 +210,8 @@ pub fn derive(log: &BlockLog) -> (Vec<ThreadTrace>, TruthStats) {
                 });
                 traced = true;
             }
-            let clock = e.clock + tb.n_insns as u64;
+            let clock = start + tb.n_insns as u64;
+            running = clock;
             let from = tb.last_addr();
             let len = tb.last.len() as u8;
             let fall = tb.end();
