@@ -184,3 +184,66 @@ fn c_variants_noretcomp_snapshot_faults() {
         }
     }
 }
+
+#[test]
+fn cli_run_and_check() {
+    if !tools() {
+        return;
+    }
+    let dir = scratch_dir("cli").unwrap();
+    let exe = compile(&dir, "calltree", "calltree.c", CALL_TREE_C, &["cc", "-O1"]).unwrap();
+    let plugin = ptsim::testing::plugin().unwrap();
+    let bin = env!("CARGO_BIN_EXE_ptsim");
+    let run = std::process::Command::new(bin)
+        .args([
+            "run",
+            "--snapshot-size",
+            "4096",
+            "--psb-period",
+            "1024",
+            "--faults",
+            "overflow=1",
+            "--stacks",
+            "-o",
+        ])
+        .arg(dir.join("perf.data"))
+        .arg("--")
+        .arg(&exe)
+        .env("PTSIM_PLUGIN", &plugin)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for f in [
+        "perf.data",
+        "ground-truth.ptb",
+        "expected.ptb",
+        "true-stacks.tsv",
+    ] {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+    let check = std::process::Command::new(bin)
+        .arg("check")
+        .arg(dir.join("perf.data"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{text}");
+    assert!(text.contains("expected branches matched"), "{text}");
+    // A corrupted expectation makes `check` fail.
+    let truth = dir.join("ground-truth.ptb");
+    let check = std::process::Command::new(bin)
+        .arg("check")
+        .arg(dir.join("perf.data"))
+        .arg("--expected")
+        .arg(&truth)
+        .output()
+        .unwrap();
+    assert!(
+        !check.status.success(),
+        "a snapshot does not decode to the whole truth"
+    );
+}
