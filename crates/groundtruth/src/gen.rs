@@ -42,6 +42,9 @@ pub struct Params {
     pub w_interrupt: f64,
     /// Weight of an exception unwinding several frames at once.
     pub w_exception: f64,
+    /// Weight of a Go goroutine switch (`gopark` → `runtime.mcall` → … → `gogo`, whose
+    /// `return` resumes the same goroutine or a parked one).
+    pub w_go: f64,
     /// Timing-packet granularity: emitted time = true time rounded down to this.
     pub granularity_ns: u64,
     /// Outer frames (`main`, `run_loop`, …) called at start-up that never return, as in
@@ -63,6 +66,7 @@ impl Default for Params {
             w_syscall: 0.03,
             w_interrupt: 0.02,
             w_exception: 0.0,
+            w_go: 0.0,
             granularity_ns: 10,
             pinned: 0,
         }
@@ -190,7 +194,23 @@ struct Function {
 
 struct Program {
     functions: Vec<Function>,
+    /// Index of the first of the Go runtime functions (after the callable ones).
+    go: usize,
 }
+
+/// The Go runtime's goroutine-switch path, in call order, then a goroutine's root.
+const GO_NAMES: &[&str] = &[
+    "runtime.gopark",
+    "runtime.mcall",
+    "runtime.park_m",
+    "runtime.schedule",
+    "runtime.execute",
+    "gogo",
+    "runtime.goexit",
+];
+const GO_GOPARK: usize = 0;
+const GO_GOGO: usize = 5;
+const GO_GOEXIT: usize = 6;
 
 /// Index of the main thread's entry point.
 const ENTRY_MAIN: usize = 0;
@@ -239,7 +259,11 @@ impl Program {
             };
             push(name, rng);
         }
-        Program { functions }
+        for name in GO_NAMES {
+            push((*name).to_string(), rng);
+        }
+        let go = functions.len() - GO_NAMES.len();
+        Program { functions, go }
     }
 
     /// A random instruction inside `f` with room for a 5-byte call after it.
@@ -249,7 +273,7 @@ impl Program {
     }
 
     fn callable(&self, rng: &mut Rng) -> usize {
-        FIRST_CALLABLE + rng.below((self.functions.len() - FIRST_CALLABLE) as u64) as usize
+        FIRST_CALLABLE + rng.below((self.go - FIRST_CALLABLE) as u64) as usize
     }
 }
 
@@ -265,6 +289,8 @@ struct Sim<'a> {
     frames: Vec<Frame>,
     /// Synthetic frame on top while tracing is off.
     off: Option<u32>,
+    /// Parked goroutines' stacks (each ends in `runtime.gopark`).
+    parked: Vec<Vec<Frame>>,
     ip: u64,
     t: u64,
     steps: Vec<Step>,
@@ -322,6 +348,7 @@ impl Sim<'_> {
             } else {
                 0.0
             },
+            if depth > floor { p.w_go } else { 0.0 },
         ];
         let total: f64 = weights.iter().sum();
         let mut x = self.rng.unit() * total;
@@ -394,6 +421,7 @@ impl Sim<'_> {
                 let dur = self.rng.range(dur.0, dur.1);
                 self.emit(dur, Op::TrStrt, UNKNOWN, back);
             }
+            8 => self.go_switch(site),
             _ => {
                 // Unwind to a handler several frames up: perf shows a `return` from the
                 // raiser that lands inside the handler's function, not at a return address.
@@ -405,6 +433,41 @@ impl Sim<'_> {
                 self.emit(dt, Op::Return, src, dst);
             }
         }
+    }
+}
+
+impl Sim<'_> {
+    /// A goroutine parks: the switch path is called on top of its stack, and the
+    /// `return` from `gogo` resumes, inside `runtime.gopark`, either the same goroutine
+    /// or a parked one (whose stack this thread's trace may never have shown).
+    fn go_switch(&mut self, site: u64) {
+        let mut from = site;
+        for k in GO_GOPARK..=GO_GOGO {
+            let f = self.prog.go + k;
+            let src = self.at(from);
+            self.frames.push(Frame {
+                func: f,
+                ret: from + 5,
+            });
+            self.ip = self.prog.functions[f].start;
+            let dst = self.at(self.ip);
+            let dt = self.rng.range(2, 12);
+            self.emit(dt, Op::Call, src, dst);
+            from = self.prog.ip_in(self.rng, f);
+        }
+        let src = self.at(from);
+        let gopark_at = self.frames.len() - (GO_GOGO - GO_GOPARK) - 1;
+        self.frames.truncate(gopark_at + 1);
+        if !self.parked.is_empty() && self.rng.chance(0.5) {
+            let k = self.rng.below(self.parked.len() as u64) as usize;
+            let next = self.parked.swap_remove(k);
+            let mine = std::mem::replace(&mut self.frames, next);
+            self.parked.push(mine);
+        }
+        self.ip = self.prog.ip_in(self.rng, self.prog.go + GO_GOPARK);
+        let dst = self.at(self.ip);
+        let dt = self.rng.range(2, 12);
+        self.emit(dt, Op::Return, src, dst);
     }
 }
 
@@ -422,6 +485,7 @@ fn simulate(rng: &mut Rng, prog: &Program, p: &Params, entry: usize, t0: u64) ->
             ret: 0,
         }],
         off: None,
+        parked: Vec::new(),
         ip: prog.functions[entry].start,
         t: t0 - 1,
         steps: Vec::with_capacity(p.steps + 64),
@@ -439,6 +503,28 @@ fn simulate(rng: &mut Rng, prog: &Program, p: &Params, entry: usize, t0: u64) ->
         sim.ip = prog.functions[callee].start;
         let dst = sim.at(sim.ip);
         sim.emit(3, Op::Call, src, dst);
+    }
+    if p.w_go > 0.0 {
+        // Two goroutines already parked when the thread starts, rooted in goexit.
+        for _ in 0..2 {
+            let mut g = vec![Frame {
+                func: prog.go + GO_GOEXIT,
+                ret: 0,
+            }];
+            // Each frame returns into its caller, just after a call site inside it.
+            let n = sim.rng.range(1, 4);
+            for k in 0..=n {
+                let caller = g[g.len() - 1].func;
+                let ret = prog.ip_in(sim.rng, caller) + 5;
+                let func = if k == n {
+                    prog.go + GO_GOPARK
+                } else {
+                    prog.callable(sim.rng)
+                };
+                g.push(Frame { func, ret });
+            }
+            sim.parked.push(g);
+        }
     }
     while sim.steps.len() < p.steps {
         sim.step();
@@ -847,6 +933,19 @@ pub fn standard_specs(seed: u64) -> Vec<Spec> {
             0,
             0,
             10,
+        ),
+        spec(
+            "go_switches",
+            "Go goroutine switches: mcall … gogo, resuming the same or a parked goroutine",
+            1,
+            Params {
+                w_go: 0.05,
+                ..base.clone()
+            },
+            false,
+            0,
+            0,
+            13,
         ),
         spec(
             "exceptions",

@@ -97,6 +97,8 @@ const SENTINEL: u8 = 1;
 const INFERRED_START: u8 = 2;
 const KERNEL_ENTRY: u8 = 4;
 const NONE: u32 = u32::MAX;
+/// Where a parked goroutine's stack switches to the scheduler.
+const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
 /// How many later segments are searched for evidence of what survived a gap.
 const MAX_LOOKAHEAD: usize = 64;
 /// How far up the stack a long return or unwind is looked for.
@@ -137,6 +139,18 @@ struct Entry {
 /// `Entry::horizon` when no later event was seen (or it was too far to store).
 const NO_HORIZON: u16 = u16::MAX;
 
+/// How a segment may continue the one before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Join {
+    /// Unrelated (a new snapshot, an unmatched exception handler).
+    Never,
+    /// Only if its outermost frames line up with open ones (a goroutine switch: the
+    /// resumed goroutine may be another one, whose stack is unrelated).
+    Verified,
+    /// Best effort (a decode error: the same thread went on running).
+    Any,
+}
+
 #[derive(Clone, Debug)]
 struct Segment {
     /// Index of the segment's first entry (its `Flow::Start` entry).
@@ -145,8 +159,8 @@ struct Segment {
     end: usize,
     /// Time of the segment's last event.
     end_time: i64,
-    /// May this segment be joined to the previous one?
-    stitchable: bool,
+    /// May this segment be joined to the previous one, and how?
+    join: Join,
     /// The sentinel below the segment's outermost known frame (set when it closes).
     sentinel: u32,
 }
@@ -380,7 +394,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             errors: Vec::new(),
             power: Vec::new(),
         };
-        new_segment(&mut ts, time, false);
+        new_segment(&mut ts, time, Join::Never);
         self.threads.push(ts);
         let i = self.threads.len() - 1;
         self.index.insert(thread, i);
@@ -432,7 +446,8 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     ),
                 };
                 cx.ts.errors.push((time, format!("[decode error: {msg}]")));
-                cx.split(true);
+                // After an error the new segment starts with the next decoded event.
+                new_segment(cx.ts, time, Join::Any);
                 self.sink.warning(&warning);
             }
             Event::Ok { thread, data, .. } => match data {
@@ -502,7 +517,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
         self.transaction.clear();
         for ts in self.threads.iter_mut() {
             let t = ts.last_time;
-            new_segment(ts, t, false);
+            new_segment(ts, t, Join::Never);
         }
     }
 
@@ -540,7 +555,7 @@ enum Warn {
     Traps,
 }
 
-fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, stitchable: bool) {
+fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
     close_segment(ts);
     let sentinel = ts.frames.len() as u32;
     ts.frames.push(Frame {
@@ -556,7 +571,7 @@ fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, stitchable: bool) {
         first: ts.entries.len(),
         end: ts.entries.len() + 1,
         end_time: time,
-        stitchable,
+        join,
         sentinel,
     });
     ts.entries.push(Entry {
@@ -587,7 +602,7 @@ fn extend_roots_backwards<T>(ts: &mut ThreadState<T>, locs: &Locations) {
     let mut after = Vec::new();
     for k in (1..ts.segments.len()).rev() {
         let (a, b) = (&ts.segments[k - 1], &ts.segments[k]);
-        if !b.stitchable || a.end <= a.first || b.end <= b.first {
+        if b.join != Join::Any || a.end <= a.first || b.end <= b.first {
             continue;
         }
         let a_sentinel = a.sentinel;
@@ -654,10 +669,6 @@ impl<T> Cx<'_, T> {
 
     fn is_sentinel(&self, frame: u32) -> bool {
         self.ts.frames[frame as usize].flags & SENTINEL != 0
-    }
-
-    fn named(&self, frame: u32, names: &[&str]) -> bool {
-        matches!(self.symbol(frame), Some(Symbol::FromPerf(s)) if names.contains(&self.strings.get(s)))
     }
 
     fn record(&mut self, flow: Flow) {
@@ -863,10 +874,12 @@ impl<T> Cx<'_, T> {
         )
     }
 
-    /// Starts a new segment; `stitchable` says whether it may be joined to this one.
-    fn split(&mut self, stitchable: bool) {
+    /// Starts a new segment; `join` says whether it may continue this one. A split
+    /// made while handling a branch starts at that branch, not at the next event.
+    fn split(&mut self, join: Join) {
         let t = self.time;
-        new_segment(self.ts, t, stitchable);
+        new_segment(self.ts, t, join);
+        self.ts.fresh = false;
     }
 
     fn enter_kernel(&mut self, src: &Location, dst: &Location) {
@@ -924,7 +937,7 @@ impl<T> Cx<'_, T> {
             }
             None => {
                 // Unmatched: guessing would build a wrong stack, so start afresh.
-                self.split(false);
+                self.split(Join::Never);
                 self.ensure_current(dst);
                 Some(Warn::Traps)
             }
@@ -1032,26 +1045,15 @@ impl<T> Cx<'_, T> {
         matches!(src.symbol, Symbol::FromPerf(s) if self.strings.get(s) == "gogo")
     }
 
-    /// Go's `gogo` switches goroutine stacks: control resumes as if returning from the
-    /// last `runtime.mcall`/`runtime.morestack`, or on an unrelated stack at start-up.
+    /// Go's `gogo` switches goroutine stacks: the return from it lands in whatever
+    /// goroutine runs next, often the one that just parked, but not always. So the
+    /// resumed code starts a segment of its own, joined to the previous one only if its
+    /// outermost frames (learnt from its later returns) line up with the parked stack;
+    /// otherwise it is an unrelated stack, and no caller found on it is mistaken for a
+    /// caller of the old one.
     fn gogo(&mut self, dst: &Location) {
-        let mut f = self.ts.leaf;
-        loop {
-            let fr = self.ts.frames[f as usize];
-            if fr.flags & SENTINEL != 0 {
-                // No switch point on this stack: a new goroutine starts from scratch.
-                self.split(false);
-                self.ensure_current(dst);
-                return;
-            }
-            if self.named(f, &["runtime.mcall", "runtime.morestack.abi0"]) {
-                self.ts.leaf = fr.parent;
-                self.record(Flow::Return);
-                self.ensure_current(dst);
-                return;
-            }
-            f = fr.parent;
-        }
+        self.split(Join::Verified);
+        self.ensure_current(dst);
     }
 
     fn sample(&mut self, callstack: &[Location]) {
@@ -1304,13 +1306,24 @@ fn find_stitch<T>(
             matched: run,
             unverified: false,
         },
-        // Nothing lines up: the new frames were most likely called during the gap on
-        // top of what was running (outer frames rarely return within a short loss).
-        None => Stitch {
-            base: open.len(),
-            matched: 0,
-            unverified: true,
-        },
+        // Nothing lines up. If the new stack shares no function with the open one, its
+        // frames were most likely called during the gap on top of what was running
+        // (outer frames rarely return within a short loss). If it shares some but not
+        // at its root, it knows other callers than the open stack: carrying the open
+        // frames under it would stack two versions of the same calls.
+        None => {
+            let shared = after
+                .iter()
+                .any(|&f| open.iter().any(|o| sym(o.frame) == sym(f)));
+            if shared {
+                return None;
+            }
+            Stitch {
+                base: open.len(),
+                matched: 0,
+                unverified: true,
+            }
+        }
     })
 }
 
@@ -1368,8 +1381,16 @@ fn write_thread<S: TraceSink>(
         let start = times[0].max(last_written);
         // Segment boundary: stitch onto what is open, or close it.
         frame_path(ts, entries[0].leaf, &mut path);
-        let mut stitch = if si > 0 && seg.stitchable && config.stitch {
+        // A resumed goroutine continues exactly below the `runtime.mcall` it parked in.
+        let resumes_here = |stack: &[Open], st: &Stitch| -> bool {
+            stack.get(st.base + st.matched).is_some_and(|o| {
+                let sym = locs.list[ts.frames[o.frame as usize].loc as usize].symbol;
+                matches!(sym, Symbol::FromPerf(n) if GOGO_DESTINATIONS.contains(&strings.get(n)))
+            })
+        };
+        let mut stitch = if si > 0 && seg.join != Join::Never && config.stitch {
             find_stitch(ts, locs, &open, &path)
+                .filter(|st| seg.join == Join::Any || (!st.unverified && resumes_here(&open, st)))
         } else {
             None
         };
@@ -1378,7 +1399,7 @@ fn write_thread<S: TraceSink>(
             // stack survived the gap: keep only that much.
             let mut later_path = Vec::new();
             for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
-                if !later.stitchable || later.end <= later.first {
+                if later.join != Join::Any || later.end <= later.first {
                     break;
                 }
                 frame_path(ts, ts.entries[later.first].leaf, &mut later_path);

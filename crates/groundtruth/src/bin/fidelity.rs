@@ -72,6 +72,19 @@ fn main() {
             "--seed" => seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N"),
             "--writer" => chosen.push(args.next().expect("--writer NAME")),
             "--explain" => explained = Some(args.next().expect("--explain SCENARIO")),
+            "--dump" => {
+                // The scenario as `perf script` text, to replay with `ptscope decode`.
+                let name = args.next().expect("--dump SCENARIO");
+                let spec = ptscope_groundtruth::gen::standard_specs(seed)
+                    .into_iter()
+                    .find(|s| s.name == name)
+                    .expect("a standard scenario");
+                print!(
+                    "{}",
+                    ptscope_groundtruth::gen::generate(&spec).perf_script()
+                );
+                return;
+            }
             _ => {
                 eprintln!("usage: fidelity [--seed N] [--writer legacy|…]...");
                 std::process::exit(2);
