@@ -128,9 +128,21 @@ impl Enc<'_> {
     /// Timing up to `clock`: the MTCs due by then (each preceded by a CYC bringing the
     /// cycle count to its boundary, so the decoder re-bases exactly there), then a CYC.
     fn cyc(&mut self, clock: u64) {
+        self.advance(clock);
+        self.cyc_only(clock);
+    }
+
+    /// Emits the MTCs due by `clock`. Pending TNT bits, all older than the next boundary
+    /// (bits advance the clock as they are added), go out first, so a branch is never
+    /// timed by a packet much later than itself.
+    fn advance(&mut self, clock: u64) {
         if let (Some(step), Some(p)) = (self.mtc_step(), self.cfg.mtc_period) {
             let tsc = self.cfg.tsc_offset + clock;
             while self.next_mtc <= tsc {
+                if self.tnt_count > 0 {
+                    self.cyc_only(self.tnt_clock);
+                    self.emit_tnt();
+                }
                 let at = self.next_mtc - self.cfg.tsc_offset;
                 self.cyc_only(at);
                 let ctc = self.next_mtc / self.cfg.tsc_ctc_ratio.max(1) as u64;
@@ -139,7 +151,6 @@ impl Enc<'_> {
                 self.next_mtc += step;
             }
         }
-        self.cyc_only(clock);
     }
 
     /// MTC periods due by `clock`.
@@ -205,13 +216,23 @@ impl Enc<'_> {
             return;
         }
         self.cyc(self.tnt_clock);
+        self.emit_tnt();
+    }
+
+    fn emit_tnt(&mut self) {
         let n = self.tnt_count;
+        if n == 0 {
+            return;
+        }
         self.out.push((1u8 << (n + 1)) | (self.tnt_bits << 1));
         self.tnt_count = 0;
         self.tnt_bits = 0;
     }
 
     fn tnt(&mut self, taken: bool, clock: u64) {
+        if self.enabled {
+            self.advance(clock);
+        }
         self.tnt_bits = (self.tnt_bits << 1) | taken as u8;
         self.tnt_count += 1;
         self.tnt_clock = clock;
