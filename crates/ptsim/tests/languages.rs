@@ -192,3 +192,39 @@ func main() {
     // The Go runtime starts several OS threads.
     assert!(sim.traces.len() >= 2, "{} threads", sim.traces.len());
 }
+
+#[test]
+fn c_timer_signals() {
+    if !tools_available(&["qemu-x86_64", "perf", "cc"]) {
+        return;
+    }
+    let dir = scratch_dir("signals").unwrap();
+    let src = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <sys/time.h>
+static volatile int hits;
+static void on_alarm(int s) { (void)s; hits++; }
+__attribute__((noinline)) long spin(long n) { long s = 0; for (long i = 0; i < n; i++) s += i ^ (i >> 3); return s; }
+int main(void) {
+  signal(SIGALRM, on_alarm);
+  struct itimerval it = {{0, 1000}, {0, 1000}};
+  setitimer(ITIMER_REAL, &it, 0);
+  long s = 0;
+  while (hits < 4) s += spin(1000);
+  printf("%d %ld\n", hits, s);
+  return 0;
+}
+"#;
+    let exe = compile(&dir, "sig", "sig.c", src, &["cc", "-O1"]).unwrap();
+    let (sim, c) = record_and_compare(&dir, &exe);
+    // The timer interrupts the busy loop between blocks: tracing stops asynchronously and
+    // restarts in the handler, then resumes where it stopped after rt_sigreturn.
+    let asyncs = sim.traces[0]
+        .steps
+        .iter()
+        .filter(|s| matches!(s.kind, ptsim::truth::StepKind::Async { .. }))
+        .count();
+    assert!(asyncs >= 1, "no asynchronous stop");
+    assert!(c.uncertain <= asyncs);
+}
