@@ -64,6 +64,12 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "FILE")]
     pub ocaml_exception_info: Option<PathBuf>,
 
+    /// Keep only what happens from a call to START until the next call to STOP (both
+    /// function names as shown in the trace), e.g. `--filter handle_request,send_reply`.
+    /// A START with no STOP after it keeps the rest of the trace.
+    #[arg(long, value_name = "START,STOP", value_parser = parse_filter)]
+    pub filter: Option<(String, String)>,
+
     /// The traced executable, for source positions of functions (DWARF) and OCaml
     /// exception traps (`.note.ocaml_eh`); PIE load addresses are found from the trace.
     #[arg(long, value_name = "PATH")]
@@ -110,6 +116,59 @@ pub enum Format {
     Fxt,
     /// magic-trace's test transcript (`-> TIME BEGIN name` lines).
     Transcript,
+}
+
+fn parse_filter(s: &str) -> Result<(String, String), String> {
+    match s.split_once(',') {
+        Some((a, b)) if !a.trim().is_empty() && !b.trim().is_empty() => {
+            Ok((a.trim().to_string(), b.trim().to_string()))
+        }
+        _ => Err(format!(
+            "'{s}' is not START,STOP: give two function names separated by a comma"
+        )),
+    }
+}
+
+/// Which events fall in a `--filter` range: from a call to START to the next call to
+/// STOP (magic-trace decides this in a second decoding pass and drops a START that
+/// has no STOP; one streaming pass keeps it, so a range open at the end is kept).
+struct RangeFilter {
+    start: String,
+    stop: String,
+    inside: bool,
+}
+
+impl RangeFilter {
+    fn should_write(&mut self, event: &Event, strings: &StringTable) -> bool {
+        use ptscope_event::{EventData, Kind};
+        let hit = match event {
+            Event::Ok {
+                data:
+                    EventData::Trace {
+                        kind: Some(Kind::Call),
+                        dst,
+                        ..
+                    },
+                ..
+            } => Some(strings.display(dst.symbol)),
+            // A sample enters the range when its innermost START or STOP frame says so.
+            Event::Ok {
+                data: EventData::StackSample { callstack },
+                ..
+            } => callstack
+                .iter()
+                .rev()
+                .map(|l| strings.display(l.symbol))
+                .find(|n| *n == self.start || *n == self.stop),
+            _ => None,
+        };
+        match hit {
+            Some(n) if n == self.start => self.inside = true,
+            Some(n) if n == self.stop => self.inside = false,
+            _ => {}
+        }
+        self.inside
+    }
 }
 
 fn parse_scope(s: &str) -> Result<TraceScope, String> {
@@ -337,6 +396,22 @@ fn progress(size: Option<u64>, quiet: bool, name: &str) -> ProgressBar {
     pb
 }
 
+/// Writes one event, through the `--filter` range if there is one.
+fn feed<S: TraceSink, W: StackWriter<S>>(
+    w: &mut W,
+    range: &mut Option<RangeFilter>,
+    event: &Event,
+    strings: &StringTable,
+) {
+    match range {
+        Some(r) => {
+            let keep = r.should_write(event, strings);
+            w.write_event_filtered(event, keep, strings);
+        }
+        None => w.write_event(event, strings),
+    }
+}
+
 /// Events held back while looking for a PIE executable's load bias.
 const MAX_HELD: usize = 100_000;
 
@@ -511,6 +586,11 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         _ => Some(0),
     };
     let mut held: Vec<Event> = Vec::new();
+    let mut range = args.filter.as_ref().map(|(start, stop)| RangeFilter {
+        start: start.clone(),
+        stop: stop.clone(),
+        inside: false,
+    });
     let perf = args
         .perf
         .clone()
@@ -557,11 +637,11 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                         let first = held.first().unwrap_or(&event).time().unwrap_or(0);
                         let w = writer.insert(make(sink, first, extras(&exe, &mut bias, totals)));
                         for e in held.drain(..) {
-                            w.write_event(&e, &strings);
+                            feed(w, &mut range, &e, &strings);
                         }
                     }
                     if let Some(w) = writer.as_mut() {
-                        w.write_event(&event, &strings);
+                        feed(w, &mut range, &event, &strings);
                     }
                 }
             }
@@ -595,7 +675,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
             let first = held[0].time().unwrap_or(0);
             let w = writer.insert(make(sink, first, extras(&exe, &mut bias, totals)));
             for e in held.drain(..) {
-                w.write_event(&e, &strings);
+                feed(w, &mut range, &e, &strings);
             }
         }
     }

@@ -153,12 +153,17 @@ pub fn attach(args: AttachArgs) -> Result<()> {
 }
 
 fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
-    if let Some(f) = &a.filter {
-        bail!(
-            "--filter {f}: filtering by call range is not supported by ptscope's decoder yet; \
-             record without it and use Perfetto's search, or keep the recording with -w DIR"
-        );
-    }
+    let filter = match &a.filter {
+        Some(f) => Some(
+            f.split_once(',')
+                .map(|(x, y)| (x.trim().to_string(), y.trim().to_string()))
+                .filter(|(x, y)| !x.is_empty() && !y.is_empty())
+                .with_context(|| {
+                    format!("--filter {f}: expected START,STOP (two function names)")
+                })?,
+        ),
+        None => None,
+    };
     let perf = a
         .perf
         .clone()
@@ -268,6 +273,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
         format: Format::Fxt,
         ocaml_exception_info: None,
         executable: outcome.exe.clone(),
+        filter,
         decoder: decode::DecoderKind::Auto,
         perf: Some(perf),
         quiet: a.quiet,

@@ -171,3 +171,71 @@ fn truncated_and_unknown_lines_keep_what_was_decoded() {
     assert!(report.events > 500, "{report:?}");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// `--filter START,STOP` keeps what happens from a call to START until the call to
+/// STOP, for both writers; the stack inside the range is complete (open frames are
+/// reopened at its start), and nothing from outside it is written.
+#[test]
+fn filter_keeps_only_the_range() {
+    let input = fixtures().join("hello_world_userspace/input.perf");
+    for writer in ["segments", "legacy"] {
+        let all = run(ptscope()
+            .args([
+                "decode",
+                "--quiet",
+                "--format",
+                "transcript",
+                "-o",
+                "-",
+                "--writer",
+                writer,
+            ])
+            .arg("--perf-script")
+            .arg(&input));
+        let out = run(ptscope()
+            .args([
+                "decode",
+                "--quiet",
+                "--format",
+                "transcript",
+                "-o",
+                "-",
+                "--writer",
+                writer,
+            ])
+            .args(["--filter", "dl_main,_dl_init", "--perf-script"])
+            .arg(&input));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let all = String::from_utf8_lossy(&all.stdout);
+        let begins = |t: &str, name: &str| {
+            t.lines()
+                .filter(|l| l.contains(" BEGIN ") && l.trim_end().ends_with(name))
+                .count()
+        };
+        assert!(begins(&text, " dl_main") >= 1, "{writer}: {text}");
+        // main, fwrite and exit run after _dl_init is called: outside the range.
+        for outside in [" main", " fwrite", " exit", " _dl_init"] {
+            assert!(
+                begins(&all, outside) >= 1,
+                "{writer}: {outside} in the full trace"
+            );
+            assert_eq!(
+                begins(&text, outside),
+                0,
+                "{writer}: {outside} is outside the range"
+            );
+        }
+        let kept = text.lines().filter(|l| l.contains(" BEGIN ")).count();
+        let total = all.lines().filter(|l| l.contains(" BEGIN ")).count();
+        assert!(
+            kept > 100 && kept < total,
+            "{writer}: kept {kept} of {total}"
+        );
+    }
+    let bad = run(ptscope()
+        .args(["decode", "--filter", "only_one", "--perf-script"])
+        .arg(&input));
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("START,STOP"), "{}", stderr(&bad));
+}

@@ -24,6 +24,8 @@ use ptscope_event::{Event, StringTable};
 pub trait StackWriter<S: TraceSink> {
     /// Feeds one event; `strings` resolves the event's names.
     fn write_event(&mut self, event: &Event, strings: &StringTable);
+    /// Feeds one event that is outside a `--filter` range when `should_write` is false.
+    fn write_event_filtered(&mut self, event: &Event, should_write: bool, strings: &StringTable);
     /// The sink, e.g. to mark the end of the input in a transcript.
     fn sink_mut(&mut self) -> &mut S;
     /// Ends a snapshot: the next events come from an unrelated later recording.
@@ -35,6 +37,9 @@ pub trait StackWriter<S: TraceSink> {
 impl<S: TraceSink> StackWriter<S> for legacy::LegacyWriter<S> {
     fn write_event(&mut self, event: &Event, strings: &StringTable) {
         legacy::LegacyWriter::write_event(self, event, strings)
+    }
+    fn write_event_filtered(&mut self, event: &Event, should_write: bool, strings: &StringTable) {
+        legacy::LegacyWriter::write_event_filtered(self, event, should_write, strings)
     }
     fn sink_mut(&mut self) -> &mut S {
         legacy::LegacyWriter::sink_mut(self)

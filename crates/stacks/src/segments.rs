@@ -1527,6 +1527,9 @@ impl<S: TraceSink> crate::StackWriter<S> for SegmentsWriter<S> {
     fn write_event(&mut self, event: &Event, strings: &StringTable) {
         SegmentsWriter::write_event(self, event, strings)
     }
+    fn write_event_filtered(&mut self, event: &Event, should_write: bool, strings: &StringTable) {
+        SegmentsWriter::write_event_filtered(self, event, should_write, strings)
+    }
     fn sink_mut(&mut self) -> &mut S {
         SegmentsWriter::sink_mut(self)
     }
