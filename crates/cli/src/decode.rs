@@ -70,6 +70,11 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "START,STOP", value_parser = parse_filter)]
     pub filter: Option<(String, String)>,
 
+    /// Show symbols as perf printed them: no Rust, C++ or OCaml demangling (transcripts
+    /// never demangle, to stay comparable with magic-trace's).
+    #[arg(long)]
+    pub no_demangle: bool,
+
     /// The traced executable, for source positions of functions (DWARF) and OCaml
     /// exception traps (`.note.ocaml_eh`); PIE load addresses are found from the trace.
     #[arg(long, value_name = "PATH")]
@@ -586,6 +591,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         _ => Some(0),
     };
     let mut held: Vec<Event> = Vec::new();
+    let demangle = !args.no_demangle && args.format == Format::Fxt;
     let mut range = args.filter.as_ref().map(|(start, stop)| RangeFilter {
         start: start.clone(),
         stop: stop.clone(),
@@ -620,7 +626,12 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                 events,
             } => {
                 for s in &new_strings {
-                    strings.intern(s);
+                    let sym = strings.intern(s);
+                    if demangle {
+                        if let std::borrow::Cow::Owned(d) = ptscope_symbols::demangle(s) {
+                            strings.set_display(sym, &d);
+                        }
+                    }
                 }
                 for event in events {
                     if writer.is_none() {

@@ -274,6 +274,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
         ocaml_exception_info: None,
         executable: outcome.exe.clone(),
         filter,
+        no_demangle: false,
         decoder: decode::DecoderKind::Auto,
         perf: Some(perf),
         quiet: a.quiet,

@@ -39,6 +39,8 @@ pub struct Sym(pub u32);
 pub struct StringTable {
     map: FxHashMap<Box<str>, Sym>,
     strings: Vec<Box<str>>,
+    /// Names shown instead of the raw ones (demangled symbols); `get` keeps the raw name.
+    display: FxHashMap<Sym, Box<str>>,
 }
 
 impl StringTable {
@@ -69,11 +71,21 @@ impl StringTable {
         &self.strings[sym.0 as usize]
     }
 
+    /// Shows `sym` as `name` in traces (e.g. its demangled form); `get` still returns
+    /// the raw string, which is what comparisons with runtime symbols need.
+    pub fn set_display(&mut self, sym: Sym, name: &str) {
+        self.display.insert(sym, name.into());
+    }
+
     /// The name a symbol is shown under in traces.
     pub fn display(&self, symbol: Symbol) -> &str {
+        let shown = |s: Sym| match self.display.get(&s) {
+            Some(d) => d,
+            None => self.get(s),
+        };
         match symbol {
-            Symbol::FromPerf(s) => self.get(s),
-            Symbol::FromPerfMap { name, .. } => self.get(name),
+            Symbol::FromPerf(s) => shown(s),
+            Symbol::FromPerfMap { name, .. } => shown(name),
             Symbol::Unknown => "[unknown]",
             Symbol::Untraced => "[untraced]",
             Symbol::Returned => "[returned]",
@@ -407,5 +419,8 @@ mod tests {
         assert_eq!(s.get(b), "b");
         assert_eq!(s.lookup("c"), None);
         assert_eq!(s.display(Symbol::Untraced), "[untraced]");
+        s.set_display(a, "A");
+        assert_eq!(s.display(Symbol::FromPerf(a)), "A");
+        assert_eq!(s.get(a), "a");
     }
 }
