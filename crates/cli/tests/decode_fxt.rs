@@ -68,10 +68,18 @@ fn fixtures_decode_to_valid_fxt() {
             let toml = std::fs::read_to_string(case.join("case.toml")).expect("case.toml");
             let out = dir.join(format!("{name}.{writer}.fxt.gz"));
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptscope"));
-            cmd.args(["decode", "--quiet", "--writer", writer, "--perf-script"])
-                .arg(case.join("input.perf"))
-                .arg("-o")
-                .arg(&out);
+            // Transcripts keep perf's names; compare like with like.
+            cmd.args([
+                "decode",
+                "--quiet",
+                "--no-demangle",
+                "--writer",
+                writer,
+                "--perf-script",
+            ])
+            .arg(case.join("input.perf"))
+            .arg("-o")
+            .arg(&out);
             if toml.contains("[ocaml_exception_info]") {
                 cmd.arg("--ocaml-exception-info")
                     .arg(case.join("case.toml"));
