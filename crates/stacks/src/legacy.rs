@@ -252,36 +252,7 @@ impl<S: TraceSink> LegacyWriter<S> {
     }
 
     fn write_hits(&mut self) {
-        if self.config.hits.is_empty() {
-            return;
-        }
-        let pid = self.sink.allocate_pid("Snapshot symbol hits");
-        let thread = self.sink.allocate_thread(pid, "hits");
-        for hit in &self.config.hits {
-            let name = format!("hit {}", hit.symbol);
-            let time = hit.time.wrapping_sub(self.base_time) as i64;
-            let mut args = Vec::with_capacity(5);
-            if hit.is_stop_indicator {
-                args.push(Arg::new(
-                    "timestamp_passed",
-                    ArgValue::Int(hit.passed_time as i64),
-                ));
-                args.push(Arg::new("arg", ArgValue::Int(hit.passed_value)));
-            }
-            args.push(Arg::new("timestamp", ArgValue::Int(hit.time as i64)));
-            args.push(Arg::new("tid", ArgValue::Int(hit.tid as i64)));
-            args.push(Arg::new("ip", ArgValue::Pointer(hit.ip)));
-            // A passed start time marks the beginning of the region of interest, but
-            // only if it is plausible (an old stop indicator passes garbage).
-            let valid = hit.passed_time > self.base_time && hit.passed_time < hit.time;
-            let start = if hit.is_stop_indicator && valid {
-                hit.passed_time.wrapping_sub(self.base_time) as i64
-            } else {
-                time
-            };
-            self.sink
-                .duration_complete(thread, &name, start, time, &args);
-        }
+        crate::tracks::write_hits(&mut self.sink, &self.config.hits, self.base_time);
     }
 
     /// Feeds one event (all of it is written: no filter range).
@@ -342,21 +313,7 @@ impl<S: TraceSink> LegacyWriter<S> {
             return i;
         }
         let effective_time = event.time().map(|t| self.map_time(t)).unwrap_or(0);
-        let pid = thread
-            .pid
-            .map_or_else(|| "?".to_string(), |p| p.to_string());
-        let tid = thread
-            .tid
-            .map_or_else(|| "?".to_string(), |p| p.to_string());
-        let default_name = if pid == tid {
-            format!("[pid={pid}]")
-        } else {
-            format!("[pid={pid}] [tid={tid}]")
-        };
-        let name = match thread.pid.and_then(|p| self.config.process_names.get(&p)) {
-            Some(cmd) => format!("{cmd} {default_name}"),
-            None => default_name,
-        };
+        let name = crate::tracks::group_name(thread, &self.config.process_names);
         let track_group_id = self.sink.allocate_pid(&name);
         let track = self.sink.allocate_thread(track_group_id, "main");
         let ocaml = if self.config.ocaml_exception_info.is_some() {

@@ -12,6 +12,7 @@ pub mod legacy;
 pub mod ordered;
 pub mod segments;
 pub mod sink;
+mod tracks;
 pub mod transcript;
 
 pub use sink::{Arg, ArgValue, TraceSink};

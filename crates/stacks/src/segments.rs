@@ -256,35 +256,9 @@ impl<S: TraceSink> SegmentsWriter<S> {
     }
 
     fn write_hits(&mut self) {
-        if self.config.hits.is_empty() {
-            return;
-        }
-        let pid = self.sink.allocate_pid("Snapshot symbol hits");
-        let thread = self.sink.allocate_thread(pid, "hits");
         let mut hits = self.config.hits.clone();
         hits.sort_by_key(|h| h.time);
-        for hit in &hits {
-            let time = hit.time.wrapping_sub(self.base_time) as i64;
-            let valid = hit.passed_time > self.base_time && hit.passed_time < hit.time;
-            let start = if hit.is_stop_indicator && valid {
-                hit.passed_time.wrapping_sub(self.base_time) as i64
-            } else {
-                time
-            };
-            let mut args = Vec::with_capacity(5);
-            if hit.is_stop_indicator {
-                args.push(Arg::new(
-                    "timestamp_passed",
-                    ArgValue::Int(hit.passed_time as i64),
-                ));
-                args.push(Arg::new("arg", ArgValue::Int(hit.passed_value)));
-            }
-            args.push(Arg::new("timestamp", ArgValue::Int(hit.time as i64)));
-            args.push(Arg::new("tid", ArgValue::Int(hit.tid as i64)));
-            args.push(Arg::new("ip", ArgValue::Pointer(hit.ip)));
-            self.sink
-                .duration_complete(thread, &format!("hit {}", hit.symbol), start, time, &args);
-        }
+        crate::tracks::write_hits(&mut self.sink, &hits, self.base_time);
     }
 
     /// The sink (e.g. to mark the end of input in a transcript).
@@ -357,21 +331,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             self.last_thread = Some((thread, i));
             return i;
         }
-        let pid = thread
-            .pid
-            .map_or_else(|| "?".to_string(), |p| p.to_string());
-        let tid = thread
-            .tid
-            .map_or_else(|| "?".to_string(), |p| p.to_string());
-        let default = if pid == tid {
-            format!("[pid={pid}]")
-        } else {
-            format!("[pid={pid}] [tid={tid}]")
-        };
-        let name = match thread.pid.and_then(|p| self.config.process_names.get(&p)) {
-            Some(cmd) => format!("{cmd} {default}"),
-            None => default,
-        };
+        let name = crate::tracks::group_name(thread, &self.config.process_names);
         let track_group_id = self.sink.allocate_pid(&name);
         let track = self.sink.allocate_thread(track_group_id, "main");
         let time = event
