@@ -25,13 +25,14 @@ pub struct RecordReader<R> {
     strings: StringTable,
     /// Filter name id → interned name.
     names: Vec<Option<Sym>>,
-    /// Filter location id → location (callchain frames).
+    /// Filter location id → location (callchain frames, branch ends).
     locs: Vec<Location>,
+    /// Filter chain id → callchain, root first (as events carry stacks).
+    chains: Vec<Vec<Location>>,
     unknown_dso: Option<Sym>,
     payload: Vec<u8>,
     text: Vec<u8>,
     ready: VecDeque<Event>,
-    frames: Vec<Location>,
     scratch: String,
     stats: Stats,
     warnings: Vec<Warning>,
@@ -92,11 +93,11 @@ impl<R: BufRead> RecordReader<R> {
             strings,
             names: Vec::new(),
             locs: Vec::new(),
+            chains: Vec::new(),
             unknown_dso: None,
             payload: Vec::new(),
             text: Vec::new(),
             ready: VecDeque::new(),
-            frames: Vec::new(),
             scratch: String::new(),
             stats: Stats::default(),
             warnings: Vec::new(),
@@ -118,6 +119,7 @@ impl<R: BufRead> RecordReader<R> {
     pub fn take_strings(&mut self) -> StringTable {
         self.names.clear();
         self.locs.clear();
+        self.chains.clear();
         self.unknown_dso = None;
         std::mem::take(&mut self.strings)
     }
@@ -316,35 +318,62 @@ impl<R: BufRead> RecordReader<R> {
                 self.names.push(Some(sym));
             }
             format::REC_STACK => {
-                let c = self.common(p)?;
-                let mut at = format::COMMON_LEN;
-                let n = (p.len() >= at + 4)
-                    .then(|| u32_at(p, at))
-                    .ok_or("short stack")?;
-                at += 4;
-                if p.len() != at + n as usize * 4 {
-                    return Err(format!("stack of {n} frames has {} bytes", p.len()));
+                if p.len() != format::STACK_LEN {
+                    return Err("bad stack sample length".into());
                 }
-                self.frames.clear();
-                for i in 0..n as usize {
-                    let id = u32_at(p, at + i * 4);
-                    let loc = self
-                        .locs
-                        .get(id as usize)
-                        .ok_or_else(|| format!("location id {id} used before it was sent"))?;
-                    self.frames.push(*loc);
-                }
+                let c = self.short_common(p)?;
+                let period = u64_at(p, format::SHORT_LEN);
+                let id = u32_at(p, format::SHORT_LEN + 8);
+                let chain = self
+                    .chains
+                    .get(id as usize)
+                    .ok_or_else(|| format!("chain id {id} used before it was sent"))?;
                 let data = match extra(c.class) {
                     Some(name) => EventData::EventSample {
-                        location: *self.frames.first().ok_or("empty stack")?,
-                        count: c.period,
+                        // perf's leaf frame: the last of a root-first chain.
+                        location: *chain.last().ok_or("empty chain")?,
+                        count: period,
                         name,
                     },
                     None => EventData::StackSample {
-                        callstack: self.frames.iter().rev().copied().collect(),
+                        callstack: chain.clone(),
                     },
                 };
                 self.push(c, false, data);
+            }
+            format::REC_CHAIN => {
+                let n = (p.len() >= 8).then(|| u32_at(p, 4)).ok_or("short chain")? as usize;
+                if n == 0 || p.len() != 8 + n * 4 {
+                    return Err(format!("chain of {n} frames has {} bytes", p.len()));
+                }
+                let id = u32_at(p, 0) as usize;
+                if id > self.chains.len() || id >= format::MAX_CHAINS as usize {
+                    return Err(format!(
+                        "chain id {id}, expected at most {}",
+                        self.chains.len()
+                    ));
+                }
+                let mut chain = if id < self.chains.len() {
+                    // The filter started its ids again: reuse the slot and its memory.
+                    std::mem::take(&mut self.chains[id])
+                } else {
+                    Vec::with_capacity(n)
+                };
+                chain.clear();
+                // perf lists frames leaf first; stacks are root first.
+                for i in (0..n).rev() {
+                    let l = u32_at(p, 8 + i * 4);
+                    let loc = self
+                        .locs
+                        .get(l as usize)
+                        .ok_or_else(|| format!("location id {l} used before it was sent"))?;
+                    chain.push(*loc);
+                }
+                if id < self.chains.len() {
+                    self.chains[id] = chain;
+                } else {
+                    self.chains.push(chain);
+                }
             }
             format::REC_INLINE => {
                 let c = self.common(p)?;
@@ -365,12 +394,19 @@ impl<R: BufRead> RecordReader<R> {
                 self.push(c, false, data);
             }
             format::REC_BRANCH => {
-                let c = self.common(p)?;
-                if p.len() != format::COMMON_LEN + 2 * format::LOC_LEN {
+                if p.len() != format::BRANCH_LEN {
                     return Err("bad branch length".into());
                 }
-                let src = self.loc(p, format::COMMON_LEN)?;
-                let dst = self.loc(p, format::COMMON_LEN + format::LOC_LEN)?;
+                let mut c = self.short_common(p)?;
+                c.flags = u32_at(p, format::SHORT_LEN);
+                let end_at = |k: usize| {
+                    let l = u32_at(p, format::SHORT_LEN + 4 + 4 * k);
+                    self.locs
+                        .get(l as usize)
+                        .copied()
+                        .ok_or_else(|| format!("location id {l} used before it was sent"))
+                };
+                let (src, dst) = (end_at(0)?, end_at(1)?);
                 let (start, end, kind) = branch_kind(c.flags).ok_or("unprintable flags")?;
                 let change = match (start, end) {
                     (true, false) => Some(TraceStateChange::Start),
@@ -429,6 +465,24 @@ impl<R: BufRead> RecordReader<R> {
             time: u64_at(p, 12),
             flags: u32_at(p, 24),
             period: u64_at(p, 28),
+        })
+    }
+
+    /// The short common part of `STACK` and `BRANCH` (flags and period left 0).
+    fn short_common(&self, p: &[u8]) -> Result<Common, String> {
+        if p.len() < format::SHORT_LEN {
+            return Err("short sample record".into());
+        }
+        let class = Class::from_u8(p[0]).ok_or_else(|| format!("unknown class {}", p[0]))?;
+        Ok(Common {
+            class,
+            thread: Thread {
+                pid: id(u32_at(p, 4) as i32),
+                tid: id(u32_at(p, 8) as i32),
+            },
+            time: u64_at(p, 12),
+            flags: 0,
+            period: 0,
         })
     }
 
@@ -528,7 +582,7 @@ mod tests {
 
     /// Builds streams the way the filter writes them.
     #[derive(Default)]
-    struct W(Vec<u8>, u32);
+    struct W(Vec<u8>, u32, u32);
 
     impl W {
         fn rec(&mut self, ty: u8, payload: &[u8]) -> &mut Self {
@@ -563,16 +617,25 @@ mod tests {
             p.extend_from_slice(&off.to_le_bytes());
         }
         fn stack(&mut self, time: u64, frames: &[(u64, u32, u32, u64)]) -> &mut Self {
-            let mut p = Self::common(Class::Sample, 7, time, 0);
-            p.extend_from_slice(&(frames.len() as u32).to_le_bytes());
+            let mut chain = Vec::new();
             for &(ip, s, d, o) in frames {
                 let id = self.1;
                 self.1 += 1;
                 let mut l = id.to_le_bytes().to_vec();
                 Self::loc(&mut l, ip, s, d, o);
                 self.rec(format::REC_LOC, &l);
-                p.extend_from_slice(&id.to_le_bytes());
+                chain.extend_from_slice(&id.to_le_bytes());
             }
+            let cid = self.2;
+            self.2 += 1;
+            let mut c = cid.to_le_bytes().to_vec();
+            c.extend_from_slice(&(frames.len() as u32).to_le_bytes());
+            c.extend_from_slice(&chain);
+            self.rec(format::REC_CHAIN, &c);
+            let mut p = Self::common(Class::Sample, 7, time, 0);
+            p.truncate(format::SHORT_LEN);
+            p.extend_from_slice(&0u64.to_le_bytes());
+            p.extend_from_slice(&cid.to_le_bytes());
             self.rec(format::REC_STACK, &p)
         }
         fn end(&mut self) -> &mut Self {

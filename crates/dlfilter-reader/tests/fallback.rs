@@ -5,7 +5,9 @@ mod common;
 
 use common::*;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
-use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions, DlfilterScript, Error};
+use ptscope_dlfilter_reader::{
+    install_filter, open, Choice, DlfilterOptions, DlfilterScript, Error,
+};
 use ptscope_event::StringTable;
 use std::path::{Path, PathBuf};
 
@@ -40,6 +42,22 @@ fn text_events(data: &Path) -> Vec<String> {
     out
 }
 
+/// Bytes perf writes on the dlfilter path for `data`.
+fn stream_len(data: &Path) -> usize {
+    let filter = install_filter(data.parent().expect("data has a directory")).expect("install");
+    let out = std::process::Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(data)
+        .args(RecordingKind::Sampling.script_args())
+        .arg("--dlfilter")
+        .arg(filter)
+        .output()
+        .expect("perf script --dlfilter");
+    assert!(out.status.success());
+    out.stdout.len()
+}
+
 fn options(data: &Path, perf: &Path) -> DlfilterOptions {
     let mut o = DlfilterOptions::new(data);
     o.perf = perf.to_path_buf();
@@ -64,8 +82,9 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
     let want = text_events(&data);
     assert!(want.len() > 100);
 
-    // perf dies mid-stream: the events before are kept, then a clear error.
-    let crashing = fake_perf(&dir, "6.1.0", 20_000);
+    // perf dies mid-stream (halfway through its output): the events before are kept,
+    // then a clear error.
+    let crashing = fake_perf(&dir, "6.1.0", stream_len(&data) / 2);
     let mut s = DlfilterScript::spawn(&options(&data, &crashing)).expect("spawn");
     let mut got = Vec::new();
     let err = loop {

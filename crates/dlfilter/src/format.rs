@@ -9,23 +9,30 @@ pub const MARKER: u8 = 0;
 /// Bytes before a record's payload: marker, type, u32 payload length.
 pub const HEADER_LEN: usize = 6;
 /// Version written in the `HELLO` record; bumped on any incompatible change.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// `HELLO`: u32 version. First record of a stream.
 pub const REC_HELLO: u8 = 1;
 /// `NAME`: u32 id, then the name's bytes. Sent once, before the first use of `id`.
 pub const REC_NAME: u8 = 2;
-/// `STACK`: common part, u32 frame count, that many `LOC` ids (leaf first, as perf prints them).
+/// `STACK`: short common part, u32 `CHAIN` id (a sample with a callchain).
 pub const REC_STACK: u8 = 3;
 /// `INLINE`: common part, one location (a sample without a callchain).
 pub const REC_INLINE: u8 = 4;
-/// `BRANCH`: common part, source location, destination location.
+/// `BRANCH`: short common part, u32 flags, u32 source `LOC` id, u32 destination `LOC` id.
 pub const REC_BRANCH: u8 = 5;
 /// `END`: u64 samples seen, u64 records sent, u64 jumps dropped, u64 passed as text.
 pub const REC_END: u8 = 6;
-
-/// `LOC`: u32 id, then one location. Sent once, before the first use of `id` in a `STACK`.
+/// `LOC`: u32 id, then one location. Sent once, before the first use of `id`.
 pub const REC_LOC: u8 = 7;
+/// `CHAIN`: u32 id, u32 n, n `LOC` ids (leaf first, as perf prints callchains). Sent
+/// before the first use of `id`; an id below [`MAX_CHAINS`] may be sent again, and then
+/// replaces the earlier chain.
+pub const REC_CHAIN: u8 = 8;
+
+/// Chain ids stay below this: the filter starts again from 0 (resending chains as they
+/// recur) rather than let the reader's table grow without bound.
+pub const MAX_CHAINS: u32 = 1 << 16;
 
 /// "No name" in a location's symbol or DSO id.
 pub const NO_NAME: u32 = u32::MAX;
@@ -33,6 +40,13 @@ pub const NO_NAME: u32 = u32::MAX;
 /// Size of the common part: class u8, cpumode u8, u16 reserved, pid i32, tid i32,
 /// time u64, cpu i32, flags u32, period u64, ip u64, addr u64, insn_cnt u64, cyc_cnt u64.
 pub const COMMON_LEN: usize = 4 + 4 + 4 + 8 + 4 + 4 + 8 * 5;
+/// Size of the short common part of `STACK` and `BRANCH`: class u8, 3 bytes reserved,
+/// pid i32, tid i32, time u64.
+pub const SHORT_LEN: usize = 4 + 4 + 4 + 8;
+/// Size of a `STACK` payload: short common part, period u64, chain id u32.
+pub const STACK_LEN: usize = SHORT_LEN + 8 + 4;
+/// Size of a `BRANCH` payload: short common part, flags u32, two location ids.
+pub const BRANCH_LEN: usize = SHORT_LEN + 4 + 4 + 4;
 /// Size of one location: printed ip u64, symbol id u32, DSO id u32, offset u64.
 pub const LOC_LEN: usize = 8 + 4 + 4 + 8;
 

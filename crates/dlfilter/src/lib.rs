@@ -172,7 +172,15 @@ extern "C" {
     static mut stdout: *mut c_void;
     fn fwrite_unlocked(ptr: *const c_void, size: usize, n: usize, stream: *mut c_void) -> usize;
     fn fflush(stream: *mut c_void) -> c_int;
+    fn setvbuf(stream: *mut c_void, buf: *mut c_char, mode: c_int, size: usize) -> c_int;
 }
+
+/// `_IOFBF`: full buffering.
+const IOFBF: c_int = 0;
+/// perf's stdout buffer while the filter runs: 4 KB blocks mean one pipe write per
+/// ~100 samples; larger blocks cut perf's syscalls (perf shares the buffer, so the
+/// order of records and text is unchanged).
+const STDOUT_BUF: usize = 256 << 10;
 
 /// Callchain entries at or above this are `PERF_CONTEXT_*` markers, not addresses.
 const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
@@ -204,16 +212,38 @@ impl std::hash::Hasher for Fx {
 
 type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
 
-/// Cached callchain locations of one process.
+/// A location sent in a `LOC` record, and what perf resolved it from.
+#[derive(Copy, Clone)]
+struct Cached {
+    id: u32,
+    sym: u32,
+    dso: u32,
+    sym_ptr: usize,
+    dso_ptr: usize,
+}
+
+/// What was sent for one process, so repeated addresses and callchains cost a lookup.
 #[derive(Default)]
 struct ProcCache {
     /// The comm perf reports for the process; a new one (exec) invalidates the cache.
     comm: usize,
-    /// Raw address → (location id, symbol and DSO pointers perf resolved it to).
-    locs: FxMap<u64, (u32, usize, usize)>,
+    /// Callchain address → its location (printed DSO-relative, as perf prints frames).
+    frames: FxMap<u64, Cached>,
+    /// Branch end (absolute address) → its location (printed absolute, as perf does).
+    ends: FxMap<u64, Cached>,
+    /// Raw callchain → (chain id, symbol and DSO pointers the sample's ip resolved to).
+    chains: FxMap<Box<[u64]>, (u32, usize, usize)>,
 }
 
-/// A process's cache is dropped past this many addresses, bounding memory.
+impl ProcCache {
+    fn clear(&mut self) {
+        self.frames.clear();
+        self.ends.clear();
+        self.chains.clear();
+    }
+}
+
+/// A process's cache of one kind is dropped past this many entries, bounding memory.
 const MAX_CACHED: usize = 1 << 20;
 
 /// The filter's state, created by `start`.
@@ -226,8 +256,12 @@ struct State {
     by_name: HashMap<Vec<u8>, u32>,
     names: Vec<Vec<u8>>,
     events: HashMap<usize, EventInfo>,
+    /// The last event name seen: nearly every sample has the same one.
+    last_event: (usize, EventInfo),
     procs: FxMap<i32, ProcCache>,
     next_loc: u32,
+    next_chain: u32,
+    ids: Vec<u32>,
     rec: Vec<u8>,
     def: Vec<u8>,
     seen: u64,
@@ -319,11 +353,34 @@ impl State {
         Some((sym, dso, off))
     }
 
-    /// The id of a callchain address's location, resolving it (and announcing it with
-    /// a `LOC` record) only the first time it is seen in this process.
-    unsafe fn frame(&mut self, pid: i32, ip: u64, ctx: Ctx) -> Option<u32> {
-        if let Some(&(id, _, _)) = self.procs.get(&pid).and_then(|p| p.locs.get(&ip)) {
-            return Some(id);
+    /// Sends a `LOC` record for a resolved address; `None` if perf's text would differ
+    /// from what the reader can rebuild.
+    fn new_loc(&mut self, printed_ip: u64, al: &Al) -> Option<Cached> {
+        let (sym, dso, off) = self.loc_fields(al)?;
+        let id = self.next_loc;
+        self.next_loc = id.checked_add(1)?;
+        begin(&mut self.def, format::REC_LOC);
+        put_u32(&mut self.def, id);
+        put_u64(&mut self.def, printed_ip);
+        put_u32(&mut self.def, sym);
+        put_u32(&mut self.def, dso);
+        put_u64(&mut self.def, off);
+        seal(&mut self.def);
+        self.emit(|s| &s.def);
+        Some(Cached {
+            id,
+            sym,
+            dso,
+            sym_ptr: al.sym as usize,
+            dso_ptr: al.dso as usize,
+        })
+    }
+
+    /// A callchain address's location, resolved (and sent) only the first time it is
+    /// seen in this process.
+    unsafe fn frame(&mut self, pid: i32, ip: u64, ctx: Ctx) -> Option<Cached> {
+        if let Some(&c) = self.procs.get(&pid).and_then(|p| p.frames.get(&ip)) {
+            return Some(c);
         }
         let resolve = (*std::ptr::addr_of!(perf_dlfilter_fns)).resolve_address?;
         let mut al: Al = std::mem::zeroed();
@@ -331,42 +388,92 @@ impl State {
         if resolve(ctx, ip, &mut al) != 0 {
             return None;
         }
-        let (sym, dso, off) = self.loc_fields(&al)?;
-        let id = self.next_loc;
-        self.next_loc += 1;
-        begin(&mut self.def, format::REC_LOC);
-        put_u32(&mut self.def, id);
         // perf prints callchain addresses relative to their DSO.
-        put_u64(&mut self.def, al.addr);
-        put_u32(&mut self.def, sym);
-        put_u32(&mut self.def, dso);
-        put_u64(&mut self.def, off);
-        seal(&mut self.def);
-        self.emit(|s| &s.def);
+        let c = self.new_loc(al.addr, &al)?;
         let p = self.procs.entry(pid).or_default();
-        if p.locs.len() >= MAX_CACHED {
-            p.locs.clear();
+        if p.frames.len() >= MAX_CACHED {
+            p.frames.clear();
         }
-        p.locs.insert(ip, (id, al.sym as usize, al.dso as usize));
-        Some(id)
+        p.frames.insert(ip, c);
+        Some(c)
     }
 
-    /// Forgets a process's cached locations when its mappings may have changed: a new
-    /// comm (exec), or the sample's own address now resolving elsewhere (dlopen, JIT).
-    unsafe fn check_cache(&mut self, s: &Sample, ip_al: Option<&Al>) {
-        let Some(al) = ip_al else {
-            self.procs.remove(&s.pid);
-            return;
-        };
-        let p = self.procs.entry(s.pid).or_default();
-        let stale = p.comm != al.comm as usize
-            || p.locs
-                .get(&s.ip)
-                .is_some_and(|&(_, sym, dso)| sym != al.sym as usize || dso != al.dso as usize);
-        if stale {
-            p.locs.clear();
-            p.comm = al.comm as usize;
+    /// A branch end's location (printed as the absolute address), from the cache or
+    /// from `al` (perf's resolution of it), sent the first time.
+    fn end(&mut self, pid: i32, addr: u64, al: &Al) -> Option<Cached> {
+        let c = self.new_loc(addr, al)?;
+        let p = self.procs.entry(pid).or_default();
+        if p.ends.len() >= MAX_CACHED {
+            p.ends.clear();
         }
+        p.ends.insert(addr, c);
+        Some(c)
+    }
+
+    /// The process's cache, emptied first when its mappings may have changed: a new
+    /// comm (exec), or no location for the sample's own address.
+    fn proc_cache(&mut self, pid: i32, ip_al: Option<&Al>) -> &mut ProcCache {
+        let comm = ip_al.map_or(0, |a| a.comm as usize);
+        let p = self.procs.entry(pid).or_default();
+        if ip_al.is_none() || p.comm != comm {
+            p.clear();
+            p.comm = comm;
+        }
+        p
+    }
+
+    /// The id of a callchain, sending its frames' locations and a `CHAIN` record the
+    /// first time it is seen in this process. `sp`, `dp`: where the sample's ip resolved.
+    unsafe fn new_chain(
+        &mut self,
+        pid: i32,
+        chain: &[u64],
+        ctx: Ctx,
+        (sp, dp): (usize, usize),
+    ) -> Option<u32> {
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        for &ip in chain {
+            if ip >= PERF_CONTEXT_MAX {
+                continue;
+            }
+            match self.frame(pid, ip, ctx) {
+                Some(c) => ids.push(c.id),
+                None => {
+                    self.ids = ids;
+                    return None;
+                }
+            }
+        }
+        if ids.is_empty() {
+            // perf prints a bare header; what the text decoder makes of it depends on the name.
+            self.ids = ids;
+            return None;
+        }
+        if self.next_chain >= format::MAX_CHAINS {
+            // Start the ids again: every process resends its chains as they recur.
+            for p in self.procs.values_mut() {
+                p.chains.clear();
+            }
+            self.next_chain = 0;
+        }
+        let id = self.next_chain;
+        self.next_chain += 1;
+        begin(&mut self.def, format::REC_CHAIN);
+        put_u32(&mut self.def, id);
+        put_u32(&mut self.def, ids.len() as u32);
+        for &l in &ids {
+            put_u32(&mut self.def, l);
+        }
+        seal(&mut self.def);
+        self.emit(|s| &s.def);
+        self.ids = ids;
+        self.procs
+            .entry(pid)
+            .or_default()
+            .chains
+            .insert(chain.into(), (id, sp, dp));
+        Some(id)
     }
 
     fn common(&mut self, ty: u8, class: Class, s: &Sample) {
@@ -386,7 +493,11 @@ impl State {
     }
 
     fn event_info(&mut self, p: *const c_char) -> EventInfo {
+        if self.last_event.0 == p as usize && !p.is_null() {
+            return self.last_event.1;
+        }
         if let Some(&e) = self.events.get(&(p as usize)) {
+            self.last_event = (p as usize, e);
             return e;
         }
         let name: &[u8] = if p.is_null() {
@@ -398,6 +509,7 @@ impl State {
         let (class, clean) = format::classify(name);
         let e = EventInfo { class, clean };
         self.events.insert(p as usize, e);
+        self.last_event = (p as usize, e);
         e
     }
 
@@ -421,26 +533,33 @@ impl State {
             self.loc(s.ip, al)?;
             return Some(true);
         }
-        let ip_al = fns.resolve_ip.map(|f| f(ctx)).filter(|p| !p.is_null());
-        self.check_cache(s, ip_al.map(|p| &*p));
-        self.common(format::REC_STACK, ev.class, s);
-        let count_at = self.rec.len();
-        put_u32(&mut self.rec, 0);
+        let ip_al = fns.resolve_ip.and_then(|f| f(ctx).as_ref());
+        let ptrs = ip_al.map_or((0, 0), |a| (a.sym as usize, a.dso as usize));
         let chain = std::slice::from_raw_parts(s.raw_callchain, s.raw_callchain_nr as usize);
-        let mut n = 0u32;
-        for &ip in chain {
-            if ip >= PERF_CONTEXT_MAX {
-                continue;
+        let p = self.proc_cache(s.pid, ip_al);
+        let id = match p.chains.get(chain) {
+            Some(&(id, sp, dp)) if (sp, dp) == ptrs => id,
+            hit => {
+                // The sample's own address resolving elsewhere than when this chain (or
+                // that address) was cached means new mappings (dlopen, JIT): start over.
+                let stale_frame = p
+                    .frames
+                    .get(&s.ip)
+                    .is_some_and(|c| (c.sym_ptr, c.dso_ptr) != ptrs);
+                if hit.is_some() || stale_frame {
+                    p.clear();
+                }
+                self.new_chain(s.pid, chain, ctx, ptrs)?
             }
-            let id = self.frame(s.pid, ip, ctx)?;
-            put_u32(&mut self.rec, id);
-            n += 1;
-        }
-        if n == 0 {
-            // perf prints a bare header; what the text decoder makes of it depends on the name.
-            return None;
-        }
-        self.rec[count_at..count_at + 4].copy_from_slice(&n.to_le_bytes());
+        };
+        let r = &mut self.rec;
+        begin(r, format::REC_STACK);
+        r.extend_from_slice(&[ev.class as u8, 0, 0, 0]);
+        r.extend_from_slice(&s.pid.to_le_bytes());
+        r.extend_from_slice(&s.tid.to_le_bytes());
+        put_u64(r, s.time);
+        put_u64(r, s.period);
+        put_u32(r, id);
         Some(true)
     }
 
@@ -450,26 +569,50 @@ impl State {
         if !ev.clean || format::flag_words(s.flags).is_none() || s.addr_correlates_sym == 0 {
             return None;
         }
-        let src = (fns.resolve_ip?)(ctx).as_ref()?;
-        let dst = (fns.resolve_addr?)(ctx).as_ref()?;
+        let src_al = (fns.resolve_ip?)(ctx).as_ref()?;
+        let p = self.proc_cache(s.pid, Some(src_al));
+        let src_ptrs = (src_al.sym as usize, src_al.dso as usize);
+        let src = match p.ends.get(&s.ip) {
+            Some(&c) if (c.sym_ptr, c.dso_ptr) == src_ptrs => c,
+            hit => {
+                if hit.is_some() {
+                    // The address resolves elsewhere now: new mappings (dlopen, JIT).
+                    p.clear();
+                }
+                self.end(s.pid, s.ip, src_al)?
+            }
+        };
+        let cached = self.procs.get(&s.pid).and_then(|p| p.ends.get(&s.addr));
+        let dst = match cached {
+            Some(&c) => c,
+            None => {
+                let dst_al = (fns.resolve_addr?)(ctx).as_ref()?;
+                self.end(s.pid, s.addr, dst_al)?
+            }
+        };
         // Same test as the reader's `is_dropped_jump`, so a fallback can skip exactly
         // what was delivered; the name (not the address) is what stack writers compare.
+        // Names are interned by content, so equal ids are equal names.
         let plain_jump = s.flags & IN_TX == 0
             && matches!(s.flags & !AUX, f if f == BRANCH || f == BRANCH | CONDITIONAL);
         if plain_jump
             && !self.keep_jumps
-            && !src.sym.is_null()
-            && !dst.sym.is_null()
-            && !src.dso.is_null()
-            && !dst.dso.is_null()
-            && CStr::from_ptr(src.sym) == CStr::from_ptr(dst.sym)
-            && CStr::from_ptr(src.dso) == CStr::from_ptr(dst.dso)
+            && src.sym != NO_NAME
+            && src.dso != NO_NAME
+            && src.sym == dst.sym
+            && src.dso == dst.dso
         {
             return Some(false);
         }
-        self.common(format::REC_BRANCH, ev.class, s);
-        self.loc(s.ip, src)?;
-        self.loc(s.addr, dst)?;
+        let r = &mut self.rec;
+        begin(r, format::REC_BRANCH);
+        r.extend_from_slice(&[ev.class as u8, 0, 0, 0]);
+        r.extend_from_slice(&s.pid.to_le_bytes());
+        r.extend_from_slice(&s.tid.to_le_bytes());
+        put_u64(r, s.time);
+        put_u32(r, s.flags);
+        put_u32(r, src.id);
+        put_u32(r, dst.id);
         Some(true)
     }
 }
@@ -484,8 +627,17 @@ pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_in
         by_name: HashMap::new(),
         names: Vec::new(),
         events: HashMap::new(),
+        last_event: (
+            0,
+            EventInfo {
+                class: Class::Sample,
+                clean: false,
+            },
+        ),
         procs: FxMap::default(),
         next_loc: 0,
+        next_chain: 0,
+        ids: Vec::new(),
         rec: Vec::with_capacity(4096),
         def: Vec::with_capacity(256),
         seen: 0,
@@ -514,6 +666,10 @@ pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_in
         }
     }
     if !st.null {
+        // Leaked on purpose: perf may still print through it after `stop`.
+        let buf: &'static mut [u8] = Box::leak(vec![0u8; STDOUT_BUF].into_boxed_slice());
+        // glibc flushes what is pending before switching buffers; failure costs only speed.
+        setvbuf(stdout, buf.as_mut_ptr().cast(), IOFBF, buf.len());
         begin(&mut st.rec, format::REC_HELLO);
         put_u32(&mut st.rec, format::VERSION);
         seal(&mut st.rec);
