@@ -201,7 +201,14 @@ impl std::hash::Hasher for Fx {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
+        // Slices of integers (callchains) arrive here as bytes: take them 8 at a time.
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            self.write_u64(u64::from_le_bytes(a));
+        }
+        for &b in words.remainder() {
             self.write_u64(b as u64);
         }
     }
