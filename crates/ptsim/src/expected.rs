@@ -112,7 +112,7 @@ pub struct ThreadExpectation {
     pub branches: Vec<Branch>,
 }
 
-fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<Branch> {
+pub(crate) fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<Branch> {
     let kind = match s.kind {
         StepKind::Start => BranchKind::TraceStart,
         StepKind::Jcc { taken: true } => BranchKind::Jcc,

@@ -94,6 +94,8 @@ pub struct SimConfig {
     pub time_zero: u64,
     /// PMU type number for `intel_pt`.
     pub pmu_type: u32,
+    /// Nominal cycles a syscall or signal delivery spends in the kernel (untraced).
+    pub kernel_cycles: u64,
 }
 
 impl Default for SimConfig {
@@ -106,6 +108,7 @@ impl Default for SimConfig {
             main_faults: None,
             time_zero: 1_000_000_000_000,
             pmu_type: 8,
+            kernel_cycles: 1000,
         }
     }
 }
@@ -208,7 +211,7 @@ pub fn run_qemu(plugin: &Path, log: &Path, argv: &[OsString]) -> Result<std::pro
 /// Builds the recording and its truth from a block log.
 pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
     let started = Instant::now();
-    let (mut traces, tstats) = truth::derive(log);
+    let (mut traces, tstats) = truth::derive(log, cfg.kernel_cycles);
     let derive_time = started.elapsed();
     // The main thread first, the others in order of appearance.
     traces.sort_by_key(|t| {
@@ -485,11 +488,13 @@ pub fn write_outputs(sim: &Simulation, out: &Path, tsv: bool) -> Result<()> {
 ///
 /// Names come from perf's decode of a full recording of the same execution (written to a
 /// temporary `symbols.perf.data` beside `out` when `sim` is a snapshot or has faults), so
-/// frames entered before a snapshot are named too.
+/// frames entered before a snapshot are named too. With `perf_clock`, times are those perf
+/// prints for the recording at `out` ([`stacks::perf_clock_times`]) instead of true times.
 pub fn true_stacks(
     sim: &Simulation,
     log: &BlockLog,
     out: &Path,
+    perf_clock: bool,
 ) -> Result<Vec<stacks::StackTimeline>> {
     let full = sim.recording.snapshot || sim.stats.pt_bytes == 0 || {
         let g: usize = sim
@@ -526,11 +531,38 @@ pub fn true_stacks(
         perfscript::Symbols::from_perf(out)?
     };
     let ns = |c| sim.ns(c);
-    Ok(sim
-        .traces
-        .iter()
-        .map(|t| stacks::timeline(t, &ns, &syms))
-        .collect())
+    let dso = |a: u64| {
+        sim.recording
+            .mmaps
+            .iter()
+            .find(|m| a >= m.start && a < m.start + m.len)
+            .map(|m| m.path.as_str())
+    };
+    if !perf_clock {
+        return Ok(sim
+            .traces
+            .iter()
+            .map(|t| stacks::timeline(t, &ns, &syms, &dso))
+            .collect());
+    }
+    let reported = perfscript::decode(out)?;
+    let mut res = Vec::with_capacity(sim.traces.len());
+    for t in &sim.traces {
+        let mine: Vec<expected::Branch> = reported
+            .iter()
+            .filter(|b| b.tid == t.tid)
+            .copied()
+            .collect();
+        let Some(times) = stacks::perf_clock_times(t, &mine, &ns) else {
+            bail!(
+                "thread {}: perf's branches are not the tail of the truth (faults or \
+                 unpredictable stretches); use true times",
+                t.tid
+            );
+        };
+        res.push(stacks::timeline_at(t, &times, &syms, &dso));
+    }
+    Ok(res)
 }
 
 /// Convenience for tests: all branches of all threads, flattened in thread order.

@@ -37,6 +37,9 @@ struct SimArgs {
     /// Approximate bytes between PSB packets.
     #[arg(long, default_value_t = 16384)]
     psb_period: usize,
+    /// Nominal cycles spent in the kernel per syscall or signal.
+    #[arg(long, default_value_t = 1000)]
+    kernel_cycles: u64,
     /// Also write ground-truth.tsv and expected.tsv (about 55 bytes per branch).
     #[arg(long)]
     tsv: bool,
@@ -51,6 +54,7 @@ impl SimArgs {
             freq_hz: self.freq,
             snapshot_size: self.snapshot_size,
             faults: FaultSpec::parse(&self.faults)?,
+            kernel_cycles: self.kernel_cycles,
             ..Default::default()
         };
         cfg.pt.retcomp = !self.noretcomp;
@@ -120,12 +124,16 @@ fn report(s: &SimStats, output: &Path) {
 }
 
 fn write_stacks(sim: &ptsim::Simulation, log: &BlockLog, output: &Path) -> Result<()> {
-    let timelines = ptsim::true_stacks(sim, log, output)?;
-    let path = output
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join("true-stacks.tsv");
-    ptsim::stacks::write_tsv(&path, &timelines)
+    let dir = output.parent().unwrap_or(Path::new("."));
+    let timelines = ptsim::true_stacks(sim, log, output, false)?;
+    ptsim::stacks::write_tsv(&dir.join("true-stacks.tsv"), &timelines)?;
+    match ptsim::true_stacks(sim, log, output, true) {
+        Ok(t) => ptsim::stacks::write_tsv(&dir.join("true-stacks.perf-clock.tsv"), &t),
+        Err(e) => {
+            eprintln!("ptsim: no true-stacks.perf-clock.tsv: {e:#}");
+            Ok(())
+        }
+    }
 }
 
 fn main() -> Result<()> {

@@ -41,15 +41,43 @@ impl StackTimeline {
     }
 }
 
-fn function(syms: &Symbols, addr: u64) -> (String, u64) {
+/// Names code perf has no symbol for.
+pub type DsoOf<'a> = &'a dyn Fn(u64) -> Option<&'a str>;
+
+fn function(syms: &Symbols, dso: DsoOf<'_>, addr: u64) -> (String, u64) {
     match syms.function(addr) {
         Some((name, entry)) => (name.to_string(), entry),
-        None => (format!("[unknown @ {addr:#x}]"), addr),
+        // ptscope names a location perf calls `[unknown]` after its address and DSO; a
+        // function without a symbol is named after its entry the same way.
+        None => (
+            format!(
+                "[unknown @ {addr:#x} ({})]",
+                dso(addr).unwrap_or("[unknown]")
+            ),
+            addr,
+        ),
     }
 }
 
-/// Replays a thread's steps into its stack timeline; `ns` converts instruction clocks.
-pub fn timeline(t: &ThreadTrace, ns: &dyn Fn(u64) -> u64, syms: &Symbols) -> StackTimeline {
+/// Replays a thread's steps into its stack timeline; `ns` converts instruction clocks,
+/// `dso` names the file mapped at an address.
+pub fn timeline(
+    t: &ThreadTrace,
+    ns: &dyn Fn(u64) -> u64,
+    syms: &Symbols,
+    dso: DsoOf<'_>,
+) -> StackTimeline {
+    let times: Vec<u64> = t.steps.iter().map(|s| ns(s.clock)).collect();
+    timeline_at(t, &times, syms, dso)
+}
+
+/// [`timeline`] with an explicit time for every step (`times[i]` for `t.steps[i]`).
+pub fn timeline_at(
+    t: &ThreadTrace,
+    times: &[u64],
+    syms: &Symbols,
+    dso: DsoOf<'_>,
+) -> StackTimeline {
     let mut frames: Vec<Frame> = Vec::new();
     let mut overlay: Option<&'static str> = None;
     let mut pieces: Vec<(u64, u64, Vec<String>)> = Vec::new();
@@ -64,12 +92,12 @@ pub fn timeline(t: &ThreadTrace, ns: &dyn Fn(u64) -> u64, syms: &Symbols) -> Sta
         v
     };
 
-    for s in &t.steps {
-        let now = ns(s.clock);
+    for (i, s) in t.steps.iter().enumerate() {
+        let now = times.get(i).copied().unwrap_or(0);
         match s.kind {
             StepKind::Start => {
                 overlay = None;
-                let (name, entry) = function(syms, s.to);
+                let (name, entry) = function(syms, dso, s.to);
                 match after_stop {
                     // A signal handler runs on top of the interrupted code.
                     Some((StepKind::Async { .. }, at)) if !frames.is_empty() => {
@@ -92,7 +120,7 @@ pub fn timeline(t: &ThreadTrace, ns: &dyn Fn(u64) -> u64, syms: &Symbols) -> Sta
                 after_stop = None;
             }
             StepKind::Call | StepKind::IndirectCall => {
-                let (name, entry) = function(syms, s.to);
+                let (name, entry) = function(syms, dso, s.to);
                 frames.push(Frame {
                     entry,
                     name,
@@ -105,11 +133,11 @@ pub fn timeline(t: &ThreadTrace, ns: &dyn Fn(u64) -> u64, syms: &Symbols) -> Sta
                 } else {
                     frames.pop();
                 }
-                let (name, entry) = function(syms, s.to);
+                let (name, entry) = function(syms, dso, s.to);
                 land(&mut frames, entry, name, false);
             }
             StepKind::Jmp | StepKind::IndirectJmp | StepKind::Jcc { taken: true } => {
-                let (name, entry) = function(syms, s.to);
+                let (name, entry) = function(syms, dso, s.to);
                 if frames.last().is_none_or(|f| f.entry != entry) {
                     land(&mut frames, entry, name, s.to == entry);
                 }
@@ -137,7 +165,7 @@ pub fn timeline(t: &ThreadTrace, ns: &dyn Fn(u64) -> u64, syms: &Symbols) -> Sta
             }
         }
     }
-    if let (Some((start, stack)), Some(end)) = (last, t.steps.last().map(|s| ns(s.clock))) {
+    if let (Some((start, stack)), Some(&end)) = (last, times.get(t.steps.len().wrapping_sub(1))) {
         if end > start {
             pieces.push((start, end, stack));
         }
@@ -200,4 +228,61 @@ pub fn write_tsv(path: &Path, timelines: &[StackTimeline]) -> anyhow::Result<()>
         w.flush()
     })();
     res.with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Step times on perf's clock: each step takes the time perf printed for its branch (steps
+/// perf does not report, like not-taken conditionals, take the next reported time), and
+/// steps sharing a timestamp are spread evenly up to the next one, as true times would be.
+///
+/// Scoring a writer against this truth measures its stack logic alone: PT timestamps
+/// belong to packets, so perf's time for a branch can be after it (a TNT packet is emitted
+/// when full) or before it (direct branches walked ahead of the next packet). Works for a
+/// thread whose reported branches are exactly the tail of its true ones (full or snapshot
+/// recordings without faults or unpredictable stretches); `None` otherwise.
+pub fn perf_clock_times(
+    t: &ThreadTrace,
+    reported: &[crate::expected::Branch],
+    ns: &dyn Fn(u64) -> u64,
+) -> Option<Vec<u64>> {
+    let truth: Vec<crate::expected::Branch> = crate::expected::truth_iter(t, ns).collect();
+    let offset = truth.len().checked_sub(reported.len())?;
+    let same = truth[offset..]
+        .iter()
+        .zip(reported)
+        .all(|(a, b)| a.kind == b.kind && a.from == b.from && a.to == b.to);
+    if !same || reported.is_empty() {
+        return None;
+    }
+    let mut times = vec![0u64; t.steps.len()];
+    let mut k = 0usize; // index into the true branches
+    let mut pending: Vec<usize> = Vec::new();
+    for (i, s) in t.steps.iter().enumerate() {
+        pending.push(i);
+        if crate::expected::to_branch(s, t.tid, ns).is_some() {
+            let at = reported[k.saturating_sub(offset).min(reported.len() - 1)].time;
+            for j in pending.drain(..) {
+                times[j] = at;
+            }
+            k += 1;
+        }
+    }
+    let last = reported[reported.len() - 1].time;
+    for j in pending {
+        times[j] = last;
+    }
+    let mut i = 0;
+    while i < times.len() {
+        let t0 = times[i];
+        let mut j = i;
+        while j < times.len() && times[j] == t0 {
+            j += 1;
+        }
+        let t1 = times.get(j).copied().unwrap_or(t0 + 1);
+        let m = (j - i) as u64;
+        for (n, x) in times[i..j].iter_mut().enumerate() {
+            *x = t0 + t1.saturating_sub(t0) * n as u64 / m;
+        }
+        i = j;
+    }
+    Some(times)
 }

@@ -166,8 +166,9 @@ pub struct TruthStats {
     pub guessed_outcomes: u64,
 }
 
-/// Derives every thread's branch trace from a block log.
-pub fn derive(log: &BlockLog) -> (Vec<ThreadTrace>, TruthStats) {
+/// Derives every thread's branch trace from a block log; `kernel_cycles` is the nominal
+/// time a syscall or signal delivery spends in the kernel.
+pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthStats) {
     let flows: Vec<Flow> = log
         .tbs
         .iter()
@@ -197,8 +198,10 @@ pub fn derive(log: &BlockLog) -> (Vec<ThreadTrace>, TruthStats) {
             stats.instructions += tb.n_insns as u64;
             let start = if traced {
                 running
+            } else if i == 0 {
+                e.clock
             } else {
-                running.max(e.clock)
+                (running + kernel_cycles).max(e.clock)
             };
             if !traced {
                 steps.push(Step {

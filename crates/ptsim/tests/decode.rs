@@ -92,7 +92,7 @@ fn c_call_tree_ground_truth_and_decode() {
     // The true stacks, named as perf names functions: inside every leaf call the stack
     // is ... main > top > mid > leaf, below libc's start-up frames.
     let log = BlockLog::read(&dir.join("ptsim-blocks.log")).unwrap();
-    let stacks = ptsim::true_stacks(sim, &log, &dir.join("perf.data")).unwrap();
+    let stacks = ptsim::true_stacks(sim, &log, &dir.join("perf.data"), false).unwrap();
     let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let leaf_calls: Vec<u64> = trace
         .steps
@@ -109,6 +109,29 @@ fn c_call_tree_ground_truth_and_decode() {
         );
         assert_eq!(stack.first().map(String::as_str), Some("_start"));
     }
+
+    // The same truth on perf's clock: step times follow perf's timestamps, so scoring a
+    // stack writer against it measures stack logic, not PT timestamp granularity.
+    let reported = decode(&dir.join("perf.data")).unwrap();
+    let ns = |c| sim.ns(c);
+    let times = ptsim::stacks::perf_clock_times(trace, &reported, &ns).expect("aligned");
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "perf-clock times go back"
+    );
+    assert_eq!(times[0], reported[0].time);
+    assert!(*times.last().unwrap() <= reported.last().unwrap().time + 1);
+    let on_perf = ptsim::true_stacks(sim, &log, &dir.join("perf.data"), true).unwrap();
+    let leaf_stacks = on_perf[0]
+        .pieces
+        .iter()
+        .filter(|p| p.2.ends_with(&names(&["main", "top", "mid", "leaf"])))
+        .count();
+    // One stretch in leaf per call, unless a call is shorter than perf's nanosecond.
+    assert!(
+        (8..=10).contains(&leaf_stacks),
+        "{leaf_stacks} stretches in leaf"
+    );
 
     // perf decodes exactly these branches, with timestamps close to the truth.
     let c = check(&dir, sim);
