@@ -111,11 +111,56 @@ pub fn detect_recording_kind(perf: &Path, input: &Path) -> Result<RecordingKind,
         });
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok(if text.lines().any(|l| l.contains("intel_pt")) {
-        RecordingKind::IntelPt
-    } else {
-        RecordingKind::Sampling
-    })
+    if text.lines().any(|l| l.contains("intel_pt")) {
+        return Ok(RecordingKind::IntelPt);
+    }
+    // On a machine without the intel_pt PMU (decoding a recording made elsewhere) perf
+    // cannot name the event: `unknown attr type: 8`. The file's own PMU table can.
+    let unknown: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("unknown attr type: "))
+        .map(|t| t.split(|c: char| !c.is_ascii_digit()).next().unwrap_or(""))
+        .filter(|t| !t.is_empty())
+        .collect();
+    if !unknown.is_empty() && header_maps_intel_pt(perf, input, &unknown) {
+        return Ok(RecordingKind::IntelPt);
+    }
+    Ok(RecordingKind::Sampling)
+}
+
+/// True if the recording's `pmu mappings` header names one of `types` `intel_pt`.
+fn header_maps_intel_pt(perf: &Path, input: &Path, types: &[&str]) -> bool {
+    let out = Command::new(perf)
+        .args(["report", "--header-only", "-i"])
+        .arg(input)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    let Ok(out) = out else { return false };
+    pmu_maps_intel_pt(&String::from_utf8_lossy(&out.stdout), types)
+}
+
+/// Reads `# pmu mappings: cpu = 4, intel_pt = 8` from `perf report --header-only`.
+fn pmu_maps_intel_pt(header: &str, types: &[&str]) -> bool {
+    header
+        .lines()
+        .filter(|l| l.contains("pmu mappings:"))
+        .flat_map(|l| l.split(':').nth(1).unwrap_or("").split(','))
+        .filter_map(|m| m.split_once('='))
+        .any(|(name, ty)| name.trim() == "intel_pt" && types.contains(&ty.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pmu_maps_intel_pt;
+
+    #[test]
+    fn intel_pt_is_found_in_the_pmu_table() {
+        let h = "# nrcpus online : 2\n# pmu mappings: cpu = 4, intel_pt = 8, software = 1\n";
+        assert!(pmu_maps_intel_pt(h, &["8"]));
+        assert!(!pmu_maps_intel_pt(h, &["4"]));
+        assert!(!pmu_maps_intel_pt("# pmu mappings: cpu = 4\n", &["8"]));
+    }
 }
 
 /// A running `perf script` whose stdout is decoded as it arrives.
