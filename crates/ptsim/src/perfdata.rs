@@ -3,7 +3,8 @@
 //! Layout (see the kernel's `tools/perf/Documentation/perf.data-file-format.txt`): the
 //! file header, one attribute (the `intel_pt` event, with its id), the data section
 //! (AUXTRACE_INFO, TIME_CONV, COMM, FORK, MMAP2, AUXTRACE and FINISHED_ROUND records)
-//! and the feature sections (PMU mappings, so the PMU type is known as `intel_pt`).
+//! and the feature sections: event description (the event's name, `intel_pt//u`), PMU
+//! mappings (type 8 is `intel_pt`) and the AUXTRACE index.
 
 use std::io::Write;
 
@@ -27,6 +28,9 @@ const REC_TIME_CONV: u32 = 79;
 const AUXTRACE_INTEL_PT: u32 = 1;
 /// `PERF_RECORD_MISC_USER`.
 const MISC_USER: u16 = 2;
+/// `HEADER_EVENT_DESC` feature bit: event names, which `perf evlist` (and tools that detect
+/// an Intel PT recording by its event name) read instead of the PMU's sysfs entry.
+const FEAT_EVENT_DESC: usize = 12;
 /// `HEADER_PMU_MAPPINGS` feature bit.
 const FEAT_PMU_MAPPINGS: usize = 16;
 /// `HEADER_AUXTRACE` feature bit: the index of AUXTRACE records. perf script also takes
@@ -381,17 +385,29 @@ impl Recording {
             .sum();
         let data_size = data.len() as u64 + aux_len + round.len() as u64;
 
+        // perf's header strings: u32 length (NUL included, padded to 64), then the bytes.
+        let perf_string = |buf: &mut Vec<u8>, name: &str| {
+            let len = (name.len() + 1).div_ceil(64) * 64;
+            buf.extend_from_slice(&(len as u32).to_le_bytes());
+            let mut s = name.as_bytes().to_vec();
+            s.resize(len, 0);
+            buf.extend_from_slice(&s);
+        };
+        // Feature: event description (one event, its attribute, name and id).
+        let mut desc = Vec::new();
+        desc.extend_from_slice(&1u32.to_le_bytes());
+        desc.extend_from_slice(&(ATTR_SIZE as u32).to_le_bytes());
+        desc.extend_from_slice(&attr);
+        desc.extend_from_slice(&1u32.to_le_bytes());
+        perf_string(&mut desc, "intel_pt//u");
+        desc.extend_from_slice(&EVENT_ID.to_le_bytes());
         // Feature: PMU mappings.
         let mut pmu = Vec::new();
         let pmus = [(4u32, "cpu"), (self.pmu_type, "intel_pt")];
         pmu.extend_from_slice(&(pmus.len() as u32).to_le_bytes());
         for (ty, name) in pmus {
             pmu.extend_from_slice(&ty.to_le_bytes());
-            let len = (name.len() + 1).div_ceil(64) * 64;
-            pmu.extend_from_slice(&(len as u32).to_le_bytes());
-            let mut s = name.as_bytes().to_vec();
-            s.resize(len, 0);
-            pmu.extend_from_slice(&s);
+            perf_string(&mut pmu, name);
         }
         // Feature: AUXTRACE index, (file offset, header size) of each AUXTRACE record.
         let mut index = Vec::new();
@@ -402,8 +418,14 @@ impl Recording {
             index.extend_from_slice(&(head.len() as u64).to_le_bytes());
             off += (head.len() + aux.len().div_ceil(8) * 8) as u64;
         }
+        // Features in bit order, each with a (offset, size) entry in the index.
+        let feats: [(usize, &[u8]); 3] = [
+            (FEAT_EVENT_DESC, &desc),
+            (FEAT_PMU_MAPPINGS, &pmu),
+            (FEAT_AUXTRACE, &index),
+        ];
         let feat_index_off = data_off + data_size;
-        let feat_data_off = feat_index_off + 32;
+        let feat_data_off = feat_index_off + 16 * feats.len() as u64;
 
         let mut h = Vec::with_capacity(HEADER_SIZE as usize);
         h.extend_from_slice(b"PERFILE2");
@@ -415,8 +437,9 @@ impl Recording {
         h.extend_from_slice(&data_size.to_le_bytes());
         h.extend_from_slice(&[0u8; 16]); // event_types (unused)
         let mut features = [0u64; 4];
-        features[FEAT_PMU_MAPPINGS / 64] |= 1 << (FEAT_PMU_MAPPINGS % 64);
-        features[FEAT_AUXTRACE / 64] |= 1 << (FEAT_AUXTRACE % 64);
+        for (bit, _) in &feats {
+            features[bit / 64] |= 1 << (bit % 64);
+        }
         for f in features {
             h.extend_from_slice(&f.to_le_bytes());
         }
@@ -433,13 +456,15 @@ impl Recording {
             w.write_all(&[0u8; 8][..pad])?;
         }
         w.write_all(&round)?;
-        // Feature sections come in bit order: PMU mappings (16), then AUXTRACE (18).
-        w.write_all(&feat_data_off.to_le_bytes())?;
-        w.write_all(&(pmu.len() as u64).to_le_bytes())?;
-        w.write_all(&(feat_data_off + pmu.len() as u64).to_le_bytes())?;
-        w.write_all(&(index.len() as u64).to_le_bytes())?;
-        w.write_all(&pmu)?;
-        w.write_all(&index)?;
+        let mut off = feat_data_off;
+        for (_, body) in &feats {
+            w.write_all(&off.to_le_bytes())?;
+            w.write_all(&(body.len() as u64).to_le_bytes())?;
+            off += body.len() as u64;
+        }
+        for (_, body) in &feats {
+            w.write_all(body)?;
+        }
         Ok(())
     }
 }

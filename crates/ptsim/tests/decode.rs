@@ -133,6 +133,17 @@ fn c_call_tree_ground_truth_and_decode() {
         "{leaf_stacks} stretches in leaf"
     );
 
+    // The event is named as perf record names it: tools detect Intel PT recordings so.
+    let evlist = std::process::Command::new("perf")
+        .args(["evlist", "-i"])
+        .arg(dir.join("perf.data"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&evlist.stdout).trim(),
+        "intel_pt//u"
+    );
+
     // perf decodes exactly these branches, with timestamps close to the truth.
     let c = check(&dir, sim);
     assert_exact("full recording", &c);
