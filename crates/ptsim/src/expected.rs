@@ -142,7 +142,8 @@ pub(crate) fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<B
 /// Branches perf reports for `steps`, which follow step `prev` (if any).
 ///
 /// An asynchronous stop right at the destination of the previous branch, with no
-/// instruction executed in between, makes perf 6.1's decoder walk past the FUP's IP: it
+/// instruction executed in between, or reached through a direct jump or call after the
+/// last packet, makes perf 6.1's decoder walk past the FUP's IP: it
 /// reports the direct branches it walks into, then a "Trace doesn't match instruction"
 /// error or a bogus `tr end`, and resynchronises at the next TIP.PGE. Hardware would emit
 /// the same packets. What perf prints there depends on code after the FUP that never ran,
@@ -166,7 +167,9 @@ fn reported(
                     StepKind::Start | StepKind::Syscall | StepKind::Async { .. }
                 )
         });
-        if matches!(s.kind, StepKind::Async { .. }) && at_target {
+        // perf 6.1 also loses an asynchronous FUP reached by walking through a direct
+        // jump or call since the last packet (seen on timer signals).
+        if matches!(s.kind, StepKind::Async { .. }) && (at_target || lazy_tail > 0) {
             out.truncate(out.len() - lazy_tail);
             out.push(Branch {
                 tid,

@@ -46,6 +46,27 @@ pub fn classify(tb: &TbDef) -> Flow {
     classify_bytes(&tb.last, tb.last_addr())
 }
 
+/// True when the block ends in a `rep`-prefixed instruction, which QEMU runs one
+/// iteration per block execution.
+fn ends_in_rep(tb: &TbDef) -> bool {
+    let mut dec = Decoder::with_ip(64, &tb.last, tb.last_addr(), DecoderOptions::NONE);
+    let insn = dec.decode();
+    !insn.is_invalid() && (insn.has_rep_prefix() || insn.has_repne_prefix())
+}
+
+/// A signal's interrupted position that the block log leaves open, settled afterwards.
+enum Pending {
+    /// A conditional branch whose outcome is unknown; the stop is at step `at`.
+    Jcc {
+        at: usize,
+        target: u64,
+        fall: u64,
+        len: u8,
+    },
+    /// A `rep` instruction at `rep`, stopped mid-iterations or done (`fall`).
+    Rep { at: usize, rep: u64, fall: u64 },
+}
+
 /// What a signal interrupted when it arrived before the instruction at a block's start.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Interrupted {
@@ -187,7 +208,7 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
         let mut steps = Vec::with_capacity(t.execs.len() + 16);
         crate::advise_huge(&steps);
         let mut traced = false;
-        let mut pending: Vec<(usize, u64, u64, u8)> = Vec::new();
+        let mut pending: Vec<Pending> = Vec::new();
         // A thread's own clock: its instructions, plus time spent blocked while tracing
         // was off. The global clock also counts other threads' instructions; following
         // it mid-code would stretch a thread's time whenever another ran in parallel.
@@ -251,9 +272,7 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
                 Flow::Abandoned => (Some(from), None),
                 Flow::Other => match next {
                     // A `rep` string instruction iterates by re-running its own block.
-                    Some(n) if n == from && tb.last.iter().any(|&b| b == 0xf3 || b == 0xf2) => {
-                        (Some(n), None)
-                    }
+                    Some(n) if n == from && ends_in_rep(tb) => (Some(n), None),
                     _ => (Some(fall), None),
                 },
             };
@@ -270,8 +289,23 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
             };
             if unknown && next.is_some() {
                 if let Flow::Cond { target } = flows[e.tb as usize] {
-                    pending.push((steps.len(), target, fall, len));
+                    pending.push(Pending::Jcc {
+                        at: steps.len(),
+                        target,
+                        fall,
+                        len,
+                    });
                 }
+            }
+            if flows[e.tb as usize] == Flow::Other
+                && next.is_some_and(|n| n != resume)
+                && ends_in_rep(tb)
+            {
+                pending.push(Pending::Rep {
+                    at: steps.len(),
+                    rep: from,
+                    fall,
+                });
             }
             if next.is_some_and(|n| n != resume || unknown) {
                 stats.async_transfers += 1;
@@ -288,39 +322,68 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
             }
         }
         // A signal delivered right after a conditional branch hides its outcome from the
-        // block log. The decoder cannot stop on a conditional branch, so decide it: by where
-        // the thread resumes after `rt_sigreturn` if that is one of the two successors,
-        // otherwise as not taken (counted in `guessed_outcomes`).
-        for &(at, target, fall, len) in pending.iter().rev() {
-            let Some(stop) = steps.get(at).copied() else {
-                continue;
-            };
-            let resumed = steps[at + 1..]
+        // block log, and one between two iterations of a `rep` instruction hides whether
+        // it had finished. The decoder cannot stop on a conditional branch, so decide: by
+        // where the thread resumes after `rt_sigreturn` if that is one of the candidates,
+        // otherwise as not taken / not finished (counted in `guessed_outcomes`).
+        let resumed_at = |steps: &[Step], at: usize, a: u64, b: u64| {
+            steps[at + 1..]
                 .windows(2)
                 .take(1_000_000)
                 .find(|w| {
                     w[0].kind == StepKind::Syscall
                         && w[1].kind == StepKind::Start
-                        && (w[1].to == target || w[1].to == fall)
+                        && (w[1].to == a || w[1].to == b)
                 })
-                .map(|w| w[1].to);
-            if resumed.is_none() {
-                stats.guessed_outcomes += 1;
+                .map(|w| w[1].to)
+        };
+        for p in pending.iter().rev() {
+            match *p {
+                Pending::Jcc {
+                    at,
+                    target,
+                    fall,
+                    len,
+                } => {
+                    let Some(stop) = steps.get(at).copied() else {
+                        continue;
+                    };
+                    let resumed = resumed_at(&steps, at, target, fall);
+                    if resumed.is_none() {
+                        stats.guessed_outcomes += 1;
+                    }
+                    let taken = resumed == Some(target) && target != fall;
+                    let to = if taken { target } else { fall };
+                    let jcc = Step {
+                        clock: stop.clock,
+                        kind: StepKind::Jcc { taken },
+                        from: stop.from,
+                        to,
+                        len,
+                    };
+                    steps[at].from = to;
+                    steps[at].kind = StepKind::Async {
+                        before: starts.get(&to).copied().unwrap_or(Interrupted::Other),
+                    };
+                    steps.insert(at, jcc);
+                }
+                Pending::Rep { at, rep, fall } => {
+                    if at >= steps.len() {
+                        continue;
+                    }
+                    let resumed = resumed_at(&steps, at, rep, fall);
+                    if resumed.is_none() {
+                        stats.guessed_outcomes += 1;
+                    }
+                    // Interrupted mid-iterations, the FUP is the `rep` instruction itself.
+                    if resumed != Some(fall) {
+                        steps[at].from = rep;
+                        steps[at].kind = StepKind::Async {
+                            before: Interrupted::Other,
+                        };
+                    }
+                }
             }
-            let taken = resumed == Some(target) && target != fall;
-            let to = if taken { target } else { fall };
-            let jcc = Step {
-                clock: stop.clock,
-                kind: StepKind::Jcc { taken },
-                from: stop.from,
-                to,
-                len,
-            };
-            steps[at].from = to;
-            steps[at].kind = StepKind::Async {
-                before: starts.get(&to).copied().unwrap_or(Interrupted::Other),
-            };
-            steps.insert(at, jcc);
         }
         out.push(ThreadTrace { tid: t.tid, steps });
     }
