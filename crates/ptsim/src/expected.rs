@@ -207,14 +207,19 @@ pub fn truth_iter<'a>(
     t.steps.iter().filter_map(move |s| to_branch(s, t.tid, ns))
 }
 
-/// The branches perf must decode from `enc` (cut to its last bytes from `cut` on, if set).
+/// The branches perf must decode from `enc` (cut to its last bytes from `cut` on, if set),
+/// counting only the first `until` steps (a snapshot taken before the end; it must end
+/// right before a PSB, where everything before has been decoded).
 pub fn expected(
     t: &ThreadTrace,
     enc: &Encoded,
     cut: Option<usize>,
+    until: Option<usize>,
     ns: &dyn Fn(u64) -> u64,
     pid: u32,
 ) -> ThreadExpectation {
+    let n = until.map_or(t.steps.len(), |u| u.min(t.steps.len()));
+    let steps = &t.steps[..n];
     let mut out = ThreadExpectation {
         pid,
         tid: t.tid,
@@ -234,15 +239,11 @@ pub fn expected(
     let mut gaps = enc.gaps.clone();
     gaps.sort_by_key(|g| g.first);
     let start = i;
-    for g in gaps.iter().filter(|g| g.first >= start) {
-        let end = g.first.min(t.steps.len());
-        let prev = i.checked_sub(1).and_then(|p| t.steps.get(p));
-        reported(&mut out.branches, &t.steps[i..end], prev, t.tid, ns);
-        let when = t
-            .steps
-            .get(g.first)
-            .or(t.steps.last())
-            .map_or(0, |s| s.clock);
+    for g in gaps.iter().filter(|g| g.first >= start && g.first < n) {
+        let end = g.first.min(n);
+        let prev = i.checked_sub(1).and_then(|p| steps.get(p));
+        reported(&mut out.branches, &steps[i..end], prev, t.tid, ns);
+        let when = steps.get(g.first).or(steps.last()).map_or(0, |s| s.clock);
         out.branches.push(Branch {
             tid: t.tid,
             time: ns(when),
@@ -263,11 +264,11 @@ pub fn expected(
                 to: ip,
             });
         }
-        i = (g.first + g.count).min(t.steps.len());
+        i = (g.first + g.count).min(n);
     }
-    let i = i.min(t.steps.len());
-    let prev = i.checked_sub(1).and_then(|p| t.steps.get(p));
-    reported(&mut out.branches, &t.steps[i..], prev, t.tid, ns);
+    let i = i.min(n);
+    let prev = i.checked_sub(1).and_then(|p| steps.get(p));
+    reported(&mut out.branches, &steps[i..], prev, t.tid, ns);
     out
 }
 

@@ -86,6 +86,9 @@ pub struct SimConfig {
     pub pt: PtConfig,
     /// Keep only the last this many bytes of each thread's trace, as `perf record -S` does.
     pub snapshot_size: Option<usize>,
+    /// With `snapshot_size`: take this many snapshots at even intervals (the last at the
+    /// end), as `magic-trace -multi-snapshot` / `perf record --switch-output` would.
+    pub snapshots: usize,
     /// Faults to inject.
     pub faults: FaultSpec,
     /// Faults at chosen step indices of the main thread, instead of `faults`.
@@ -104,6 +107,7 @@ impl Default for SimConfig {
             freq_hz: 2_000_000_000,
             pt: PtConfig::default(),
             snapshot_size: None,
+            snapshots: 1,
             faults: FaultSpec::default(),
             main_faults: None,
             time_zero: 1_000_000_000_000,
@@ -152,6 +156,8 @@ pub struct Simulation {
     pub time: TimeConv,
     /// TSC at instruction clock 0.
     pub tsc_offset: u64,
+    /// Earlier snapshots when several were asked for (`recording`/`expected` is the last).
+    pub earlier: Vec<Snapshot>,
     /// Figures.
     pub stats: SimStats,
 }
@@ -170,6 +176,14 @@ impl Simulation {
             .map(|t| expected::truth(t, &ns, self.recording.pid))
             .collect()
     }
+}
+
+/// One snapshot of a multi-snapshot recording.
+pub struct Snapshot {
+    /// Its perf.data contents.
+    pub recording: Recording,
+    /// What perf must decode from it.
+    pub expected: Vec<ThreadExpectation>,
 }
 
 /// Locates the plugin: `$PTSIM_PLUGIN`, else next to the running executable or its parent.
@@ -226,6 +240,7 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
     let mut threads = Vec::new();
     let mut expecteds = Vec::new();
     let mut steps_total = 0u64;
+    let mut encodings = Vec::with_capacity(traces.len());
     for (i, t) in traces.iter().enumerate() {
         steps_total += t.steps.len() as u64;
         let faults = if i == 0 {
@@ -243,7 +258,7 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
             }
             _ => (enc.data.clone(), None),
         };
-        expecteds.push(expected::expected(t, &enc, cut, &ns, log.pid));
+        expecteds.push(expected::expected(t, &enc, cut, None, &ns, log.pid));
         let first = t.steps.first().map_or(0, |s| s.clock);
         let last = t.steps.last().map_or(0, |s| s.clock);
         threads.push(ThreadData {
@@ -253,6 +268,9 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
             aux,
             reference_tsc: cfg.pt.tsc_offset + last,
         });
+        if cfg.snapshots > 1 {
+            encodings.push(enc);
+        }
     }
     let (mmaps, unmapped) = code_mappings(log, &traces, &ns);
     let config = perfdata::cfg_bits::TSC
@@ -279,6 +297,12 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
         snapshot: cfg.snapshot_size.is_some(),
         tsc_ctc_ratio: cfg.pt.tsc_ctc_ratio,
     };
+    let earlier = match cfg.snapshot_size {
+        Some(size) if cfg.snapshots > 1 => {
+            earlier_snapshots(&recording, &traces, &encodings, size, cfg, &ns)
+        }
+        _ => Vec::new(),
+    };
     let stats = SimStats {
         blocks: tstats.blocks,
         instructions: tstats.instructions,
@@ -301,8 +325,83 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
         tsc_offset: cfg.pt.tsc_offset,
         expected: expecteds,
         traces,
+        earlier,
         stats,
     }
+}
+
+/// The snapshots before the last: at even intervals of the instruction clock, each
+/// thread's buffer ends right before its last PSB by then (so everything before has been
+/// decoded) and holds the `size` bytes before that.
+fn earlier_snapshots(
+    last: &Recording,
+    traces: &[ThreadTrace],
+    encodings: &[pt::Encoded],
+    size: usize,
+    cfg: &SimConfig,
+    ns: &dyn Fn(u64) -> u64,
+) -> Vec<Snapshot> {
+    let first = traces
+        .iter()
+        .filter_map(|t| t.steps.first().map(|s| s.clock))
+        .min()
+        .unwrap_or(0);
+    let end = traces
+        .iter()
+        .filter_map(|t| t.steps.last().map(|s| s.clock))
+        .max()
+        .unwrap_or(0);
+    let k_max = cfg.snapshots as u64;
+    let mut out = Vec::new();
+    for k in 1..k_max {
+        let at = first + (end - first) * k / k_max;
+        let mut threads = Vec::new();
+        let mut expected = Vec::new();
+        for ((t, enc), td) in traces.iter().zip(encodings).zip(&last.threads) {
+            let Some(p) = enc
+                .psbs
+                .iter()
+                .rev()
+                .find(|p| p.clock <= at && p.steps_before > 0)
+            else {
+                continue;
+            };
+            let stop = p.offset;
+            let from = stop.saturating_sub(size);
+            let cut = (from > 0).then_some(from);
+            expected.push(expected::expected(
+                t,
+                enc,
+                cut,
+                Some(p.steps_before),
+                ns,
+                last.pid,
+            ));
+            threads.push(ThreadData {
+                tid: td.tid,
+                start: td.start,
+                exit: td.exit.filter(|&e| e <= ns(at)),
+                aux: enc.data[from..stop].to_vec(),
+                reference_tsc: cfg.pt.tsc_offset + at,
+            });
+        }
+        out.push(Snapshot {
+            recording: Recording {
+                pid: last.pid,
+                comm: last.comm.clone(),
+                threads,
+                mmaps: last.mmaps.clone(),
+                time: last.time,
+                pmu_type: last.pmu_type,
+                config: last.config,
+                max_nonturbo_ratio: last.max_nonturbo_ratio,
+                snapshot: true,
+                tsc_ctc_ratio: last.tsc_ctc_ratio,
+            },
+            expected,
+        });
+    }
+    out
 }
 
 /// The file mappings that hold executed code, each announced when first seen.
@@ -434,18 +533,54 @@ pub fn run_with_plugin(
 
 /// Writes `perf.data` to `out` and, beside it, `ground-truth.ptb` (every branch that ran)
 /// and `expected.ptb` (what perf must decode), plus `.tsv` versions of both if `tsv`.
+///
+/// With several snapshots, snapshot `k` (from 1, chronological) goes to `<out>.000k` with
+/// `expected.000k.ptb`, names that sort in order as perf's `--switch-output` ones do.
 pub fn write_outputs(sim: &Simulation, out: &Path, tsv: bool) -> Result<()> {
     let dir = out
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let file =
-        std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    sim.recording
-        .write(&mut w)
-        .and_then(|_| std::io::Write::flush(&mut w))
-        .with_context(|| format!("cannot write {}", out.display()))?;
+    let write_rec = |rec: &Recording, path: &Path| -> Result<()> {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let mut w = std::io::BufWriter::new(file);
+        rec.write(&mut w)
+            .and_then(|_| std::io::Write::flush(&mut w))
+            .with_context(|| format!("cannot write {}", path.display()))
+    };
+    let write_exp = |threads: &[ThreadExpectation], path: &Path| -> Result<()> {
+        let res = (|| -> std::io::Result<()> {
+            let f = std::io::BufWriter::new(std::fs::File::create(path)?);
+            let mut bw = expected::BinWriter::new(f, threads.len() as u32)?;
+            for t in threads {
+                bw.thread(
+                    t.pid,
+                    t.tid,
+                    t.branches.len() as u64,
+                    t.branches.iter().copied(),
+                )?;
+            }
+            bw.finish()?;
+            Ok(())
+        })();
+        res.with_context(|| format!("cannot write {}", path.display()))
+    };
+    if sim.earlier.is_empty() {
+        write_rec(&sim.recording, out)?;
+    } else {
+        let all = sim
+            .earlier
+            .iter()
+            .map(|s| (&s.recording, &s.expected))
+            .chain([(&sim.recording, &sim.expected)]);
+        for (k, (rec, exp)) in all.enumerate() {
+            let mut name = out.as_os_str().to_owned();
+            name.push(format!(".{:04}", k + 1));
+            write_rec(rec, Path::new(&name))?;
+            write_exp(exp, &dir.join(format!("expected.{:04}.ptb", k + 1)))?;
+        }
+    }
 
     let ns = |c| sim.ns(c);
     let pid = sim.recording.pid;
@@ -461,22 +596,9 @@ pub fn write_outputs(sim: &Simulation, out: &Path, tsv: bool) -> Result<()> {
         Ok(())
     })();
     res.with_context(|| format!("cannot write {}", truth_path.display()))?;
-    let exp_path = dir.join("expected.ptb");
-    let res = (|| -> std::io::Result<()> {
-        let f = std::io::BufWriter::new(std::fs::File::create(&exp_path)?);
-        let mut bw = expected::BinWriter::new(f, sim.expected.len() as u32)?;
-        for t in &sim.expected {
-            bw.thread(
-                t.pid,
-                t.tid,
-                t.branches.len() as u64,
-                t.branches.iter().copied(),
-            )?;
-        }
-        bw.finish()?;
-        Ok(())
-    })();
-    res.with_context(|| format!("cannot write {}", exp_path.display()))?;
+    if sim.earlier.is_empty() {
+        write_exp(&sim.expected, &dir.join("expected.ptb"))?;
+    }
     if tsv {
         expected::write_tsv(&dir.join("ground-truth.tsv"), &sim.truth())?;
         expected::write_tsv(&dir.join("expected.tsv"), &sim.expected)?;

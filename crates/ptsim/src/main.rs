@@ -25,6 +25,10 @@ struct SimArgs {
     /// Keep only the last N bytes of each thread's trace (snapshot mode).
     #[arg(long)]
     snapshot_size: Option<usize>,
+    /// With --snapshot-size: take K snapshots at even intervals, written to
+    /// `<output>.0001` … `<output>.000K` with `expected.000k.ptb`.
+    #[arg(long, default_value_t = 1)]
+    snapshots: usize,
     /// Faults to inject: overflow=N,corrupt=N[,overflow-len=N].
     #[arg(long, default_value = "")]
     faults: String,
@@ -53,6 +57,7 @@ impl SimArgs {
         let mut cfg = SimConfig {
             freq_hz: self.freq,
             snapshot_size: self.snapshot_size,
+            snapshots: self.snapshots,
             faults: FaultSpec::parse(&self.faults)?,
             kernel_cycles: self.kernel_cycles,
             ..Default::default()
@@ -177,10 +182,13 @@ fn main() -> Result<()> {
             expected,
         } => {
             let expected = expected.unwrap_or_else(|| {
-                perf_data
-                    .parent()
-                    .unwrap_or(Path::new("."))
-                    .join("expected.ptb")
+                // perf.data.0003 pairs with expected.0003.ptb.
+                let name = perf_data
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .filter(|e| e.len() == 4 && e.bytes().all(|b| b.is_ascii_digit()))
+                    .map_or("expected.ptb".to_string(), |k| format!("expected.{k}.ptb"));
+                perf_data.parent().unwrap_or(Path::new(".")).join(name)
             });
             let exp = if expected.extension().is_some_and(|e| e == "tsv") {
                 ptsim::expected::read_tsv(&expected)?

@@ -360,6 +360,10 @@ impl Recording {
         // AUXTRACE buffers up front and interleaves by timestamp.
         let mut aux_parts: Vec<(Vec<u8>, &[u8])> = Vec::new();
         for (idx, t) in self.threads.iter().enumerate() {
+            // A thread with no trace in this buffer gets no AUXTRACE record.
+            if t.aux.is_empty() {
+                continue;
+            }
             let padded = t.aux.len().div_ceil(8) * 8;
             let mut b = Vec::new();
             let at = header(&mut b, REC_AUXTRACE, 0);

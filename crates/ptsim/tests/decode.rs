@@ -183,6 +183,40 @@ fn c_variants_noretcomp_snapshot_faults() {
         faults: FaultSpec::parse("overflow=2,corrupt=2,overflow-len=50").unwrap(),
         ..SimConfig::default()
     };
+    let mut multi = SimConfig {
+        snapshot_size: Some(4096),
+        snapshots: 3,
+        ..SimConfig::default()
+    };
+    multi.pt.psb_period = 1024;
+    {
+        let sub = dir.join("multi");
+        std::fs::create_dir_all(&sub).unwrap();
+        let sim = simulate(&log, "calltree", &multi);
+        assert_eq!(sim.earlier.len(), 2);
+        write_outputs(&sim, &sub.join("perf.data"), false).unwrap();
+        let truth = sim.truth();
+        let all = sim
+            .earlier
+            .iter()
+            .map(|s| &s.expected)
+            .chain([&sim.expected]);
+        let mut ends = Vec::new();
+        for (k, exp) in all.enumerate() {
+            let got = decode(&sub.join(format!("perf.data.{:04}", k + 1))).unwrap();
+            let c = compare(exp, &got);
+            assert_exact(&format!("snapshot {}", k + 1), &c);
+            // Each snapshot is a window of the truth, later ones ending later.
+            let b = &exp[0].branches;
+            let t = &truth[0].branches;
+            let at = t
+                .windows(b.len())
+                .position(|w| w == &b[..])
+                .expect("a window of the truth");
+            ends.push(at + b.len());
+        }
+        assert!(ends.windows(2).all(|w| w[0] < w[1]), "{ends:?}");
+    }
     for (name, cfg) in [
         ("noretcomp", noret),
         ("snapshot", snapshot),
