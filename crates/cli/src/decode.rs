@@ -853,21 +853,34 @@ pub fn run(args: DecodeArgs) -> Result<()> {
             keep_old(&args.output);
             let out = ptscope_output::open_trace_output(&args.output)
                 .with_context(|| format!("cannot create {}", args.output.display()))?;
-            // The legacy writer emits inferred frames late; restore per-thread time order.
-            let sink = OrderedSink::new(ptscope_output::FxtSink::new(out));
-            let (sink, _) =
-                match run_writer(specs, &args, (legacy, segments), sink, |_| {}, &mut totals) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        // Nothing usable was read: leave no empty trace behind.
-                        if args.output != Path::new("-") {
-                            let _ = std::fs::remove_file(&args.output);
-                        }
-                        return Err(e);
+            let fxt = ptscope_output::FxtSink::new(out);
+            let result = if args.writer == WriterKind::Legacy {
+                // The legacy writer emits inferred frames late; restore per-thread time
+                // order. The segments writer writes in order already.
+                run_writer(
+                    specs,
+                    &args,
+                    (legacy, segments),
+                    OrderedSink::new(fxt),
+                    |_| {},
+                    &mut totals,
+                )
+                .and_then(|(s, _)| Ok(s.finish()?))
+            } else {
+                run_writer(specs, &args, (legacy, segments), fxt, |_| {}, &mut totals)
+                    .map(|(s, _)| s)
+            };
+            let sink = match result {
+                Ok(s) => s,
+                Err(e) => {
+                    // Nothing usable was read: leave no empty trace behind.
+                    if args.output != Path::new("-") {
+                        let _ = std::fs::remove_file(&args.output);
                     }
-                };
-            sink.finish()
-                .and_then(|s| s.finish_output())
+                    return Err(e);
+                }
+            };
+            sink.finish_output()
                 .with_context(|| format!("writing {}", args.output.display()))?;
             report(&totals);
             if args.output != Path::new("-") {
