@@ -498,6 +498,57 @@ fn decode_inputs(
         if presses.load(Ordering::SeqCst) > 0 {
             break;
         }
+        // A big file is parsed on two threads (a pipe or perf's output cannot be).
+        if let InputSpec::Text(p) = &spec {
+            let big = p != Path::new("-")
+                && std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.len() >= crate::parallel::MIN_SIZE);
+            if big {
+                let size = std::fs::metadata(p).map(|m| m.len()).ok();
+                let pb = progress(size, quiet, &spec.name());
+                let mut stopped = false;
+                let result = crate::parallel::parse_file(
+                    p,
+                    &mut strings,
+                    &presses,
+                    |bytes| pb.set_position(bytes),
+                    |table, events| {
+                        let ok = tx.send(flush(table, &mut sent, events)).is_ok();
+                        stopped |= !ok;
+                        ok
+                    },
+                );
+                pb.finish_and_clear();
+                if stopped {
+                    return;
+                }
+                let msg = match result {
+                    Ok(out) => Msg::Done {
+                        stats: out.stats,
+                        warnings: out.warnings,
+                        errors: out
+                            .error
+                            .map(|e| {
+                                format!(
+                                    "{}: {e} (keeping the events decoded before it)",
+                                    spec.name()
+                                )
+                            })
+                            .into_iter()
+                            .collect(),
+                    },
+                    Err(e) => Msg::Done {
+                        stats: Stats::default(),
+                        warnings: Vec::new(),
+                        errors: vec![format!("cannot read {}: {e}", spec.name())],
+                    },
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
         // A failed open consumes the table it was given; keep a copy so the names
         // already sent stay in step.
         let backup = strings.clone();

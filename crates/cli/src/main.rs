@@ -3,6 +3,7 @@
 mod decode;
 mod exe;
 mod mem;
+mod parallel;
 mod run;
 
 use clap::{Parser, Subcommand};
