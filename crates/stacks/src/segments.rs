@@ -97,6 +97,18 @@ const SENTINEL: u8 = 1;
 const INFERRED_START: u8 = 2;
 const KERNEL_ENTRY: u8 = 4;
 const NONE: u32 = u32::MAX;
+/// Functions at the very bottom of a thread's or goroutine's stack: a stack known down
+/// to one of these has nothing below it to carry over.
+const THREAD_ROOTS: &[&str] = &[
+    "runtime.goexit",
+    "runtime.goexit.abi0",
+    "runtime.mstart",
+    "runtime.rt0_go",
+    "_start",
+    "start_thread",
+    "clone",
+    "clone3",
+];
 /// Where a parked goroutine's stack switches to the scheduler.
 const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
 /// How many later segments are searched for evidence of what survived a gap.
@@ -1349,8 +1361,30 @@ fn write_thread<S: TraceSink>(
             })
         };
         let mut stitch = if si > 0 && seg.join != Join::Never && config.stitch {
-            find_stitch(ts, locs, &open, &path)
-                .filter(|st| seg.join == Join::Any || (!st.unverified && resumes_here(&open, st)))
+            let found = find_stitch(ts, locs, &open, &path)
+                .filter(|st| seg.join == Join::Any || (!st.unverified && resumes_here(&open, st)));
+            let at_a_root = path.first().is_some_and(|&f| {
+                let sym = locs.list[ts.frames[f as usize].loc as usize].symbol;
+                matches!(sym, Symbol::FromPerf(n) if THREAD_ROOTS.contains(&strings.get(n)))
+            });
+            if found.is_none() && seg.join == Join::Verified && !at_a_root {
+                // Another goroutine runs, or the same one on a stack we cannot line up:
+                // keep what lay below the parked `runtime.gopark` (the outer frames every
+                // goroutine of a simple program shares, such as the main loop), marked
+                // unverified, as magic-trace keeps its whole old stack.
+                open.iter()
+                    .position(|o| {
+                        let sym = locs.list[ts.frames[o.frame as usize].loc as usize].symbol;
+                        matches!(sym, Symbol::FromPerf(n) if GOGO_DESTINATIONS.contains(&strings.get(n)))
+                    })
+                    .map(|mcall| Stitch {
+                        base: mcall.saturating_sub(1),
+                        matched: 0,
+                        unverified: true,
+                    })
+            } else {
+                found
+            }
         } else {
             None
         };
