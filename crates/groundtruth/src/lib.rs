@@ -18,6 +18,7 @@ pub mod gen;
 pub mod render;
 pub mod rng;
 pub mod score;
+pub mod sim;
 pub mod sink;
 
 pub use gen::{generate, Scenario, Spec, ThreadTruth};
@@ -47,12 +48,32 @@ where
     W: StackWriter<TimelineSink>,
     F: FnOnce(TimelineSink, &Scenario) -> W,
 {
-    let mut w = make_writer(TimelineSink::new(), scenario);
-    for e in &scenario.events {
-        w.write_event(e, &scenario.strings);
+    reconstruct_events(
+        &scenario.events,
+        &scenario.strings,
+        scenario.earliest_time(),
+        |sink, _| make_writer(sink, scenario),
+    )
+}
+
+/// The per-thread stacks a writer builds from `events`, on the events' clock; the writer
+/// gets `earliest` (its `earliest_time`), and its relative times are mapped back here.
+pub fn reconstruct_events<W, F>(
+    events: &[ptscope_event::Event],
+    strings: &ptscope_event::StringTable,
+    earliest: u64,
+    make_writer: F,
+) -> Vec<ReconThread>
+where
+    W: StackWriter<TimelineSink>,
+    F: FnOnce(TimelineSink, u64) -> W,
+{
+    let mut w = make_writer(TimelineSink::new(), earliest);
+    for e in events {
+        w.write_event(e, strings);
     }
-    let sink = w.finish(&scenario.strings);
-    let base = scenario.earliest_time() as i64;
+    let sink = w.finish(strings);
+    let base = earliest as i64;
     let mut threads = sink.threads();
     for t in &mut threads {
         for p in &mut t.timeline {
