@@ -1,6 +1,9 @@
 //! Prints the fidelity table (Markdown) of every standard scenario.
 //!
 //! `cargo run -p ptscope-groundtruth --release --bin fidelity -- [--seed N] [--writer NAME]...`
+//!
+//! `--sim` instead records the test programs with ptsim (needs qemu-user, perf, cc, c++)
+//! and prints the whole-pipeline table of FIDELITY.md's simulated section.
 
 use ptscope_groundtruth::{
     evaluate, gen, legacy_writer, reconstruct, score, segments_writer, Fidelity, Scenario,
@@ -72,6 +75,10 @@ fn main() {
             "--seed" => seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N"),
             "--writer" => chosen.push(args.next().expect("--writer NAME")),
             "--explain" => explained = Some(args.next().expect("--explain SCENARIO")),
+            "--sim" => {
+                sim_table();
+                return;
+            }
             "--dump" => {
                 // The scenario as `perf script` text, to replay with `ptscope decode`.
                 let name = args.next().expect("--dump SCENARIO");
@@ -135,5 +142,50 @@ fn main() {
             );
         }
         println!("{row}");
+    }
+}
+
+#[path = "../../tests/programs/mod.rs"]
+mod programs;
+
+/// Records each test program, scores every variant through both decode paths, prints
+/// the Markdown table (text path numbers; the paths' equality is its own column).
+fn sim_table() {
+    use ptscope_groundtruth::sim::{variants, SimProgram};
+    let dir = ptsim::testing::scratch_dir("fidelity-sim").expect("scratch directory");
+    println!(
+        "| program | variant | events | errors | text = dlfilter | legacy exact % | segments exact % | legacy suffix % | segments suffix % | legacy root % | segments root % | segments exact % (no gaps) | legacy phantom | segments phantom |"
+    );
+    println!("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, file, src, cc) in programs::PROGRAMS {
+        let pdir = dir.join(name);
+        std::fs::create_dir_all(&pdir).expect("program directory");
+        let exe = ptsim::testing::compile(&pdir, name, file, src, cc).expect("compiles");
+        let prog = SimProgram::record(name, &pdir, &[&exe]).expect("records");
+        for (variant, cfg) in variants(8192, prog.main_steps) {
+            let s = match prog.score(variant, &cfg) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("{name} {variant}: {e:#}");
+                    continue;
+                }
+            };
+            let (l, g) = (&s.text.legacy, &s.text.segments);
+            println!(
+                "| {name} | {variant} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                s.text.events,
+                s.text.errors,
+                if s.paths_identical() { "yes" } else { "**no**" },
+                pct(l.exact),
+                pct(g.exact),
+                pct(l.suffix_correct),
+                pct(g.suffix_correct),
+                pct(l.root_correct),
+                pct(g.root_correct),
+                pct(g.exact_outside_gaps),
+                l.phantom_frames,
+                g.phantom_frames
+            );
+        }
     }
 }
