@@ -21,7 +21,8 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::thread::JoinHandle;
 
 /// How much of perf's stderr is kept for error messages.
-const STDERR_TAIL: usize = 8 * 1024;
+/// How much of perf's stderr is kept for error messages.
+pub const STDERR_TAIL: usize = 8 * 1024;
 
 /// What a `perf.data` file holds, which decides the `perf script` fields.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -81,7 +82,8 @@ pub fn default_perf() -> PathBuf {
         .map_or_else(|| PathBuf::from("perf"), PathBuf::from)
 }
 
-fn describe(cmd: &Command) -> String {
+/// A command line as a person would type it, for error messages.
+pub fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         s.push(' ');
@@ -90,9 +92,29 @@ fn describe(cmd: &Command) -> String {
     s
 }
 
-fn tail(bytes: &[u8]) -> String {
+/// The last [`STDERR_TAIL`] bytes of perf's stderr, as text.
+pub fn tail(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(STDERR_TAIL);
     String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// Drains a child's stderr on a thread of its own, keeping only the end: perf can
+/// print a lot (e.g. lost-event notes), and a full pipe would stall it.
+pub fn keep_stderr_tail(mut stderr: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            kept.extend_from_slice(&buf[..n]);
+            if kept.len() > 2 * STDERR_TAIL {
+                kept.drain(..kept.len() - STDERR_TAIL);
+            }
+        }
+        kept
+    })
 }
 
 /// Asks `perf evlist` whether `input` is an Intel PT recording.
@@ -207,7 +229,7 @@ impl PerfScript {
             program: options.perf.display().to_string(),
             source,
         })?;
-        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             let _ = child.kill();
             let _ = child.wait();
             return Err(Error::Spawn {
@@ -215,22 +237,7 @@ impl PerfScript {
                 source: std::io::Error::other("no pipes to the child"),
             });
         };
-        // perf can print a lot on stderr (e.g. lost-event notes); keeping only the end
-        // bounds memory and a dedicated reader stops a full pipe from stalling perf.
-        let stderr = std::thread::spawn(move || {
-            let mut kept = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > 2 * STDERR_TAIL {
-                    kept.drain(..kept.len() - STDERR_TAIL);
-                }
-            }
-            kept
-        });
+        let stderr = keep_stderr_tail(stderr);
         Ok(PerfScript {
             decoder: Decoder::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
             child,

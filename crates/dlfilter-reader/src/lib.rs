@@ -34,7 +34,7 @@ use ptscope_decode::perf::{detect_recording_kind, RecordingKind};
 use ptscope_decode::{Stats, Warning};
 use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
@@ -44,8 +44,6 @@ pub static FILTER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libptsco
 
 /// File name the filter is written under.
 pub const FILTER_FILE_NAME: &str = "ptscope_dlfilter.so";
-
-const STDERR_TAIL: usize = 8 * 1024;
 
 /// What can stop decoding through the dlfilter.
 #[derive(Debug, thiserror::Error)]
@@ -194,19 +192,7 @@ fn grow_pipe(stdout: &ChildStdout) {
     }
 }
 
-fn describe(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
-}
-
-fn tail(bytes: &[u8]) -> String {
-    let start = bytes.len().saturating_sub(STDERR_TAIL);
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
+use ptscope_decode::perf::{describe, keep_stderr_tail, tail};
 
 /// A running `perf script --dlfilter` whose output is decoded as it arrives.
 ///
@@ -269,7 +255,7 @@ impl DlfilterScript {
             program: program.clone(),
             source,
         })?;
-        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             let _ = child.kill();
             let _ = child.wait();
             return Err(Error::Spawn {
@@ -278,21 +264,7 @@ impl DlfilterScript {
             });
         };
         grow_pipe(&stdout);
-        // A dedicated reader keeps a chatty stderr from stalling perf; only the tail is kept.
-        let stderr = std::thread::spawn(move || {
-            let mut kept = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > 2 * STDERR_TAIL {
-                    kept.drain(..kept.len() - STDERR_TAIL);
-                }
-            }
-            kept
-        });
+        let stderr = keep_stderr_tail(stderr);
         Ok(DlfilterScript {
             reader: RecordReader::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
             child,
