@@ -80,6 +80,11 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "PATH")]
     pub executable: Option<PathBuf>,
 
+    /// The executable was not named by the user but taken from `ptscope run`: a trace
+    /// that never enters it (a program that exited at once) needs no warning.
+    #[arg(skip)]
+    pub executable_implied: bool,
+
     /// How to read perf.data: through ptscope's perf dlfilter (binary, fast), as
     /// `perf script` text, or the dlfilter when perf supports it (perf >= 5.14).
     #[arg(long, value_enum, default_value_t = DecoderKind::Auto)]
@@ -430,6 +435,7 @@ fn extras(
     exe: &Option<crate::exe::ExeInfo>,
     bias: &mut Option<u64>,
     totals: &mut Totals,
+    quiet_if_unused: bool,
 ) -> Extras {
     let Some(e) = exe else {
         return Extras {
@@ -440,9 +446,11 @@ fn extras(
     let b = match *bias {
         Some(b) => b,
         None => {
-            totals.errors.push(
-                "the trace never enters the --executable (no event names its file), so its source positions and OCaml traps are not used".into(),
-            );
+            if !quiet_if_unused {
+                totals.errors.push(
+                    "the trace never enters the --executable (no event names its file), so its source positions and OCaml traps are not used".into(),
+                );
+            }
             *bias = Some(0);
             0
         }
@@ -697,7 +705,11 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                             break;
                         };
                         let first = held.first().unwrap_or(&event).time().unwrap_or(0);
-                        let w = writer.insert(make(sink, first, extras(&exe, &mut bias, totals)));
+                        let w = writer.insert(make(
+                            sink,
+                            first,
+                            extras(&exe, &mut bias, totals, args.executable_implied),
+                        ));
                         for e in held.drain(..) {
                             feed(w, &mut range, &e, &strings);
                         }
@@ -735,7 +747,11 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     if writer.is_none() && !held.is_empty() {
         if let Some((sink, make)) = pending.take() {
             let first = held[0].time().unwrap_or(0);
-            let w = writer.insert(make(sink, first, extras(&exe, &mut bias, totals)));
+            let w = writer.insert(make(
+                sink,
+                first,
+                extras(&exe, &mut bias, totals, args.executable_implied),
+            ));
             for e in held.drain(..) {
                 feed(w, &mut range, &e, &strings);
             }

@@ -273,6 +273,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
         format: Format::Fxt,
         ocaml_exception_info: None,
         executable: outcome.exe.clone(),
+        executable_implied: true,
         filter,
         no_demangle: false,
         decoder: decode::DecoderKind::Auto,
