@@ -175,6 +175,8 @@ struct Segment {
     join: Join,
     /// The sentinel below the segment's outermost known frame (set when it closes).
     sentinel: u32,
+    /// When the segment was opened: after a decode error, the error's time.
+    opened_at: i64,
 }
 
 struct ThreadState<T> {
@@ -545,6 +547,7 @@ fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
         end_time: time,
         join,
         sentinel,
+        opened_at: time,
     });
     ts.entries.push(Entry {
         time,
@@ -1462,6 +1465,7 @@ fn write_thread<S: TraceSink>(
                 &ts.frames,
                 &mut last_written,
             );
+            let t_before = last_written;
             let t = times[k].max(last_written);
             counter(&mut cx, t, &mut power);
             // Walk up from the new leaf to the first frame already open.
@@ -1484,10 +1488,21 @@ fn write_thread<S: TraceSink>(
                     cx.end(&ts.frames[o.frame as usize], t, false, o.unverified);
                 }
             }
-            for &f in path.iter().rev() {
+            // After a decode error the frames the new segment knew from its start were,
+            // as far as anyone can tell, running when the gap began: show them from the
+            // error on (as magic-trace does), except the innermost, which is often the
+            // one the segment returns from at once.
+            let back_to = (k == 0 && si > 0 && seg.join == Join::Any)
+                .then(|| seg.opened_at.max(t_before))
+                .filter(|&b| b < t);
+            for (depth, &f) in path.iter().rev().enumerate() {
                 let fr = ts.frames[f as usize];
                 let inferred = e.flow == Flow::Start || fr.flags & INFERRED_START != 0;
-                cx.begin(&fr, t, inferred);
+                let at = match back_to {
+                    Some(b) if depth + 1 < path.len() => b,
+                    _ => t,
+                };
+                cx.begin(&fr, at, inferred);
                 open.push(Open {
                     frame: f,
                     at_gap: false,
