@@ -17,7 +17,7 @@ use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 
 /// How much of perf's stderr is kept for error messages.
@@ -96,6 +96,24 @@ pub fn describe(cmd: &Command) -> String {
 pub fn tail(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(STDERR_TAIL);
     String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// Waits for perf (killing it first if its output was not drained, which is not a
+/// failure) and returns how it failed, with the tail of its stderr, if it did.
+pub fn wait_for_perf(
+    child: &mut Child,
+    stderr: &mut Option<JoinHandle<Vec<u8>>>,
+    stopped_early: bool,
+) -> std::io::Result<Option<(ExitStatus, String)>> {
+    if stopped_early {
+        let _ = child.kill();
+    }
+    let status = child.wait()?;
+    let kept = stderr
+        .take()
+        .and_then(|h| h.join().ok())
+        .unwrap_or_default();
+    Ok((!status.success() && !stopped_early).then(|| (status, tail(&kept))))
 }
 
 /// Drains a child's stderr on a thread of its own, keeping only the end: perf can
@@ -291,23 +309,13 @@ impl PerfScript {
         }
         self.done = true;
         let stopped_early = !self.decoder.is_finished();
-        if stopped_early {
-            let _ = self.child.kill();
-        }
-        let status = self.child.wait()?;
-        let stderr = self
-            .stderr
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default();
-        if status.success() || stopped_early {
-            Ok(())
-        } else {
-            Err(Error::PerfFailed {
+        match wait_for_perf(&mut self.child, &mut self.stderr, stopped_early)? {
+            None => Ok(()),
+            Some((status, stderr)) => Err(Error::PerfFailed {
                 command: self.command.clone(),
                 status,
-                stderr: tail(&stderr),
-            })
+                stderr,
+            }),
         }
     }
 }

@@ -192,7 +192,7 @@ fn grow_pipe(stdout: &ChildStdout) {
     }
 }
 
-use ptscope_decode::perf::{describe, keep_stderr_tail, tail};
+use ptscope_decode::perf::{describe, keep_stderr_tail, tail, wait_for_perf};
 
 /// A running `perf script --dlfilter` whose output is decoded as it arrives.
 ///
@@ -329,23 +329,13 @@ impl DlfilterScript {
         }
         self.done = true;
         let stopped_early = !self.reader.is_finished();
-        if stopped_early {
-            let _ = self.child.kill();
-        }
-        let status = self.child.wait()?;
-        let stderr = self
-            .stderr
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default();
-        if status.success() || stopped_early {
-            Ok(())
-        } else {
-            Err(Error::PerfFailed {
+        match wait_for_perf(&mut self.child, &mut self.stderr, stopped_early)? {
+            None => Ok(()),
+            Some((status, stderr)) => Err(Error::PerfFailed {
                 command: self.command.clone(),
                 status,
-                stderr: tail(&stderr),
-            })
+                stderr,
+            }),
         }
     }
 
