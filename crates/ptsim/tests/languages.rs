@@ -188,6 +188,11 @@ func main() {
         .status()
         .unwrap();
     assert!(status.success());
+    // The Go runtime preempts goroutines with signals (SIGURG) at times that vary from
+    // run to run; a signal can land where perf 6.1's decoding is uncertain (see
+    // docs/simulation.md), which made this comparison flaky. Without async preemption
+    // the run is deterministic; signals are covered by `c_timer_signals`.
+    std::env::set_var("GODEBUG", "asyncpreemptoff=1");
     let (sim, _c) = record_and_compare(&dir, &dir.join("gop"));
     // The Go runtime starts several OS threads.
     assert!(sim.traces.len() >= 2, "{} threads", sim.traces.len());
