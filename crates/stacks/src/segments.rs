@@ -1025,7 +1025,9 @@ impl<T> Cx<'_, T> {
     /// resumed code starts a segment of its own, joined to the previous one only if its
     /// outermost frames (learnt from its later returns) line up with the parked stack;
     /// otherwise it is an unrelated stack, and no caller found on it is mistaken for a
-    /// caller of the old one.
+    /// caller of the old one. The write pass also remembers the stacks of goroutines
+    /// seen parking, and gives a resumed goroutine its own outer frames back when its
+    /// callers single one out.
     fn gogo(&mut self, dst: &Location) {
         self.split(Join::Verified);
         self.ensure_current(dst);
@@ -1072,6 +1074,7 @@ impl<T> Cx<'_, T> {
 }
 
 /// A frame open in the output, with what its end needs.
+#[derive(Clone, Copy)]
 struct Open {
     frame: u32,
     /// Open at a segment's end: if closed at the boundary, its end is a guess.
@@ -1302,6 +1305,57 @@ fn find_stitch<T>(
     })
 }
 
+/// A goroutine's stack when it parked, root first, up to the function that parked.
+struct Parked {
+    frames: Vec<Open>,
+    /// Known down to its root; otherwise only its upper part was ever seen.
+    complete: bool,
+}
+
+/// How many parked goroutine stacks are remembered per thread.
+const MAX_PARKED: usize = 64;
+/// Revealed frames (the resumed `runtime.gopark` and its callers) needed before a
+/// parked stack is believed to be the one resumed.
+const MIN_PARKED_EVIDENCE: usize = 4;
+
+/// Finds the one parked goroutine whose stack ends in exactly the frames a resumed
+/// segment revealed (outermost first, down to its `runtime.gopark`), takes it out of
+/// `parked`, and returns the frames below them. Several candidates, or too little
+/// evidence, means no guess: another goroutine's frames must not be shown.
+fn pick_parked<T>(
+    ts: &ThreadState<T>,
+    locs: &Locations,
+    parked: &mut Vec<Parked>,
+    path: &[u32],
+) -> Option<Parked> {
+    let sym = |f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+    // How many of the revealed frames (outermost first, down to the function that
+    // parked) a parked stack ends with.
+    let evidence = |p: &Parked| -> Option<usize> {
+        let p = &p.frames;
+        let last = sym(p.last()?.frame);
+        let n = path.iter().position(|&f| sym(f) == last)? + 1;
+        let matched = n >= MIN_PARKED_EVIDENCE
+            && p.len() > n
+            && p[p.len() - n..]
+                .iter()
+                .zip(path)
+                .all(|(o, &f)| sym(o.frame) == sym(f));
+        matched.then_some(n)
+    };
+    let mut hits = parked
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((i, evidence(p)?)));
+    let (i, n) = hits.next()?;
+    if hits.next().is_some() {
+        return None;
+    }
+    let mut stack = parked.remove(i);
+    stack.frames.truncate(stack.frames.len() - n);
+    Some(stack)
+}
+
 fn write_thread<S: TraceSink>(
     sink: &mut S,
     ts: &ThreadState<S::Thread>,
@@ -1327,6 +1381,10 @@ fn write_thread<S: TraceSink>(
     let mut power = ts.power.iter().peekable();
     let mut last_written = i64::MIN;
     let mut prev_end = 0i64;
+    // Stacks of goroutines seen parking (root first, up to their `runtime.gopark`),
+    // most recent last: a resumed goroutine whose revealed callers single one out
+    // continues on its own stack rather than on the one that just parked.
+    let mut parked: Vec<Parked> = Vec::new();
     let counter =
         |cx: &mut WriteCx<'_, S>,
          upto: i64,
@@ -1363,6 +1421,13 @@ fn write_thread<S: TraceSink>(
                 matches!(sym, Symbol::FromPerf(n) if GOGO_DESTINATIONS.contains(&strings.get(n)))
             })
         };
+        let mcall_at = |stack: &[Open]| {
+            stack.iter().position(|o| {
+                let sym = locs.list[ts.frames[o.frame as usize].loc as usize].symbol;
+                matches!(sym, Symbol::FromPerf(n) if GOGO_DESTINATIONS.contains(&strings.get(n)))
+            })
+        };
+        let mut resumed: Option<Parked> = None;
         let mut stitch = if si > 0 && seg.join != Join::Never && config.stitch {
             let found = find_stitch(ts, locs, &open, &path)
                 .filter(|st| seg.join == Join::Any || (!st.unverified && resumes_here(&open, st)));
@@ -1370,21 +1435,52 @@ fn write_thread<S: TraceSink>(
                 let sym = locs.list[ts.frames[f as usize].loc as usize].symbol;
                 matches!(sym, Symbol::FromPerf(n) if THREAD_ROOTS.contains(&strings.get(n)))
             });
-            if found.is_none() && seg.join == Join::Verified && !at_a_root {
-                // Another goroutine runs, or the same one on a stack we cannot line up:
-                // keep what lay below the parked `runtime.gopark` (the outer frames every
-                // goroutine of a simple program shares, such as the main loop), marked
-                // unverified, as magic-trace keeps its whole old stack.
-                open.iter()
-                    .position(|o| {
-                        let sym = locs.list[ts.frames[o.frame as usize].loc as usize].symbol;
-                        matches!(sym, Symbol::FromPerf(n) if GOGO_DESTINATIONS.contains(&strings.get(n)))
-                    })
-                    .map(|mcall| Stitch {
-                        base: mcall.saturating_sub(1),
-                        matched: 0,
-                        unverified: true,
-                    })
+            if seg.join == Join::Verified && config.stitch {
+                // Only what was known of the parked stack: frames carried under it on
+                // trust are left out, or a wrong guess would be repeated as a fact.
+                let just_parked = mcall_at(&open).map(|m| {
+                    let known = open[..m]
+                        .iter()
+                        .rposition(|o| o.unverified)
+                        .map_or(0, |u| u + 1);
+                    Parked {
+                        frames: open[known..m].to_vec(),
+                        complete: known == 0,
+                    }
+                });
+                if found.is_none() && !at_a_root {
+                    resumed = pick_parked(ts, locs, &mut parked, &path);
+                }
+                if let Some(p) = just_parked.filter(|_| found.is_none()) {
+                    if parked.len() == MAX_PARKED {
+                        parked.remove(0);
+                    }
+                    parked.push(p);
+                }
+            }
+            if resumed.as_ref().is_some_and(|p| p.complete) {
+                // Everything open belongs to the goroutine that parked.
+                Some(Stitch {
+                    base: 0,
+                    matched: 0,
+                    unverified: false,
+                })
+            } else if found.is_none() && seg.join == Join::Verified && !at_a_root {
+                // Nothing known lines up. If the resumed frames are too few to tell, it may
+                // be the same goroutine: keep what lay below its parked `runtime.gopark`
+                // (marked unverified, as magic-trace keeps its whole old stack). If its
+                // callers contradict the parked stack, it is another goroutine: keep only
+                // the outermost frame, which goroutines share (`runtime.goexit` in Go).
+                let refuted = path.len() >= 2;
+                mcall_at(&open).map(|mcall| Stitch {
+                    base: if refuted {
+                        mcall.saturating_sub(1).min(1)
+                    } else {
+                        mcall.saturating_sub(1)
+                    },
+                    matched: 0,
+                    unverified: true,
+                })
             } else {
                 found
             }
@@ -1422,6 +1518,31 @@ fn write_thread<S: TraceSink>(
             let t = prev_end.max(last_written);
             cx.end(&ts.frames[o.frame as usize], t, o.at_gap, o.unverified);
             last_written = t;
+        }
+        if let Some(stack) = resumed.take().map(|p| p.frames) {
+            // The resumed goroutine's own outer frames reopen below the frames its
+            // segment revealed (their start is inferred). Only what is carried under
+            // them is unverified: they are remembered as known when it parks again.
+            if let Some(s) = stitch.as_mut().filter(|s| s.unverified) {
+                for o in open.iter_mut() {
+                    o.unverified = true;
+                }
+                s.unverified = false;
+            }
+            let t = start.max(last_written);
+            for o in stack {
+                cx.begin(&ts.frames[o.frame as usize], t, true);
+                is_open[o.frame as usize] = true;
+                open.push(Open {
+                    frame: o.frame,
+                    at_gap: false,
+                    unverified: false,
+                });
+            }
+            last_written = t;
+            if let Some(s) = stitch.as_mut() {
+                s.base = open.len();
+            }
         }
         if let Some(s) = &stitch {
             if s.unverified {

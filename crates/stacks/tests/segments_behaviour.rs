@@ -291,3 +291,97 @@ fn unmatched_entertrap_splits_the_segment() {
         s.done
     );
 }
+
+/// Parks the running goroutine: `gopark` calls down to `gogo` from `at` (nanoseconds).
+fn park(b: &mut Build, at: u64, from: (u64, &str)) {
+    b.k(at, Kind::Call, from, (0x500, "runtime.gopark"));
+    let path = [
+        (0x600, "runtime.mcall"),
+        (0x640, "runtime.park_m"),
+        (0x680, "runtime.schedule"),
+        (0x6c0, "runtime.execute"),
+        (0x6f0, "gogo"),
+    ];
+    let mut src = (0x508, "runtime.gopark");
+    for (i, &dst) in path.iter().enumerate() {
+        b.k(at + 5 * (i as u64 + 1), Kind::Call, src, dst);
+        src = (dst.0 + 8, dst.1);
+    }
+}
+
+/// A goroutine whose callers contradict the parked stack is another goroutine: it is
+/// not shown on the parked one's frames (only the shared outermost frame stays). When
+/// the parked goroutine resumes and its callers single out its remembered stack, its
+/// outer frames come back under it.
+#[test]
+fn goroutines_keep_their_own_stacks() {
+    let mut b = Build::new();
+    b.k(
+        0,
+        Kind::Call,
+        (0x50, "runtime.goexit"),
+        (0x100, "runtime.main"),
+    );
+    b.k(2, Kind::Call, (0x110, "runtime.main"), (0x200, "main.loop"));
+    b.k(4, Kind::Call, (0x210, "main.loop"), (0x300, "main.a"));
+    b.k(6, Kind::Call, (0x310, "main.a"), (0x400, "main.b"));
+    park(&mut b, 10, (0x410, "main.b"));
+    // Another goroutine resumes: its callers are not main.b's.
+    b.k(50, Kind::Return, (0x6f8, "gogo"), (0x50d, "runtime.gopark"));
+    b.k(
+        60,
+        Kind::Return,
+        (0x520, "runtime.gopark"),
+        (0x705, "worker.recv"),
+    );
+    b.k(
+        70,
+        Kind::Return,
+        (0x720, "worker.recv"),
+        (0x805, "worker.loop"),
+    );
+    park(&mut b, 80, (0x810, "worker.loop"));
+    // main resumes and returns through main.b, main.a into main.loop.
+    b.k(
+        120,
+        Kind::Return,
+        (0x6f8, "gogo"),
+        (0x50d, "runtime.gopark"),
+    );
+    b.k(
+        130,
+        Kind::Return,
+        (0x520, "runtime.gopark"),
+        (0x415, "main.b"),
+    );
+    b.k(140, Kind::Return, (0x420, "main.b"), (0x315, "main.a"));
+    b.k(150, Kind::Return, (0x320, "main.a"), (0x215, "main.loop"));
+    b.k(160, Kind::Call, (0x220, "main.loop"), (0x900, "main.c"));
+    b.k(170, Kind::Return, (0x910, "main.c"), (0x225, "main.loop"));
+    let s = b.run(SegmentsConfig::default(), None);
+    let during = |name: &str, t: i64| {
+        s.done
+            .iter()
+            .filter(|d| d.3 == name && d.0 <= t && t < d.1)
+            .map(|d| d.2)
+            .collect::<Vec<_>>()
+    };
+    // The worker runs on the shared root only.
+    assert_eq!(during("runtime.goexit", 65), vec![0], "{:?}", s.done);
+    assert_eq!(during("worker.loop", 75), vec![1], "{:?}", s.done);
+    assert_eq!(during("worker.recv", 65), vec![2], "{:?}", s.done);
+    for gone in ["runtime.main", "main.loop", "main.a", "main.b"] {
+        assert!(
+            during(gone, 65).is_empty(),
+            "{gone} shown under the worker: {:?}",
+            s.done
+        );
+    }
+    // main is itself again once its callers are known, root included.
+    assert_eq!(during("runtime.goexit", 165), vec![0], "{:?}", s.done);
+    assert_eq!(during("runtime.main", 165), vec![1], "{:?}", s.done);
+    assert_eq!(during("main.loop", 165), vec![2], "{:?}", s.done);
+    assert_eq!(during("main.c", 165), vec![3], "{:?}", s.done);
+    // ... and its callers learnt after the switch cover the whole time it ran.
+    assert_eq!(during("main.a", 125), vec![3], "{:?}", s.done);
+}
