@@ -1,7 +1,7 @@
 //! Wall and CPU time of decoding one perf.data: text path, dlfilter path (for Intel PT
 //! also with `keep_jumps`), and perf with a do-nothing dlfilter (the floor).
 //! Usage: `bench_dlfilter PERF.DATA [RUNS] [PATHS] [pt|sampling]`, PATHS a comma list
-//! of `text,dlf,keep,floor,raw` or `all`. Best of RUNS for each figure. The kind is
+//! of `text,dlf,keep,floor,early0,raw` or `all`. Best of RUNS for each figure. The kind is
 //! asked of `perf evlist` unless given (a perf on a machine without Intel PT cannot name
 //! the `intel_pt` event of a simulated recording).
 
@@ -158,6 +158,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "floor",
         "floor: perf script + do-nothing dlfilter",
         Box::new(move || perf_only(d, kind, &["--dlfilter", fs, "--dlarg", "null"])),
+    ));
+    benches.push((
+        "early0",
+        "perf script + do-nothing dlfilter in filter_event_early (no symbol lookup)",
+        Box::new(move || {
+            perf_only(
+                d,
+                kind,
+                &["--dlfilter", fs, "--dlarg", "null", "--dlarg", "early"],
+            )
+        }),
     ));
     benches.push((
         "raw",

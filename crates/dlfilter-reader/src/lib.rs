@@ -42,6 +42,13 @@ use std::thread::JoinHandle;
 /// The filter shared object, compiled from `crates/dlfilter` by this crate's build script.
 pub static FILTER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libptscope_dlfilter.so"));
 
+/// What `perf script` is asked to print besides samples, for the filter's caches.
+const SIDEBAND_ARGS: [&str; 3] = [
+    "--show-mmap-events",
+    "--show-task-events",
+    "--show-bpf-events",
+];
+
 /// File name the filter is written under.
 pub const FILTER_FILE_NAME: &str = "ptscope_dlfilter.so";
 
@@ -243,6 +250,15 @@ impl DlfilterScript {
             .arg(&filter);
         if options.keep_jumps {
             cmd.args(["--dlarg", "keep-jumps"]);
+        }
+        // perf prints the events that change its address maps, in order among the
+        // samples: the filter then trusts its caches until one appears (the reader drops
+        // those lines), instead of making perf resolve every sample's address.
+        cmd.args(SIDEBAND_ARGS).args(["--dlarg", "sideband"]);
+        if options.extra_args.is_empty() {
+            // Nothing on the command line filters samples, so the filter may see them
+            // before perf's own checks and symbol lookup.
+            cmd.args(["--dlarg", "early"]);
         }
         cmd.args(&options.extra_args)
             .env("PAGER", "cat")

@@ -22,6 +22,27 @@ const MAX_RECORD: usize = 64 << 20;
 #[derive(Debug)]
 pub struct RecordReader<R> {
     reader: R,
+    /// What records refer to; apart from `reader`, so a record can be converted while
+    /// it still sits in the reader's buffer.
+    t: Tables,
+    payload: Vec<u8>,
+    text: Vec<u8>,
+    /// Events decoded from text, and records that arrived behind them.
+    ready: VecDeque<Event>,
+    stats: Stats,
+    warnings: Vec<Warning>,
+    offset: u64,
+    eof: bool,
+    failed: bool,
+    pending_error: Option<Error>,
+}
+
+/// What a branch's flags say: a trace start or end, and the branch kind.
+type BranchMeaning = (Option<TraceStateChange>, Option<Kind>);
+
+/// The names, locations and chains sent so far, and the stream's state.
+#[derive(Debug)]
+struct Tables {
     strings: StringTable,
     /// Filter name id → interned name.
     names: Vec<Option<Sym>>,
@@ -30,26 +51,21 @@ pub struct RecordReader<R> {
     /// Filter chain id → callchain, root first (as events carry stacks).
     chains: Vec<Vec<Location>>,
     unknown_dso: Option<Sym>,
-    payload: Vec<u8>,
-    text: Vec<u8>,
-    ready: VecDeque<Event>,
     scratch: String,
-    stats: Stats,
-    warnings: Vec<Warning>,
-    offset: u64,
+    /// Branch flags → their meaning, for the flag sets seen so far.
+    flag_table: Vec<(u32, BranchMeaning)>,
     hello: bool,
     end: bool,
-    eof: bool,
-    failed: bool,
-    pending_error: Option<Error>,
 }
 
+#[inline]
 fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(w)
 }
 
+#[inline]
 fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
@@ -90,20 +106,23 @@ impl<R: BufRead> RecordReader<R> {
     pub fn with_strings(reader: R, strings: StringTable) -> Self {
         RecordReader {
             reader,
-            strings,
-            names: Vec::new(),
-            locs: Vec::new(),
-            chains: Vec::new(),
-            unknown_dso: None,
+            t: Tables {
+                strings,
+                names: Vec::new(),
+                locs: Vec::new(),
+                chains: Vec::new(),
+                unknown_dso: None,
+                scratch: String::new(),
+                flag_table: Vec::new(),
+                hello: false,
+                end: false,
+            },
             payload: Vec::new(),
             text: Vec::new(),
             ready: VecDeque::new(),
-            scratch: String::new(),
             stats: Stats::default(),
             warnings: Vec::new(),
             offset: 0,
-            hello: false,
-            end: false,
             eof: false,
             failed: false,
             pending_error: None,
@@ -112,16 +131,16 @@ impl<R: BufRead> RecordReader<R> {
 
     /// The table events' names are interned in.
     pub fn strings(&self) -> &StringTable {
-        &self.strings
+        &self.t.strings
     }
 
     /// Takes the table, leaving an empty one (names sent earlier are forgotten too).
     pub fn take_strings(&mut self) -> StringTable {
-        self.names.clear();
-        self.locs.clear();
-        self.chains.clear();
-        self.unknown_dso = None;
-        std::mem::take(&mut self.strings)
+        self.t.names.clear();
+        self.t.locs.clear();
+        self.t.chains.clear();
+        self.t.unknown_dso = None;
+        std::mem::take(&mut self.t.strings)
     }
 
     /// Totals so far: `lines` counts text lines, `bytes` everything read.
@@ -141,18 +160,22 @@ impl<R: BufRead> RecordReader<R> {
 
     /// True if the filter's end record was seen.
     pub fn saw_end(&self) -> bool {
-        self.end
+        self.t.end
     }
 
     /// Reads until the filter's first record (or the end); false if it never came.
     pub fn wait_for_hello(&mut self) -> Result<bool, Error> {
-        while !self.hello && !self.eof && !self.failed {
-            if let Err(e) = self.step() {
-                self.failed = true;
-                return Err(e);
+        while !self.t.hello && !self.eof && !self.failed {
+            match self.step() {
+                Ok(Some(e)) => self.ready.push_back(e),
+                Ok(None) => {}
+                Err(e) => {
+                    self.failed = true;
+                    return Err(e);
+                }
             }
         }
-        Ok(self.hello)
+        Ok(self.t.hello)
     }
 
     /// The next event, `Ok(None)` at the end. An error is returned once, after every
@@ -169,16 +192,25 @@ impl<R: BufRead> RecordReader<R> {
             if self.eof || self.failed {
                 return Ok(None);
             }
-            if let Err(e) = self.step() {
-                self.failed = true;
-                self.flush_text();
-                self.pending_error = Some(e);
+            match self.step() {
+                // `step` returns an event only when nothing is queued before it.
+                Ok(Some(e)) => {
+                    self.stats.events += 1;
+                    return Ok(Some(e));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.failed = true;
+                    self.flush_text();
+                    self.pending_error = Some(e);
+                }
             }
         }
     }
 
-    /// Reads one record or one text line.
-    fn step(&mut self) -> Result<(), Error> {
+    /// Reads one record or one text line; returns a record's event when no event is
+    /// queued before it (else queues it).
+    fn step(&mut self) -> Result<Option<Event>, Error> {
         let first = loop {
             match self.reader.fill_buf() {
                 Ok([]) => break None,
@@ -190,7 +222,7 @@ impl<R: BufRead> RecordReader<R> {
         match first {
             None => {
                 self.eof = true;
-                if !self.end && self.text.last().is_some_and(|&b| b != b'\n') {
+                if !self.t.end && self.text.last().is_some_and(|&b| b != b'\n') {
                     // perf died mid-line: a partial line would decode as a wrong event.
                     let keep = self
                         .text
@@ -200,16 +232,22 @@ impl<R: BufRead> RecordReader<R> {
                     self.text.truncate(keep);
                 }
                 self.flush_text();
-                if !self.end {
+                if !self.t.end {
                     return Err(Error::Truncated {
                         events: self.stats.events + self.ready.len() as u64,
                     });
                 }
-                Ok(())
+                Ok(None)
             }
             Some(format::MARKER) => {
                 self.flush_text();
-                self.record()
+                match self.record()? {
+                    Some(e) if !self.ready.is_empty() => {
+                        self.ready.push_back(e);
+                        Ok(None)
+                    }
+                    e => Ok(e),
+                }
             }
             Some(_) => {
                 let start = self.text.len();
@@ -223,7 +261,11 @@ impl<R: BufRead> RecordReader<R> {
                 let n = self.reader.read_until(b'\n', &mut self.text)?;
                 self.offset += n as u64;
                 self.stats.bytes += n as u64;
-                Ok(())
+                if is_sideband(&self.text[start..]) {
+                    // Printed for the filter's sake; the text path never sees it.
+                    self.text.truncate(start);
+                }
+                Ok(None)
             }
         }
     }
@@ -234,7 +276,7 @@ impl<R: BufRead> RecordReader<R> {
         if self.text.is_empty() {
             return;
         }
-        let strings = std::mem::take(&mut self.strings);
+        let strings = std::mem::take(&mut self.t.strings);
         let mut d = Decoder::with_strings(&self.text[..], strings)
             .with_kept_warnings(DEFAULT_KEPT_WARNINGS.saturating_sub(self.warnings.len()));
         // Reading a slice cannot fail.
@@ -246,7 +288,7 @@ impl<R: BufRead> RecordReader<R> {
         self.stats.warnings += st.warnings;
         self.stats.ignored += st.ignored;
         self.warnings.extend_from_slice(d.warnings());
-        self.strings = d.into_strings();
+        self.t.strings = d.into_strings();
         self.text.clear();
     }
 
@@ -258,7 +300,22 @@ impl<R: BufRead> RecordReader<R> {
     }
 
     /// Reads and converts one binary record.
-    fn record(&mut self) -> Result<(), Error> {
+    fn record(&mut self) -> Result<Option<Event>, Error> {
+        // Nearly every record lies wholly in the reader's buffer: convert it in place.
+        if let Ok(buf) = self.reader.fill_buf() {
+            if buf.len() >= format::HEADER_LEN {
+                let len = u32_at(buf, 2) as usize;
+                let total = format::HEADER_LEN + len;
+                if len <= MAX_RECORD && buf.len() >= total {
+                    let at = self.offset;
+                    let r = self.t.convert(buf[1], &buf[format::HEADER_LEN..total]);
+                    self.reader.consume(total);
+                    self.offset += total as u64;
+                    self.stats.bytes += total as u64;
+                    return r.map_err(|what| Error::Corrupt { offset: at, what });
+                }
+            }
+        }
         let mut head = [0u8; format::HEADER_LEN];
         read_full(&mut self.reader, &mut head).map_err(|e| self.short(e))?;
         let ty = head[1];
@@ -272,12 +329,9 @@ impl<R: BufRead> RecordReader<R> {
         let at = self.offset;
         self.offset += (format::HEADER_LEN + len) as u64;
         self.stats.bytes += (format::HEADER_LEN + len) as u64;
-        let payload = std::mem::take(&mut self.payload);
-        let r = self
-            .convert(ty, &payload)
-            .map_err(|what| Error::Corrupt { offset: at, what });
-        self.payload = payload;
-        r
+        self.t
+            .convert(ty, &self.payload)
+            .map_err(|what| Error::Corrupt { offset: at, what })
     }
 
     fn short(&self, e: io::Error) -> Error {
@@ -289,8 +343,11 @@ impl<R: BufRead> RecordReader<R> {
             Error::Io(e)
         }
     }
+}
 
-    fn convert(&mut self, ty: u8, p: &[u8]) -> Result<(), String> {
+impl Tables {
+    /// Converts one record: its event, if it is a sample.
+    fn convert(&mut self, ty: u8, p: &[u8]) -> Result<Option<Event>, String> {
         if !self.hello && ty != format::REC_HELLO {
             return Err("stream does not start with the filter's hello record".into());
         }
@@ -339,7 +396,7 @@ impl<R: BufRead> RecordReader<R> {
                         callstack: chain.clone(),
                     },
                 };
-                self.push(c, false, data);
+                return Ok(Some(event(c, false, data)));
             }
             format::REC_CHAIN => {
                 let n = (p.len() >= 8).then(|| u32_at(p, 4)).ok_or("short chain")? as usize;
@@ -391,7 +448,7 @@ impl<R: BufRead> RecordReader<R> {
                         callstack: vec![loc],
                     },
                 };
-                self.push(c, false, data);
+                return Ok(Some(event(c, false, data)));
             }
             format::REC_BRANCH => {
                 if p.len() != format::BRANCH_LEN {
@@ -399,22 +456,16 @@ impl<R: BufRead> RecordReader<R> {
                 }
                 let mut c = self.short_common(p)?;
                 c.flags = u32_at(p, format::SHORT_LEN);
-                let end_at = |k: usize| {
-                    let l = u32_at(p, format::SHORT_LEN + 4 + 4 * k);
-                    self.locs
-                        .get(l as usize)
-                        .copied()
-                        .ok_or_else(|| format!("location id {l} used before it was sent"))
+                let s = u32_at(p, format::SHORT_LEN + 4);
+                let d = u32_at(p, format::SHORT_LEN + 8);
+                let (Some(&src), Some(&dst)) =
+                    (self.locs.get(s as usize), self.locs.get(d as usize))
+                else {
+                    return Err(format!("location id {s} or {d} used before it was sent"));
                 };
-                let (src, dst) = (end_at(0)?, end_at(1)?);
-                let (start, end, kind) = branch_kind(c.flags).ok_or("unprintable flags")?;
-                let change = match (start, end) {
-                    (true, false) => Some(TraceStateChange::Start),
-                    (false, true) => Some(TraceStateChange::End),
-                    _ => None,
-                };
+                let (change, kind) = self.branch_meaning(c.flags)?;
                 let in_tx = c.flags & format::flags::IN_TX != 0;
-                self.push(
+                return Ok(Some(event(
                     c,
                     in_tx,
                     EventData::Trace {
@@ -423,7 +474,7 @@ impl<R: BufRead> RecordReader<R> {
                         src,
                         dst,
                     },
-                );
+                )));
             }
             format::REC_LOC => {
                 if p.len() != 4 + format::LOC_LEN {
@@ -439,16 +490,25 @@ impl<R: BufRead> RecordReader<R> {
             format::REC_END => self.end = true,
             other => return Err(format!("unknown record type {other}")),
         }
-        Ok(())
+        Ok(None)
     }
 
-    fn push(&mut self, c: Common, in_transaction: bool, data: EventData) {
-        self.ready.push_back(Event::Ok {
-            thread: c.thread,
-            time: c.time,
-            in_transaction,
-            data,
-        });
+    /// What branch `flags` mean, from a small table of the flag sets seen so far
+    /// (a trace has a handful; the word rules are string comparisons).
+    fn branch_meaning(&mut self, flags: u32) -> Result<BranchMeaning, String> {
+        if let Some(&(_, m)) = self.flag_table.iter().find(|e| e.0 == flags) {
+            return Ok(m);
+        }
+        let (start, end, kind) = branch_kind(flags).ok_or("unprintable flags")?;
+        let change = match (start, end) {
+            (true, false) => Some(TraceStateChange::Start),
+            (false, true) => Some(TraceStateChange::End),
+            _ => None,
+        };
+        if self.flag_table.len() < 32 {
+            self.flag_table.push((flags, (change, kind)));
+        }
+        Ok((change, kind))
     }
 
     fn common(&self, p: &[u8]) -> Result<Common, String> {
@@ -530,6 +590,23 @@ impl<R: BufRead> RecordReader<R> {
                 }
             }
         })
+    }
+}
+
+/// A side-band event line perf printed (`HEADER: PERF_RECORD_MMAP2 …`): the first
+/// `": "` of the line is followed by `PERF_RECORD_`, which no sample line has.
+fn is_sideband(line: &[u8]) -> bool {
+    line.windows(2)
+        .position(|w| w == b": ")
+        .is_some_and(|i| line[i + 2..].starts_with(b"PERF_RECORD_"))
+}
+
+fn event(c: Common, in_transaction: bool, data: EventData) -> Event {
+    Event::Ok {
+        thread: c.thread,
+        time: c.time,
+        in_transaction,
+        data,
     }
 }
 

@@ -191,3 +191,68 @@ fn breakpoint_events() {
         "breakpoint samples should pass through as text"
     );
 }
+
+/// One source, two programs: the same code at the same addresses (non-PIE) under
+/// different names. `alpha` burns CPU, then execs `beta`, which burns CPU too.
+const EXEC_C: &str = r#"
+#include <stdlib.h>
+#include <unistd.h>
+volatile long sink;
+__attribute__((noinline)) long HOT(long n){ long s=0; for(long i=0;i<n;i++) s+=i*i; return s; }
+int main(int argc,char**argv){
+    for(int k=0;k<300;k++) sink+=HOT(100000);
+    if (argc > 1) execv(argv[1], argv + 1);
+    return 0;
+}
+"#;
+
+#[test]
+fn exec_into_a_program_with_the_same_addresses() {
+    if !perf_usable("exec_into_a_program_with_the_same_addresses") {
+        return;
+    }
+    let dir = scratch("exec");
+    let src = dir.join("exec.c");
+    std::fs::write(&src, EXEC_C).expect("write source");
+    let build = |name: &str| {
+        let exe = dir.join(name);
+        let st = std::process::Command::new("gcc")
+            .args(["-O0", "-fno-omit-frame-pointer", "-no-pie"])
+            .arg(format!("-DHOT=hot_{name}"))
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .expect("gcc");
+        assert!(st.success(), "gcc failed");
+        exe.to_string_lossy().into_owned()
+    };
+    let (alpha, beta) = (build("alpha"), build("beta"));
+    let data = dir.join("perf.data");
+    record(
+        &data,
+        &["-e", "cpu-clock", "-c", "50000", "-g"],
+        &[&alpha, &beta],
+    );
+    let (n, lines) = compare(&data);
+    assert!(n > 100, "only {n} samples");
+    assert_eq!(lines, 0);
+    // The filter's caches must not name beta's code after alpha: both names appear,
+    // at one and the same address.
+    let d = dlfilter_path(&data);
+    let ips = |name: &str| -> std::collections::HashSet<String> {
+        d.events
+            .iter()
+            // Frames are `IP SYM+OFF (DSO)`, between `[`, ` / ` and `]`.
+            .flat_map(|e| e.split(['[', '/']))
+            .filter(|f| f.contains(name))
+            .filter_map(|f| f.split_whitespace().next().map(String::from))
+            .collect()
+    };
+    let (a, b) = (ips("hot_alpha+"), ips("hot_beta+"));
+    assert!(!a.is_empty() && !b.is_empty(), "alpha {a:?} beta {b:?}");
+    assert!(
+        a.intersection(&b).next().is_some(),
+        "alpha {a:?} beta {b:?}"
+    );
+}

@@ -9,7 +9,11 @@
 //! text. Record layout: [`format`] and `docs/dlfilter.md`.
 //!
 //! `--dlarg` options: `keep-jumps` (do not drop jumps within one symbol), `null`
-//! (drop everything and write nothing: the cost of perf's own decoding).
+//! (drop everything and write nothing: the cost of perf's own decoding), `sideband`
+//! (perf runs with `--show-mmap-events --show-task-events --show-bpf-events`: the caches
+//! are checked against what perf prints instead of resolving every sample), `early` (do
+//! the work in `filter_event_early`, before perf resolves the sample's own address; only
+//! valid when perf is given no option that filters samples).
 //!
 //! This file and `format.rs` are compiled on their own with `rustc` by the reader
 //! crate's build script, so they use nothing but `std`.
@@ -168,6 +172,22 @@ pub static mut perf_dlfilter_fns: Fns = Fns {
     reserved: [std::ptr::null_mut(); 120],
 };
 
+/// The head of glibc's `struct _IO_FILE`: the buffer pointers that glibc's own
+/// `putc_unlocked` macro reads and advances, so they are part of its ABI.
+#[repr(C)]
+struct IoFile {
+    flags: c_int,
+    read_ptr: *mut u8,
+    read_end: *mut u8,
+    read_base: *mut u8,
+    write_base: *mut u8,
+    write_ptr: *mut u8,
+    write_end: *mut u8,
+}
+
+/// Whether perf's `stdout` buffer can be read and written directly (glibc's layout).
+const DIRECT_STDIO: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
+
 extern "C" {
     static mut stdout: *mut c_void;
     fn fwrite_unlocked(ptr: *const c_void, size: usize, n: usize, stream: *mut c_void) -> usize;
@@ -257,6 +277,18 @@ const MAX_CACHED: usize = 1 << 20;
 struct State {
     null: bool,
     keep_jumps: bool,
+    /// Work in `filter_event_early`: perf has not resolved the sample's address yet, and
+    /// a sample answered from the caches never makes it do so.
+    early: bool,
+    /// Caches are trusted until perf prints a side-band event that can change how an
+    /// address resolves; otherwise every sample's address is resolved to check them.
+    sideband: bool,
+    /// Where perf's `stdout` write pointer was after our last record: if it moved, perf
+    /// printed text since (see [`State::check_printed`]).
+    mark: *mut u8,
+    /// The first byte (a NUL marker) of our last record when it lies wholly in the
+    /// buffer: a flush followed by perf's text past `mark` overwrites it.
+    canary: *const u8,
     /// Name pointer → (id, length); perf's names live as long as their DSO, and the
     /// bytes are re-checked on each hit in case a pointer was reused for another name.
     by_ptr: HashMap<usize, u32>,
@@ -296,6 +328,50 @@ fn seal(v: &mut [u8]) {
     v[2..6].copy_from_slice(&len.to_le_bytes());
 }
 
+/// Appends `buf` to perf's `stdout`, straight into its buffer when it fits (what
+/// glibc's `putc_unlocked` does), else through `fwrite_unlocked`. False on a failure.
+unsafe fn write_out(buf: &[u8]) -> bool {
+    if DIRECT_STDIO {
+        let f = &mut *(stdout as *mut IoFile);
+        if !f.write_ptr.is_null()
+            && (f.write_end as usize).wrapping_sub(f.write_ptr as usize) >= buf.len()
+            && f.write_end >= f.write_ptr
+        {
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), f.write_ptr, buf.len());
+            f.write_ptr = f.write_ptr.add(buf.len());
+            return true;
+        }
+    }
+    fwrite_unlocked(buf.as_ptr().cast(), 1, buf.len(), stdout) == buf.len()
+}
+
+/// Whether a line perf printed is a side-band event after which an address may
+/// resolve differently: anything but a thread's exit, a new thread of the same process
+/// (`PERF_RECORD_FORK(pid:tid):(ppid:ptid)` with pid = ppid) or a non-exec comm change.
+fn sideband_changes_maps(line: &[u8]) -> bool {
+    const TAG: &[u8] = b"PERF_RECORD_";
+    let Some(at) = line.windows(TAG.len()).position(|w| w == TAG) else {
+        return false;
+    };
+    let rest = &line[at + TAG.len()..];
+    if rest.starts_with(b"EXIT") || rest.starts_with(b"COMM:") {
+        return false;
+    }
+    if let Some(fork) = rest.strip_prefix(b"FORK(") {
+        let pid = |s: &[u8]| -> Option<Vec<u8>> {
+            let end = s.iter().position(|&b| b == b':')?;
+            Some(s[..end].to_vec())
+        };
+        let child = pid(fork);
+        let parent = fork
+            .windows(2)
+            .position(|w| w == b":(")
+            .and_then(|i| pid(&fork[i + 2..]));
+        return child.is_none() || child != parent;
+    }
+    true
+}
+
 /// The offset perf prints after `sym+0x`, when it can be computed from `al` alone.
 pub fn offset(al: &Al) -> Option<u64> {
     // perf uses the map start for addresses past the symbol's end, which is not exposed.
@@ -305,10 +381,72 @@ pub fn offset(al: &Al) -> Option<u64> {
 impl State {
     fn emit(&mut self, bytes_of: fn(&State) -> &Vec<u8>) {
         let buf = bytes_of(self);
-        // SAFETY: `stdout` is libc's stream, valid for the life of the process.
-        let n = unsafe { fwrite_unlocked(buf.as_ptr().cast(), 1, buf.len(), stdout) };
-        if n != buf.len() {
+        // SAFETY: the bytes are ours; `stdout` is libc's stream, valid for the process.
+        let ok = unsafe { write_out(buf) };
+        self.after_write(ok, buf.len());
+    }
+
+    /// Writes a record built on the stack.
+    fn emit_bytes(&mut self, buf: &[u8]) {
+        // SAFETY: as in `emit`.
+        let ok = unsafe { write_out(buf) };
+        self.after_write(ok, buf.len());
+    }
+
+    fn after_write(&mut self, ok: bool, len: usize) {
+        if !ok {
             self.write_failed = true;
+        }
+        if DIRECT_STDIO {
+            // SAFETY: glibc's `stdout` starts with `IoFile`'s fields.
+            unsafe {
+                let f = &*(stdout as *const IoFile);
+                self.mark = f.write_ptr;
+                self.canary = if (f.write_ptr as usize).wrapping_sub(f.write_base as usize) >= len
+                    && len > 0
+                {
+                    f.write_ptr.sub(len)
+                } else {
+                    std::ptr::null()
+                };
+            }
+        }
+    }
+
+    /// Called before each sample when `sideband`: if perf printed since our last
+    /// record, reads what it printed and forgets every cached location if that may
+    /// change how addresses resolve (a mapping, an exec, a new process, kernel symbols).
+    /// Perf updates its maps when it prints the event, after delivering every sample
+    /// before it, so no sample can be answered from a stale cache.
+    unsafe fn check_printed(&mut self) {
+        let f = &*(stdout as *const IoFile);
+        let ptr = f.write_ptr;
+        if ptr == self.mark {
+            return;
+        }
+        // A flush in between leaves the write pointer behind the mark, or perf's text
+        // (never NUL) over our record's marker: what was printed is gone, so assume
+        // the worst.
+        let intact = !self.canary.is_null()
+            && ptr > self.mark
+            && self.canary >= f.write_base as *const u8
+            && *self.canary == format::MARKER;
+        let stale = !intact || {
+            let printed =
+                std::slice::from_raw_parts(self.mark, ptr.offset_from(self.mark) as usize);
+            printed.split(|&b| b == b'\n').any(sideband_changes_maps)
+        };
+        if stale {
+            self.forget_all();
+        }
+        self.mark = ptr;
+        // The canary stays valid: the buffer was not flushed.
+    }
+
+    /// Empties every process's caches (locations, chains); ids already sent stay valid.
+    fn forget_all(&mut self) {
+        for p in self.procs.values_mut() {
+            p.clear();
         }
     }
 
@@ -538,36 +676,56 @@ impl State {
             let al = (fns.resolve_ip?)(ctx).as_ref()?;
             self.common(format::REC_INLINE, ev.class, s);
             self.loc(s.ip, al)?;
+            self.emit_rec();
             return Some(true);
         }
-        let ip_al = fns.resolve_ip.and_then(|f| f(ctx).as_ref());
-        let ptrs = ip_al.map_or((0, 0), |a| (a.sym as usize, a.dso as usize));
         let chain = std::slice::from_raw_parts(s.raw_callchain, s.raw_callchain_nr as usize);
-        let p = self.proc_cache(s.pid, ip_al);
-        let id = match p.chains.get(chain) {
-            Some(&(id, sp, dp)) if (sp, dp) == ptrs => id,
-            hit => {
-                // The sample's own address resolving elsewhere than when this chain (or
-                // that address) was cached means new mappings (dlopen, JIT): start over.
-                let stale_frame = p
-                    .frames
-                    .get(&s.ip)
-                    .is_some_and(|c| (c.sym_ptr, c.dso_ptr) != ptrs);
-                if hit.is_some() || stale_frame {
-                    p.clear();
+        let (ptrs, hit) = if self.sideband {
+            // The caches are known to be current: no need to resolve anything on a hit.
+            let hit = self
+                .procs
+                .get(&s.pid)
+                .and_then(|p| p.chains.get(chain))
+                .map(|&(id, _, _)| id);
+            ((0, 0), hit)
+        } else {
+            let ip_al = fns.resolve_ip.and_then(|f| f(ctx).as_ref());
+            let ptrs = ip_al.map_or((0, 0), |a| (a.sym as usize, a.dso as usize));
+            let p = self.proc_cache(s.pid, ip_al);
+            let hit = match p.chains.get(chain) {
+                Some(&(id, sp, dp)) if (sp, dp) == ptrs => Some(id),
+                hit => {
+                    // The sample's own address resolving elsewhere than when this chain
+                    // (or that address) was cached means new mappings (dlopen, JIT).
+                    let stale_frame = p
+                        .frames
+                        .get(&s.ip)
+                        .is_some_and(|c| (c.sym_ptr, c.dso_ptr) != ptrs);
+                    if hit.is_some() || stale_frame {
+                        p.clear();
+                    }
+                    None
                 }
-                self.new_chain(s.pid, chain, ctx, ptrs)?
-            }
+            };
+            (ptrs, hit)
         };
-        let r = &mut self.rec;
-        begin(r, format::REC_STACK);
-        r.extend_from_slice(&[ev.class as u8, 0, 0, 0]);
-        r.extend_from_slice(&s.pid.to_le_bytes());
-        r.extend_from_slice(&s.tid.to_le_bytes());
-        put_u64(r, s.time);
-        put_u64(r, s.period);
-        put_u32(r, id);
+        let id = match hit {
+            Some(id) => id,
+            None => self.new_chain(s.pid, chain, ctx, ptrs)?,
+        };
+        let mut r = [0u8; format::HEADER_LEN + format::STACK_LEN];
+        short_common(&mut r, format::REC_STACK, format::STACK_LEN, ev.class, s);
+        let at = format::HEADER_LEN + format::SHORT_LEN;
+        r[at..at + 8].copy_from_slice(&s.period.to_le_bytes());
+        r[at + 8..at + 12].copy_from_slice(&id.to_le_bytes());
+        self.emit_bytes(&r);
         Some(true)
+    }
+
+    /// Seals and writes the record built in `rec`.
+    fn emit_rec(&mut self) {
+        seal(&mut self.rec);
+        self.emit(|s| &s.rec);
     }
 
     unsafe fn branch(&mut self, s: &Sample, ctx: Ctx, ev: EventInfo) -> Option<bool> {
@@ -576,26 +734,41 @@ impl State {
         if !ev.clean || format::flag_words(s.flags).is_none() || s.addr_correlates_sym == 0 {
             return None;
         }
-        let src_al = (fns.resolve_ip?)(ctx).as_ref()?;
-        let p = self.proc_cache(s.pid, Some(src_al));
-        let src_ptrs = (src_al.sym as usize, src_al.dso as usize);
-        let src = match p.ends.get(&s.ip) {
-            Some(&c) if (c.sym_ptr, c.dso_ptr) == src_ptrs => c,
-            hit => {
-                if hit.is_some() {
-                    // The address resolves elsewhere now: new mappings (dlopen, JIT).
-                    p.clear();
+        let (src, dst) = match self.procs.get(&s.pid) {
+            Some(p) if self.sideband => (p.ends.get(&s.ip).copied(), p.ends.get(&s.addr).copied()),
+            _ => (None, None),
+        };
+        let src = match src {
+            Some(c) => c,
+            None => {
+                let src_al = (fns.resolve_ip?)(ctx).as_ref()?;
+                if self.sideband {
+                    self.end(s.pid, s.ip, src_al)?
+                } else {
+                    let p = self.proc_cache(s.pid, Some(src_al));
+                    let src_ptrs = (src_al.sym as usize, src_al.dso as usize);
+                    match p.ends.get(&s.ip) {
+                        Some(&c) if (c.sym_ptr, c.dso_ptr) == src_ptrs => c,
+                        hit => {
+                            if hit.is_some() {
+                                // The address resolves elsewhere now: new mappings.
+                                p.clear();
+                            }
+                            self.end(s.pid, s.ip, src_al)?
+                        }
+                    }
                 }
-                self.end(s.pid, s.ip, src_al)?
             }
         };
-        let cached = self.procs.get(&s.pid).and_then(|p| p.ends.get(&s.addr));
-        let dst = match cached {
-            Some(&c) => c,
-            None => {
-                let dst_al = (fns.resolve_addr?)(ctx).as_ref()?;
-                self.end(s.pid, s.addr, dst_al)?
-            }
+        let dst = match dst {
+            Some(c) => c,
+            None => match self.procs.get(&s.pid).and_then(|p| p.ends.get(&s.addr)) {
+                Some(&c) => c,
+                None => {
+                    let dst_al = (fns.resolve_addr?)(ctx).as_ref()?;
+                    self.end(s.pid, s.addr, dst_al)?
+                }
+            },
         };
         // Same test as the reader's `is_dropped_jump`, so a fallback can skip exactly
         // what was delivered; the name (not the address) is what stack writers compare.
@@ -611,17 +784,27 @@ impl State {
         {
             return Some(false);
         }
-        let r = &mut self.rec;
-        begin(r, format::REC_BRANCH);
-        r.extend_from_slice(&[ev.class as u8, 0, 0, 0]);
-        r.extend_from_slice(&s.pid.to_le_bytes());
-        r.extend_from_slice(&s.tid.to_le_bytes());
-        put_u64(r, s.time);
-        put_u32(r, s.flags);
-        put_u32(r, src.id);
-        put_u32(r, dst.id);
+        let mut r = [0u8; format::HEADER_LEN + format::BRANCH_LEN];
+        short_common(&mut r, format::REC_BRANCH, format::BRANCH_LEN, ev.class, s);
+        let at = format::HEADER_LEN + format::SHORT_LEN;
+        r[at..at + 4].copy_from_slice(&s.flags.to_le_bytes());
+        r[at + 4..at + 8].copy_from_slice(&src.id.to_le_bytes());
+        r[at + 8..at + 12].copy_from_slice(&dst.id.to_le_bytes());
+        self.emit_bytes(&r);
         Some(true)
     }
+}
+
+/// Fills the header and short common part of a `STACK` or `BRANCH` record.
+fn short_common(r: &mut [u8], ty: u8, len: usize, class: Class, s: &Sample) {
+    r[0] = format::MARKER;
+    r[1] = ty;
+    r[2..6].copy_from_slice(&(len as u32).to_le_bytes());
+    let c = format::HEADER_LEN;
+    r[c] = class as u8;
+    r[c + 4..c + 8].copy_from_slice(&s.pid.to_le_bytes());
+    r[c + 8..c + 12].copy_from_slice(&s.tid.to_le_bytes());
+    r[c + 12..c + 20].copy_from_slice(&s.time.to_le_bytes());
 }
 
 /// Reads `--dlarg`s and announces the stream.
@@ -630,6 +813,10 @@ pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_in
     let mut st = Box::new(State {
         null: false,
         keep_jumps: false,
+        early: false,
+        sideband: false,
+        mark: std::ptr::null_mut(),
+        canary: std::ptr::null(),
         by_ptr: HashMap::new(),
         by_name: HashMap::new(),
         names: Vec::new(),
@@ -668,6 +855,9 @@ pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_in
             match CStr::from_ptr(a).to_bytes() {
                 b"null" => st.null = true,
                 b"keep-jumps" => st.keep_jumps = true,
+                // Without glibc's stdio layout, what perf printed cannot be read back.
+                b"sideband" => st.sideband = DIRECT_STDIO,
+                b"early" => st.early = true,
                 _ => return -22,
             }
         }
@@ -710,7 +900,7 @@ pub unsafe extern "C" fn stop(data: *mut c_void, _ctx: *mut c_void) -> c_int {
     0
 }
 
-/// Writes a handled sample as a record (and tells perf not to print it).
+/// Handles a sample after perf resolved its address, unless the `early` callback did.
 #[no_mangle]
 pub unsafe extern "C" fn filter_event(
     data: *mut c_void,
@@ -721,14 +911,42 @@ pub unsafe extern "C" fn filter_event(
         return 0;
     }
     let st = &mut *data.cast::<State>();
+    if st.early {
+        // Only samples `filter_event_early` left to perf get here: perf prints them.
+        return 0;
+    }
+    handle(st, &*sample, ctx)
+}
+
+/// Handles a sample before perf resolves its address (with `--dlarg early`): a sample
+/// answered from the caches then costs perf no symbol lookup at all.
+#[no_mangle]
+pub unsafe extern "C" fn filter_event_early(
+    data: *mut c_void,
+    sample: *const Sample,
+    ctx: *mut c_void,
+) -> c_int {
+    if data.is_null() || sample.is_null() {
+        return 0;
+    }
+    let st = &mut *data.cast::<State>();
+    if !st.early {
+        return 0;
+    }
+    handle(st, &*sample, ctx)
+}
+
+/// Writes a handled sample as a record (and tells perf not to print it).
+unsafe fn handle(st: &mut State, sample: &Sample, ctx: Ctx) -> c_int {
     if st.null {
         return 1;
     }
+    if st.sideband {
+        st.check_printed();
+    }
     st.seen += 1;
-    match st.sample(&*sample, ctx) {
+    match st.sample(sample, ctx) {
         Some(true) => {
-            seal(&mut st.rec);
-            st.emit(|s| &s.rec);
             st.sent += 1;
             1
         }
@@ -747,7 +965,7 @@ pub unsafe extern "C" fn filter_event(
 #[no_mangle]
 pub unsafe extern "C" fn filter_description(long: *mut *const c_char) -> *const c_char {
     if !long.is_null() {
-        *long = c"Streams samples to ptscope as binary records on stdout; dlargs: keep-jumps, null"
+        *long = c"Streams samples to ptscope as binary records on stdout; dlargs: keep-jumps, null, sideband, early"
             .as_ptr();
     }
     c"ptscope binary sample stream".as_ptr()
