@@ -270,6 +270,38 @@ impl ProcCache {
     }
 }
 
+/// One slot of the direct-mapped cache in front of the branch-end maps: most branches
+/// of a trace go between a few thousand addresses, and one compare is cheaper than a
+/// process lookup and a hash-table probe.
+#[derive(Copy, Clone)]
+struct Hot {
+    addr: u64,
+    pid: i32,
+    c: Cached,
+}
+
+impl Hot {
+    /// A slot that matches nothing (no process has pid `i32::MIN`).
+    const EMPTY: Hot = Hot {
+        addr: 0,
+        pid: i32::MIN,
+        c: Cached {
+            id: 0,
+            sym: 0,
+            dso: 0,
+            sym_ptr: 0,
+            dso_ptr: 0,
+        },
+    };
+}
+
+/// log2 of the number of [`Hot`] slots (96 KB of them).
+const HOT_BITS: u32 = 11;
+
+fn hot_index(addr: u64) -> usize {
+    (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - HOT_BITS)) as usize
+}
+
 /// A process's cache of one kind is dropped past this many entries, bounding memory.
 const MAX_CACHED: usize = 1 << 20;
 
@@ -298,6 +330,8 @@ struct State {
     /// The last event name seen: nearly every sample has the same one.
     last_event: (usize, EventInfo),
     procs: FxMap<i32, ProcCache>,
+    /// Direct-mapped front of every process's branch-end map (`sideband` only).
+    hot: Vec<Hot>,
     next_loc: u32,
     next_chain: u32,
     ids: Vec<u32>,
@@ -448,6 +482,20 @@ impl State {
         for p in self.procs.values_mut() {
             p.clear();
         }
+        self.hot.fill(Hot::EMPTY);
+    }
+
+    /// A branch end's cached location (`sideband` only: no check against perf), from
+    /// the direct-mapped front cache or the process's map.
+    fn known_end(&mut self, pid: i32, addr: u64) -> Option<Cached> {
+        let i = hot_index(addr);
+        let h = &self.hot[i];
+        if h.addr == addr && h.pid == pid {
+            return Some(h.c);
+        }
+        let c = *self.procs.get(&pid)?.ends.get(&addr)?;
+        self.hot[i] = Hot { addr, pid, c };
+        Some(c)
     }
 
     /// The id of a name, announcing it with a `NAME` record the first time.
@@ -552,6 +600,9 @@ impl State {
             p.ends.clear();
         }
         p.ends.insert(addr, c);
+        if self.sideband {
+            self.hot[hot_index(addr)] = Hot { addr, pid, c };
+        }
         Some(c)
     }
 
@@ -734,9 +785,10 @@ impl State {
         if !ev.clean || format::flag_words(s.flags).is_none() || s.addr_correlates_sym == 0 {
             return None;
         }
-        let (src, dst) = match self.procs.get(&s.pid) {
-            Some(p) if self.sideband => (p.ends.get(&s.ip).copied(), p.ends.get(&s.addr).copied()),
-            _ => (None, None),
+        let (src, dst) = if self.sideband {
+            (self.known_end(s.pid, s.ip), self.known_end(s.pid, s.addr))
+        } else {
+            (None, None)
         };
         let src = match src {
             Some(c) => c,
@@ -829,6 +881,7 @@ pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_in
             },
         ),
         procs: FxMap::default(),
+        hot: vec![Hot::EMPTY; 1 << HOT_BITS],
         next_loc: 0,
         next_chain: 0,
         ids: Vec::new(),
