@@ -155,6 +155,10 @@ pub struct Mismatch {
     pub truth: Vec<String>,
     /// The reconstructed stack.
     pub recon: Vec<String>,
+    /// It is still a suffix of a true stack of the window (only outer frames missing).
+    pub suffix: bool,
+    /// Its outermost frame is still the true root.
+    pub root: bool,
 }
 
 /// The first `limit` non-exact intervals of one thread, to see *why* a writer scores low.
@@ -253,6 +257,8 @@ fn score_thread_inner(
                 end: b,
                 truth: name(ts),
                 recon: name(rs),
+                suffix,
+                root,
             });
         }
         let in_gap = t.gaps.get(gi).is_some_and(|g| g.0 <= a);

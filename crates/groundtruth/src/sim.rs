@@ -491,14 +491,7 @@ impl SimProgram {
     /// Simulates the variant `cfg` into `dir/variant/perf.data`, builds its perf-clock
     /// truth, decodes it through both paths and scores both writers.
     pub fn score(&self, variant: &str, cfg: &SimConfig) -> Result<SimScore> {
-        let sub = self.dir.join(variant);
-        std::fs::create_dir_all(&sub)?;
-        let sim = ptsim::simulate(&self.log, &self.comm, cfg);
-        let data = sub.join("perf.data");
-        ptsim::write_outputs(&sim, &data, false)?;
-        let reported = ptsim::perfscript::decode(&data)?;
-        let timelines = perf_clock_stacks(&sim, &self.syms, &reported)
-            .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
+        let (timelines, data) = self.simulate(variant, cfg)?;
         let text = score_decoded(&timelines, &decode(&data, DecodePath::Text)?);
         let dlfilter = score_decoded(&timelines, &decode(&data, DecodePath::Dlfilter)?);
         Ok(SimScore {
@@ -507,6 +500,25 @@ impl SimProgram {
             text,
             dlfilter,
         })
+    }
+
+    /// Simulates the variant `cfg` into `dir/variant/perf.data` and returns the true
+    /// stacks on perf's clock with the recording's path (what [`SimProgram::score`]
+    /// scores; `fidelity --sim-explain` looks at one writer's mismatches with it).
+    pub fn simulate(
+        &self,
+        variant: &str,
+        cfg: &SimConfig,
+    ) -> Result<(Vec<StackTimeline>, PathBuf)> {
+        let sub = self.dir.join(variant);
+        std::fs::create_dir_all(&sub)?;
+        let sim = ptsim::simulate(&self.log, &self.comm, cfg);
+        let data = sub.join("perf.data");
+        ptsim::write_outputs(&sim, &data, false)?;
+        let reported = ptsim::perfscript::decode(&data)?;
+        let timelines = perf_clock_stacks(&sim, &self.syms, &reported)
+            .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
+        Ok((timelines, data))
     }
 }
 

@@ -4,6 +4,12 @@
 //!
 //! `--sim` instead records the test programs with ptsim (needs qemu-user, perf, cc, c++)
 //! and prints the whole-pipeline table of FIDELITY.md's simulated section.
+//!
+//! `--sim-explain PROGRAM VARIANT [--writer legacy|segments] [--limit N] [--not-suffix]`
+//! records one program, simulates one variant and prints, per thread, the writer's exact
+//! / suffix / root shares, where the mismatching time goes, and its first N mismatching
+//! intervals (truth against reconstruction; with `--not-suffix` only those that are not
+//! even a suffix of the truth), each with the decoded events just before it.
 
 use ptscope_groundtruth::{
     evaluate, gen, legacy_writer, reconstruct, score, segments_writer, Fidelity, Scenario,
@@ -77,6 +83,54 @@ fn main() {
             "--explain" => explained = Some(args.next().expect("--explain SCENARIO")),
             "--sim" => {
                 sim_table();
+                return;
+            }
+            "--sim-explain" => {
+                let (Some(program), Some(variant)) = (args.next(), args.next()) else {
+                    eprintln!(
+                        "usage: fidelity --sim-explain PROGRAM VARIANT [--writer W] [--limit N]"
+                    );
+                    std::process::exit(2)
+                };
+                let (mut writer, mut limit, mut not_suffix) =
+                    ("segments".to_string(), 20usize, false);
+                let mut events: Option<(u64, u64)> = None;
+                let mut around_gaps = 0usize;
+                while let Some(a) = args.next() {
+                    match a.as_str() {
+                        "--writer" => writer = args.next().expect("--writer W"),
+                        "--limit" => {
+                            limit = args.next().and_then(|n| n.parse().ok()).expect("--limit N")
+                        }
+                        "--not-suffix" => not_suffix = true,
+                        "--around-gaps" => {
+                            around_gaps = args
+                                .next()
+                                .and_then(|n| n.parse().ok())
+                                .expect("--around-gaps N")
+                        }
+                        "--events" => {
+                            let mut t = || args.next().and_then(|n| n.parse().ok());
+                            events = Some((
+                                t().expect("--events FROM TO"),
+                                t().expect("--events FROM TO"),
+                            ))
+                        }
+                        _ => {
+                            eprintln!("--sim-explain takes --writer W, --limit N, --not-suffix, --events FROM TO, --around-gaps N");
+                            std::process::exit(2)
+                        }
+                    }
+                }
+                sim_explain(
+                    &program,
+                    &variant,
+                    &writer,
+                    limit,
+                    not_suffix,
+                    events,
+                    around_gaps,
+                );
                 return;
             }
             "--dump" => {
@@ -186,6 +240,208 @@ fn sim_table() {
                 l.phantom_frames,
                 g.phantom_frames
             );
+        }
+    }
+}
+
+/// One decoded event on one line: time, kind, source and destination with their symbols.
+fn event_line(e: &ptscope_event::Event, strings: &ptscope_event::StringTable) -> String {
+    use ptscope_event::{Event, EventData, Location, Symbol};
+    let loc = |l: &Location| {
+        let name = match l.symbol {
+            Symbol::FromPerf(s) | Symbol::FromPerfMap { name: s, .. } => strings.get(s),
+            Symbol::Unknown => "?",
+            Symbol::Untraced => "[untraced]",
+            Symbol::Returned => "[returned]",
+            Symbol::Syscall => "[syscall]",
+        };
+        format!("{name}+{:#x} ({:#x})", l.offset, l.ip)
+    };
+    match e {
+        Event::Ok { time, data, .. } => match data {
+            EventData::Trace {
+                change,
+                kind,
+                src,
+                dst,
+            } => format!(
+                "{time} {}{} {} -> {}",
+                kind.map_or(String::new(), |k| format!("{k:?}")),
+                change.map_or(String::new(), |c| format!(" {c:?}")),
+                loc(src),
+                loc(dst)
+            ),
+            other => format!("{time} {other:?}"),
+        },
+        Event::DecodeError {
+            time, ip, message, ..
+        } => format!(
+            "{} decode error at {ip:x?}: {}",
+            time.map_or("-".to_string(), |t| t.to_string()),
+            strings.get(*message)
+        ),
+    }
+}
+
+/// Records `program`, simulates `variant` and prints `writer`'s scores per thread with its
+/// first `limit` mismatching intervals and the events before each (debugging aid; times
+/// are perf's, in ns, as the scorer sees them divided by `SCALE`).
+fn sim_explain(
+    program: &str,
+    variant: &str,
+    writer: &str,
+    limit: usize,
+    not_suffix: bool,
+    events_between: Option<(u64, u64)>,
+    around_gaps: usize,
+) {
+    use ptscope_groundtruth::sim::{
+        decode, legacy, reconstruct_decoded, segments, thread_truths, variants, DecodePath,
+        SimProgram, SCALE,
+    };
+    let Some((name, file, src, cc)) = programs::PROGRAMS.iter().find(|p| p.0 == program) else {
+        eprintln!(
+            "unknown program {program} (one of: {})",
+            programs::PROGRAMS.map(|p| p.0).join(", ")
+        );
+        std::process::exit(2)
+    };
+    let dir = ptsim::testing::scratch_dir("fidelity-sim-explain").expect("scratch directory");
+    let pdir = dir.join(name);
+    std::fs::create_dir_all(&pdir).expect("program directory");
+    let exe = ptsim::testing::compile(&pdir, name, file, src, cc).expect("compiles");
+    let prog = SimProgram::record(name, &pdir, &[&exe]).expect("records");
+    let Some((_, cfg)) = variants(8192, prog.main_steps)
+        .into_iter()
+        .find(|v| v.0 == variant)
+    else {
+        eprintln!("unknown variant {variant} (full, snapshot, faults, snapshot+faults)");
+        std::process::exit(2)
+    };
+    let (timelines, data) = prog.simulate(variant, &cfg).expect("simulates");
+    let d = decode(&data, DecodePath::Text).expect("decodes");
+    let truth = thread_truths(&timelines, &d);
+    let recon = match writer {
+        "legacy" => reconstruct_decoded(&d, legacy),
+        "segments" => reconstruct_decoded(&d, segments),
+        _ => {
+            eprintln!("unknown writer {writer}");
+            std::process::exit(2)
+        }
+    };
+    println!("recording: {}", data.display());
+    let total = score(&truth, &recon);
+    println!(
+        "{writer}: exact {} suffix {} root {} phantom {}",
+        pct(total.exact),
+        pct(total.suffix_correct),
+        pct(total.root_correct),
+        total.phantom_frames
+    );
+    let ns = |x: u64| x as f64 / SCALE as f64;
+    for t in &truth {
+        let Some(r) = recon.iter().find(|r| r.thread == t.thread) else {
+            println!("{:?}: no track", t.thread);
+            continue;
+        };
+        let f = score(std::slice::from_ref(t), std::slice::from_ref(r));
+        let gaps: Vec<(f64, f64)> = t.gaps.iter().map(|g| (ns(g.0), ns(g.1))).collect();
+        println!(
+            "\n{:?}: {:.1}..{:.1} ns, exact {} suffix {} root {}, {} events, gaps {gaps:?}",
+            t.thread,
+            ns(t.start()),
+            ns(t.end()),
+            pct(f.exact),
+            pct(f.suffix_correct),
+            pct(f.root_correct),
+            d.events.iter().filter(|e| e.thread() == t.thread).count()
+        );
+        for p in &f.phantoms {
+            println!("phantom: {p:?}");
+        }
+        if let Some((from, to)) = events_between {
+            // The raw material of one stretch: what the writer was given.
+            for e in d.events.iter().filter(|e| {
+                e.thread() == t.thread && e.time().is_some_and(|x| x >= from && x <= to)
+            }) {
+                println!("  event {}", event_line(e, &d.strings));
+            }
+        }
+        let events: Vec<&ptscope_event::Event> =
+            d.events.iter().filter(|e| e.thread() == t.thread).collect();
+        // Each decode error with the events either side and both stacks just before the
+        // error and at the first event after it: how the writer joined the two sides.
+        let truth_at = |x: u64| {
+            t.timeline
+                .iter()
+                .find(|p| p.0 <= x && x < p.1)
+                .map_or(String::new(), |p| p.2.join(" > "))
+        };
+        let recon_at = |x: u64| {
+            r.timeline
+                .iter()
+                .find(|p| p.0 <= x as i64 && (x as i64) < p.1)
+                .map_or(String::new(), |p| p.2.join(" > "))
+        };
+        for (i, e) in events.iter().enumerate().filter(|(_, e)| {
+            around_gaps > 0 && matches!(e, ptscope_event::Event::DecodeError { .. })
+        }) {
+            for e in &events[i.saturating_sub(around_gaps)..i] {
+                println!("    event {}", event_line(e, &d.strings));
+            }
+            if let Some(x) = e.time().map(|x| x * SCALE) {
+                // Half a nanosecond before: the stack as the error found it.
+                let before = x.saturating_sub(SCALE / 2);
+                println!("  before the error\n    truth: {}", truth_at(before));
+                println!("    recon: {}", recon_at(before));
+            }
+            for e in &events[i..(i + around_gaps + 1).min(events.len())] {
+                println!("    event {}", event_line(e, &d.strings));
+            }
+            if let Some(x) = events.get(i + 1).and_then(|e| e.time()).map(|x| x * SCALE) {
+                println!("  at the next event\n    truth: {}", truth_at(x));
+                println!("    recon: {}", recon_at(x));
+            }
+        }
+        // Where the time goes: mismatching time grouped by (true root, shown root) and by
+        // the length difference of the stacks, largest first.
+        let all = score::mismatches(t, r, usize::MAX);
+        let mut kinds: std::collections::HashMap<(String, String, i64, bool), u64> =
+            std::collections::HashMap::new();
+        for m in &all {
+            let root = |s: &[String]| s.first().cloned().unwrap_or_else(|| "(empty)".into());
+            let diff = m.recon.len() as i64 - m.truth.len() as i64;
+            *kinds
+                .entry((root(&m.truth), root(&m.recon), diff, m.suffix))
+                .or_default() += m.end - m.start;
+        }
+        let mut kinds: Vec<_> = kinds.into_iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        for ((tr, rr, diff, suffix), d) in kinds.iter().take(8) {
+            println!(
+                "  mismatch time {:.1} ns: true root {tr}, shown root {rr}, depth {diff:+}{}",
+                ns(*d),
+                if *suffix { ", a suffix" } else { "" }
+            );
+        }
+        for m in all
+            .into_iter()
+            .filter(|m| !(not_suffix && m.suffix))
+            .take(limit)
+        {
+            println!(
+                "{:.3}..{:.3} ({:.3} ns)\n  truth: {}\n  recon: {}",
+                ns(m.start),
+                ns(m.end),
+                ns(m.end - m.start),
+                m.truth.join(" > "),
+                m.recon.join(" > ")
+            );
+            // The events up to the mismatch's start: what the writer had seen.
+            let at = events.partition_point(|e| e.time().is_none_or(|x| x * SCALE <= m.start));
+            for e in &events[at.saturating_sub(4)..at] {
+                println!("    event {}", event_line(e, &d.strings));
+            }
         }
     }
 }
