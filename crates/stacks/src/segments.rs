@@ -96,6 +96,11 @@ impl Default for SegmentsConfig {
 const SENTINEL: u8 = 1;
 const INFERRED_START: u8 = 2;
 const KERNEL_ENTRY: u8 = 4;
+/// A root learnt from a return landing on the first byte of its symbol. A return address
+/// follows a call, so that call ended the code *before* the symbol: the symbol is a label
+/// laid out after the real caller (ld.so's `_start` ends with `call _dl_start`, which
+/// returns to `_dl_start_user`), and the frame's own name is unknown.
+const RETURN_LABEL: u8 = 8;
 const NONE: u32 = u32::MAX;
 /// Functions at the very bottom of a thread's or goroutine's stack: a stack known down
 /// to one of these has nothing below it to carry over.
@@ -606,7 +611,7 @@ fn extend_roots_backwards<T>(ts: &mut ThreadState<T>, locs: &Locations) {
         // Fill the earlier segment's sentinel with after[j-1], then below it after[j-2]…
         let mut sentinel = a_sentinel;
         for &f in after[..j].iter().rev() {
-            let loc = ts.frames[f as usize].loc;
+            let Frame { loc, flags, .. } = ts.frames[f as usize];
             let new = ts.frames.len() as u32;
             ts.frames.push(Frame {
                 loc: NONE,
@@ -616,7 +621,8 @@ fn extend_roots_backwards<T>(ts: &mut ThreadState<T>, locs: &Locations) {
             let fr = &mut ts.frames[sentinel as usize];
             fr.loc = loc;
             fr.parent = new;
-            fr.flags = INFERRED_START;
+            // A label root stays one: its real name may still be found across a gap.
+            fr.flags = INFERRED_START | (flags & RETURN_LABEL);
             sentinel = new;
         }
         ts.segments[k - 1].sentinel = sentinel;
@@ -799,6 +805,9 @@ impl<T> Cx<'_, T> {
         self.ts.leaf = fr.parent;
         if self.is_sentinel(self.ts.leaf) {
             self.ts.leaf = self.discover_root(dst);
+            if self.is_return_label(dst) {
+                self.ts.frames[self.ts.leaf as usize].flags |= RETURN_LABEL;
+            }
             self.record(Flow::Return);
             return;
         }
@@ -814,6 +823,13 @@ impl<T> Cx<'_, T> {
         } else {
             self.replace_leaf(dst);
         }
+    }
+
+    /// A return landing on the very first byte of a named symbol (see [`RETURN_LABEL`]).
+    /// perf names addresses without a symbol `[unknown @ …]` at offset 0: not a label.
+    fn is_return_label(&self, dst: &Location) -> bool {
+        dst.offset == 0
+            && matches!(dst.symbol, Symbol::FromPerf(n) if !self.strings.get(n).starts_with("[unknown"))
     }
 
     fn jump(&mut self, src: &Location, dst: &Location) {
@@ -1077,6 +1093,9 @@ impl<T> Cx<'_, T> {
 #[derive(Clone, Copy)]
 struct Open {
     frame: u32,
+    /// The frame whose name the slice was opened with: a frame continued across a gap
+    /// under another name (a [`RETURN_LABEL`] root) ends under the name it began with.
+    shown: u32,
     /// Open at a segment's end: if closed at the boundary, its end is a guess.
     at_gap: bool,
     /// Carried across a gap without the stacks lining up (the segment after the
@@ -1130,11 +1149,11 @@ impl<S: TraceSink> WriteCx<'_, S> {
             if on {
                 self.enabled = true;
                 for o in open {
-                    self.begin(&frames[o.frame as usize], t, true);
+                    self.begin(&frames[o.shown as usize], t, true);
                 }
             } else {
                 for o in open.iter().rev() {
-                    self.end(&frames[o.frame as usize], t, false, o.unverified);
+                    self.end(&frames[o.shown as usize], t, false, o.unverified);
                 }
                 self.enabled = false;
             }
@@ -1261,12 +1280,23 @@ fn find_stitch<T>(
     ) {
         return None;
     }
+    // A root named after the label its return landed on is the open frame whose callee
+    // it returned from: it lines up by what it called, in the same object.
+    let label = ts.frames[first as usize].flags & RETURN_LABEL != 0;
+    let dso = |f: u32| locs.list[ts.frames[f as usize].loc as usize].dso;
     let mut best: Option<(usize, usize, usize)> = None; // (cost, run, i)
     for i in 0..open.len() {
-        if sym(open[i].frame) != b0 {
+        let head = sym(open[i].frame) == b0
+            || (label
+                && dso(open[i].frame) == dso(first)
+                && after
+                    .get(1)
+                    .zip(open.get(i + 1))
+                    .is_some_and(|(&a, o)| sym(o.frame) == sym(a)));
+        if !head {
             continue;
         }
-        let mut run = 0;
+        let mut run = 1;
         while i + run < open.len()
             && run < after.len()
             && sym(open[i + run].frame) == sym(after[run])
@@ -1511,12 +1541,13 @@ fn write_thread<S: TraceSink>(
         while open.len() > keep {
             let o = open.pop().unwrap_or(Open {
                 frame: 0,
+                shown: 0,
                 at_gap: false,
                 unverified: false,
             });
             is_open[o.frame as usize] = false;
             let t = prev_end.max(last_written);
-            cx.end(&ts.frames[o.frame as usize], t, o.at_gap, o.unverified);
+            cx.end(&ts.frames[o.shown as usize], t, o.at_gap, o.unverified);
             last_written = t;
         }
         if let Some(stack) = resumed.take().map(|p| p.frames) {
@@ -1531,10 +1562,11 @@ fn write_thread<S: TraceSink>(
             }
             let t = start.max(last_written);
             for o in stack {
-                cx.begin(&ts.frames[o.frame as usize], t, true);
+                cx.begin(&ts.frames[o.shown as usize], t, true);
                 is_open[o.frame as usize] = true;
                 open.push(Open {
                     frame: o.frame,
+                    shown: o.shown,
                     at_gap: false,
                     unverified: false,
                 });
@@ -1606,8 +1638,22 @@ fn write_thread<S: TraceSink>(
             while open.len() > keep {
                 if let Some(o) = open.pop() {
                     is_open[o.frame as usize] = false;
-                    cx.end(&ts.frames[o.frame as usize], t, false, o.unverified);
+                    cx.end(&ts.frames[o.shown as usize], t, false, o.unverified);
                 }
+            }
+            // A label root continued across a gap under its caller's name: the return
+            // onto the label is where the frame's code becomes the label's, so its slice
+            // goes on under that name from here (as it would without the gap).
+            let symbol = |f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+            if let Some(o) = open.last_mut().filter(|o| {
+                o.frame == e.leaf
+                    && symbol(o.shown) != symbol(o.frame)
+                    && e.flow == Flow::Return
+                    && ts.frames[o.frame as usize].flags & RETURN_LABEL != 0
+            }) {
+                cx.end(&ts.frames[o.shown as usize], t, false, o.unverified);
+                cx.begin(&ts.frames[o.frame as usize], t, false);
+                o.shown = o.frame;
             }
             // After a decode error the frames the new segment knew from its start were,
             // as far as anyone can tell, running when the gap began: show them from the
@@ -1626,6 +1672,7 @@ fn write_thread<S: TraceSink>(
                 cx.begin(&fr, at, inferred);
                 open.push(Open {
                     frame: f,
+                    shown: f,
                     at_gap: false,
                     unverified: false,
                 });
@@ -1649,7 +1696,7 @@ fn write_thread<S: TraceSink>(
     counter(&mut cx, i64::MAX, &mut power);
     let t = prev_end.max(last_written);
     while let Some(o) = open.pop() {
-        cx.end(&ts.frames[o.frame as usize], t, false, o.unverified);
+        cx.end(&ts.frames[o.shown as usize], t, false, o.unverified);
     }
 }
 

@@ -91,6 +91,48 @@ impl Build {
             },
         });
     }
+    /// A branch whose destination is `dst` at byte `offset` of its symbol (`k` puts
+    /// every location at offset 1).
+    fn k_to(&mut self, t: u64, kind: Kind, src: (u64, &str), dst: (u64, &str, u64)) {
+        let src = self.loc(src.0, src.1);
+        let mut to = self.loc(dst.0, dst.1);
+        to.offset = dst.2;
+        self.events.push(Event::Ok {
+            thread: Thread {
+                pid: Some(1),
+                tid: Some(1),
+            },
+            time: t,
+            in_transaction: false,
+            data: EventData::Trace {
+                change: None,
+                kind: Some(kind),
+                src,
+                dst: to,
+            },
+        });
+    }
+    /// A decode error at `t`, then tracing resumes at `resume` (perf's `tr strt`).
+    fn lost(&mut self, t: u64, resume: (u64, &str)) {
+        let message = self.s.intern("Overflow packet");
+        self.events.push(Event::DecodeError {
+            thread: Thread {
+                pid: Some(1),
+                tid: Some(1),
+            },
+            time: Some(t),
+            ip: None,
+            message,
+        });
+        self.br(
+            t,
+            None,
+            Some(TraceStateChange::Start),
+            (0, ""),
+            resume,
+            false,
+        );
+    }
     fn k(&mut self, t: u64, kind: Kind, src: (u64, &str), dst: (u64, &str)) {
         self.br(t, Some(kind), None, src, dst, false);
     }
@@ -384,4 +426,55 @@ fn goroutines_keep_their_own_stacks() {
     assert_eq!(during("main.c", 165), vec![3], "{:?}", s.done);
     // ... and its callers learnt after the switch cover the whole time it ran.
     assert_eq!(during("main.a", 125), vec![3], "{:?}", s.done);
+}
+
+/// ld.so's `_start` ends with `call _dl_start`, which returns onto the label after it,
+/// `_dl_start_user` at offset 0 (a return address follows its call, so the call ended the
+/// code before the label). After a loss, the new segment learns its root from that return:
+/// it is the open `_start` (its frames line up with the open ones above), which continues
+/// through the gap and runs the label's code from the return on, as without the gap.
+#[test]
+fn a_root_learnt_from_a_label_stitches_to_its_caller() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "_dl_start"));
+    b.k(10, Kind::Call, (0x210, "_dl_start"), (0x300, "dl_main"));
+    b.k(20, Kind::Call, (0x310, "dl_main"), (0x400, "relocate"));
+    b.lost(30, (0x410, "relocate"));
+    b.k(40, Kind::Return, (0x420, "relocate"), (0x320, "dl_main"));
+    b.k(50, Kind::Return, (0x330, "dl_main"), (0x220, "_dl_start"));
+    b.k_to(
+        60,
+        Kind::Return,
+        (0x230, "_dl_start"),
+        (0x108, "_dl_start_user", 0),
+    );
+    b.k(
+        70,
+        Kind::Call,
+        (0x12b, "_dl_start_user"),
+        (0x500, "_dl_init"),
+    );
+    b.k(
+        80,
+        Kind::Return,
+        (0x510, "_dl_init"),
+        (0x130, "_dl_start_user"),
+    );
+    let s = b.run(SegmentsConfig::default(), None);
+    let roots: Vec<_> = s
+        .done
+        .iter()
+        .filter(|d| d.2 == 0)
+        .map(|d| (d.0, d.1, d.3.as_str()))
+        .collect();
+    assert_eq!(
+        roots,
+        [(0, 60, "_start"), (60, 80, "_dl_start_user")],
+        "{:?}",
+        s.done
+    );
+    // The frames matched above the label go on through the gap too.
+    assert!(has(&s, (0, 60, 1, "_dl_start")), "{:?}", s.done);
+    assert!(has(&s, (10, 50, 2, "dl_main")), "{:?}", s.done);
+    assert!(has(&s, (70, 80, 1, "_dl_init")), "{:?}", s.done);
 }
