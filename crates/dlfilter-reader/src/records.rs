@@ -54,6 +54,8 @@ struct Tables {
     scratch: String,
     /// Branch flags → their meaning, for the flag sets seen so far.
     flag_table: Vec<(u32, BranchMeaning)>,
+    /// The last sample record's class, thread and time, which `NEXT_*` records repeat.
+    last: Option<Common>,
     hello: bool,
     end: bool,
 }
@@ -88,6 +90,7 @@ fn int64_hex(out: &mut String, v: u64) {
 }
 
 /// The fields every sample record starts with.
+#[derive(Copy, Clone, Debug)]
 struct Common {
     class: Class,
     thread: Thread,
@@ -114,6 +117,7 @@ impl<R: BufRead> RecordReader<R> {
                 unknown_dso: None,
                 scratch: String::new(),
                 flag_table: Vec::new(),
+                last: None,
                 hello: false,
                 end: false,
             },
@@ -347,6 +351,7 @@ impl<R: BufRead> RecordReader<R> {
 
 impl Tables {
     /// Converts one record: its event, if it is a sample.
+    #[inline(always)]
     fn convert(&mut self, ty: u8, p: &[u8]) -> Result<Option<Event>, String> {
         if !self.hello && ty != format::REC_HELLO {
             return Err("stream does not start with the filter's hello record".into());
@@ -379,24 +384,16 @@ impl Tables {
                     return Err("bad stack sample length".into());
                 }
                 let c = self.short_common(p)?;
+                self.last = Some(c);
                 let period = u64_at(p, format::SHORT_LEN);
-                let id = u32_at(p, format::SHORT_LEN + 8);
-                let chain = self
-                    .chains
-                    .get(id as usize)
-                    .ok_or_else(|| format!("chain id {id} used before it was sent"))?;
-                let data = match extra(c.class) {
-                    Some(name) => EventData::EventSample {
-                        // perf's leaf frame: the last of a root-first chain.
-                        location: *chain.last().ok_or("empty chain")?,
-                        count: period,
-                        name,
-                    },
-                    None => EventData::StackSample {
-                        callstack: chain.clone(),
-                    },
-                };
-                return Ok(Some(event(c, false, data)));
+                return self.stack(c, period, u32_at(p, format::SHORT_LEN + 8));
+            }
+            format::REC_NEXT_STACK => {
+                if p.len() != format::NEXT_LEN {
+                    return Err("bad next stack sample length".into());
+                }
+                let c = self.next_common(u32_at(p, 0))?;
+                return self.stack(c, u64_at(p, 8), u32_at(p, 4));
             }
             format::REC_CHAIN => {
                 let n = (p.len() >= 8).then(|| u32_at(p, 4)).ok_or("short chain")? as usize;
@@ -438,6 +435,7 @@ impl Tables {
                     return Err("bad inline sample length".into());
                 }
                 let loc = self.loc(p, format::COMMON_LEN)?;
+                self.last = Some(c);
                 let data = match extra(c.class) {
                     Some(name) => EventData::EventSample {
                         location: loc,
@@ -454,27 +452,16 @@ impl Tables {
                 if p.len() != format::BRANCH_LEN {
                     return Err("bad branch length".into());
                 }
-                let mut c = self.short_common(p)?;
-                c.flags = u32_at(p, format::SHORT_LEN);
-                let s = u32_at(p, format::SHORT_LEN + 4);
-                let d = u32_at(p, format::SHORT_LEN + 8);
-                let (Some(&src), Some(&dst)) =
-                    (self.locs.get(s as usize), self.locs.get(d as usize))
-                else {
-                    return Err(format!("location id {s} or {d} used before it was sent"));
-                };
-                let (change, kind) = self.branch_meaning(c.flags)?;
-                let in_tx = c.flags & format::flags::IN_TX != 0;
-                return Ok(Some(event(
-                    c,
-                    in_tx,
-                    EventData::Trace {
-                        change,
-                        kind,
-                        src,
-                        dst,
-                    },
-                )));
+                let c = self.short_common(p)?;
+                self.last = Some(c);
+                return self.branch(c, &p[format::SHORT_LEN..]);
+            }
+            format::REC_NEXT_BRANCH => {
+                if p.len() != format::NEXT_LEN {
+                    return Err("bad next branch length".into());
+                }
+                let c = self.next_common(u32_at(p, 0))?;
+                return self.branch(c, &p[4..]);
             }
             format::REC_LOC => {
                 if p.len() != 4 + format::LOC_LEN {
@@ -491,6 +478,64 @@ impl Tables {
             other => return Err(format!("unknown record type {other}")),
         }
         Ok(None)
+    }
+
+    /// A stack sample's event: `id` names the chain.
+    #[inline(always)]
+    fn stack(&self, c: Common, period: u64, id: u32) -> Result<Option<Event>, String> {
+        let chain = self
+            .chains
+            .get(id as usize)
+            .ok_or_else(|| format!("chain id {id} used before it was sent"))?;
+        let data = match extra(c.class) {
+            Some(name) => EventData::EventSample {
+                // perf's leaf frame: the last of a root-first chain.
+                location: *chain.last().ok_or("empty chain")?,
+                count: period,
+                name,
+            },
+            None => EventData::StackSample {
+                callstack: chain.clone(),
+            },
+        };
+        Ok(Some(event(c, false, data)))
+    }
+
+    /// A branch's event from `p`: flags u32, source and destination `LOC` ids.
+    #[inline(always)]
+    fn branch(&mut self, mut c: Common, p: &[u8]) -> Result<Option<Event>, String> {
+        c.flags = u32_at(p, 0);
+        let (s, d) = (u32_at(p, 4), u32_at(p, 8));
+        let (Some(&src), Some(&dst)) = (self.locs.get(s as usize), self.locs.get(d as usize))
+        else {
+            return Err(format!("location id {s} or {d} used before it was sent"));
+        };
+        let (change, kind) = self.branch_meaning(c.flags)?;
+        let in_tx = c.flags & format::flags::IN_TX != 0;
+        Ok(Some(event(
+            c,
+            in_tx,
+            EventData::Trace {
+                change,
+                kind,
+                src,
+                dst,
+            },
+        )))
+    }
+
+    /// The common part of a `NEXT_*` record: the previous sample record's, `dt`
+    /// nanoseconds later.
+    #[inline(always)]
+    fn next_common(&mut self, dt: u32) -> Result<Common, String> {
+        let mut c = self
+            .last
+            .ok_or("a next-sample record without a sample record before it")?;
+        c.time = c.time.checked_add(dt.into()).ok_or("time overflows")?;
+        self.last = Some(c);
+        c.flags = 0;
+        c.period = 0;
+        Ok(c)
     }
 
     /// What branch `flags` mean, from a small table of the flag sets seen so far
@@ -529,6 +574,7 @@ impl Tables {
     }
 
     /// The short common part of `STACK` and `BRANCH` (flags and period left 0).
+    #[inline(always)]
     fn short_common(&self, p: &[u8]) -> Result<Common, String> {
         if p.len() < format::SHORT_LEN {
             return Err("short sample record".into());
@@ -601,6 +647,7 @@ fn is_sideband(line: &[u8]) -> bool {
         .is_some_and(|i| line[i + 2..].starts_with(b"PERF_RECORD_"))
 }
 
+#[inline(always)]
 fn event(c: Common, in_transaction: bool, data: EventData) -> Event {
     Event::Ok {
         thread: c.thread,
@@ -795,6 +842,53 @@ mod tests {
                 other => panic!("cut {cut}: {other:?}"),
             }
         }
+    }
+
+    fn next_stack(w: &mut W, dt: u32, chain: u32) {
+        let mut p = dt.to_le_bytes().to_vec();
+        p.extend_from_slice(&chain.to_le_bytes());
+        p.extend_from_slice(&0u64.to_le_bytes());
+        w.rec(format::REC_NEXT_STACK, &p);
+    }
+
+    #[test]
+    fn next_records_repeat_the_previous_sample_record_s_thread_and_time() {
+        let mut w = W::default();
+        w.hello()
+            .name(0, "leaf")
+            .name(1, "/bin/prog")
+            .stack(10, &[(0x10, 0, 1, 3)]);
+        next_stack(&mut w, 5, 0);
+        // perf's own text in between changes nothing: deltas count from records.
+        w.text(" instruction trace error type 1 time 1.000000011 cpu 0 pid 9 tid 9 ip 0x10 code 6: Overflow packet\n");
+        next_stack(&mut w, 0, 0);
+        next_stack(&mut w, 7, 0);
+        w.end();
+        let mut r = RecordReader::new(&w.0[..]);
+        let mut seen = Vec::new();
+        while let Some(e) = r.next_event().expect("valid stream") {
+            seen.push((e.thread().tid, e.time()));
+        }
+        assert_eq!(
+            seen,
+            [
+                (Some(7), Some(10)),
+                (Some(7), Some(15)),
+                (Some(9), Some(1_000_000_011)),
+                (Some(7), Some(15)),
+                (Some(7), Some(22)),
+            ]
+        );
+        // Without a sample record before it, a next record is corruption.
+        let mut w = W::default();
+        w.hello();
+        next_stack(&mut w, 5, 0);
+        let (events, err, _) = drain(&w.0);
+        assert!(events.is_empty());
+        assert!(
+            matches!(&err, Some(Error::Corrupt { what, .. }) if what.contains("next-sample")),
+            "{err:?}"
+        );
     }
 
     #[test]

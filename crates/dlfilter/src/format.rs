@@ -9,7 +9,7 @@ pub const MARKER: u8 = 0;
 /// Bytes before a record's payload: marker, type, u32 payload length.
 pub const HEADER_LEN: usize = 6;
 /// Version written in the `HELLO` record; bumped on any incompatible change.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// `HELLO`: u32 version. First record of a stream.
 pub const REC_HELLO: u8 = 1;
@@ -30,6 +30,14 @@ pub const REC_LOC: u8 = 7;
 /// replaces the earlier chain.
 pub const REC_CHAIN: u8 = 8;
 
+/// `NEXT_STACK`: u32 time delta, u32 `CHAIN` id, u64 period: a `STACK` sample with the
+/// class, pid and tid of the previous sample record, `delta` ns after it.
+pub const REC_NEXT_STACK: u8 = 9;
+/// `NEXT_BRANCH`: u32 time delta, u32 flags, u32 source and u32 destination `LOC` ids:
+/// a `BRANCH` with the class, pid and tid of the previous sample record, `delta` ns
+/// after it.
+pub const REC_NEXT_BRANCH: u8 = 10;
+
 /// Chain ids stay below this: the filter starts again from 0 (resending chains as they
 /// recur) rather than let the reader's table grow without bound.
 pub const MAX_CHAINS: u32 = 1 << 16;
@@ -47,6 +55,8 @@ pub const SHORT_LEN: usize = 4 + 4 + 4 + 8;
 pub const STACK_LEN: usize = SHORT_LEN + 8 + 4;
 /// Size of a `BRANCH` payload: short common part, flags u32, two location ids.
 pub const BRANCH_LEN: usize = SHORT_LEN + 4 + 4 + 4;
+/// Size of a `NEXT_STACK` or `NEXT_BRANCH` payload.
+pub const NEXT_LEN: usize = 16;
 /// Size of one location: printed ip u64, symbol id u32, DSO id u32, offset u64.
 pub const LOC_LEN: usize = 8 + 4 + 4 + 8;
 

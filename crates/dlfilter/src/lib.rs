@@ -330,6 +330,9 @@ struct State {
     /// The last event name seen: nearly every sample has the same one.
     last_event: (usize, EventInfo),
     procs: FxMap<i32, ProcCache>,
+    /// Class, pid, tid and time of the last sample record written, which `NEXT_*`
+    /// records repeat.
+    last: Option<(u8, i32, i32, u64)>,
     /// Direct-mapped front of every process's branch-end map (`sideband` only).
     hot: Vec<Hot>,
     next_loc: u32,
@@ -727,6 +730,7 @@ impl State {
             let al = (fns.resolve_ip?)(ctx).as_ref()?;
             self.common(format::REC_INLINE, ev.class, s);
             self.loc(s.ip, al)?;
+            self.last = Some((ev.class as u8, s.pid, s.tid, s.time));
             self.emit_rec();
             return Some(true);
         }
@@ -764,6 +768,14 @@ impl State {
             Some(id) => id,
             None => self.new_chain(s.pid, chain, ctx, ptrs)?,
         };
+        if let Some(dt) = self.next_delta(ev.class, s) {
+            let mut r = next_header(format::REC_NEXT_STACK, dt);
+            let at = format::HEADER_LEN + 4;
+            r[at..at + 4].copy_from_slice(&id.to_le_bytes());
+            r[at + 4..at + 12].copy_from_slice(&s.period.to_le_bytes());
+            self.emit_bytes(&r);
+            return Some(true);
+        }
         let mut r = [0u8; format::HEADER_LEN + format::STACK_LEN];
         short_common(&mut r, format::REC_STACK, format::STACK_LEN, ev.class, s);
         let at = format::HEADER_LEN + format::SHORT_LEN;
@@ -771,6 +783,17 @@ impl State {
         r[at + 8..at + 12].copy_from_slice(&id.to_le_bytes());
         self.emit_bytes(&r);
         Some(true)
+    }
+
+    /// The time since the previous sample record when this sample, about to be
+    /// written, can be a `NEXT_*` record (same class, pid and tid, not earlier, within
+    /// 4 s); it becomes the previous sample record either way.
+    fn next_delta(&mut self, class: Class, s: &Sample) -> Option<u32> {
+        let (c, pid, tid, t) = self.last.replace((class as u8, s.pid, s.tid, s.time))?;
+        if (c, pid, tid) != (class as u8, s.pid, s.tid) {
+            return None;
+        }
+        u32::try_from(s.time.checked_sub(t)?).ok()
     }
 
     /// Seals and writes the record built in `rec`.
@@ -836,6 +859,15 @@ impl State {
         {
             return Some(false);
         }
+        if let Some(dt) = self.next_delta(ev.class, s) {
+            let mut r = next_header(format::REC_NEXT_BRANCH, dt);
+            let at = format::HEADER_LEN + 4;
+            r[at..at + 4].copy_from_slice(&s.flags.to_le_bytes());
+            r[at + 4..at + 8].copy_from_slice(&src.id.to_le_bytes());
+            r[at + 8..at + 12].copy_from_slice(&dst.id.to_le_bytes());
+            self.emit_bytes(&r);
+            return Some(true);
+        }
         let mut r = [0u8; format::HEADER_LEN + format::BRANCH_LEN];
         short_common(&mut r, format::REC_BRANCH, format::BRANCH_LEN, ev.class, s);
         let at = format::HEADER_LEN + format::SHORT_LEN;
@@ -845,6 +877,16 @@ impl State {
         self.emit_bytes(&r);
         Some(true)
     }
+}
+
+/// A `NEXT_*` record with its header and time delta filled in.
+fn next_header(ty: u8, dt: u32) -> [u8; format::HEADER_LEN + format::NEXT_LEN] {
+    let mut r = [0u8; format::HEADER_LEN + format::NEXT_LEN];
+    r[0] = format::MARKER;
+    r[1] = ty;
+    r[2..6].copy_from_slice(&(format::NEXT_LEN as u32).to_le_bytes());
+    r[6..10].copy_from_slice(&dt.to_le_bytes());
+    r
 }
 
 /// Fills the header and short common part of a `STACK` or `BRANCH` record.
@@ -881,6 +923,7 @@ pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_in
             },
         ),
         procs: FxMap::default(),
+        last: None,
         hot: vec![Hot::EMPTY; 1 << HOT_BITS],
         next_loc: 0,
         next_chain: 0,
