@@ -65,3 +65,35 @@ fn segments_meets_its_targets() {
     }
     assert!(failures.is_empty(), "{}\n{report}", failures.join("\n"));
 }
+
+/// Goroutine switches are where segments guesses most (which goroutine resumed): over
+/// many seeds its guesses must never show a frame that did not exist, and it must be
+/// exact at least as often as legacy.
+#[test]
+fn goroutine_switches_show_no_phantoms() {
+    let mut failures = Vec::new();
+    for seed in 1..=24 {
+        let Some(spec) = standard_specs(seed)
+            .into_iter()
+            .find(|s| s.name == "go_switches")
+        else {
+            panic!("no go_switches scenario");
+        };
+        let sc = generate(&spec);
+        let seg = evaluate(&sc, segments_writer);
+        let leg = evaluate(&sc, legacy_writer);
+        if seg.phantom_frames != 0 {
+            failures.push(format!(
+                "seed {seed}: {} phantom frames",
+                seg.phantom_frames
+            ));
+        }
+        if seg.exact + 1e-9 < leg.exact {
+            failures.push(format!(
+                "seed {seed}: exact {:.4} below legacy {:.4}",
+                seg.exact, leg.exact
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1459,8 +1459,12 @@ fn write_thread<S: TraceSink>(
         };
         let mut resumed: Option<Parked> = None;
         let mut stitch = if si > 0 && seg.join != Join::Never && config.stitch {
-            let found = find_stitch(ts, locs, &open, &path)
-                .filter(|st| seg.join == Join::Any || (!st.unverified && resumes_here(&open, st)));
+            let found = find_stitch(ts, locs, &open, &path).filter(|st| {
+                // After a goroutine switch, a lone `runtime.gopark` proves nothing:
+                // every goroutine resumes there. A caller must line up too.
+                seg.join == Join::Any
+                    || (!st.unverified && resumes_here(&open, st) && st.matched >= 2)
+            });
             let at_a_root = path.first().is_some_and(|&f| {
                 let sym = locs.list[ts.frames[f as usize].loc as usize].symbol;
                 matches!(sym, Symbol::FromPerf(n) if THREAD_ROOTS.contains(&strings.get(n)))
