@@ -458,16 +458,15 @@ impl State {
     unsafe fn check_printed(&mut self) {
         let f = &*(stdout as *const IoFile);
         let ptr = f.write_ptr;
-        if ptr == self.mark {
+        // perf's text (never NUL) over our last record's marker: the buffer was flushed
+        // and refilled, even if the write pointer came back to the mark.
+        let overwritten = !self.canary.is_null() && *self.canary != format::MARKER;
+        if ptr == self.mark && !overwritten {
             return;
         }
-        // A flush in between leaves the write pointer behind the mark, or perf's text
-        // (never NUL) over our record's marker: what was printed is gone, so assume
-        // the worst.
-        let intact = !self.canary.is_null()
-            && ptr > self.mark
-            && self.canary >= f.write_base as *const u8
-            && *self.canary == format::MARKER;
+        // After a flush (the pointer behind the mark, or the marker overwritten) what
+        // perf printed is gone: assume the worst.
+        let intact = !overwritten && !self.canary.is_null() && ptr > self.mark;
         let stale = !intact || {
             let printed =
                 std::slice::from_raw_parts(self.mark, ptr.offset_from(self.mark) as usize);
@@ -476,8 +475,11 @@ impl State {
         if stale {
             self.forget_all();
         }
+        if !intact {
+            // Nothing of ours is known to be in the buffer until our next record.
+            self.canary = std::ptr::null();
+        }
         self.mark = ptr;
-        // The canary stays valid: the buffer was not flushed.
     }
 
     /// Empties every process's caches (locations, chains); ids already sent stay valid.
