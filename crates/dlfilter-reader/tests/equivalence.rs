@@ -1,11 +1,12 @@
 //! The dlfilter path and the text path give the same events and the same traces on
-//! recordings made here: cpu-clock sampling with callchains, uprobes, breakpoints.
+//! recordings made here: cpu-clock sampling with callchains, uprobes, breakpoints, and
+//! an exec into a program with other names at the same addresses (the filter's caches).
 
 mod common;
 
 use common::*;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
-use ptscope_dlfilter_reader::{DlfilterOptions, DlfilterScript};
+use ptscope_dlfilter_reader::{install_filter, DlfilterOptions, DlfilterScript, RecordReader};
 use ptscope_event::{Event, StringTable};
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::transcript::TranscriptSink;
@@ -255,4 +256,40 @@ fn exec_into_a_program_with_the_same_addresses() {
         a.intersection(&b).next().is_some(),
         "alpha {a:?} beta {b:?}"
     );
+
+    // With an extra perf option the reader does not pass `early`: the filter works
+    // after perf's own lookup, still trusting its caches between side-band events.
+    let mut o = DlfilterOptions::new(&data);
+    o.kind = Some(RecordingKind::Sampling);
+    o.extra_args = vec!["--ns".into()];
+    let mut s = DlfilterScript::spawn(&o).expect("perf script --dlfilter");
+    let mut late = Vec::new();
+    while let Some(e) = s.next_event().expect("dlfilter decode") {
+        late.push(e);
+    }
+    s.finish().expect("perf exit");
+    let strings = s.take_strings();
+    let late: Vec<String> = late.iter().map(|e| norm(e, &strings)).collect();
+    assert_eq!(late, d.events, "late callback");
+
+    // Run by hand (no `sideband`), the filter checks every sample's address instead.
+    let so = install_filter(&dir).expect("install filter");
+    let mut child = std::process::Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(&data)
+        .args(RecordingKind::Sampling.script_args())
+        .arg("--dlfilter")
+        .arg(&so)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("perf script");
+    let out = child.stdout.take().expect("piped stdout");
+    let mut r = RecordReader::new(std::io::BufReader::new(out));
+    let mut by_hand = Vec::new();
+    while let Some(e) = r.next_event().expect("stream decodes") {
+        by_hand.push(norm(&e, r.strings()));
+    }
+    assert!(child.wait().expect("perf exits").success());
+    assert_eq!(by_hand, d.events, "filter without side-band events");
 }
