@@ -21,7 +21,6 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 
 /// How much of perf's stderr is kept for error messages.
-/// How much of perf's stderr is kept for error messages.
 pub const STDERR_TAIL: usize = 8 * 1024;
 
 /// What a `perf.data` file holds, which decides the `perf script` fields.
@@ -98,27 +97,86 @@ pub fn tail(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
-/// Waits for perf (killing it first if its output was not drained, which is not a
-/// failure) and returns how it failed, with the tail of its stderr, if it did.
-pub fn wait_for_perf(
-    child: &mut Child,
-    stderr: &mut Option<JoinHandle<Vec<u8>>>,
-    stopped_early: bool,
-) -> std::io::Result<Option<(ExitStatus, String)>> {
-    if stopped_early {
-        let _ = child.kill();
+/// A running perf whose stdout the caller reads: its stderr is drained on a thread (only
+/// the end kept, for error messages), and it is killed if dropped before being waited for.
+/// Both decode paths (text and dlfilter) run perf through this.
+#[derive(Debug)]
+pub struct PerfProcess {
+    child: Child,
+    stderr: Option<JoinHandle<Vec<u8>>>,
+    command: String,
+    done: bool,
+}
+
+impl PerfProcess {
+    /// Starts `cmd` with stdout and stderr piped; returns it and the stdout to read.
+    pub fn spawn(cmd: &mut Command) -> std::io::Result<(PerfProcess, ChildStdout)> {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let command = describe(cmd);
+        let mut child = cmd.spawn()?;
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other("no pipes to the child"));
+        };
+        let process = PerfProcess {
+            child,
+            stderr: Some(keep_stderr_tail(stderr)),
+            command,
+            done: false,
+        };
+        Ok((process, stdout))
     }
-    let status = child.wait()?;
-    let kept = stderr
-        .take()
-        .and_then(|h| h.join().ok())
-        .unwrap_or_default();
-    Ok((!status.success() && !stopped_early).then(|| (status, tail(&kept))))
+
+    /// The command line that was started, as a person would type it.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// Waits for perf (killing it first if its output was not drained, which is not a
+    /// failure) and returns how it failed, with the tail of its stderr, if it did.
+    /// Once perf has been waited for, later calls return `Ok(None)`.
+    pub fn wait(&mut self, stopped_early: bool) -> std::io::Result<Option<(ExitStatus, String)>> {
+        if self.done {
+            return Ok(None);
+        }
+        self.done = true;
+        if stopped_early {
+            let _ = self.child.kill();
+        }
+        let status = self.child.wait()?;
+        let kept = self.take_stderr();
+        Ok((!status.success() && !stopped_early).then(|| (status, tail(&kept))))
+    }
+
+    /// Stops perf and returns the end of its stderr (to explain why its output stopped).
+    pub fn kill_and_stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.done = true;
+        tail(&self.take_stderr())
+    }
+
+    fn take_stderr(&mut self) -> Vec<u8> {
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for PerfProcess {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Drains a child's stderr on a thread of its own, keeping only the end: perf can
 /// print a lot (e.g. lost-event notes), and a full pipe would stall it.
-pub fn keep_stderr_tail(mut stderr: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+fn keep_stderr_tail(mut stderr: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let mut kept = Vec::new();
         let mut buf = [0u8; 4096];
@@ -210,11 +268,8 @@ mod tests {
 #[derive(Debug)]
 pub struct PerfScript {
     decoder: Decoder<BufReader<ChildStdout>>,
-    child: Child,
-    stderr: Option<JoinHandle<Vec<u8>>>,
-    command: String,
+    perf: PerfProcess,
     kind: RecordingKind,
-    done: bool,
 }
 
 impl PerfScript {
@@ -239,30 +294,15 @@ impl PerfScript {
             .args(kind.script_args())
             .args(&options.extra_args)
             .env("PAGER", "cat")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let command = describe(&cmd);
-        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
+            .stdin(Stdio::null());
+        let (perf, stdout) = PerfProcess::spawn(&mut cmd).map_err(|source| Error::Spawn {
             program: options.perf.display().to_string(),
             source,
         })?;
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Error::Spawn {
-                program: options.perf.display().to_string(),
-                source: std::io::Error::other("no pipes to the child"),
-            });
-        };
-        let stderr = keep_stderr_tail(stderr);
         Ok(PerfScript {
             decoder: Decoder::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
-            child,
-            stderr: Some(stderr),
-            command,
+            perf,
             kind,
-            done: false,
         })
     }
 
@@ -273,7 +313,7 @@ impl PerfScript {
 
     /// The command line that was started.
     pub fn command(&self) -> &str {
-        &self.command
+        self.perf.command()
     }
 
     /// The next event from perf's output; `Ok(None)` when perf closed its output.
@@ -304,27 +344,14 @@ impl PerfScript {
     /// Waits for perf and reports how it exited, with its stderr tail on failure. If
     /// the events were not drained, perf is stopped first (that is not an error).
     pub fn finish(&mut self) -> Result<(), Error> {
-        if self.done {
-            return Ok(());
-        }
-        self.done = true;
         let stopped_early = !self.decoder.is_finished();
-        match wait_for_perf(&mut self.child, &mut self.stderr, stopped_early)? {
+        match self.perf.wait(stopped_early)? {
             None => Ok(()),
             Some((status, stderr)) => Err(Error::PerfFailed {
-                command: self.command.clone(),
+                command: self.perf.command().to_string(),
                 status,
                 stderr,
             }),
-        }
-    }
-}
-
-impl Drop for PerfScript {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
         }
     }
 }

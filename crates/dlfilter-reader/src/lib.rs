@@ -36,8 +36,7 @@ use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::process::{ChildStdout, Command, ExitStatus, Stdio};
 
 /// The filter shared object, compiled from `crates/dlfilter` by this crate's build script.
 pub static FILTER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libptscope_dlfilter.so"));
@@ -199,7 +198,7 @@ fn grow_pipe(stdout: &ChildStdout) {
     }
 }
 
-use ptscope_decode::perf::{describe, keep_stderr_tail, tail, wait_for_perf};
+use ptscope_decode::perf::PerfProcess;
 
 /// A running `perf script --dlfilter` whose output is decoded as it arrives.
 ///
@@ -208,11 +207,8 @@ use ptscope_decode::perf::{describe, keep_stderr_tail, tail, wait_for_perf};
 #[derive(Debug)]
 pub struct DlfilterScript {
     reader: RecordReader<BufReader<ChildStdout>>,
-    child: Child,
-    stderr: Option<JoinHandle<Vec<u8>>>,
-    command: String,
+    perf: PerfProcess,
     kind: RecordingKind,
-    done: bool,
 }
 
 impl DlfilterScript {
@@ -262,32 +258,16 @@ impl DlfilterScript {
         }
         cmd.args(&options.extra_args)
             .env("PAGER", "cat")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let command = describe(&cmd);
-        let program = options.perf.display().to_string();
-        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
-            program: program.clone(),
+            .stdin(Stdio::null());
+        let (perf, stdout) = PerfProcess::spawn(&mut cmd).map_err(|source| Error::Spawn {
+            program: options.perf.display().to_string(),
             source,
         })?;
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Error::Spawn {
-                program,
-                source: io::Error::other("no pipes to the child"),
-            });
-        };
         grow_pipe(&stdout);
-        let stderr = keep_stderr_tail(stderr);
         Ok(DlfilterScript {
             reader: RecordReader::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
-            child,
-            stderr: Some(stderr),
-            command,
+            perf,
             kind,
-            done: false,
         })
     }
 
@@ -298,7 +278,7 @@ impl DlfilterScript {
 
     /// The command line that was started.
     pub fn command(&self) -> &str {
-        &self.command
+        self.perf.command()
     }
 
     /// The next event; `Ok(None)` at the end. A stream cut short is an [`Error::Truncated`]
@@ -340,40 +320,19 @@ impl DlfilterScript {
     /// Waits for perf and reports how it exited, with its stderr tail on failure. If
     /// the events were not drained, perf is stopped first (that is not an error).
     pub fn finish(&mut self) -> Result<(), Error> {
-        if self.done {
-            return Ok(());
-        }
-        self.done = true;
         let stopped_early = !self.reader.is_finished();
-        match wait_for_perf(&mut self.child, &mut self.stderr, stopped_early)? {
+        match self.perf.wait(stopped_early)? {
             None => Ok(()),
             Some((status, stderr)) => Err(Error::PerfFailed {
-                command: self.command.clone(),
+                command: self.perf.command().to_string(),
                 status,
                 stderr,
             }),
         }
     }
 
-    /// The end of perf's stderr once [`DlfilterScript::finish`] ran (for diagnostics).
+    /// Stops perf and returns the end of its stderr (for diagnostics).
     fn stderr_now(&mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.done = true;
-        let bytes = self
-            .stderr
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default();
-        tail(&bytes)
-    }
-}
-
-impl Drop for DlfilterScript {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.perf.kill_and_stderr()
     }
 }

@@ -556,21 +556,15 @@ impl Tables {
         Ok((change, kind))
     }
 
+    /// The full common part: the short one, then flags and period.
     fn common(&self, p: &[u8]) -> Result<Common, String> {
         if p.len() < format::COMMON_LEN {
             return Err("short sample record".into());
         }
-        let class = Class::from_u8(p[0]).ok_or_else(|| format!("unknown class {}", p[0]))?;
-        Ok(Common {
-            class,
-            thread: Thread {
-                pid: id(u32_at(p, 4) as i32),
-                tid: id(u32_at(p, 8) as i32),
-            },
-            time: u64_at(p, 12),
-            flags: u32_at(p, 24),
-            period: u64_at(p, 28),
-        })
+        let mut c = self.short_common(p)?;
+        c.flags = u32_at(p, 24);
+        c.period = u64_at(p, 28);
+        Ok(c)
     }
 
     /// The short common part of `STACK` and `BRANCH` (flags and period left 0).
