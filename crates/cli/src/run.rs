@@ -310,15 +310,10 @@ fn pick(what: &str, items: &[String]) -> Result<usize> {
     let mut query = String::new();
     loop {
         let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
-        let mut m: Vec<(usize, &String)> = items
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                let l = s.to_lowercase();
-                words.iter().all(|w| fuzzy(&l, w))
-            })
+        let m: Vec<(usize, &String)> = rank(items, &words)
+            .into_iter()
+            .map(|i| (i, &items[i]))
             .collect();
-        m.sort_by_key(|(_, s)| s.len());
         for (n, (_, s)) in m.iter().take(20).enumerate() {
             eprintln!("{:>3}  {s}", n + 1);
         }
@@ -341,6 +336,27 @@ fn pick(what: &str, items: &[String]) -> Result<usize> {
         }
         query = ans;
     }
+}
+
+/// The indices of `items` matching every (lowercase) word, best first.
+///
+/// Items where every word appears as typed come before ones that only match letter by
+/// letter, so a precise query is never outranked by a shorter near miss; then shorter first.
+fn rank(items: &[String], words: &[String]) -> Vec<usize> {
+    let mut m: Vec<(bool, usize, usize)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let l = s.to_lowercase();
+            let fuzzy_only = !words.iter().all(|w| l.contains(w.as_str()));
+            words
+                .iter()
+                .all(|w| fuzzy(&l, w))
+                .then_some((fuzzy_only, s.len(), i))
+        })
+        .collect();
+    m.sort();
+    m.into_iter().map(|(_, _, i)| i).collect()
 }
 
 /// True if the characters of `needle` appear in order in `hay`.
@@ -394,4 +410,35 @@ fn which(cmd: &Path) -> Result<PathBuf> {
         .map(|d| d.join(cmd))
         .find(|p| p.is_file())
         .with_context(|| format!("`{}` is not on PATH", cmd.display()))
+}
+
+#[cfg(test)]
+mod picker_tests {
+    use super::rank;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn exact_words_outrank_shorter_fuzzy_matches() {
+        let items = names(&[
+            "   12 /tmp/a/pick_target",
+            "   13 /tmp/b/pick_target forever",
+            "   14 bash",
+        ]);
+        let w = vec!["b/pick_target".to_owned(), "forever".to_owned()];
+        assert_eq!(rank(&items, &w), vec![1]);
+        // `ptgt` only matches letter by letter; shorter first among those.
+        let w = vec!["ptgt".to_owned()];
+        assert_eq!(rank(&items, &w), vec![0, 1]);
+        let w = vec!["bash".to_owned()];
+        assert_eq!(rank(&items, &w), vec![2]);
+        // A substring match beats a shorter subsequence-only one.
+        let items = names(&["spin_a_pick", "pickme_spin_longer_name"]);
+        assert_eq!(rank(&items, &["pickme".to_owned()]), vec![1]);
+        let items = names(&["pxixcxkxmxe", "pickme_spin_longer_name"]);
+        assert_eq!(rank(&items, &["pickme".to_owned()]), vec![1, 0]);
+        assert_eq!(rank(&items, &[]), vec![0, 1]);
+    }
 }

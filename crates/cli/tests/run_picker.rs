@@ -90,14 +90,15 @@ fn attach_without_pid_picks_a_process_on_a_terminal() {
         env!("CARGO_BIN_EXE_ptscope"),
         trace.display()
     );
-    // Narrow to the target, choose entry 1, let it record, then Ctrl-C.
+    // Narrow to this test's target (other tests may run a program of the same name at the
+    // same time), choose entry 1, let it record, then Ctrl-C.
+    let filter = format!(
+        "ptscope-pick-p-{}/ptscope_pick_target forever\n",
+        std::process::id()
+    );
     let out = on_terminal(
         &cmd,
-        &[
-            (b"ptscope_pick_target\n", 800),
-            (b"1\n", 1000),
-            (b"\x03", 2500),
-        ],
+        &[(filter.as_bytes(), 800), (b"1\n", 1000), (b"\x03", 2500)],
     );
     let _ = target.kill();
     let _ = target.wait();
