@@ -45,6 +45,10 @@ pub struct Params {
     /// Weight of a Go goroutine switch (`gopark` → `runtime.mcall` → … → `gogo`, whose
     /// `return` resumes the same goroutine or a parked one).
     pub w_go: f64,
+    /// With goroutine switches: the thread's own goroutine is rooted in `runtime.goexit`
+    /// like every other one (as in real Go, where `runtime.main` is started by `gogo`
+    /// with `goexit` as its return address) instead of in the thread's entry point.
+    pub go_main_in_goexit: bool,
     /// Timing-packet granularity: emitted time = true time rounded down to this.
     pub granularity_ns: u64,
     /// Outer frames (`main`, `run_loop`, …) called at start-up that never return, as in
@@ -67,6 +71,7 @@ impl Default for Params {
             w_interrupt: 0.02,
             w_exception: 0.0,
             w_go: 0.0,
+            go_main_in_goexit: false,
             granularity_ns: 10,
             pinned: 0,
         }
@@ -626,7 +631,13 @@ pub fn generate(spec: &Spec) -> Scenario {
             pid: Some(pid),
             tid: Some(pid + 7 * k as u32),
         };
-        let entry = if k == 0 { ENTRY_MAIN } else { ENTRY_THREAD };
+        let entry = if spec.params.w_go > 0.0 && spec.params.go_main_in_goexit {
+            prog.go + GO_GOEXIT
+        } else if k == 0 {
+            ENTRY_MAIN
+        } else {
+            ENTRY_THREAD
+        };
         let t0 = 1_000_000_000 + 1000 * k as u64;
         let t0 = t0 - t0 % g;
         let steps = simulate(&mut rng, &prog, &spec.params, entry, t0);
@@ -937,6 +948,20 @@ pub fn standard_specs(seed: u64) -> Vec<Spec> {
         spec(
             "go_switches",
             "Go goroutine switches: mcall … gogo, resuming the same or a parked goroutine",
+            1,
+            Params {
+                w_go: 0.05,
+                go_main_in_goexit: true,
+                ..base.clone()
+            },
+            false,
+            0,
+            0,
+            13,
+        ),
+        spec(
+            "go_switches_thread_root",
+            "as go_switches, but the thread's own goroutine is rooted in `_start` (not Go-like)",
             1,
             Params {
                 w_go: 0.05,
