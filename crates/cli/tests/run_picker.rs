@@ -1,10 +1,11 @@
 //! The interactive pickers, driven through a real terminal (`script` allocates a pty):
 //! `ptscope attach` without `-p` picks a process, `--trigger ?` picks a function.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 fn usable() -> bool {
     let have = |c: &str| {
@@ -47,8 +48,10 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
-/// Runs `cmd` on a pseudo-terminal, typing `keys` (with pauses) into it.
-fn on_terminal(cmd: &str, keys: &[(&[u8], u64)]) -> String {
+/// Runs `cmd` on a pseudo-terminal; for each step `(text, pause_ms, keys)`, waits (up to
+/// 60 s) until the output since the previous step contains `text`, pauses, then types
+/// `keys`. Waits for the command to end (up to 120 s) and returns everything printed.
+fn on_terminal(cmd: &str, steps: &[(&str, u64, &[u8])]) -> String {
     let mut child = Command::new("script")
         .args(["-qfec", cmd, "/dev/null"])
         .stdin(Stdio::piped())
@@ -56,16 +59,61 @@ fn on_terminal(cmd: &str, keys: &[(&[u8], u64)]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("script");
+    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let readers: Vec<_> = [
+        Box::new(child.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
+        Box::new(child.stderr.take().expect("stderr")),
+    ]
+    .into_iter()
+    .map(|mut r| {
+        let seen = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().expect("lock").extend_from_slice(&buf[..n]);
+            }
+        })
+    })
+    .collect();
+    let text =
+        |seen: &Mutex<Vec<u8>>| String::from_utf8_lossy(&seen.lock().expect("lock")).into_owned();
     let mut stdin = child.stdin.take().expect("stdin");
-    for (k, pause_ms) in keys {
+    let mut from = 0;
+    for (wait_for, pause_ms, keys) in steps {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let t = text(&seen);
+            if let Some(at) = t.get(from..).and_then(|rest| rest.find(wait_for)) {
+                from += at + wait_for.len();
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never printed `{wait_for}`:\n{t}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         std::thread::sleep(Duration::from_millis(*pause_ms));
-        let _ = stdin.write_all(k);
+        let _ = stdin.write_all(keys);
         let _ = stdin.flush();
     }
-    std::thread::sleep(Duration::from_millis(3000));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`{cmd}` did not finish:\n{}", text(&seen));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(stdin);
-    let out = child.wait_with_output().expect("wait");
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    for r in readers {
+        let _ = r.join();
+    }
+    text(&seen)
 }
 
 fn trace_names(path: &Path) -> Vec<String> {
@@ -91,14 +139,18 @@ fn attach_without_pid_picks_a_process_on_a_terminal() {
         trace.display()
     );
     // Narrow to this test's target (other tests may run a program of the same name at the
-    // same time), choose entry 1, let it record, then Ctrl-C.
+    // same time), choose entry 1, and once recording has run a moment, Ctrl-C.
     let filter = format!(
         "ptscope-pick-p-{}/ptscope_pick_target forever\n",
         std::process::id()
     );
     let out = on_terminal(
         &cmd,
-        &[(filter.as_bytes(), 800), (b"1\n", 1000), (b"\x03", 2500)],
+        &[
+            ("process (words to filter", 0, filter.as_bytes()),
+            ("process (words to filter", 0, b"1\n"),
+            ("Ctrl-C to stop", 1500, b"\x03"),
+        ],
     );
     let _ = target.kill();
     let _ = target.wait();
@@ -125,7 +177,13 @@ fn trigger_question_mark_picks_a_function_on_a_terminal() {
         trace.display(),
         exe.display()
     );
-    let out = on_terminal(&cmd, &[(b"pickme\n", 800), (b"1\n", 800)]);
+    let out = on_terminal(
+        &cmd,
+        &[
+            ("function (words to filter", 0, b"pickme\n"),
+            ("function (words to filter", 0, b"1\n"),
+        ],
+    );
     assert!(out.contains("pickme_spin"), "{out}");
     let names = trace_names(&trace);
     assert!(names.iter().any(|n| n == "hit pickme_spin"), "{names:?}");

@@ -337,7 +337,7 @@ fn attach_until_sigint() {
     let c = build_c(&d);
     let mut demo = Command::new(&c).arg("loop").spawn().unwrap();
     let out = d.join("a.fxt.gz");
-    let p = Command::new(ptscope())
+    let mut p = Command::new(ptscope())
         .args([
             "attach",
             "--timer-resolution",
@@ -353,10 +353,30 @@ fn attach_until_sigint() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Ctrl-C once perf is recording (ptscope says so) and has run a moment.
+    let mut err = p.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = err.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&all).contains("Ctrl-C to stop") {
+                let _ = tx.send(());
+            }
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let ready = rx.recv_timeout(Duration::from_secs(60)).is_ok();
+    std::thread::sleep(Duration::from_millis(1000));
     unsafe_kill(p.id(), 2);
-    let o = p.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    let status = p.wait().unwrap();
+    let err = reader.join().unwrap();
+    assert!(ready, "ptscope never said it was recording: {err}");
+    assert!(status.success(), "{err}");
     let t = read_trace(&out);
     assert!(t.count("demo_leaf") > 0, "{:?}", t.names);
     // Attaching does not harm the process.
