@@ -138,6 +138,16 @@ fn run(args: &[&std::ffi::OsStr]) -> Output {
         .unwrap()
 }
 
+/// Runs ptscope with `TMPDIR` pointing at `tmp`.
+fn run_with_tmpdir(tmp: &Path, args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(ptscope())
+        .args(args)
+        .env("TMPDIR", tmp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -209,17 +219,23 @@ fn run_c_and_rust_demos_fall_back_to_sampling() {
         t.names
     );
     let out = d.join("r.fxt.gz");
-    let o = run(&[
-        os("run"),
-        os("--timer-resolution"),
-        os("low"),
-        os("--callgraph"),
-        os("fp"),
-        os("-o"),
-        out.as_os_str(),
-        os("--"),
-        r.as_os_str(),
-    ]);
+    // ptscope's working files go under TMPDIR: a fresh one must be left empty.
+    let tmp = d.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let o = run_with_tmpdir(
+        &tmp,
+        &[
+            os("run"),
+            os("--timer-resolution"),
+            os("low"),
+            os("--callgraph"),
+            os("fp"),
+            os("-o"),
+            out.as_os_str(),
+            os("--"),
+            r.as_os_str(),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let t = read_trace(&out);
     assert!(
@@ -228,24 +244,13 @@ fn run_c_and_rust_demos_fall_back_to_sampling() {
         t.names
     );
     assert_nothing_running(d.to_str().unwrap());
-    // No temporary working directory is left behind.
-    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+    let left: Vec<_> = std::fs::read_dir(&tmp)
         .unwrap()
         .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with(&format!("ptscope-{}-", o_pid_placeholder()))
-        })
+        .map(|e| e.path())
         .collect();
-    assert!(left.is_empty());
+    assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
     std::fs::remove_dir_all(&d).unwrap();
-}
-
-fn o_pid_placeholder() -> String {
-    // ptscope names temp dirs ptscope-<its pid>-…; its pid is gone, so check none of ours
-    // mention a live ptscope.
-    "never-matches".into()
 }
 
 /// The hit slice is there and the demo's samples end at it.
