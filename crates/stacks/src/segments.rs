@@ -166,6 +166,11 @@ enum Join {
     Verified,
     /// Best effort (a decode error: the same thread went on running).
     Any,
+    /// After a jump into the middle of a function the segment never saw, from a frame
+    /// whose caller it does not know (an exception unwinding past the known stack):
+    /// joined where its outermost frames line up with open ones; otherwise the jump is
+    /// taken as a tail jump, as within a segment.
+    Unwound,
 }
 
 #[derive(Clone, Debug)]
@@ -850,6 +855,17 @@ impl<T> Cx<'_, T> {
                 self.record(Flow::Return);
                 return;
             }
+            let leaf = self.ts.frames[self.ts.leaf as usize];
+            if leaf.flags & SENTINEL == 0 && self.is_sentinel(leaf.parent) {
+                // The target may be an ancestor beyond what this segment knows (libgcc
+                // unwinding to a landing pad after a decode error). Taken as a tail
+                // jump, the callers the target reveals later would become the callers
+                // of every earlier stack of the segment: the unwound frames between
+                // would vanish. A segment of its own is lined up by the write pass.
+                self.split(Join::Unwound);
+                self.ensure_current(dst);
+                return;
+            }
         }
         self.replace_leaf(dst);
     }
@@ -1463,7 +1479,11 @@ fn write_thread<S: TraceSink>(
                 // After a goroutine switch, a lone `runtime.gopark` proves nothing:
                 // every goroutine resumes there. A caller must line up too.
                 seg.join == Join::Any
-                    || (!st.unverified && resumes_here(&open, st) && st.matched >= 2)
+                    || (seg.join == Join::Unwound && !st.unverified)
+                    || (seg.join == Join::Verified
+                        && !st.unverified
+                        && resumes_here(&open, st)
+                        && st.matched >= 2)
             });
             let at_a_root = path.first().is_some_and(|&f| {
                 let sym = locs.list[ts.frames[f as usize].loc as usize].symbol;
@@ -1514,6 +1534,14 @@ fn write_thread<S: TraceSink>(
                     },
                     matched: 0,
                     unverified: true,
+                })
+            } else if found.is_none() && seg.join == Join::Unwound && path.len() == 1 {
+                // Nothing known lines up and the target revealed no caller: a tail jump
+                // after all (into a `.cold` part, say), replacing the frame that jumped.
+                Some(Stitch {
+                    base: open.len().saturating_sub(1),
+                    matched: 0,
+                    unverified: false,
                 })
             } else {
                 found

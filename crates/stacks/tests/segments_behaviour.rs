@@ -478,3 +478,69 @@ fn a_root_learnt_from_a_label_stitches_to_its_caller() {
     assert!(has(&s, (10, 50, 2, "dl_main")), "{:?}", s.done);
     assert!(has(&s, (70, 80, 1, "_dl_init")), "{:?}", s.done);
 }
+
+/// libgcc unwinding after a decode error: the segment after the gap knows only the
+/// unwinder, which then jumps into the middle of `guarded` (its landing pad). The
+/// frames between were open before the gap: they end at the jump, and `guarded` goes
+/// on, instead of the unwinder being shown as called by `main` for the whole segment.
+#[test]
+fn an_unwind_after_a_gap_lands_in_the_frame_open_before_it() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, "guarded"));
+    b.k(20, Kind::Call, (0x310, "guarded"), (0x400, "deep"));
+    b.k(25, Kind::Call, (0x410, "deep"), (0x400, "deep"));
+    b.k(30, Kind::Call, (0x420, "deep"), (0x500, "__cxa_throw"));
+    b.k(
+        40,
+        Kind::Call,
+        (0x510, "__cxa_throw"),
+        (0x600, "_Unwind_RaiseException"),
+    );
+    b.k(
+        45,
+        Kind::Call,
+        (0x610, "_Unwind_RaiseException"),
+        (0x700, "personality"),
+    );
+    b.lost(50, (0x710, "personality"));
+    b.k(
+        60,
+        Kind::Return,
+        (0x720, "personality"),
+        (0x615, "_Unwind_RaiseException"),
+    );
+    b.k_to(
+        70,
+        Kind::Jump,
+        (0x620, "_Unwind_RaiseException"),
+        (0x330, "guarded", 0x30),
+    );
+    b.k(80, Kind::Return, (0x340, "guarded"), (0x220, "main"));
+    b.k(90, Kind::Return, (0x230, "main"), (0x120, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    assert!(has(&s, (10, 80, 2, "guarded")), "{:?}", s.done);
+    assert!(has(&s, (0, 90, 1, "main")), "{:?}", s.done);
+    for (name, depth) in [
+        ("deep", 3),
+        ("deep", 4),
+        ("__cxa_throw", 5),
+        ("_Unwind_RaiseException", 6),
+    ] {
+        assert!(
+            s.done
+                .iter()
+                .any(|d| d.1 == 70 && d.2 == depth && d.3 == name),
+            "{name} at depth {depth} should end at the unwind: {:?}",
+            s.done
+        );
+    }
+    // The unwinder is never shown as called by `main`.
+    assert!(
+        !s.done
+            .iter()
+            .any(|d| d.2 == 2 && d.3 == "_Unwind_RaiseException"),
+        "{:?}",
+        s.done
+    );
+}
