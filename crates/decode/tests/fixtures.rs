@@ -132,7 +132,11 @@ fn sampling_fixture_names_match_the_oracle() {
         .map(|l| d.strings().display(l.symbol))
         .collect();
     assert_eq!(names.last(), Some(&"_dl_open"));
-    assert!(
-        names.iter().position(|n| *n == "main") < names.iter().position(|n| *n == "dlopen_doit")
-    );
+    let at = |f: &str| {
+        names
+            .iter()
+            .position(|n| *n == f)
+            .unwrap_or_else(|| panic!("{f} not in {names:?}"))
+    };
+    assert!(at("main") < at("dlopen_doit"), "{names:?}");
 }
