@@ -117,8 +117,18 @@ fn fixtures_decode_to_valid_fxt() {
                 })
                 .output()
                 .expect("transcript");
+            assert!(
+                t.status.success(),
+                "{name} ({writer}): transcript: {}",
+                String::from_utf8_lossy(&t.stderr)
+            );
             let transcript = String::from_utf8_lossy(&t.stdout);
-            for (slice, count) in slice_names_in_transcript(&transcript) {
+            let slices = slice_names_in_transcript(&transcript);
+            assert!(
+                !slices.is_empty(),
+                "{name} ({writer}): no slices in the transcript"
+            );
+            for (slice, count) in slices {
                 let got = report.count(&slice);
                 // A begin/end pair is two events, a complete or instant one.
                 assert!(
