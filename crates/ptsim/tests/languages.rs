@@ -66,15 +66,18 @@ int main(void) {
     let truth = sim.truth();
     assert_eq!(truth.len(), 4, "main thread and three workers");
     assert_eq!(sim.recording.threads.len(), 4);
-    // Each worker starts where clone returns and exits by a syscall.
-    for t in &truth[1..] {
-        assert_eq!(t.branches[0].kind, BranchKind::TraceStart);
+    // Each worker starts where clone returns, makes calls of its own and exits by a
+    // syscall.
+    for (i, t) in truth.iter().enumerate().skip(1) {
+        assert_eq!(t.branches[0].kind, BranchKind::TraceStart, "thread {i}");
         assert_eq!(
             t.branches.last().map(|b| b.kind),
-            Some(BranchKind::SyscallEnd)
+            Some(BranchKind::SyscallEnd),
+            "thread {i}"
         );
-        assert!(calls_to(&sim, 0) > 0);
+        assert!(calls_to(&sim, i) > 0, "thread {i} made no calls");
     }
+    assert!(calls_to(&sim, 0) > 0, "the main thread made no calls");
     assert!(c.matched > 10_000);
     // Threads interleave on one instruction clock; timing stays packet-exact across the
     // gaps (CYC before every PSB, MTC, TSC).
