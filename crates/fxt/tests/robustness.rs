@@ -108,6 +108,7 @@ fn random_garbage_never_panics() {
 fn mutated_traces_never_panic() {
     let base = sample_trace();
     let mut rng = Rng(42);
+    let mut flagged = 0;
     for _ in 0..20_000 {
         let mut data = base.clone();
         for _ in 0..1 + rng.below(4) {
@@ -118,8 +119,10 @@ fn mutated_traces_never_panic() {
             data.truncate(rng.below(data.len() as u64) as usize);
         }
         let _: Vec<_> = Reader::new(&data).collect();
-        let _ = validate(Reader::new(&data));
+        flagged += usize::from(!validate(Reader::new(&data)).is_ok());
     }
+    // The damage must reach the error paths, not only bytes nobody checks.
+    assert!(flagged > 10_000, "only {flagged} damaged traces were flagged");
 }
 
 #[test]
