@@ -500,7 +500,10 @@ fn failures_are_clear_and_leave_nothing_behind() {
     // No permission: an unprivileged user attaching to a root process.
     let has_setpriv = Command::new("setpriv").arg("--version").output().is_ok();
     if !has_setpriv {
-        assert!(std::env::var_os("CI").is_none(), "setpriv is required under CI");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "setpriv is required under CI"
+        );
         eprintln!("!!!!!!!! SKIPPED the permission check: setpriv (util-linux) not found");
     } else {
         let o = Command::new("setpriv")

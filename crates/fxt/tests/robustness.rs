@@ -122,7 +122,10 @@ fn mutated_traces_never_panic() {
         flagged += usize::from(!validate(Reader::new(&data)).is_ok());
     }
     // The damage must reach the error paths, not only bytes nobody checks.
-    assert!(flagged > 10_000, "only {flagged} damaged traces were flagged");
+    assert!(
+        flagged > 10_000,
+        "only {flagged} damaged traces were flagged"
+    );
 }
 
 #[test]
