@@ -126,6 +126,13 @@ fn whole_pipeline_matches_simulated_truth() {
             if g.missing_threads != 0 {
                 fail(format!("{} threads without a track", g.missing_threads));
             }
+            // Where the root is never seen, the reachable part must be at least as right.
+            if variant == "snapshot" && g.suffix_correct < l.suffix_correct {
+                fail(format!(
+                    "segments suffix {:.4} below legacy {:.4}",
+                    g.suffix_correct, l.suffix_correct
+                ));
+            }
             if variant == "full" && g.exact < 0.995 {
                 fail(format!("segments exact {:.4} < 0.995", g.exact));
             }
