@@ -44,6 +44,37 @@ pub struct LineTable {
 
 type R<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
 
+/// Rejects a compressed section whose header claims more than its data can expand to.
+///
+/// `object` reserves the claimed uncompressed size before inflating, so a corrupt header
+/// (any u64; the fuzzer found 0xd0000000_0000) asks for terabytes: that fails only if the
+/// allocator refuses, with a message that names no section, and a claim of a few GB is
+/// reserved outright. DEFLATE (`ELFCOMPRESS_ZLIB`) cannot expand more than 1032:1; zstd
+/// could in theory, but real debug sections compress about 3-10:1, so the same bound
+/// (with a 1 MiB floor) turns away only corrupt headers.
+fn check_claimed_size(s: &object::Section<'_, '_>, path: &Path, name: &str) -> Result<()> {
+    let Ok(c) = s.compressed_data() else {
+        // `uncompressed_data` reports the same problem with its own message.
+        return Ok(());
+    };
+    if c.format == object::CompressionFormat::None {
+        return Ok(());
+    }
+    let most = (c.data.len() as u64).saturating_mul(1032).max(1 << 20);
+    if c.uncompressed_size > most {
+        return Err(Error::malformed(
+            path,
+            "compressed debug section",
+            format!(
+                "{name} claims {} bytes uncompressed from {} compressed",
+                c.uncompressed_size,
+                c.data.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl LineTable {
     /// Reads `.debug_line` (through `.debug_info`'s units) of `elf`.
     ///
@@ -65,10 +96,13 @@ impl LineTable {
         };
         let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>> {
             match file.section_by_name(id.name()) {
-                Some(s) => s.uncompressed_data().map_err(|source| Error::Elf {
-                    path: path.clone(),
-                    source,
-                }),
+                Some(s) => {
+                    check_claimed_size(&s, &path, id.name())?;
+                    s.uncompressed_data().map_err(|source| Error::Elf {
+                        path: path.clone(),
+                        source,
+                    })
+                }
                 None => Ok(Cow::Borrowed(&[][..])),
             }
         };
