@@ -4,26 +4,5 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memtrace::{tools, Reader};
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(r) = Reader::from_bytes(data) {
-        let mut r = r.parse_backtraces(false);
-        while let Ok(Some(_)) = r.next_event() {}
-    }
-    if let Ok(mut r) = Reader::from_bytes(data) {
-        let _ = tools::dump(&mut r, &mut std::io::sink());
-    }
-    if let Ok(mut r) = Reader::from_bytes(data) {
-        let _ = tools::flamegraph(&mut r, &mut std::io::sink());
-    }
-    if let Ok(r) = Reader::from_bytes(data) {
-        let _ = tools::identify(r, "fuzz", &mut std::io::sink());
-    }
-    if let Ok(mut r) = Reader::from_bytes(data) {
-        let _ = tools::hotspots(&mut r, &mut std::io::sink());
-    }
-    if let Ok(mut r) = Reader::from_bytes(data) {
-        let _ = tools::subsample(&mut r, std::io::sink(), &Default::default());
-    }
-});
+fuzz_target!(|data: &[u8]| ptscope_fuzz_targets::memtrace_reader(data));

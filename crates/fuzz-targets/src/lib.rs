@@ -1,0 +1,186 @@
+//! The bodies of ptscope's fuzz targets, one function per target, shared by the
+//! cargo-fuzz binaries in `fuzz/` (nightly) and by this crate's corpus replay test,
+//! which runs every committed seed input (`fuzz/corpus/TARGET`) on stable, so CI covers
+//! what fuzzing found. See docs/fuzzing.md.
+//!
+//! ```
+//! ptscope_fuzz_targets::fxt_reader(b"not an fxt file");
+//! ```
+
+use memtrace::{tools, Reader};
+use ptscope_decode::Decoder;
+use ptscope_dlfilter_reader::RecordReader;
+use ptscope_fxt::{check, reader::Reader as FxtReader};
+use ptscope_symbols::{Elf, PerfMap, ProcMaps};
+use std::io::BufReader;
+use std::path::Path;
+
+/// A fuzz target's body: any bytes; panics only on a bug.
+pub type Target = fn(&[u8]);
+
+/// Every target, by the name of its `fuzz/fuzz_targets/NAME.rs` and corpus directory.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("perf_script_parser", perf_script_parser),
+    ("fxt_reader", fxt_reader),
+    ("memtrace_reader", memtrace_reader),
+    ("dlfilter_records", dlfilter_records),
+    ("elf_symbols", elf_symbols),
+    ("perf_map", perf_map),
+];
+
+/// Fuzzes the `perf script` text decoder: any bytes, any read-buffer size.
+pub fn perf_script_parser(data: &[u8]) {
+    // The first byte picks the read-buffer size so lines straddling buffers are hit.
+    let (cap, input) = match data.split_first() {
+        Some((&c, rest)) => (usize::from(c) + 1, rest),
+        None => (1, data),
+    };
+    let mut decoder = Decoder::new(BufReader::with_capacity(cap, input));
+    let mut events = 0u64;
+    while let Ok(Some(_)) = decoder.next_event() {
+        events += 1;
+    }
+    let stats = decoder.stats();
+    assert_eq!(stats.bytes, input.len() as u64);
+    assert_eq!(stats.events, events);
+    assert!(stats.warnings <= stats.lines);
+}
+
+/// Fuzzes the FXT reader and the checker built on it: neither may panic or hang.
+pub fn fxt_reader(data: &[u8]) {
+    let mut records = 0usize;
+    for r in FxtReader::new(data) {
+        records += 1;
+        if r.is_err() {
+            break;
+        }
+    }
+    // Every record is at least one word, so the count is bounded by the input.
+    assert!(records <= data.len() / 8 + 1);
+    let _ = check::validate_bytes(data);
+}
+
+/// Fuzzes the memtrace reader (with and without backtraces) and the tools built on
+/// it: any input must give events, a typed error or a note — never a panic. When the
+/// input decodes completely, re-encoding its events must not fail either.
+pub fn memtrace_reader(data: &[u8]) {
+    if let Ok(r) = Reader::from_bytes(data) {
+        let mut r = r.parse_backtraces(false);
+        while let Ok(Some(_)) = r.next_event() {}
+    }
+    if let Ok(mut r) = Reader::from_bytes(data) {
+        let _ = tools::dump(&mut r, &mut std::io::sink());
+    }
+    if let Ok(mut r) = Reader::from_bytes(data) {
+        let _ = tools::flamegraph(&mut r, &mut std::io::sink());
+    }
+    if let Ok(r) = Reader::from_bytes(data) {
+        let _ = tools::identify(r, "fuzz", &mut std::io::sink());
+    }
+    if let Ok(mut r) = Reader::from_bytes(data) {
+        let _ = tools::hotspots(&mut r, &mut std::io::sink());
+    }
+    if let Ok(mut r) = Reader::from_bytes(data) {
+        let _ = tools::subsample(&mut r, std::io::sink(), &Default::default());
+    }
+}
+
+/// Fuzzes the reader of the dlfilter's byte stream (binary records mixed with perf's
+/// own text): any bytes must give events, then at most one typed error — never a
+/// panic, a hang or an allocation sized by a length field.
+pub fn dlfilter_records(data: &[u8]) {
+    // The first byte picks the read-buffer size, so records both lie wholly in the
+    // buffer (converted in place) and straddle it (copied out), and its top bit
+    // whether the reader first waits for the hello record (as `DlfilterScript` does).
+    let (cap, wait, input) = match data.split_first() {
+        Some((&c, rest)) => (usize::from(c & 0x7f) + 1, c & 0x80 != 0, rest),
+        None => (1, false, data),
+    };
+    let mut r = RecordReader::new(BufReader::with_capacity(cap, input));
+    let mut errors = u32::from(wait && r.wait_for_hello().is_err());
+    let mut events = 0u64;
+    loop {
+        match r.next_event() {
+            Ok(Some(_)) => events += 1,
+            Ok(None) => break,
+            Err(_) => errors += 1,
+        }
+        // An error is returned once (by `wait_for_hello` or here), and the events
+        // decoded before it still come out.
+        assert!(errors <= 1);
+    }
+    assert!(r.is_finished());
+    assert_eq!(r.stats().events, events);
+    // Every event needs at least a few bytes of input (a record header or a line).
+    assert!(events <= input.len() as u64);
+    let _ = r.take_strings();
+}
+
+/// Fuzzes what `ptscope decode --executable` reads from an ELF file: load segments,
+/// the symbol table, `.note.ocaml_eh` and the DWARF line table. Any bytes must give
+/// a typed error or results — never a panic.
+pub fn elf_symbols(data: &[u8]) {
+    let Ok(elf) = Elf::parse(data, Path::new("fuzzed.elf")) else {
+        return;
+    };
+    let segments = elf.load_segments();
+    for s in &segments {
+        let _ = elf.segment_of(s.vaddr);
+    }
+    let _ = elf.is_position_independent();
+    let _ = elf.debuglink();
+    let _ = elf.build_id();
+    if let Ok(traps) = elf.ocaml_traps() {
+        let _ = traps.rebased(0x5555_0000_0000).to_exception_info();
+    }
+    if let Ok(syms) = elf.symbols() {
+        for f in syms.functions().iter().take(64) {
+            let _ = (f.demangled(), f.short_name());
+            let _ = syms.containing(f.address());
+            let _ = syms.lookup(f.name());
+        }
+        let _ = syms.suggest("mian", 3);
+    }
+    if let Ok(lines) = elf.line_table() {
+        for (file, line) in lines.source_lines().into_iter().take(16) {
+            if let Ok(addrs) = lines.addresses_for_line(file, line, None) {
+                for a in addrs.iter().take(4) {
+                    let _ = lines.position(a.address);
+                }
+            }
+        }
+        let _ = lines.position(0x1000);
+    }
+}
+
+/// Fuzzes the JIT perf map parser (`/tmp/perf-PID.map`) against a plain model of its
+/// lookup rule, and the `/proc/PID/maps` parser: no panic, and every lookup answers
+/// what a linear scan of the file would (the entry written last among those holding
+/// the address, since JITs reuse freed code memory).
+pub fn perf_map(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let map = PerfMap::parse(&text);
+    // The model: each line parsed alone, in file order.
+    let mut in_file_order = Vec::new();
+    let mut malformed = 0;
+    for line in text.lines() {
+        let one = PerfMap::parse(line);
+        malformed += one.malformed_lines();
+        in_file_order.extend(one.entries().iter().cloned());
+    }
+    assert_eq!(map.malformed_lines(), malformed);
+    assert_eq!(map.entries().len(), in_file_order.len());
+    assert!(map.entries().windows(2).all(|w| w[0].start <= w[1].start));
+    // Probe every start and end and the addresses around them.
+    let mut probes = vec![0, u64::MAX];
+    for e in in_file_order.iter().take(64) {
+        for a in [e.start, e.end()] {
+            probes.extend([a.wrapping_sub(1), a, a.wrapping_add(1)]);
+        }
+    }
+    for addr in probes {
+        let want = in_file_order.iter().rev().find(|e| e.contains(addr));
+        assert_eq!(map.lookup(addr), want, "lookup({addr:#x})");
+    }
+    let _ = ProcMaps::parse(&text, Path::new("fuzzed-maps")).map(|m| m.files().len());
+}
