@@ -8,7 +8,7 @@ use ptscope_dlfilter_reader::{AnyScript, Choice, DlfilterOptions};
 use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::ordered::OrderedSink;
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::TranscriptSink;
 use ptscope_stacks::StackWriter;
 use ptscope_stacks::TraceSink;
@@ -817,29 +817,27 @@ fn keep_old(path: &Path) {
 fn run_writer<S: TraceSink>(
     specs: Vec<InputSpec>,
     args: &DecodeArgs,
-    (legacy, segments): (LegacyConfig, SegmentsConfig),
+    config: LegacyConfig,
     sink: S,
     on_end: impl FnOnce(&mut S),
     totals: &mut Totals,
 ) -> Result<(S, StringTable)> {
+    // Both writers take the same options; what only the input knows is added per input.
+    let config_for = move |earliest_time, x: Extras| LegacyConfig {
+        earliest_time,
+        ocaml_exception_info: config
+            .ocaml_exception_info
+            .clone()
+            .or(x.ocaml_exception_info),
+        debug_info: x.debug_info,
+        ..config.clone()
+    };
     match args.writer {
         WriterKind::Legacy => drive(
             specs,
             args,
             sink,
-            |sink, earliest_time, x: Extras| {
-                LegacyWriter::new(
-                    sink,
-                    LegacyConfig {
-                        earliest_time,
-                        ocaml_exception_info: legacy
-                            .ocaml_exception_info
-                            .or(x.ocaml_exception_info),
-                        debug_info: x.debug_info,
-                        ..legacy
-                    },
-                )
-            },
+            |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
             on_end,
             totals,
         ),
@@ -848,17 +846,7 @@ fn run_writer<S: TraceSink>(
             args,
             sink,
             |sink, earliest_time, x: Extras| {
-                SegmentsWriter::new(
-                    sink,
-                    SegmentsConfig {
-                        earliest_time,
-                        ocaml_exception_info: segments
-                            .ocaml_exception_info
-                            .or(x.ocaml_exception_info),
-                        debug_info: x.debug_info,
-                        ..segments
-                    },
-                )
+                SegmentsWriter::new(sink, config_for(earliest_time, x).into())
             },
             on_end,
             totals,
@@ -878,19 +866,12 @@ pub fn run(args: DecodeArgs) -> Result<()> {
         Some(dir) if dir.is_dir() => ptscope_record::hits::read(dir),
         _ => Vec::new(),
     };
-    let legacy = LegacyConfig {
-        scope: args.scope,
-        annotate_inferred_start_times: args.format == Format::Transcript,
-        ocaml_exception_info: ocaml_exception_info.clone(),
-        hits: hits.clone(),
-        ..LegacyConfig::default()
-    };
-    let segments = SegmentsConfig {
+    let config = LegacyConfig {
         scope: args.scope,
         annotate_inferred_start_times: args.format == Format::Transcript,
         ocaml_exception_info,
         hits,
-        ..SegmentsConfig::default()
+        ..LegacyConfig::default()
     };
     let mut totals = Totals::default();
     match args.format {
@@ -898,7 +879,7 @@ pub fn run(args: DecodeArgs) -> Result<()> {
             let (sink, _) = run_writer(
                 specs,
                 &args,
-                (legacy, segments),
+                config,
                 TranscriptSink::default(),
                 |s| s.end_of_input(),
                 &mut totals,
@@ -927,15 +908,14 @@ pub fn run(args: DecodeArgs) -> Result<()> {
                 run_writer(
                     specs,
                     &args,
-                    (legacy, segments),
+                    config,
                     OrderedSink::new(fxt),
                     |_| {},
                     &mut totals,
                 )
                 .and_then(|(s, _)| Ok(s.finish()?))
             } else {
-                run_writer(specs, &args, (legacy, segments), fxt, |_| {}, &mut totals)
-                    .map(|(s, _)| s)
+                run_writer(specs, &args, config, fxt, |_| {}, &mut totals).map(|(s, _)| s)
             };
             let sink = match result {
                 Ok(s) => s,

@@ -25,8 +25,8 @@ pub use gen::{generate, Scenario, Spec, ThreadTruth};
 pub use score::{score, Fidelity};
 pub use sink::{ReconThread, TimelineSink};
 
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::legacy::LegacyWriter;
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::StackWriter;
 
 /// Runs `scenario`'s events through the writer `make_writer` builds and scores the result.
@@ -90,22 +90,10 @@ where
 
 /// The legacy (magic-trace) writer, configured as the CLI does for a user-only trace.
 pub fn legacy_writer(sink: TimelineSink, scenario: &Scenario) -> LegacyWriter<TimelineSink> {
-    LegacyWriter::new(
-        sink,
-        LegacyConfig {
-            earliest_time: scenario.earliest_time(),
-            ..LegacyConfig::default()
-        },
-    )
+    sim::legacy(sink, scenario.earliest_time())
 }
 
 /// The segments writer (with stitching), configured like [`legacy_writer`].
 pub fn segments_writer(sink: TimelineSink, scenario: &Scenario) -> SegmentsWriter<TimelineSink> {
-    SegmentsWriter::new(
-        sink,
-        SegmentsConfig {
-            earliest_time: scenario.earliest_time(),
-            ..SegmentsConfig::default()
-        },
-    )
+    sim::segments(sink, scenario.earliest_time())
 }

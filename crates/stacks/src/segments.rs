@@ -48,7 +48,7 @@
 //! );
 //! ```
 
-use crate::legacy::{ocaml_int64_hex, Hit, SourcePosition};
+use crate::legacy::{ocaml_int64_hex, Hit, LegacyConfig, SourcePosition};
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::{
     Event, EventData, ExtraEvent, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread,
@@ -88,6 +88,22 @@ impl Default for SegmentsConfig {
             process_names: FxHashMap::default(),
             debug_info: FxHashMap::default(),
             hits: Vec::new(),
+            stitch: true,
+        }
+    }
+}
+
+impl From<LegacyConfig> for SegmentsConfig {
+    /// The same options as the legacy writer's, with stitching on.
+    fn from(c: LegacyConfig) -> Self {
+        SegmentsConfig {
+            scope: c.scope,
+            annotate_inferred_start_times: c.annotate_inferred_start_times,
+            ocaml_exception_info: c.ocaml_exception_info,
+            earliest_time: c.earliest_time,
+            process_names: c.process_names,
+            debug_info: c.debug_info,
+            hits: c.hits,
             stitch: true,
         }
     }
