@@ -254,14 +254,15 @@ impl<R: BufRead> RecordReader<R> {
                 }
             }
             Some(_) => {
-                let start = self.text.len();
-                if start >= TEXT_CHUNK {
+                if self.text.len() >= TEXT_CHUNK {
                     // Cut only before a group header, never inside a callchain.
                     let tab = self.reader.fill_buf().ok().and_then(|b| b.first().copied());
                     if tab != Some(b'\t') {
                         self.flush_text();
                     }
                 }
+                // Taken after a flush may have emptied the buffer: the new line starts here.
+                let start = self.text.len();
                 let n = self.reader.read_until(b'\n', &mut self.text)?;
                 self.offset += n as u64;
                 self.stats.bytes += n as u64;
