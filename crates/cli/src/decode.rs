@@ -15,8 +15,6 @@ use ptscope_stacks::TraceSink;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 /// Arguments of `ptscope decode`.
 #[derive(Args, Debug)]
@@ -33,7 +31,11 @@ Examples:
   ptscope decode --perf-script input.perf --format transcript -o -
 
 Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file).
-Ctrl-C stops decoding and still writes what was decoded so far; a second Ctrl-C quits at once.")]
+Ctrl-C (or SIGTERM/SIGHUP) stops decoding and still writes what was decoded so far, then
+exits with status 130; a second one quits at once without writing. The trace appears at
+-o only when complete (written to a temporary file beside it, then renamed).
+Exit status: 0 when the whole input was decoded; 1 when nothing could be decoded, or when
+the trace is incomplete (perf died or the input is cut short): it is still written.")]
 pub struct DecodeArgs {
     /// A perf.data file, or a working directory holding perf.data files (one per snapshot).
     #[arg(value_name = "RECORDING", conflicts_with = "perf_script")]
@@ -80,11 +82,6 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "PATH")]
     pub executable: Option<PathBuf>,
 
-    /// The executable was not named by the user but taken from `ptscope run`: a trace
-    /// that never enters it (a program that exited at once) needs no warning.
-    #[arg(skip)]
-    pub executable_implied: bool,
-
     /// How to read perf.data: through ptscope's perf dlfilter (binary, fast), as
     /// `perf script` text, or the dlfilter when perf supports it (perf >= 5.14).
     #[arg(long, value_enum, default_value_t = DecoderKind::Auto)]
@@ -94,9 +91,43 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "PATH")]
     pub perf: Option<PathBuf>,
 
-    /// Do not show a progress bar.
-    #[arg(long)]
+    /// No progress bar and no informational messages (warnings and errors still show).
+    #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// What `run`/`attach` tell the decode that is not a flag.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeContext {
+    /// The executable was not named by the user but taken from `ptscope run`: a trace
+    /// that never enters it (a program that exited at once) needs no warning.
+    pub executable_implied: bool,
+    /// Decoding stops (keeping what was decoded) once this many interrupts were counted.
+    pub stop_at: usize,
+}
+
+impl DecodeContext {
+    /// `ptscope decode` on its own: the next interrupt stops decoding.
+    pub fn standalone() -> Self {
+        DecodeContext {
+            executable_implied: false,
+            stop_at: ptscope_interrupt::presses() + 1,
+        }
+    }
+
+    /// True once decoding should stop.
+    pub fn stopped(&self) -> bool {
+        ptscope_interrupt::presses() >= self.stop_at
+    }
+}
+
+/// How a decode ended, for the caller's message and exit status.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Why the trace is not the whole input (perf died, the input was cut short, …).
+    pub incomplete: Vec<String>,
+    /// An interrupt stopped decoding early.
+    pub interrupted: bool,
 }
 
 /// Decode paths for perf.data files.
@@ -276,7 +307,7 @@ impl InputSpec {
                 let (script, notice) = ptscope_dlfilter_reader::open(&opts, strings, choice)
                     .with_context(|| format!("cannot decode {}", p.display()))?;
                 if let Some(n) = notice {
-                    eprintln!("{n}");
+                    crate::messages::info(n.trim_start_matches("ptscope: "));
                 }
                 Ok(Source::Perf(Box::new(script)))
             }
@@ -368,21 +399,11 @@ struct Totals {
     bytes: u64,
     warnings: u64,
     kept: Vec<Warning>,
+    /// Failures that cut the trace short.
     errors: Vec<String>,
-}
-
-/// Installs the Ctrl-C policy: the first press stops decoding gracefully, the second exits.
-fn install_ctrlc() -> Arc<AtomicUsize> {
-    let presses = Arc::new(AtomicUsize::new(0));
-    let p = presses.clone();
-    let _ = ctrlc::set_handler(move || {
-        if p.fetch_add(1, Ordering::SeqCst) >= 1 {
-            eprintln!("\nptscope: interrupted again, quitting without writing the trace");
-            std::process::exit(130);
-        }
-        eprintln!("\nptscope: interrupted; writing what was decoded so far (Ctrl-C again to quit)");
-    });
-    presses
+    /// Things worth knowing that do not make the trace incomplete.
+    notes: Vec<String>,
+    interrupted: bool,
 }
 
 fn progress(size: Option<u64>, quiet: bool, name: &str) -> ProgressBar {
@@ -447,7 +468,7 @@ fn extras(
         Some(b) => b,
         None => {
             if !quiet_if_unused {
-                totals.errors.push(
+                totals.notes.push(
                     "the trace never enters the --executable (no event names its file), so its source positions and OCaml traps are not used".into(),
                 );
             }
@@ -487,7 +508,7 @@ fn decode_inputs(
     perf: PathBuf,
     choice: Choice,
     quiet: bool,
-    presses: Arc<AtomicUsize>,
+    ctx: DecodeContext,
     tx: std::sync::mpsc::SyncSender<Msg>,
 ) {
     let mut strings = StringTable::new();
@@ -503,7 +524,7 @@ fn decode_inputs(
         events,
     };
     for spec in specs {
-        if presses.load(Ordering::SeqCst) > 0 {
+        if ctx.stopped() {
             break;
         }
         // A big file is parsed on two threads (a pipe or perf's output cannot be).
@@ -518,7 +539,7 @@ fn decode_inputs(
                 let result = crate::parallel::parse_file(
                     p,
                     &mut strings,
-                    &presses,
+                    &|| ctx.stopped(),
                     |bytes| pb.set_position(bytes),
                     |table, events| {
                         let ok = tx.send(flush(table, &mut sent, events)).is_ok();
@@ -577,7 +598,7 @@ fn decode_inputs(
         let mut batch = Vec::with_capacity(BATCH);
         let mut n = 0u64;
         loop {
-            if presses.load(Ordering::SeqCst) > 0 {
+            if ctx.stopped() {
                 break;
             }
             match source.next_event() {
@@ -639,6 +660,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     make_writer: impl FnOnce(S, u64, Extras) -> W,
     on_end_of_input: impl FnOnce(&mut S),
     totals: &mut Totals,
+    ctx: DecodeContext,
 ) -> Result<(S, StringTable)> {
     let exe = match &args.executable {
         Some(p) => Some(crate::exe::ExeInfo::load(p)?),
@@ -660,11 +682,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         .perf
         .clone()
         .unwrap_or_else(ptscope_decode::perf::default_perf);
-    let presses = install_ctrlc();
     let inputs = specs.len();
+    let all_text = specs.iter().all(|s| matches!(s, InputSpec::Text(_)));
     let (tx, rx) = std::sync::mpsc::sync_channel(8);
-    let p = presses.clone();
-    let quiet = args.quiet;
+    let quiet = args.quiet || crate::messages::quiet();
     let choice = match args.decoder {
         DecoderKind::Auto => Choice::Auto,
         DecoderKind::Dlfilter => Choice::Dlfilter,
@@ -672,7 +693,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     };
     let decoder = std::thread::Builder::new()
         .name("ptscope-decode".into())
-        .spawn(move || decode_inputs(specs, perf, choice, quiet, p, tx))
+        .spawn(move || decode_inputs(specs, perf, choice, quiet, ctx, tx))
         .context("cannot start the decoding thread")?;
     let mut writer: Option<W> = None;
     let mut pending = Some((sink, make_writer));
@@ -708,7 +729,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                         let w = writer.insert(make(
                             sink,
                             first,
-                            extras(&exe, &mut bias, totals, args.executable_implied),
+                            extras(&exe, &mut bias, totals, ctx.executable_implied),
                         ));
                         for e in held.drain(..) {
                             feed(w, &mut range, &e, &strings);
@@ -750,7 +771,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
             let w = writer.insert(make(
                 sink,
                 first,
-                extras(&exe, &mut bias, totals, args.executable_implied),
+                extras(&exe, &mut bias, totals, ctx.executable_implied),
             ));
             for e in held.drain(..) {
                 feed(w, &mut range, &e, &strings);
@@ -762,6 +783,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
             .errors
             .push("the decoding thread failed; the trace holds what was decoded before".into());
     }
+    totals.interrupted = ctx.stopped();
     match writer {
         Some(mut w) => {
             on_end_of_input(w.sink_mut());
@@ -770,6 +792,9 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         }
         None => {
             let mut msg = String::from("no events were decoded");
+            if totals.interrupted {
+                msg.push_str(" before decoding was interrupted");
+            }
             for e in &totals.errors {
                 msg.push_str(&format!("\n  {e}"));
             }
@@ -781,8 +806,15 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                 for w in &totals.kept {
                     msg.push_str(&format!("\n    {w}"));
                 }
-            } else if totals.lines == 0 {
-                msg.push_str("\n  the input is empty");
+            } else if totals.errors.is_empty() && !totals.interrupted {
+                msg.push_str(if totals.bytes == 0 && totals.lines == 0 && all_text {
+                    "\n  the input is empty"
+                } else if all_text {
+                    "\n  the input holds no samples or branches perf script printed"
+                } else {
+                    "\n  perf found no samples or branches in the recording (a program that \
+                     ends within a few milliseconds may never be sampled)"
+                });
             }
             bail!(msg)
         }
@@ -790,26 +822,18 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
 }
 
 fn report(totals: &Totals) {
-    for e in &totals.errors {
-        eprintln!("ptscope: warning: {e}");
+    for e in &totals.notes {
+        crate::messages::warn(e);
     }
     if totals.warnings > 0 {
-        eprintln!(
-            "ptscope: warning: {} line(s) of perf output were not understood and were skipped; the first:",
+        let mut m = format!(
+            "{} line(s) of perf output were not understood and were skipped; the first:",
             totals.warnings
         );
         for w in &totals.kept {
-            eprintln!("  {w}");
+            m.push_str(&format!("\n  {w}"));
         }
-    }
-}
-
-/// Renames an existing output to `*.old` so a previous trace is never silently lost.
-fn keep_old(path: &Path) {
-    if path != Path::new("-") && path.is_file() {
-        let mut old = path.as_os_str().to_owned();
-        old.push(".old");
-        let _ = std::fs::rename(path, old);
+        crate::messages::warn(m);
     }
 }
 
@@ -821,6 +845,7 @@ fn run_writer<S: TraceSink>(
     sink: S,
     on_end: impl FnOnce(&mut S),
     totals: &mut Totals,
+    ctx: DecodeContext,
 ) -> Result<(S, StringTable)> {
     // Both writers take the same options; what only the input knows is added per input.
     let config_for = move |earliest_time, x: Extras| LegacyConfig {
@@ -840,6 +865,7 @@ fn run_writer<S: TraceSink>(
             |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
             on_end,
             totals,
+            ctx,
         ),
         WriterKind::Segments => drive(
             specs,
@@ -850,13 +876,42 @@ fn run_writer<S: TraceSink>(
             },
             on_end,
             totals,
+            ctx,
         ),
     }
 }
 
-/// Runs `ptscope decode`.
-pub fn run(args: DecodeArgs) -> Result<()> {
-    let specs = input_specs(&args)?;
+/// Runs `ptscope decode` and turns its report into an exit status.
+pub fn command(args: DecodeArgs) -> Result<i32> {
+    crate::messages::set_quiet(args.quiet);
+    ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
+    let ctx = DecodeContext::standalone();
+    ptscope_interrupt::say_at(
+        ctx.stop_at,
+        "ptscope: interrupted; writing what was decoded so far (Ctrl-C again to quit without writing)",
+    );
+    ptscope_interrupt::set_quit(
+        ctx.stop_at + 1,
+        "ptscope: interrupted again; quitting without writing the trace",
+    );
+    let report = run(&args, ctx)?;
+    Ok(exit_status(&report))
+}
+
+/// 130 (as for a Ctrl-C'd program) when interrupted, 1 when the trace is incomplete.
+pub fn exit_status(report: &Report) -> i32 {
+    if report.interrupted {
+        130
+    } else if !report.incomplete.is_empty() {
+        1
+    } else {
+        0
+    }
+}
+
+/// Decodes as `args` say; the trace is written even when incomplete (the report says why).
+pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
+    let specs = input_specs(args)?;
     let ocaml_exception_info = match &args.ocaml_exception_info {
         Some(p) => Some(read_ocaml_info(p)?),
         None => None,
@@ -878,11 +933,12 @@ pub fn run(args: DecodeArgs) -> Result<()> {
         Format::Transcript => {
             let (sink, _) = run_writer(
                 specs,
-                &args,
+                args,
                 config,
                 TranscriptSink::default(),
                 |s| s.end_of_input(),
                 &mut totals,
+                ctx,
             )?;
             report(&totals);
             let text = sink.render();
@@ -892,52 +948,58 @@ pub fn run(args: DecodeArgs) -> Result<()> {
                     .write_all(text.as_bytes())
                     .context("writing the transcript to standard output")?;
             } else {
-                keep_old(&args.output);
-                std::fs::write(&args.output, text)
+                let mut out = ptscope_output::open_trace_output(&args.output)
+                    .with_context(|| format!("cannot create {}", args.output.display()))?;
+                out.write_all(text.as_bytes())
+                    .and_then(|()| out.finish())
                     .with_context(|| format!("cannot write {}", args.output.display()))?;
             }
         }
         Format::Fxt => {
-            keep_old(&args.output);
             let out = ptscope_output::open_trace_output(&args.output)
                 .with_context(|| format!("cannot create {}", args.output.display()))?;
             let fxt = ptscope_output::FxtSink::new(out);
-            let result = if args.writer == WriterKind::Legacy {
+            // An error here means nothing usable was read; the temporary output is
+            // dropped with it and nothing appears at -o.
+            let sink = if args.writer == WriterKind::Legacy {
                 // The legacy writer emits inferred frames late; restore per-thread time
                 // order. The segments writer writes in order already.
                 run_writer(
                     specs,
-                    &args,
+                    args,
                     config,
                     OrderedSink::new(fxt),
                     |_| {},
                     &mut totals,
+                    ctx,
                 )
-                .and_then(|(s, _)| Ok(s.finish()?))
+                .and_then(|(s, _)| Ok(s.finish()?))?
             } else {
-                run_writer(specs, &args, config, fxt, |_| {}, &mut totals).map(|(s, _)| s)
-            };
-            let sink = match result {
-                Ok(s) => s,
-                Err(e) => {
-                    // Nothing usable was read: leave no empty trace behind.
-                    if args.output != Path::new("-") {
-                        let _ = std::fs::remove_file(&args.output);
-                    }
-                    return Err(e);
-                }
+                run_writer(specs, args, config, fxt, |_| {}, &mut totals, ctx).map(|(s, _)| s)?
             };
             sink.finish_output()
                 .with_context(|| format!("writing {}", args.output.display()))?;
             report(&totals);
-            if args.output != Path::new("-") {
-                eprintln!(
-                    "ptscope: wrote {} ({} events); open it at https://ui.perfetto.dev",
-                    args.output.display(),
-                    totals.events
-                );
-            }
         }
     }
-    Ok(())
+    for e in &totals.errors {
+        crate::messages::warn(format!("the trace is incomplete: {e}"));
+    }
+    if totals.interrupted {
+        crate::messages::warn(format!(
+            "decoding was interrupted; the trace holds the {} events decoded before",
+            totals.events
+        ));
+    }
+    if args.output != Path::new("-") {
+        crate::messages::info(format!(
+            "wrote {} ({} events); open it at https://ui.perfetto.dev",
+            args.output.display(),
+            totals.events
+        ));
+    }
+    Ok(Report {
+        incomplete: totals.errors,
+        interrupted: totals.interrupted,
+    })
 }

@@ -3,6 +3,7 @@
 mod decode;
 mod exe;
 mod mem;
+mod messages;
 mod parallel;
 mod run;
 
@@ -20,7 +21,11 @@ Examples:
   ptscope decode --perf-script script.txt         # perf script text to trace.fxt.gz
   ptscope mem dump trace.ctf                      # inspect a memtrace allocation trace
 
-Open .fxt.gz traces at https://ui.perfetto.dev."
+Open .fxt.gz traces at https://ui.perfetto.dev.
+
+Interrupts (Ctrl-C, SIGTERM, SIGHUP) during `run`/`attach`: the first stops recording and
+decodes, the second stops decoding and writes what was decoded, the third quits, keeping
+the recording and printing the `ptscope decode DIR` command that decodes it."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,13 +47,16 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Decode(args) => decode::run(args),
-        Command::Mem(args) => mem::run(args),
+        Command::Decode(args) => decode::command(args),
+        Command::Mem(args) => mem::run(args).map(|()| 0),
         Command::Run(args) => run::run(args),
         Command::Attach(args) => run::attach(args),
     };
-    if let Err(e) = result {
-        eprintln!("ptscope: error: {e:#}");
-        std::process::exit(1);
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            messages::error(&e);
+            std::process::exit(1);
+        }
     }
 }

@@ -13,7 +13,6 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 /// Size of the parts a file is cut into.
@@ -65,11 +64,11 @@ fn worker(
     file: &File,
     ranges: &[(u64, u64)],
     first: usize,
-    presses: &AtomicUsize,
+    stopped: &(dyn Fn() -> bool + Sync),
     tx: SyncSender<Part>,
 ) {
     for &(start, end) in ranges.iter().skip(first).step_by(WORKERS) {
-        if presses.load(Ordering::SeqCst) > 0 {
+        if stopped() {
             return;
         }
         let mut buf = vec![0u8; (end - start) as usize];
@@ -159,7 +158,7 @@ pub(crate) struct Outcome {
 pub(crate) fn parse_file(
     path: &Path,
     strings: &mut StringTable,
-    presses: &AtomicUsize,
+    stopped: &(dyn Fn() -> bool + Sync),
     mut progress: impl FnMut(u64),
     mut deliver: impl FnMut(&StringTable, Vec<Event>) -> bool,
 ) -> io::Result<Outcome> {
@@ -182,7 +181,7 @@ pub(crate) fn parse_file(
             let (tx, rx) = sync_channel(4);
             rxs.push(rx);
             let (file, ranges) = (&file, &ranges);
-            scope.spawn(move || worker(file, ranges, w, presses, tx));
+            scope.spawn(move || worker(file, ranges, w, stopped, tx));
         }
         let mut done_bytes = 0u64;
         'parts: for (k, &(start, end)) in ranges.iter().enumerate() {
@@ -263,11 +262,10 @@ mod tests {
         }
         let mut strings = StringTable::new();
         let mut got: Vec<Event> = Vec::new();
-        let presses = AtomicUsize::new(0);
         let outcome = parse_file(
             &path,
             &mut strings,
-            &presses,
+            &|| false,
             |_| {},
             |_, evs| {
                 got.extend(evs);

@@ -1,7 +1,8 @@
 //! `ptscope run` and `ptscope attach`: record with perf, then decode the working directory
 //! exactly as `ptscope decode DIR` does.
 
-use crate::decode::{self, DecodeArgs, Format, WriterKind};
+use crate::decode::{self, DecodeArgs, DecoderKind, Format, WriterKind};
+use crate::messages;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use ptscope_event::TraceScope;
@@ -80,11 +81,15 @@ pub struct RecordArgs {
     /// The perf binary (default: `$PTSCOPE_PERF`, else `perf` on PATH).
     #[arg(long, value_name = "PATH")]
     pub perf: Option<PathBuf>,
-    /// Record only; do not decode.
+    /// Record only; do not decode (the recording is kept; `ptscope decode DIR` decodes it).
     #[arg(long)]
     pub no_decode: bool,
-    /// Fewer messages, no progress bar.
-    #[arg(long)]
+    /// How to read the recording: ptscope's perf dlfilter, `perf script` text, or the
+    /// dlfilter when perf supports it, falling back to text with a notice.
+    #[arg(long, value_enum, default_value_t = DecoderKind::Auto)]
+    pub decoder: DecoderKind,
+    /// No progress bar and no informational messages (warnings and errors still show).
+    #[arg(short, long)]
     pub quiet: bool,
 }
 
@@ -99,7 +104,13 @@ Examples:
   ptscope decode rec -o again.fxt.gz            # decode a kept recording again
 
 Without Intel PT (AMD, most VMs) ptscope samples call stacks instead and says so.
-Open the trace at https://ui.perfetto.dev.")]
+Open the trace at https://ui.perfetto.dev.
+
+Ctrl-C (or SIGTERM/SIGHUP): the first stops recording and decodes; the second stops
+decoding and writes what was decoded; the third quits, keeping the recording and printing
+the `ptscope decode DIR` command. The trace appears at -o only once written whole.
+Exit status: the program's own when it failed (128+N if killed by signal N), else 0, or
+1 when ptscope failed or the trace is incomplete, 130 when decoding was interrupted.")]
 pub struct RunArgs {
     #[command(flatten)]
     pub common: RecordArgs,
@@ -126,24 +137,14 @@ pub struct AttachArgs {
     pub common: RecordArgs,
 }
 
-/// Removes a temporary working directory however we leave.
-struct TempDir(Option<PathBuf>);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if let Some(d) = &self.0 {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
-}
-
 /// Runs `ptscope run`.
-pub fn run(args: RunArgs) -> Result<()> {
+pub fn run(args: RunArgs) -> Result<i32> {
     record_and_decode(&args.common, Target::Run(args.command))
 }
 
 /// Runs `ptscope attach`.
-pub fn attach(args: AttachArgs) -> Result<()> {
+pub fn attach(args: AttachArgs) -> Result<i32> {
+    messages::set_quiet(args.common.quiet);
     let pids = if args.pid.is_empty() {
         vec![pick_process()?]
     } else {
@@ -152,7 +153,95 @@ pub fn attach(args: AttachArgs) -> Result<()> {
     record_and_decode(&args.common, Target::Attach(pids))
 }
 
-fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
+/// Fails now, before anything runs, if the trace could not be written at `output`: a
+/// whole recording must not be made only to be lost to a missing directory.
+fn check_output(output: &Path) -> Result<()> {
+    if output == Path::new("-") {
+        return Ok(());
+    }
+    if output.is_dir() {
+        bail!(
+            "cannot write the trace to {}: it is a directory; give a file name, e.g. -o {}",
+            output.display(),
+            output.join("trace.fxt.gz").display()
+        );
+    }
+    let dir = match output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "cannot write the trace to {}: the directory {} does not exist (create it, or \
+             choose another -o); nothing was recorded",
+            output.display(),
+            dir.display()
+        );
+    }
+    tempfile::Builder::new()
+        .prefix(".ptscope-check-")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write the trace to {}: {e} (choose another -o); nothing was recorded",
+                output.display()
+            )
+        })
+}
+
+/// The working directory: `-w DIR` (which must be private: perf, its control fifos and
+/// its log live there) or a fresh private temporary one.
+fn working_dir(asked: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let Some(d) = asked else {
+        let t = tempfile::Builder::new()
+            .prefix("ptscope-rec-")
+            .tempdir()
+            .context("cannot create a temporary working directory (is TMPDIR writable?)")?;
+        return Ok((t.path().to_path_buf(), Some(t)));
+    };
+    match std::fs::metadata(d) {
+        Ok(m) => {
+            if !m.is_dir() {
+                bail!("-w {}: not a directory", d.display());
+            }
+            // SAFETY: geteuid cannot fail.
+            let me = unsafe { libc::geteuid() };
+            if m.uid() != me || m.mode() & 0o022 != 0 {
+                bail!(
+                    "-w {}: this directory is writable by other users or belongs to another \
+                     user; ptscope runs perf and writes its recording there, so another user \
+                     could swap its files. Use a directory only you can write (e.g. a new one: \
+                     ptscope creates it with mode 0700)",
+                    d.display()
+                );
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .with_context(|| format!("cannot create the working directory {}", d.display()))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("-w {}", d.display())),
+    }
+    Ok((d.to_path_buf(), None))
+}
+
+/// How a failed program's status is passed on: its exit code, or 128+N for signal N.
+fn program_exit_code(s: std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    if s.success() {
+        None
+    } else {
+        Some(s.code().or(s.signal().map(|n| 128 + n)).unwrap_or(1))
+    }
+}
+
+fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
+    messages::set_quiet(a.quiet);
     let filter = match &a.filter {
         Some(f) => Some(
             f.split_once(',')
@@ -178,20 +267,24 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
         Some(s) if s == "?" || s == "symbol:?" => Some(TriggerSpec::Symbol(pick_symbol(&target)?)),
         Some(s) => Some(TriggerSpec::parse(s)?),
     };
-    let (working_dir, _temp) = match &a.working_directory {
-        Some(d) => (d.clone(), TempDir(None)),
-        None => {
-            let d = std::env::temp_dir().join(format!(
-                "ptscope-{}-{}",
-                std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.subsec_nanos())
-                    .unwrap_or(0)
-            ));
-            (d.clone(), TempDir(Some(d)))
-        }
-    };
+    if !a.no_decode {
+        check_output(&a.output)?;
+    }
+    let (working_dir, temp) = working_dir(a.working_directory.as_deref())?;
+    let kept_message = format!(
+        "the recording is kept in {d}; `ptscope decode {d}` decodes it",
+        d = working_dir.display()
+    );
+    ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
+    let base = ptscope_interrupt::presses();
+    ptscope_interrupt::say_at(
+        base + 1,
+        "ptscope: stopping the recording (Ctrl-C again to stop decoding early, a third time to quit)",
+    );
+    ptscope_interrupt::set_quit(
+        base + 3,
+        format!("ptscope: interrupted three times: quitting; {kept_message}"),
+    );
     let opts = Options {
         perf: perf.clone(),
         target,
@@ -220,13 +313,11 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
         quiet: a.quiet,
     };
     let outcome = session::record(&opts)?;
-    let say = |m: String| {
-        if !a.quiet {
-            eprintln!("ptscope: {m}");
-        }
-    };
+    for w in &outcome.warnings {
+        messages::warn(w);
+    }
     match outcome.ended_by {
-        EndReason::Trigger => say(format!(
+        EndReason::Trigger => messages::info(format!(
             "trigger hit ({} at {:#x}, tid {})",
             outcome
                 .hits
@@ -236,27 +327,31 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
             outcome.hits.last().map(|h| h.ip).unwrap_or(0),
             outcome.hits.last().map(|h| h.tid).unwrap_or(0)
         )),
-        EndReason::Signal(_) => say("stopped; snapshot taken".into()),
-        EndReason::ProgramExited => {}
+        EndReason::Signal(_) => messages::info("stopped; snapshot taken"),
+        EndReason::ProgramExited | EndReason::PerfStopped(_) => {}
     }
+    let program_code = outcome.program_status.and_then(program_exit_code);
     if let Some(s) = outcome.program_status {
         if !s.success() {
-            say(format!(
+            messages::warn(format!(
                 "the program {}; the trace shows its last moments",
                 describe_exit(s)
             ));
         }
     }
     if a.trigger.is_some() && outcome.hits.is_empty() {
-        say("the trigger never fired; the snapshot is from the end of the recording".into());
+        messages::warn("the trigger never fired; the snapshot is from the end of the recording");
     }
+    // From here a failure or an interrupt keeps the recording instead of removing it.
+    let keep = |temp: Option<tempfile::TempDir>| {
+        if let Some(t) = temp {
+            let _ = t.keep();
+        }
+    };
     if a.no_decode {
-        say(format!(
-            "recording kept in {}; decode it with `ptscope decode {}`",
-            working_dir.display(),
-            working_dir.display()
-        ));
-        return Ok(());
+        keep(temp);
+        messages::info(&kept_message);
+        return Ok(program_code.unwrap_or(0));
     }
     let scope = match scope {
         Scope::User => TraceScope::parse("u"),
@@ -264,7 +359,18 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
         Scope::Kernel => TraceScope::parse("k"),
     }
     .context("internal: trace scope")?;
-    decode::run(DecodeArgs {
+    // A press that stopped the recording is the first; the next one stops decoding.
+    let pressed = ptscope_interrupt::presses() - base;
+    let stop_at = base + pressed.min(1) + 1;
+    ptscope_interrupt::say_at(
+        stop_at,
+        "ptscope: interrupted: writing what was decoded so far (Ctrl-C again to quit, keeping the recording)",
+    );
+    ptscope_interrupt::set_quit(
+        stop_at + 1,
+        format!("ptscope: interrupted again: quitting; {kept_message}"),
+    );
+    let args = DecodeArgs {
         input: Some(working_dir.clone()),
         perf_script: None,
         output: a.output.clone(),
@@ -273,21 +379,27 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<()> {
         format: Format::Fxt,
         ocaml_exception_info: None,
         executable: outcome.exe.clone(),
-        executable_implied: true,
         filter,
         no_demangle: false,
-        decoder: decode::DecoderKind::Auto,
+        decoder: a.decoder,
         perf: Some(perf),
         quiet: a.quiet,
-    })?;
+    };
+    let ctx = decode::DecodeContext {
+        executable_implied: true,
+        stop_at,
+    };
+    let result = decode::run(&args, ctx);
+    let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
     if a.working_directory.is_some() {
-        say(format!(
-            "recording kept in {} (`ptscope decode {}` decodes it again)",
-            working_dir.display(),
-            working_dir.display()
-        ));
+        drop(temp);
+        messages::info(&kept_message);
+    } else if !whole {
+        keep(temp);
+        messages::warn(&kept_message);
     }
-    Ok(())
+    let report = result?;
+    Ok(program_code.unwrap_or_else(|| decode::exit_status(&report)))
 }
 
 /// Reads one line from the terminal after a prompt.

@@ -111,6 +111,10 @@ pub struct PerfProcess {
 impl PerfProcess {
     /// Starts `cmd` with stdout and stderr piped; returns it and the stdout to read.
     pub fn spawn(cmd: &mut Command) -> std::io::Result<(PerfProcess, ChildStdout)> {
+        // Its own process group: a terminal's Ctrl-C reaches ptscope, whose policy decides
+        // (stop decoding and keep what was read), not perf, whose death would read as a
+        // failure. It still dies with ptscope: its next write meets a closed pipe.
+        std::os::unix::process::CommandExt::process_group(cmd, 0);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let command = describe(cmd);
         let mut child = cmd.spawn()?;

@@ -6,7 +6,6 @@ use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// A program started by `ptscope run`, stopped right after exec until [`Self::release`].
@@ -187,8 +186,7 @@ impl Perf {
         let Some((prog, args)) = argv.split_first() else {
             bail!("empty perf command line");
         };
-        let out = std::fs::File::create(log)
-            .with_context(|| format!("cannot create {}", log.display()))?;
+        let out = create_private(log)?;
         let err = out.try_clone().context("cannot duplicate the perf log")?;
         let mut cmd = Command::new(prog);
         cmd.args(args)
@@ -267,49 +265,23 @@ impl Drop for Perf {
     }
 }
 
-static SIGNAL: AtomicI32 = AtomicI32::new(0);
-static SIGNAL_FROM_USER: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
-    let code = unsafe { info.as_ref().map(|i| i.si_code).unwrap_or(0) };
-    // kill(2)/sigqueue(3) are aimed at ptscope alone; a terminal's Ctrl-C (SI_KERNEL) already
-    // reached the whole foreground group.
-    if code == libc::SI_USER || code == libc::SI_QUEUE {
-        SIGNAL_FROM_USER.store(sig, Ordering::SeqCst);
+/// Creates `path` for writing, afresh: an old file (or a symlink planted in its place) is
+/// removed, never followed, and the new one is created with `O_EXCL|O_NOFOLLOW`, mode 0600.
+pub fn create_private(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // unlink(2) removes a symlink itself, not its target.
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot replace {}", path.display())),
     }
-    SIGNAL.store(sig, Ordering::SeqCst);
-}
-
-/// Catches SIGINT, SIGTERM and SIGHUP so recording can end cleanly (snapshot, perf stopped,
-/// temporary files removed).
-pub fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: installing an async-signal-safe handler (atomics only).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
-/// Puts the default handlers back (after recording, so decoding installs its own).
-pub fn restore_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: resetting to the default disposition.
-        unsafe { libc::signal(sig, libc::SIG_DFL) };
-    }
-}
-
-/// The last signal caught (0 if none), and whether it was sent to ptscope specifically
-/// (to be forwarded to the program).
-pub fn take_signal() -> Option<(i32, bool)> {
-    let s = SIGNAL.swap(0, Ordering::SeqCst);
-    let u = SIGNAL_FROM_USER.swap(0, Ordering::SeqCst);
-    (s != 0).then_some((s, u == s))
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))
 }
 
 /// True if `pid` exists (and is not a zombie).

@@ -12,6 +12,7 @@ use crate::trigger::{self, Breakpoint, TriggerSpec};
 use anyhow::{bail, Context, Result};
 use ptscope_stacks::legacy::Hit;
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -67,6 +68,8 @@ pub enum EndReason {
     Signal(i32),
     /// Every recorded process exited.
     ProgramExited,
+    /// perf stopped by itself while the program still ran (what it wrote is kept).
+    PerfStopped(ExitStatus),
 }
 
 /// What a recording produced.
@@ -88,11 +91,14 @@ pub struct Outcome {
     pub command: Option<String>,
     /// The head process's executable (for source positions when decoding).
     pub exe: Option<PathBuf>,
+    /// What the user should know about the recording (perf lost data, perf stopped early).
+    pub warnings: Vec<String>,
 }
 
 fn say(quiet: bool, msg: &str) {
     if !quiet {
-        eprintln!("ptscope: {msg}");
+        // A terminal gone after SIGHUP must not turn a message into a panic mid-recording.
+        let _ = writeln!(std::io::stderr(), "ptscope: {msg}");
     }
 }
 
@@ -106,6 +112,37 @@ fn perf_log_tail(dir: &Path) -> String {
     } else {
         format!("\nperf said:\n  {}", tail.join("\n  "))
     }
+}
+
+/// What perf's log says was lost, each with what to do about it.
+///
+/// perf prints `Processed N events and lost M chunks!` when its ring buffer overflowed
+/// (the disk or the CPU could not keep up) and `lost N samples` for dropped samples.
+pub fn perf_log_warnings(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("perf.log")).unwrap_or_default();
+    lost_data_warnings(&text)
+}
+
+/// [`perf_log_warnings`] on the log's text.
+pub fn lost_data_warnings(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim) {
+        let lower = line.to_ascii_lowercase();
+        if !lower.contains("lost") || !lower.chars().any(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let advice = if lower.contains("chunk") {
+            "perf's buffer overflowed because writing the recording could not keep up; \
+             parts of the trace are missing. Record less (a shorter run, --callgraph fp \
+             instead of dwarf, a lower --timer-resolution) or give perf a larger buffer \
+             (--snapshot-size)"
+        } else {
+            "some samples were dropped, so the trace has gaps; a lower \
+             --timer-resolution or --callgraph fp makes each sample cheaper"
+        };
+        out.push(format!("perf reported: \"{line}\": {advice}"));
+    }
+    out
 }
 
 /// perf's control: fifos when perf has `--control`, signals otherwise.
@@ -135,14 +172,22 @@ impl Controller {
 
 /// Records according to `opts`. Whatever happens, perf and a started program are not left
 /// running, and the control fifos are removed.
+///
+/// Recording ends at the first interrupt (Ctrl-C, SIGTERM or SIGHUP, counted by
+/// `ptscope_interrupt`) after the call; later presses are the caller's to interpret.
 pub fn record(opts: &Options) -> Result<Outcome> {
-    process::install_signal_handlers();
-    let r = record_inner(opts);
-    process::restore_signal_handlers();
-    r
+    ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
+    let base = ptscope_interrupt::presses();
+    record_inner(opts, base)
 }
 
-fn record_inner(opts: &Options) -> Result<Outcome> {
+/// The signal of a press after `base`, and whether it was aimed at ptscope alone.
+fn pressed_since(base: usize) -> Option<(i32, bool)> {
+    (ptscope_interrupt::presses() > base)
+        .then(|| ptscope_interrupt::last_press().unwrap_or((libc::SIGINT, false)))
+}
+
+fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     let caps = match &opts.caps {
         Some(c) => c.clone(),
         None => Capabilities::detect(&opts.perf)?,
@@ -257,7 +302,8 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
     }
     let argv = perf_record_argv(&plan);
     if std::env::var_os("PTSCOPE_PRINT_PERF_COMMANDS").is_some() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "ptscope: {}",
             argv.iter()
                 .map(|a| a.to_string_lossy())
@@ -335,7 +381,7 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
 
     let mut hits = Vec::new();
     let ended_by = loop {
-        if let Some((sig, to_us)) = process::take_signal() {
+        if let Some((sig, to_us)) = pressed_since(base) {
             if to_us {
                 if let Some(p) = &program {
                     p.signal(sig);
@@ -384,11 +430,17 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
             break EndReason::ProgramExited;
         }
         if let Some(s) = perf.try_wait() {
-            bail!(
-                "perf stopped while recording: it {}; no trace was written{}",
-                describe_exit(s),
-                perf_log_tail(dir)
-            );
+            // perf also ends by itself when the program does (an abort, say) and may be
+            // seen first: give the program a moment to be reaped before judging.
+            let program_gone = match program.as_mut() {
+                Some(p) => p.wait_timeout(Duration::from_millis(300)).is_some(),
+                None => pids.iter().all(|&p| !process::pid_alive(p)),
+            };
+            if program_gone {
+                break EndReason::ProgramExited;
+            }
+            // What perf wrote before it stopped is still worth decoding.
+            break EndReason::PerfStopped(s);
         }
         wait_for(&bps, Duration::from_millis(20));
     };
@@ -404,21 +456,32 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
     drop(ctl);
     let perf_status = perf.finish(Duration::from_secs(30));
     finish?;
-    match perf_status {
-        Some(s) if s.success() => {}
-        // perf ends on SIGINT/SIGTERM when signalled (old perf): that is a normal end.
-        Some(s)
-            if s.code().is_none()
-                && matches!(
-                    std::os::unix::process::ExitStatusExt::signal(&s),
-                    Some(libc::SIGINT | libc::SIGTERM)
-                ) => {}
-        Some(s) => bail!(
-            "perf {} while finishing the recording{}",
+    let mut warnings = perf_log_warnings(dir);
+    if let EndReason::PerfStopped(s) = ended_by {
+        warnings.push(format!(
+            "perf stopped while the program was still running: it {}; the trace holds what \
+             it recorded until then{}",
             describe_exit(s),
             perf_log_tail(dir)
-        ),
-        None => bail!("lost track of perf"),
+        ));
+    } else {
+        match perf_status {
+            Some(s) if s.success() => {}
+            // perf ends on SIGINT/SIGTERM when signalled (old perf): that is a normal end.
+            Some(s)
+                if s.code().is_none()
+                    && matches!(
+                        std::os::unix::process::ExitStatusExt::signal(&s),
+                        Some(libc::SIGINT | libc::SIGTERM)
+                    ) => {}
+            // What it wrote may still decode; "no data" is decided below.
+            Some(s) => warnings.push(format!(
+                "perf {} while finishing the recording; decoding what it wrote{}",
+                describe_exit(s),
+                perf_log_tail(dir)
+            )),
+            None => warnings.push("lost track of perf while it finished the recording".into()),
+        }
     }
 
     let mut program_status = None;
@@ -431,9 +494,9 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
                     opts.quiet,
                     "snapshot taken; waiting for the program to exit (Ctrl-C to stop it)",
                 );
-                wait_program(p)
+                wait_program(p, ptscope_interrupt::presses())
             }
-            EndReason::Signal(_) => {
+            EndReason::Signal(_) | EndReason::PerfStopped(_) => {
                 let s = p.wait_timeout(Duration::from_millis(500));
                 if s.is_none() {
                     p.signal(libc::SIGTERM);
@@ -469,6 +532,7 @@ fn record_inner(opts: &Options) -> Result<Outcome> {
         program_status,
         command,
         exe,
+        warnings,
     })
 }
 
@@ -481,12 +545,12 @@ fn trigger_note(targets: &[trigger::Target]) -> String {
 }
 
 /// Waits for the program; a Ctrl-C (or SIGTERM) meanwhile is passed on.
-fn wait_program(p: &mut Program) -> Option<ExitStatus> {
+fn wait_program(p: &mut Program, base: usize) -> Option<ExitStatus> {
     loop {
         if let Some(s) = p.try_wait() {
             return Some(s);
         }
-        if let Some((sig, to_us)) = process::take_signal() {
+        if let Some((sig, to_us)) = pressed_since(base) {
             if to_us || sig != libc::SIGINT {
                 p.signal(sig);
             }

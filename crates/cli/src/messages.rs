@@ -1,0 +1,88 @@
+//! Every message ptscope prints to a person goes through here (ripgrep's `messages.rs`
+//! is the model): one place decides the `ptscope:` prefix, `-q`, and that a closed
+//! terminal (after SIGHUP) never turns a message into a panic.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// `-q`: progress and informational messages are dropped; warnings and errors stay.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::SeqCst);
+}
+
+/// True under `-q`.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::SeqCst)
+}
+
+fn emit(line: std::fmt::Arguments<'_>) {
+    // Writing to a terminal that went away (SIGHUP) must not abort the work in hand.
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// Progress and outcomes: "recording …", "wrote …".
+pub fn info(msg: impl Display) {
+    if !quiet() {
+        emit(format_args!("ptscope: {msg}"));
+    }
+}
+
+/// Something the user should know even under `-q`: the trace is usable but not whole.
+pub fn warn(msg: impl Display) {
+    emit(format_args!("ptscope: warning: {msg}"));
+}
+
+/// The reason a command failed, with each cause once: a cause whose text the message
+/// already contains (io errors repeated by a wrapper's Display) is not printed again.
+pub fn error(e: &anyhow::Error) {
+    emit(format_args!("ptscope: error: {}", error_text(e)));
+}
+
+/// The text [`error`] prints (without the prefix).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if c.is_empty() || text.contains(&c) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&c);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+    use anyhow::Context;
+
+    #[test]
+    fn a_cause_repeated_by_its_wrapper_is_printed_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let text = io.to_string();
+        #[derive(Debug)]
+        struct Wrapper(std::io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "could not run `perf`: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Wrapper(io)).context("cannot decode perf.data");
+        let shown = error_text(&e);
+        assert_eq!(shown.matches(&text).count(), 1, "{shown}");
+        assert!(shown.starts_with("cannot decode perf.data: could not run `perf`"));
+        let plain: anyhow::Result<()> = Err(anyhow::anyhow!("inner")).context("outer");
+        assert_eq!(error_text(&plain.unwrap_err()), "outer: inner");
+    }
+}
