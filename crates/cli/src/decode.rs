@@ -588,7 +588,7 @@ fn decode_inputs(
                 let _ = tx.send(Msg::Done {
                     stats: Stats::default(),
                     warnings: Vec::new(),
-                    errors: vec![format!("{e:#}")],
+                    errors: vec![crate::messages::error_text(&e)],
                 });
                 continue;
             }
@@ -699,7 +699,22 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     let mut pending = Some((sink, make_writer));
     let mut strings = StringTable::new();
     let mut done = 0;
-    for msg in rx {
+    let mut stopping = false;
+    loop {
+        // Polled, so an interrupt stops the decode even while perf prints nothing (it can
+        // think for seconds before its first line): perf is ended, the decoding thread
+        // sees its input end, and what it had decoded still arrives and is written.
+        let msg = match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+            Ok(m) => m,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if ctx.stopped() && !stopping {
+                    stopping = true;
+                    ptscope_decode::perf::stop_all();
+                }
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         match msg {
             Msg::Batch {
                 new_strings,
@@ -749,7 +764,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                 totals.lines += stats.lines;
                 totals.bytes += stats.bytes;
                 totals.warnings += stats.warnings;
-                totals.errors.extend(errors);
+                // perf ended by an interrupt is no failure: the interrupt is reported.
+                if !ctx.stopped() {
+                    totals.errors.extend(errors);
+                }
                 for w in warnings {
                     if totals.kept.len() < 5 {
                         totals.kept.push(w);

@@ -123,6 +123,7 @@ impl PerfProcess {
             let _ = child.wait();
             return Err(std::io::Error::other("no pipes to the child"));
         };
+        register(child.id());
         let process = PerfProcess {
             child,
             stderr: Some(keep_stderr_tail(stderr)),
@@ -145,6 +146,7 @@ impl PerfProcess {
             return Ok(None);
         }
         self.done = true;
+        unregister(self.child.id());
         if stopped_early {
             let _ = self.child.kill();
         }
@@ -155,6 +157,7 @@ impl PerfProcess {
 
     /// Stops perf and returns the end of its stderr (to explain why its output stopped).
     pub fn kill_and_stderr(&mut self) -> String {
+        unregister(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.done = true;
@@ -172,9 +175,35 @@ impl PerfProcess {
 impl Drop for PerfProcess {
     fn drop(&mut self) {
         if !self.done {
+            unregister(self.child.id());
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// Running perf processes (pids, unregistered before they are reaped, so a pid here
+/// is never a recycled one).
+static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+fn register(pid: u32) {
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+}
+
+fn unregister(pid: u32) {
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&p| p != pid);
+}
+
+/// Kills every perf this process started that is still running: a decode stopped by
+/// an interrupt must not wait for a perf that has not printed its first line yet. The
+/// readers then see their input end, and clean up as usual.
+pub fn stop_all() {
+    for &pid in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        // SAFETY: kill(2) of our own unreaped child (registered until just before reaping).
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
     }
 }
 
