@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn same_events_as_one_thread() {
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/magic-trace/hello_world_userspace/input.perf");
+            .join("../../tests/fixtures/magic-trace/hello_world_userspace/input.perf");
         let text = std::fs::read(&fixture).expect("fixture");
         // Big enough for several parts: repeat the fixture (times need not increase here).
         let mut big = Vec::new();

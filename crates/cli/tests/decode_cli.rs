@@ -1,14 +1,17 @@
 //! End-to-end tests of `ptscope decode`: the real binary on real fixture files.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 fn ptscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ptscope"))
 }
 
+#[path = "common/fixtures.rs"]
+mod fixture_dir;
+
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/magic-trace")
+    fixture_dir::fixtures_dir().join("magic-trace")
 }
 
 fn tmpdir(name: &str) -> PathBuf {

@@ -1,7 +1,7 @@
 //! `ptscope decode --executable`: what the traced ELF adds — OCaml exception traps
 //! from `.note.ocaml_eh`, and file:line of function starts from DWARF.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn tool(name: &str) -> bool {
@@ -26,10 +26,11 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
 fn fixture(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/magic-trace")
-        .join(case)
+    fixtures::fixtures_dir().join("magic-trace").join(case)
 }
 
 /// An ELF named like the fixture's DSO (`foo.so`), non-PIE, whose `.note.ocaml_eh`

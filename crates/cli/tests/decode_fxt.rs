@@ -9,8 +9,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+#[path = "common/fixtures.rs"]
+mod fixture_dir;
+
 fn fixtures() -> PathBuf {
-    repo().join("../shared/fixtures/magic-trace")
+    fixture_dir::fixtures_dir().join("magic-trace")
 }
 
 /// The interpreter with PyPI `fxt`, or `None` (a loud skip) outside CI.

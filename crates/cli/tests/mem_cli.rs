@@ -3,8 +3,11 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+#[path = "common/fixtures.rs"]
+mod fixture_dir;
+
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/memtrace")
+    fixture_dir::fixtures_dir().join("memtrace")
 }
 
 fn ptscope(args: &[&str]) -> Output {

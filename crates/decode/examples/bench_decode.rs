@@ -16,9 +16,11 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
+
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/magic-trace/hello_world_userspace/input.perf")
+    fixtures::fixtures_dir().join("magic-trace/hello_world_userspace/input.perf")
 }
 
 /// One fixture line, split around its timestamp when it is a header.

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use memtrace::{tools, EventKind, Reader, Writer};
 
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
+
 fn fixture(name: &str) -> Vec<u8> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/memtrace")
-        .join(name);
+    let p = fixtures::fixtures_dir().join("memtrace").join(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

@@ -7,8 +7,11 @@ use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::transcript::TranscriptSink;
 use std::path::{Path, PathBuf};
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/magic-trace")
+    fixtures::fixtures_dir().join("magic-trace")
 }
 
 fn addrs(v: Option<&toml::Value>) -> Vec<u64> {
