@@ -253,7 +253,8 @@ mod tests {
         let at = at + big[at..].iter().position(|&b| b == b'\n').expect("newline") + 1;
         let bad_line = 1 + big[..at].iter().filter(|&&b| b == b'\n').count() as u64;
         big.splice(at..at, b"this is not perf output\n".iter().copied());
-        let path = std::env::temp_dir().join(format!("ptscope-par-{}.perf", std::process::id()));
+        let tmp = tempfile::tempdir().expect("temporary directory");
+        let path = tmp.path().join("big.perf");
         std::fs::write(&path, &big).expect("write");
 
         let mut one = Decoder::new(io::Cursor::new(big.clone()));

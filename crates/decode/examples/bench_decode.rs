@@ -147,7 +147,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("input: hello_world_userspace/input.perf repeated, times shifted");
     for mb in sizes {
-        let path = PathBuf::from(format!("/tmp/ptscope-decode-bench-{mb}MB.perf"));
+        // Kept between runs in the checkout's target directory, not a shared /tmp name.
+        let dir = fixtures::fixtures_dir().join("../../target/bench-input");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("decode-{mb}MB.perf"));
         build_input(&path, mb << 20)?;
         // Reset the peak RSS (Linux ≥ 4.0) so building the input does not count.
         let _ = std::fs::write("/proc/self/clear_refs", "5");

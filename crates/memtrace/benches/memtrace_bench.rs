@@ -120,7 +120,8 @@ fn main() {
             tools::flamegraph(&mut r, &mut out).expect("flamegraph");
         }),
     );
-    let path = std::env::temp_dir().join(format!("memtrace-bench-{}.ctf", std::process::id()));
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let path = tmp.path().join("bench.ctf");
     std::fs::write(&path, &trace).expect("write temp trace");
     report(
         "flamegraph from a file (streamed)",

@@ -71,7 +71,15 @@ fn check(name: &str) {
     let got = replay(&case);
     let expected = std::fs::read_to_string(case.join("expected.txt")).expect("expected.txt");
     if got != expected {
-        let out = std::env::temp_dir().join(format!("ptscope-{name}.got.txt"));
+        // Kept for comparison (the test has failed): a new private file, never a fixed name.
+        let out = tempfile::Builder::new()
+            .prefix(&format!("ptscope-{name}-"))
+            .suffix(".got.txt")
+            .tempfile()
+            .ok()
+            .and_then(|f| f.keep().ok())
+            .map(|(_, p)| p)
+            .unwrap_or_default();
         let _ = std::fs::write(&out, &got);
         let first = got
             .lines()
