@@ -239,7 +239,7 @@ mod tests {
     #[test]
     fn same_events_as_one_thread() {
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/magic-trace/hello_world_userspace/input.perf");
+            .join("../../tests/fixtures/magic-trace/hello_world_userspace/input.perf");
         let text = std::fs::read(&fixture).expect("fixture");
         // Big enough for several parts: repeat the fixture (times need not increase here).
         let mut big = Vec::new();
@@ -252,7 +252,8 @@ mod tests {
         let at = at + big[at..].iter().position(|&b| b == b'\n').expect("newline") + 1;
         let bad_line = 1 + big[..at].iter().filter(|&&b| b == b'\n').count() as u64;
         big.splice(at..at, b"this is not perf output\n".iter().copied());
-        let path = std::env::temp_dir().join(format!("ptscope-par-{}.perf", std::process::id()));
+        let tmp = tempfile::tempdir().expect("temporary directory");
+        let path = tmp.path().join("big.perf");
         std::fs::write(&path, &big).expect("write");
 
         let mut one = Decoder::new(io::Cursor::new(big.clone()));

@@ -1,21 +1,25 @@
 //! End-to-end tests of `ptscope decode`: the real binary on real fixture files.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 fn ptscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ptscope"))
 }
 
+#[path = "common/fixtures.rs"]
+mod fixture_dir;
+
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/magic-trace")
+    fixture_dir::fixtures_dir().join("magic-trace")
 }
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ptscope-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmpdir");
-    d
+/// A private temporary directory, removed when dropped (also when the test fails).
+fn tmpdir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ptscope-cli-{name}-"))
+        .tempdir()
+        .expect("temporary directory")
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -88,7 +92,8 @@ fn missing_file_is_a_clear_error() {
 
 #[test]
 fn empty_input_fails_and_leaves_nothing_behind() {
-    let d = tmpdir("empty");
+    let tmp = tmpdir("empty");
+    let d = tmp.path();
     let input = d.join("empty.perf");
     std::fs::write(&input, b"").expect("write");
     let trace = d.join("t.fxt.gz");
@@ -105,12 +110,12 @@ fn empty_input_fails_and_leaves_nothing_behind() {
     );
     assert!(stderr(&out).contains("empty"), "{}", stderr(&out));
     assert!(!trace.exists(), "an empty trace was left behind");
-    let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]
 fn binary_garbage_fails_with_examples_of_what_was_wrong() {
-    let d = tmpdir("garbage");
+    let tmp = tmpdir("garbage");
+    let d = tmp.path();
     let input = d.join("garbage.perf");
     let mut x: u64 = 0x9e3779b97f4a7c15;
     let bytes: Vec<u8> = (0..100_000)
@@ -131,14 +136,14 @@ fn binary_garbage_fails_with_examples_of_what_was_wrong() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("not understood"), "{}", stderr(&out));
     assert!(!trace.exists());
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// A truncated file and lines from an unknown perf still give a trace with everything
 /// that could be read, a warning, and exit code 0.
 #[test]
 fn truncated_and_unknown_lines_keep_what_was_decoded() {
-    let d = tmpdir("partial");
+    let tmp = tmpdir("partial");
+    let d = tmp.path();
     let full = std::fs::read(fixtures().join("hello_world_userspace/input.perf")).expect("fixture");
     let mut text = full[..full.len() / 2].to_vec();
     // A line no perf we know prints, in the middle of the stream.
@@ -169,7 +174,6 @@ fn truncated_and_unknown_lines_keep_what_was_decoded() {
     let report = ptscope_fxt::check::validate_bytes(&data);
     assert!(report.is_ok(), "{report:?}");
     assert!(report.events > 500, "{report:?}");
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// `--filter START,STOP` keeps what happens from a call to START until the call to

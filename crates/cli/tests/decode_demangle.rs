@@ -4,6 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
 fn names(trace: &Path) -> Vec<String> {
     let bytes = std::fs::read(trace).expect("trace");
     ptscope_fxt::reader::read_events(&bytes)
@@ -27,11 +30,13 @@ fn decode(input: &Path, out: &Path, extra: &[&str]) {
 
 #[test]
 fn ocaml_and_rust_names_are_demangled() {
-    let dir = std::env::temp_dir().join(format!("ptscope-demangle-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let tmp = tempfile::Builder::new()
+        .prefix("ptscope-demangle-")
+        .tempdir()
+        .expect("temporary directory");
+    let dir = tmp.path();
     // OCaml: a real recording from magic-trace's fixtures.
-    let ocaml = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/magic-trace/ocaml_exceptions_traps/input.perf");
+    let ocaml = fixtures::fixtures_dir().join("magic-trace/ocaml_exceptions_traps/input.perf");
     let out = dir.join("ocaml.fxt");
     decode(&ocaml, &out, &[]);
     let n = names(&out);
@@ -56,5 +61,4 @@ fn ocaml_and_rust_names_are_demangled() {
     decode(&rust, &out, &[]);
     let n = names(&out);
     assert!(n.iter().any(|x| x == "demo::compute"), "{n:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }

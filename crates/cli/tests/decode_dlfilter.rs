@@ -1,7 +1,6 @@
 //! `ptscope decode --decoder dlfilter|text|auto` on a real recording made here: the
 //! binary path and the text path give the same trace.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 fn have(name: &str) -> bool {
@@ -30,9 +29,11 @@ fn dlfilter_and_text_paths_give_the_same_trace() {
     if !have("cc") || !have("perf") {
         return;
     }
-    let dir: PathBuf = std::env::temp_dir().join(format!("ptscope-dlf-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let tmp = tempfile::Builder::new()
+        .prefix("ptscope-dlf-cli-")
+        .tempdir()
+        .expect("temporary directory");
+    let dir = tmp.path();
     std::fs::write(dir.join("prog.c"), PROG).expect("write");
     let exe = dir.join("prog");
     let o = Command::new("cc")
@@ -89,9 +90,8 @@ fn dlfilter_and_text_paths_give_the_same_trace() {
         "{notice}{auto_notice}"
     );
     // The filter library is written into the recording's directory, next to perf.data.
-    assert!(std::fs::read_dir(&dir)
+    assert!(std::fs::read_dir(dir)
         .expect("dir")
         .filter_map(|e| e.ok())
         .any(|e| e.file_name().to_string_lossy().ends_with(".so")));
-    let _ = std::fs::remove_dir_all(dir);
 }

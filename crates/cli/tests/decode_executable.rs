@@ -1,7 +1,7 @@
 //! `ptscope decode --executable`: what the traced ELF adds — OCaml exception traps
 //! from `.note.ocaml_eh`, and file:line of function starts from DWARF.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn tool(name: &str) -> bool {
@@ -19,17 +19,19 @@ fn tool(name: &str) -> bool {
     ok
 }
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ptscope-exe-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
+/// A private temporary directory, removed when dropped (also when the test fails).
+fn tmpdir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ptscope-exe-{name}-"))
+        .tempdir()
+        .expect("temporary directory")
 }
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
 fn fixture(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/magic-trace")
-        .join(case)
+    fixtures::fixtures_dir().join("magic-trace").join(case)
 }
 
 /// An ELF named like the fixture's DSO (`foo.so`), non-PIE, whose `.note.ocaml_eh`
@@ -64,7 +66,8 @@ fn ocaml_traps_come_from_the_executables_note() {
     if !tool("cc") {
         return;
     }
-    let dir = tmpdir("note");
+    let tmp = tmpdir("note");
+    let dir = tmp.path();
     let asm = dir.join("traps.s");
     std::fs::write(&asm, NOTE_ASM).expect("write");
     let exe = dir.join("foo.so");
@@ -103,7 +106,6 @@ fn ocaml_traps_come_from_the_executables_note() {
         transcript(&["--executable".as_ref(), exe.as_os_str()]),
         expected
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 const PROG_C: &str = r#"#include <stdlib.h>
@@ -127,7 +129,8 @@ fn function_starts_get_file_and_line() {
     if !tool("cc") || !tool("perf") {
         return;
     }
-    let dir = tmpdir("dwarf");
+    let tmp = tmpdir("dwarf");
+    let dir = tmp.path();
     let src = dir.join("prog.c");
     std::fs::write(&src, PROG_C).expect("write");
     let exe = dir.join("prog");
@@ -198,5 +201,4 @@ fn function_starts_get_file_and_line() {
             "{name} at line {line} not found in {seen:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

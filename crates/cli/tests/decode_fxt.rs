@@ -9,8 +9,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+#[path = "common/fixtures.rs"]
+mod fixture_dir;
+
 fn fixtures() -> PathBuf {
-    repo().join("../shared/fixtures/magic-trace")
+    fixture_dir::fixtures_dir().join("magic-trace")
 }
 
 /// The interpreter with PyPI `fxt`, or `None` (a loud skip) outside CI.
@@ -50,8 +53,11 @@ fn slice_names_in_transcript(t: &str) -> BTreeMap<String, u64> {
 
 #[test]
 fn fixtures_decode_to_valid_fxt() {
-    let dir = std::env::temp_dir().join(format!("ptscope-fxt-fixtures-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let tmp = tempfile::Builder::new()
+        .prefix("ptscope-fxt-fixtures-")
+        .tempdir()
+        .expect("temporary directory");
+    let dir = tmp.path();
     let py = python_with_fxt();
     let mut n = 0;
     for writer in ["legacy", "segments"] {
@@ -154,5 +160,4 @@ fn fixtures_decode_to_valid_fxt() {
         }
     }
     assert_eq!(n, 18);
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -3,8 +3,11 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+#[path = "common/fixtures.rs"]
+mod fixture_dir;
+
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/memtrace")
+    fixture_dir::fixtures_dir().join("memtrace")
 }
 
 fn ptscope(args: &[&str]) -> Output {
@@ -31,10 +34,15 @@ fn ok_stdout(args: &[&str]) -> Vec<u8> {
     o.stdout
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ptscope-mem-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+/// A path named `name` in a private temporary directory; the directory is removed when
+/// the returned guard drops (also when the test fails).
+fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("ptscope-mem-cli-")
+        .tempdir()
+        .expect("temporary directory");
+    let path = dir.path().join(name);
+    (dir, path)
 }
 
 #[test]
@@ -69,7 +77,7 @@ fn dump_identify_flamegraph_match_the_reference_tools() {
 
 #[test]
 fn strip_names_and_subsample_write_the_reference_bytes() {
-    let out = tmp("stripped.ctf");
+    let (_tmp_out, out) = tmp("stripped.ctf");
     ok_stdout(&[
         "mem",
         "strip-names",
@@ -82,7 +90,7 @@ fn strip_names_and_subsample_write_the_reference_bytes() {
         std::fs::read(&out).expect("output") == want,
         "strip-names output differs"
     );
-    let out = tmp("sub1.ctf");
+    let (_tmp_out, out) = tmp("sub1.ctf");
     ok_stdout(&[
         "mem",
         "subsample",
@@ -110,7 +118,7 @@ fn hotspots_names_the_trace_and_its_top_site() {
 
 #[test]
 fn convert_writes_a_valid_perfetto_trace_with_counters_and_sites() {
-    let out = tmp("ocamlopt.fxt.gz");
+    let (_tmp_out, out) = tmp("ocamlopt.fxt.gz");
     ok_stdout(&[
         "mem",
         "convert",
@@ -144,7 +152,7 @@ fn bad_input_fails_with_the_file_and_cause() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no-such-file.ctf"), "{err}");
-    let bad = tmp("bad.ctf");
+    let (_tmp_bad, bad) = tmp("bad.ctf");
     let mut data = std::fs::read(fixtures().join("wrap.ctf")).expect("fixture");
     data[0] ^= 0xff;
     std::fs::write(&bad, &data).expect("write");
@@ -156,7 +164,7 @@ fn bad_input_fails_with_the_file_and_cause() {
         "{err}"
     );
     // A truncated trace still dumps what it holds, with a note.
-    let cut = tmp("cut.ctf");
+    let (_tmp_cut, cut) = tmp("cut.ctf");
     let data = std::fs::read(fixtures().join("ocamlopt_v3.ctf")).expect("fixture");
     std::fs::write(&cut, &data[..data.len() / 2]).expect("write");
     let o = ptscope(&["mem", "dump", cut.to_str().unwrap()]);

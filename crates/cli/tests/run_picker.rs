@@ -1,9 +1,9 @@
 //! The interactive pickers, driven through a real terminal (`script` allocates a pty):
 //! `ptscope attach` without `-p` picks a process, `--trigger ?` picks a function.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,15 +25,59 @@ fn usable() -> bool {
     ok
 }
 
-const SPINNER: &str = r#"volatile unsigned long s;
+/// With an argument, spins in `pickme_spin` forever and says `spinning` once it is there.
+const SPINNER: &str = r#"#include <stdio.h>
+volatile unsigned long s;
 __attribute__((noinline)) void warm_up(void) { for (unsigned long i = 0; i < 400000000; i++) s += i; }
 __attribute__((noinline)) void pickme_spin(void) { for (unsigned long i = 0; i < 100000; i++) s += i; }
 int main(int argc, char **argv) {
     warm_up();
+    if (argc > 1) { puts("spinning"); fflush(stdout); }
     for (int k = 0; argc > 1 || k < 3000; k++) pickme_spin();
     return 0;
 }
 "#;
+
+/// A child process killed and reaped when dropped, so a failing test leaves nothing running.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if self.0.try_wait().is_ok_and(|s| s.is_none()) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// The CPU time `pid` has used (user + system, in clock ticks), from `/proc/PID/stat`.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("target alive");
+    // The fields after the command name, which is in parentheses and may contain spaces:
+    // utime and stime (fields 14 and 15 of proc(5)) are the 12th and 13th from `state`.
+    let after = &stat[stat.rfind(')').expect("stat") + 2..];
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|x| x.parse().expect("stat number"))
+        .collect();
+    f[0] + f[1]
+}
+
+/// Waits until `pid` has run `ticks` more clock ticks of CPU (however loaded the machine);
+/// fails after 120 s.
+fn wait_for_cpu(pid: u32, ticks: u64) {
+    let start = cpu_ticks(pid);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while cpu_ticks(pid) < start + ticks {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} ran less than {ticks} clock ticks of CPU in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 fn build(dir: &Path) -> PathBuf {
     std::fs::write(dir.join("spin.c"), SPINNER).expect("write");
@@ -48,21 +92,31 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
-/// Runs `cmd` on a pseudo-terminal; for each step `(text, pause_ms, keys)`, waits (up to
-/// 60 s) until the output since the previous step contains `text`, pauses, then types
-/// `keys`. Waits for the command to end (up to 120 s) and returns everything printed.
-fn on_terminal(cmd: &str, steps: &[(&str, u64, &[u8])]) -> String {
-    let mut child = Command::new("script")
-        .args(["-qfec", cmd, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script");
+/// One step on the terminal: wait for `text`, then run `then` (which waits for whatever
+/// else must be true first), then type `keys`.
+struct Step<'a> {
+    text: &'a str,
+    then: &'a dyn Fn(),
+    keys: &'a [u8],
+}
+
+/// Runs `cmd` on a pseudo-terminal; for each step waits (up to 120 s) until the output since
+/// the previous step contains its text, runs its `then`, then types its keys. Waits for the
+/// command to end (up to 120 s) and returns everything printed.
+fn on_terminal(cmd: &str, steps: &[Step]) -> String {
+    let mut child = Reap(
+        Command::new("script")
+            .args(["-qfec", cmd, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script"),
+    );
     let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
     let readers: Vec<_> = [
-        Box::new(child.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().expect("stderr")),
+        Box::new(child.0.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
+        Box::new(child.0.stderr.take().expect("stderr")),
     ]
     .into_iter()
     .map(|mut r| {
@@ -80,33 +134,34 @@ fn on_terminal(cmd: &str, steps: &[(&str, u64, &[u8])]) -> String {
     .collect();
     let text =
         |seen: &Mutex<Vec<u8>>| String::from_utf8_lossy(&seen.lock().expect("lock")).into_owned();
-    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdin = child.0.stdin.take().expect("stdin");
     let mut from = 0;
-    for (wait_for, pause_ms, keys) in steps {
-        let deadline = Instant::now() + Duration::from_secs(60);
+    for step in steps {
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let t = text(&seen);
-            if let Some(at) = t.get(from..).and_then(|rest| rest.find(wait_for)) {
-                from += at + wait_for.len();
+            if let Some(at) = t.get(from..).and_then(|rest| rest.find(step.text)) {
+                from += at + step.text.len();
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "never printed `{wait_for}`:\n{t}"
+                "never printed `{}` in 120 s:\n{t}",
+                step.text
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(*pause_ms));
-        let _ = stdin.write_all(keys);
+        (step.then)();
+        let _ = stdin.write_all(step.keys);
         let _ = stdin.flush();
     }
     let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("`{cmd}` did not finish:\n{}", text(&seen));
-        }
+    while child.0.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "`{cmd}` did not finish in 120 s:\n{}",
+            text(&seen)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(stdin);
@@ -127,11 +182,26 @@ fn attach_without_pid_picks_a_process_on_a_terminal() {
     if !usable() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ptscope-pick-p-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
-    let exe = build(&dir);
-    let mut target = Command::new(&exe).arg("forever").spawn().expect("target");
+    let tmp = tempfile::Builder::new()
+        .prefix("ptscope-pick-p-")
+        .tempdir()
+        .expect("temporary directory");
+    let dir = tmp.path();
+    let exe = build(dir);
+    let mut target = Reap(
+        Command::new(&exe)
+            .arg("forever")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("target"),
+    );
+    let pid = target.0.id();
+    // Past its warm-up: from now on it runs pickme_spin.
+    let mut said = String::new();
+    std::io::BufReader::new(target.0.stdout.take().expect("stdout"))
+        .read_line(&mut said)
+        .expect("target output");
+    assert_eq!(said, "spinning\n", "the target did not start");
     let trace = dir.join("t.fxt");
     let cmd = format!(
         "{} attach --callgraph fp --timer-resolution low -o {}",
@@ -139,26 +209,37 @@ fn attach_without_pid_picks_a_process_on_a_terminal() {
         trace.display()
     );
     // Narrow to this test's target (other tests may run a program of the same name at the
-    // same time), choose entry 1, and once recording has run a moment, Ctrl-C.
+    // same time), choose entry 1, and once the target has run 0.3 s of CPU (30 ticks at the
+    // usual 100 Hz) while recorded, Ctrl-C.
     let filter = format!(
-        "ptscope-pick-p-{}/ptscope_pick_target forever\n",
-        std::process::id()
+        "{}/ptscope_pick_target forever\n",
+        dir.file_name().expect("name").to_string_lossy()
     );
     let out = on_terminal(
         &cmd,
         &[
-            ("process (words to filter", 0, filter.as_bytes()),
-            ("process (words to filter", 0, b"1\n"),
-            ("Ctrl-C to stop", 1500, b"\x03"),
+            Step {
+                text: "process (words to filter",
+                then: &|| {},
+                keys: filter.as_bytes(),
+            },
+            Step {
+                text: "process (words to filter",
+                then: &|| {},
+                keys: b"1\n",
+            },
+            Step {
+                text: "Ctrl-C to stop",
+                then: &|| wait_for_cpu(pid, 30),
+                keys: b"\x03",
+            },
         ],
     );
-    let _ = target.kill();
-    let _ = target.wait();
+    drop(target);
     assert!(out.contains("process (words to filter"), "{out}");
-    assert!(out.contains(&format!("pid {}", target.id())), "{out}");
+    assert!(out.contains(&format!("pid {pid}")), "{out}");
     let names = trace_names(&trace);
     assert!(names.iter().any(|n| n == "pickme_spin"), "{names:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -166,10 +247,12 @@ fn trigger_question_mark_picks_a_function_on_a_terminal() {
     if !usable() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ptscope-pick-t-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("tmp");
-    let exe = build(&dir);
+    let tmp = tempfile::Builder::new()
+        .prefix("ptscope-pick-t-")
+        .tempdir()
+        .expect("temporary directory");
+    let dir = tmp.path();
+    let exe = build(dir);
     let trace = dir.join("t.fxt");
     let cmd = format!(
         "{} run --trigger '?' --callgraph fp --timer-resolution low -o {} -- {}",
@@ -180,13 +263,20 @@ fn trigger_question_mark_picks_a_function_on_a_terminal() {
     let out = on_terminal(
         &cmd,
         &[
-            ("function (words to filter", 0, b"pickme\n"),
-            ("function (words to filter", 0, b"1\n"),
+            Step {
+                text: "function (words to filter",
+                then: &|| {},
+                keys: b"pickme\n",
+            },
+            Step {
+                text: "function (words to filter",
+                then: &|| {},
+                keys: b"1\n",
+            },
         ],
     );
     assert!(out.contains("pickme_spin"), "{out}");
     let names = trace_names(&trace);
     assert!(names.iter().any(|n| n == "hit pickme_spin"), "{names:?}");
     assert!(names.iter().any(|n| n == "warm_up"), "{names:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -45,12 +45,53 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A fresh directory for one test, removed by the test when it passes.
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ptscope-runtest-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh private directory for one test, removed when dropped (also when the test fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ptscope-runtest-{name}-"))
+        .tempdir()
+        .expect("temporary directory")
+}
+
+/// A child process killed and reaped when dropped, so a failing test leaves nothing running.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if self.0.try_wait().is_ok_and(|s| s.is_none()) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// The CPU time `pid` has used (user + system, in clock ticks), from `/proc/PID/stat`.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process alive");
+    // The fields after the command name, which is in parentheses and may contain spaces:
+    // utime and stime (fields 14 and 15 of proc(5)) are the 12th and 13th from `state`.
+    let after = &stat[stat.rfind(')').expect("stat") + 2..];
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|x| x.parse().expect("stat number"))
+        .collect();
+    f[0] + f[1]
+}
+
+/// Waits until `pid` has run `ticks` more clock ticks of CPU (however loaded the machine);
+/// fails after 120 s.
+fn wait_for_cpu(pid: u32, ticks: u64) {
+    let start = cpu_ticks(pid);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while cpu_ticks(pid) < start + ticks {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} ran less than {ticks} clock ticks of CPU in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// True if perf can record here; otherwise a loud skip (a failure in CI).
@@ -163,8 +204,9 @@ fn read_trace(path: &Path) -> ptscope_fxt::check::Report {
 }
 
 /// No process mentions `needle` in its command line (perf, the demo): nothing left running.
+/// Processes being killed may take a while to go on a loaded machine: up to 60 s.
 fn assert_nothing_running(needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let left: Vec<String> = std::fs::read_dir("/proc")
             .unwrap()
@@ -193,9 +235,10 @@ fn run_c_and_rust_demos_fall_back_to_sampling() {
     if !perf_usable() {
         return;
     }
-    let d = scratch("demos");
-    let c = build_c(&d);
-    let r = build_rust(&d);
+    let tmp = scratch("demos");
+    let d = tmp.path();
+    let c = build_c(d);
+    let r = build_rust(d);
     let out = d.join("c.fxt.gz");
     let o = run(&[
         os("run"),
@@ -250,13 +293,13 @@ fn run_c_and_rust_demos_fall_back_to_sampling() {
         .map(|e| e.path())
         .collect();
     assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 /// The hit slice is there and the demo's samples end at it.
 fn check_trigger(trigger: &str, mode: &str, hit_name: &str) {
-    let d = scratch(&format!("trigger-{}", hit_name.len()));
-    let c = build_c(&d);
+    let tmp = scratch(&format!("trigger-{}", hit_name.len()));
+    let d = tmp.path();
+    let c = build_c(d);
     let out = d.join("t.fxt.gz");
     let w = d.join("w");
     let o = run(&[
@@ -316,7 +359,6 @@ fn check_trigger(trigger: &str, mode: &str, hit_name: &str) {
     assert_eq!(read_trace(&again).count(&hit), 1);
     assert!(!w.join("ctl.fifo").exists() && !w.join("ack.fifo").exists());
     assert_nothing_running(d.to_str().unwrap());
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
@@ -338,28 +380,32 @@ fn attach_until_sigint() {
     if !perf_usable() {
         return;
     }
-    let d = scratch("attach");
-    let c = build_c(&d);
-    let mut demo = Command::new(&c).arg("loop").spawn().unwrap();
+    let tmp = scratch("attach");
+    let d = tmp.path();
+    let c = build_c(d);
+    let mut demo = Reap(Command::new(&c).arg("loop").spawn().unwrap());
     let out = d.join("a.fxt.gz");
-    let mut p = Command::new(ptscope())
-        .args([
-            "attach",
-            "--timer-resolution",
-            "low",
-            "--callgraph",
-            "fp",
-            "-p",
-        ])
-        .arg(demo.id().to_string())
-        .arg("-o")
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Ctrl-C once perf is recording (ptscope says so) and has run a moment.
-    let mut err = p.stderr.take().unwrap();
+    let mut p = Reap(
+        Command::new(ptscope())
+            .args([
+                "attach",
+                "--timer-resolution",
+                "low",
+                "--callgraph",
+                "fp",
+                "-p",
+            ])
+            .arg(demo.0.id().to_string())
+            .arg("-o")
+            .arg(&out)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Ctrl-C once perf is recording (ptscope says so) and the demo has run 0.3 s of CPU
+    // (30 ticks at the usual 100 Hz) since.
+    let mut err = p.0.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut all = Vec::new();
@@ -375,21 +421,21 @@ fn attach_until_sigint() {
         }
         String::from_utf8_lossy(&all).into_owned()
     });
-    let ready = rx.recv_timeout(Duration::from_secs(60)).is_ok();
-    std::thread::sleep(Duration::from_millis(1000));
-    unsafe_kill(p.id(), 2);
-    let status = p.wait().unwrap();
+    let ready = rx.recv_timeout(Duration::from_secs(120)).is_ok();
+    if ready {
+        wait_for_cpu(demo.0.id(), 30);
+    }
+    unsafe_kill(p.0.id(), 2);
+    let status = p.0.wait().unwrap();
     let err = reader.join().unwrap();
     assert!(ready, "ptscope never said it was recording: {err}");
     assert!(status.success(), "{err}");
     let t = read_trace(&out);
     assert!(t.count("demo_leaf") > 0, "{:?}", t.names);
     // Attaching does not harm the process.
-    assert!(demo.try_wait().unwrap().is_none(), "the demo died");
-    demo.kill().unwrap();
-    demo.wait().unwrap();
+    assert!(demo.0.try_wait().unwrap().is_none(), "the demo died");
+    drop(demo);
     assert_nothing_running(d.to_str().unwrap());
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 fn unsafe_kill(pid: u32, sig: i32) {
@@ -405,8 +451,9 @@ fn failures_are_clear_and_leave_nothing_behind() {
     if !perf_usable() {
         return;
     }
-    let d = scratch("fail");
-    let c = build_c(&d);
+    let tmp = scratch("fail");
+    let d = tmp.path();
+    let c = build_c(d);
     let w = d.join("w");
     // A symbol that does not exist, with a suggestion.
     let o = run(&[
@@ -518,5 +565,4 @@ fn failures_are_clear_and_leave_nothing_behind() {
     }
     assert!(!w.join("ctl.fifo").exists() && !w.join("ack.fifo").exists());
     assert_nothing_running(d.to_str().unwrap());
-    std::fs::remove_dir_all(&d).unwrap();
 }

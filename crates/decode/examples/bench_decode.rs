@@ -16,9 +16,11 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
+
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/magic-trace/hello_world_userspace/input.perf")
+    fixtures::fixtures_dir().join("magic-trace/hello_world_userspace/input.perf")
 }
 
 /// One fixture line, split around its timestamp when it is a header.
@@ -145,7 +147,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("input: hello_world_userspace/input.perf repeated, times shifted");
     for mb in sizes {
-        let path = PathBuf::from(format!("/tmp/ptscope-decode-bench-{mb}MB.perf"));
+        // Kept between runs in the checkout's target directory, not a shared /tmp name.
+        let dir = fixtures::fixtures_dir().join("../../target/bench-input");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("decode-{mb}MB.perf"));
         build_input(&path, mb << 20)?;
         // Reset the peak RSS (Linux ≥ 4.0) so building the input does not count.
         let _ = std::fs::write("/proc/self/clear_refs", "5");

@@ -6,27 +6,12 @@ use ptscope_event::{Event, EventData};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "ptscope-decode-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A private temporary directory, removed on drop (also when the test fails).
+fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ptscope-decode-{tag}-"))
+        .tempdir()
+        .expect("create temp dir")
 }
 
 fn have(program: &str, arg: &str) -> bool {
@@ -91,10 +76,10 @@ fn real_perf_cpu_clock_samples_name_the_program_functions() {
     if !require_tools() {
         return;
     }
-    let dir = TempDir::new("e2e");
-    let src = dir.0.join("prog.c");
-    let prog = dir.0.join("prog");
-    let data = dir.0.join("perf.data");
+    let dir = temp_dir("e2e");
+    let src = dir.path().join("prog.c");
+    let prog = dir.path().join("prog");
+    let data = dir.path().join("perf.data");
     std::fs::write(&src, PROGRAM).expect("write source");
     run(Command::new("cc")
         .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
@@ -148,8 +133,8 @@ fn real_perf_failure_reports_its_stderr() {
     if !require_tools() {
         return;
     }
-    let dir = TempDir::new("bad");
-    let data = dir.0.join("perf.data");
+    let dir = temp_dir("bad");
+    let data = dir.path().join("perf.data");
     std::fs::write(&data, b"this is not a perf.data file\n").expect("write");
     let err = ptscope_decode::perf::detect_recording_kind(Path::new("perf"), &data)
         .expect_err("evlist must fail on garbage");
@@ -185,9 +170,9 @@ exit 3
 
 #[test]
 fn failing_perf_keeps_events_and_reports_stderr_tail() {
-    let dir = TempDir::new("fake");
-    let mut options = PerfScriptOptions::new(dir.0.join("perf.data"));
-    options.perf = fake_perf(&dir.0);
+    let dir = temp_dir("fake");
+    let mut options = PerfScriptOptions::new(dir.path().join("perf.data"));
+    options.perf = fake_perf(dir.path());
     let mut script = PerfScript::spawn(&options).expect("spawn");
     assert_eq!(script.kind(), RecordingKind::IntelPt);
     assert!(script.command().contains("--itrace=bep"));

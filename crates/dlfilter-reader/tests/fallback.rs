@@ -70,7 +70,8 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
     if !perf_usable("crash_load_failure_and_old_perf_fall_back_to_text") {
         return;
     }
-    let dir = scratch("fallback");
+    let tmp = scratch("fallback");
+    let dir = tmp.path().to_owned();
     let exe = build_prog(&dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();

@@ -230,7 +230,8 @@ fn simulated_pt_full_snapshot_and_faults() {
     if !tools() {
         return;
     }
-    let dir = scratch_dir("dlf-pt").expect("scratch dir");
+    let tmp = scratch_dir("dlf-pt").expect("scratch dir");
+    let dir = tmp.path().to_owned();
     let exe = compile(
         &dir,
         "prog",
@@ -283,7 +284,7 @@ fn simulated_pt_full_snapshot_and_faults() {
             assert!(s.dlfilter_text_lines >= s.errors as u64);
         }
     }
-    if std::env::var_os("PTSCOPE_KEEP_TEST_DIR").is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("PTSCOPE_KEEP_TEST_DIR").is_some() {
+        eprintln!("kept {}", tmp.keep().display());
     }
 }

@@ -37,7 +37,8 @@ fn whole_pipeline_matches_simulated_truth() {
     if !tools_available(&["qemu-x86_64", "perf", "cc", "c++"]) {
         return;
     }
-    let dir = scratch_dir("groundtruth-sim").unwrap();
+    let tmp = scratch_dir("groundtruth-sim").unwrap();
+    let dir = tmp.path().to_owned();
     let mut failures = Vec::new();
     for (name, file, src, cc) in PROGRAMS {
         // The C++ program's unwinder makes ~200k events: minutes unoptimised, seconds

@@ -34,7 +34,8 @@ fn main() {
     churn(N / 10);
     let off = ns_per_alloc();
     println!("tracing off                      {off:6.1} ns per allocation");
-    let path = std::env::temp_dir().join(format!("memtrace-overhead-{}.ctf", std::process::id()));
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let path = tmp.path().join("overhead.ctf");
     for rate in [memtrace_alloc::DEFAULT_RATE, 1e-3, 1e-2] {
         let mut opts = TraceOptions::new(&path);
         opts.rate = rate;

@@ -220,13 +220,15 @@ fn forked_child_stops(dir: &Path) {
 }
 
 fn main() {
-    let dir = std::env::temp_dir().join(format!("memtrace-alloc-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let tmp = tempfile::Builder::new()
+        .prefix("memtrace-alloc-test-")
+        .tempdir()
+        .expect("temp dir");
+    let dir = tmp.path().to_owned();
     exact_counts(&dir);
     println!("exact counts at rate 1 ... ok");
     default_rate_totals(&dir);
     println!("sampled totals at the default rate ... ok");
     forked_child_stops(&dir);
     println!("forked child stops tracing ... ok");
-    let _ = std::fs::remove_dir_all(&dir);
 }

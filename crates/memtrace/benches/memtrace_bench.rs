@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use memtrace::{tools, EventKind, Reader, Writer};
 
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
+
 fn fixture(name: &str) -> Vec<u8> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/memtrace")
-        .join(name);
+    let p = fixtures::fixtures_dir().join("memtrace").join(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -119,7 +120,8 @@ fn main() {
             tools::flamegraph(&mut r, &mut out).expect("flamegraph");
         }),
     );
-    let path = std::env::temp_dir().join(format!("memtrace-bench-{}.ctf", std::process::id()));
+    let tmp = tempfile::tempdir().expect("temporary directory");
+    let path = tmp.path().join("bench.ctf");
     std::fs::write(&path, &trace).expect("write temp trace");
     report(
         "flamegraph from a file (streamed)",

@@ -525,8 +525,8 @@ mod tests {
                 },
             ],
         };
-        let dir = std::env::temp_dir().join(format!("ptsim-bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let path = dir.join("b.ptb");
         let mut w = BinWriter::new(std::fs::File::create(&path).unwrap(), 1).unwrap();
         w.thread(

@@ -65,14 +65,13 @@ pub fn plugin() -> Result<PathBuf> {
     }
 }
 
-/// A fresh, empty directory for one test's files.
-pub fn scratch_dir(name: &str) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("ptsim-{name}-{}", std::process::id()));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    Ok(dir)
+/// A fresh, private directory for one test's files, removed when the guard drops (also when
+/// the test fails); `TempDir::keep` keeps it for a look afterwards.
+pub fn scratch_dir(name: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("ptsim-{name}-"))
+        .tempdir()
+        .with_context(|| format!("cannot create a temporary directory for {name}"))
 }
 
 /// Compiles `source` (C, C++ or Rust, by the compiler given) into `dir/name`.

@@ -43,7 +43,8 @@ fn c_call_tree_ground_truth_and_decode() {
     if !tools() {
         return;
     }
-    let dir = scratch_dir("calltree").unwrap();
+    let tmp = scratch_dir("calltree").unwrap();
+    let dir = tmp.path().to_owned();
     let exe = compile(
         &dir,
         "calltree",
@@ -158,7 +159,8 @@ fn c_variants_noretcomp_snapshot_faults() {
     if !tools() {
         return;
     }
-    let dir = scratch_dir("variants").unwrap();
+    let tmp = scratch_dir("variants").unwrap();
+    let dir = tmp.path().to_owned();
     let exe = compile(
         &dir,
         "calltree",
@@ -258,7 +260,8 @@ fn cli_run_and_check() {
     if !tools() {
         return;
     }
-    let dir = scratch_dir("cli").unwrap();
+    let tmp = scratch_dir("cli").unwrap();
+    let dir = tmp.path().to_owned();
     let exe = compile(&dir, "calltree", "calltree.c", CALL_TREE_C, &["cc", "-O1"]).unwrap();
     let plugin = ptsim::testing::plugin().unwrap();
     let bin = env!("CARGO_BIN_EXE_ptsim");

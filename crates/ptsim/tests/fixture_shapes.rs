@@ -35,7 +35,8 @@ fn hello_world_starts_in_the_dynamic_loader() {
     if !tools_available(&["qemu-x86_64", "perf", "cc"]) {
         return;
     }
-    let dir = scratch_dir("hello").unwrap();
+    let tmp = scratch_dir("hello").unwrap();
+    let dir = tmp.path().to_owned();
     let exe = compile(
         &dir,
         "hello",
@@ -76,7 +77,8 @@ fn overflow_inside_memmove() {
     if !tools_available(&["qemu-x86_64", "perf", "cc"]) {
         return;
     }
-    let dir = scratch_dir("memmove").unwrap();
+    let tmp = scratch_dir("memmove").unwrap();
+    let dir = tmp.path().to_owned();
     let src = r#"
 #include <string.h>
 #include <stdio.h>
@@ -151,7 +153,8 @@ fn ocaml_raise_jumps_to_the_handler() {
     if !tools_available(&["qemu-x86_64", "perf", "ocamlopt"]) {
         return;
     }
-    let dir = scratch_dir("raise").unwrap();
+    let tmp = scratch_dir("raise").unwrap();
+    let dir = tmp.path().to_owned();
     let src = "exception E\nlet rec raise_after n = if n = 0 then raise E else 1 + raise_after (n - 1)\nlet () = for _ = 1 to 3 do (try ignore (raise_after 10) with E -> ()) done\n";
     let exe = compile(&dir, "raise_test", "raise_test.ml", src, &["ocamlopt"]).unwrap();
     record(&dir, &[&exe], &SimConfig::default()).unwrap();

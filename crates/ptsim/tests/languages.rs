@@ -39,7 +39,8 @@ fn c_threads() {
     if !tools_available(&["qemu-x86_64", "perf", "cc"]) {
         return;
     }
-    let dir = scratch_dir("threads").unwrap();
+    let tmp = scratch_dir("threads").unwrap();
+    let dir = tmp.path().to_owned();
     let src = r#"
 #include <pthread.h>
 #include <stdio.h>
@@ -89,7 +90,8 @@ fn cpp_exceptions() {
     if !tools_available(&["qemu-x86_64", "perf", "g++"]) {
         return;
     }
-    let dir = scratch_dir("cpp").unwrap();
+    let tmp = scratch_dir("cpp").unwrap();
+    let dir = tmp.path().to_owned();
     let src = r#"
 #include <cstdio>
 #include <stdexcept>
@@ -112,7 +114,8 @@ fn rust_program() {
     if !tools_available(&["qemu-x86_64", "perf", "rustc"]) {
         return;
     }
-    let dir = scratch_dir("rust").unwrap();
+    let tmp = scratch_dir("rust").unwrap();
+    let dir = tmp.path().to_owned();
     let src = r#"
 #[inline(never)]
 fn fib(n: u64) -> u64 { if n < 2 { n } else { fib(n - 1) + fib(n - 2) } }
@@ -134,7 +137,8 @@ fn ocaml_exceptions() {
     if !tools_available(&["qemu-x86_64", "perf", "ocamlopt"]) {
         return;
     }
-    let dir = scratch_dir("ocaml").unwrap();
+    let tmp = scratch_dir("ocaml").unwrap();
+    let dir = tmp.path().to_owned();
     let src = r#"
 exception Found of int
 let rec search l n = match l with [] -> () | x :: r -> if x = n then raise (Found x) else search r n
@@ -166,7 +170,8 @@ fn go_program() {
     if !tools_available(&["qemu-x86_64", "perf", "go"]) {
         return;
     }
-    let dir = scratch_dir("go").unwrap();
+    let tmp = scratch_dir("go").unwrap();
+    let dir = tmp.path().to_owned();
     std::fs::write(
         dir.join("go.go"),
         r#"package main
@@ -206,7 +211,8 @@ fn c_timer_signals() {
     if !tools_available(&["qemu-x86_64", "perf", "cc"]) {
         return;
     }
-    let dir = scratch_dir("signals").unwrap();
+    let tmp = scratch_dir("signals").unwrap();
+    let dir = tmp.path().to_owned();
     let src = r#"
 #include <signal.h>
 #include <stdio.h>

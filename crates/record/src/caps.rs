@@ -258,7 +258,8 @@ mod tests {
 
     #[test]
     fn reads_a_fake_sysfs() {
-        let dir = std::env::temp_dir().join(format!("ptscope-caps-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_owned();
         let caps = dir.join("sys/bus/event_source/devices/intel_pt/caps");
         std::fs::create_dir_all(&caps).unwrap();
         std::fs::write(caps.join("psb_cyc"), "1\n").unwrap();
@@ -285,6 +286,5 @@ mod tests {
         assert!(!c.perf_version.control());
         assert!(!c.hardware_pmu);
         assert_eq!(c.cpu_model, "Intel(R) Xeon(R)");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

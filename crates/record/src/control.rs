@@ -192,8 +192,8 @@ mod tests {
 
     #[test]
     fn acks_and_timeouts() {
-        let dir = std::env::temp_dir().join(format!("ptscope-ctl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_owned();
         let mut c = ControlFifos::create(&dir).unwrap();
         let (ctl, ack) = (c.ctl_path().to_owned(), c.ack_path().to_owned());
         let t = std::thread::spawn(move || {

@@ -71,8 +71,8 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let dir = std::env::temp_dir().join(format!("ptscope-hits-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_owned();
         assert!(read(&dir).is_empty());
         let hits = vec![
             Hit {
@@ -101,6 +101,5 @@ mod tests {
         text.push_str("garbage line\nx\t1\t2\t3\t4\t5\n");
         std::fs::write(dir.join(FILE_NAME), text).unwrap();
         assert_eq!(read(&dir), hits);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -37,13 +37,27 @@ while True:
     if cmd == "stop": sys.exit(0)
 "#;
 
+/// Calls the stop indicator `argv[1]` times. With `argv[2]` (the stand-in's output file),
+/// each call waits until its snapshot (`argv[2].N`) exists before the next: hits are then
+/// seen one at a time however slowly ptscope runs, without a fixed pause. Exit code 3: a
+/// snapshot never came (120 s).
 const PROGRAM: &str = r#"
+#include <stdio.h>
 #include <unistd.h>
 #include "ptscope.h"
 int main(int argc, char **argv) {
   int n = argc > 1 ? argv[1][0] - '0' : 1;
-  usleep(300000);
-  for (int i = 0; i < n; i++) { ptscope_stop_indicator_with(ptscope_now(), i); usleep(200000); }
+  for (int i = 0; i < n; i++) {
+    ptscope_stop_indicator_with(ptscope_now(), i);
+    if (argc > 2) {
+      char snap[4096];
+      snprintf(snap, sizeof snap, "%s.%d", argv[2], i + 1);
+      for (int ms = 0; access(snap, F_OK) != 0; ms++) {
+        if (ms == 120000) return 3;
+        usleep(1000);
+      }
+    }
+  }
   return 0;
 }
 "#;
@@ -57,15 +71,19 @@ fn root() -> bool {
         .unwrap_or(false)
 }
 
-fn setup(name: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
+/// A private directory (removed when the guard drops, also on failure) with the stand-in
+/// perf and the program built in it.
+fn setup(name: &str) -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
     if !root() || Command::new("python3").arg("--version").output().is_err() {
         assert!(std::env::var_os("CI").is_none(), "needs root and python3");
         eprintln!("!!!!!!!! SKIPPED stand-in perf tests: need root (breakpoints) and python3");
         return None;
     }
-    let d = std::env::temp_dir().join(format!("ptscope-standin-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("ptscope-standin-{name}-"))
+        .tempdir()
+        .expect("temporary directory");
+    let d = tmp.path();
     let perf = d.join("perf");
     std::fs::write(&perf, STANDIN).unwrap();
     Command::new("chmod").arg("+x").arg(&perf).status().unwrap();
@@ -83,7 +101,7 @@ fn setup(name: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
         .status()
         .unwrap()
         .success());
-    Some((d, perf, exe))
+    Some((tmp, perf, exe))
 }
 
 fn options(d: &Path, perf: &Path, argv: Vec<&str>, trigger: Option<TriggerSpec>) -> Options {
@@ -127,11 +145,12 @@ fn log(d: &Path) -> Vec<String> {
 
 #[test]
 fn trigger_snapshots_then_stops() {
-    let Some((d, perf, exe)) = setup("trigger") else {
+    let Some((tmp, perf, exe)) = setup("trigger") else {
         return;
     };
+    let d = tmp.path();
     let o = record(&options(
-        &d,
+        d,
         &perf,
         vec![exe.to_str().unwrap(), "1"],
         Some(TriggerSpec::StopIndicator),
@@ -140,7 +159,7 @@ fn trigger_snapshots_then_stops() {
     assert_eq!(o.ended_by, EndReason::Trigger);
     assert_eq!(o.hits.len(), 1);
     assert_eq!(o.hits[0].passed_value, 0);
-    let l = log(&d);
+    let l = log(d);
     assert!(
         l[0].contains("--event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t"),
         "{l:?}"
@@ -154,42 +173,51 @@ fn trigger_snapshots_then_stops() {
     assert!(o.program_status.unwrap().success());
     assert!(!d.join("w/ctl.fifo").exists() && !d.join("w/ack.fifo").exists());
     assert!(d.join("w/hits.tsv").exists());
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn no_trigger_snapshots_at_exit() {
-    let Some((d, perf, exe)) = setup("exit") else {
+    let Some((tmp, perf, exe)) = setup("exit") else {
         return;
     };
-    let o = record(&options(&d, &perf, vec![exe.to_str().unwrap(), "0"], None)).unwrap();
+    let d = tmp.path();
+    let o = record(&options(d, &perf, vec![exe.to_str().unwrap(), "0"], None)).unwrap();
     assert_eq!(o.ended_by, EndReason::ProgramExited);
-    let l = log(&d);
+    let l = log(d);
     assert!(l[0].contains(" --snapshot=e --control=fifo:"), "{l:?}");
     assert_eq!(&l[1..], ["CMD ping", "CMD stop", "SNAPSHOT exit 1"]);
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn multi_snapshot_takes_one_per_hit() {
-    let Some((d, perf, exe)) = setup("multi") else {
+    let Some((tmp, perf, exe)) = setup("multi") else {
         return;
     };
+    let d = tmp.path();
     let mut opts = options(
-        &d,
+        d,
         &perf,
-        vec![exe.to_str().unwrap(), "3"],
+        vec![
+            exe.to_str().unwrap(),
+            "3",
+            d.join("w/perf.data").to_str().unwrap(),
+        ],
         Some(TriggerSpec::StopIndicator),
     );
     opts.multi_snapshot = true;
     let o = record(&opts).unwrap();
     assert_eq!(o.ended_by, EndReason::ProgramExited);
+    assert!(
+        o.program_status.unwrap().success(),
+        "the program waited 120 s for a snapshot: {:?}",
+        log(d)
+    );
     assert_eq!(o.hits.len(), 3);
     assert_eq!(
         o.hits.iter().map(|h| h.passed_value).collect::<Vec<_>>(),
         [0, 1, 2]
     );
-    let l = log(&d);
+    let l = log(d);
     assert!(l[0].contains("--switch-output=signal"), "{l:?}");
     let snaps: Vec<&String> = l
         .iter()
@@ -197,5 +225,4 @@ fn multi_snapshot_takes_one_per_hit() {
         .collect();
     assert_eq!(snaps.len(), 3, "{l:?}");
     assert_eq!(o.perf_files.len(), 3);
-    std::fs::remove_dir_all(&d).unwrap();
 }

@@ -17,6 +17,9 @@ use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::{Arg, StackWriter, TraceSink};
 use std::time::Instant;
 
+#[path = "../tests/common/fixtures.rs"]
+mod fixtures;
+
 /// Counts what it is given and keeps nothing.
 #[derive(Default)]
 struct CountingSink {
@@ -93,8 +96,7 @@ fn main() {
         .next()
         .and_then(|a| a.parse().ok())
         .unwrap_or(10_000_000);
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/magic-trace/hello_world_userspace/input.perf");
+    let path = fixtures::fixtures_dir().join("magic-trace/hello_world_userspace/input.perf");
     let mut d = Decoder::open(&path).expect("fixture");
     let mut events = Vec::new();
     while let Some(e) = d.next_event().expect("decode") {

@@ -7,8 +7,11 @@ use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::transcript::TranscriptSink;
 use std::path::{Path, PathBuf};
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/magic-trace")
+    fixtures::fixtures_dir().join("magic-trace")
 }
 
 fn addrs(v: Option<&toml::Value>) -> Vec<u64> {
@@ -68,7 +71,15 @@ fn check(name: &str) {
     let got = replay(&case);
     let expected = std::fs::read_to_string(case.join("expected.txt")).expect("expected.txt");
     if got != expected {
-        let out = std::env::temp_dir().join(format!("ptscope-{name}.got.txt"));
+        // Kept for comparison (the test has failed): a new private file, never a fixed name.
+        let out = tempfile::Builder::new()
+            .prefix(&format!("ptscope-{name}-"))
+            .suffix(".got.txt")
+            .tempfile()
+            .ok()
+            .and_then(|f| f.keep().ok())
+            .map(|(_, p)| p)
+            .unwrap_or_default();
         let _ = std::fs::write(&out, &got);
         let first = got
             .lines()

@@ -8,7 +8,7 @@ use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::transcript::{TranscriptSink, END_OF_INPUT};
 use ptscope_stacks::{Arg, TraceSink};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Records exact slices (the writer emits them in order, so a stack pairs them).
 #[derive(Default)]
@@ -38,10 +38,11 @@ impl TraceSink for SliceSink {
     fn counter(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
 }
 
+#[path = "common/fixtures.rs"]
+mod fixtures;
+
 fn case_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/magic-trace")
-        .join(name)
+    fixtures::fixtures_dir().join("magic-trace").join(name)
 }
 
 /// A slice: (start ns, end ns, depth, name).

@@ -56,10 +56,8 @@ fn containment_at_boundaries() {
 
 #[test]
 fn load_from_file_and_missing_file() {
-    let path = std::env::temp_dir().join(format!(
-        "ptscope-symbols-perfmap-{}.map",
-        std::process::id()
-    ));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ptscope-symbols-perfmap.map");
     std::fs::write(&path, b"10 4 f\n\xff\xfe junk\n").unwrap();
     let m = PerfMap::load(&path).unwrap();
     std::fs::remove_file(&path).unwrap();

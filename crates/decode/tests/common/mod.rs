@@ -6,9 +6,11 @@ use ptscope_decode::{Decoder, Stats, Warning};
 use ptscope_event::{Event, EventData, ExtraEvent, Kind, Location, StringTable, TraceStateChange};
 use std::path::PathBuf;
 
-/// `shared/fixtures/magic-trace`, beside the repository.
+mod fixtures;
+
+/// The repository's `tests/fixtures/magic-trace`.
 pub fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/magic-trace")
+    fixtures::fixtures_dir().join("magic-trace")
 }
 
 /// The names of the nine recorded fixture cases.

@@ -206,7 +206,8 @@ mod programs;
 /// the Markdown table (text path numbers; the paths' equality is its own column).
 fn sim_table() {
     use ptscope_groundtruth::sim::{variants, SimProgram};
-    let dir = ptsim::testing::scratch_dir("fidelity-sim").expect("scratch directory");
+    let tmp = ptsim::testing::scratch_dir("fidelity-sim").expect("scratch directory");
+    let dir = tmp.path();
     println!(
         "| program | variant | events | errors | text = dlfilter | legacy exact % | segments exact % | legacy suffix % | segments suffix % | legacy root % | segments root % | segments exact % (no gaps) | legacy phantom | segments phantom |"
     );
@@ -306,7 +307,10 @@ fn sim_explain(
         );
         std::process::exit(2)
     };
-    let dir = ptsim::testing::scratch_dir("fidelity-sim-explain").expect("scratch directory");
+    // Kept: the recording it prints is there to be looked at.
+    let dir = ptsim::testing::scratch_dir("fidelity-sim-explain")
+        .expect("scratch directory")
+        .keep();
     let pdir = dir.join(name);
     std::fs::create_dir_all(&pdir).expect("program directory");
     let exe = ptsim::testing::compile(&pdir, name, file, src, cc).expect("compiles");

@@ -13,8 +13,11 @@ pub const TRACES: &[&str] = &[
     "ocamlopt_v3.strip_names",
 ];
 
+mod fixtures;
+
+/// The repository's `tests/fixtures/memtrace`.
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/memtrace")
+    fixtures::fixtures_dir().join("memtrace")
 }
 
 pub fn read(name: &str) -> Vec<u8> {

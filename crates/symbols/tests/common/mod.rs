@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The tool's path, or `None` after a loud skip message; with `CI` set a missing tool fails.
 pub fn tool(name: &str) -> Option<PathBuf> {
@@ -28,36 +27,26 @@ pub fn tool(name: &str) -> Option<PathBuf> {
     found
 }
 
-/// A temporary directory removed on drop.
-pub struct TempDir(pub PathBuf);
+/// A private temporary directory (random name), removed on drop, also when the test fails.
+pub struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     pub fn new(tag: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "ptscope-symbols-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
+        let d = tempfile::Builder::new()
+            .prefix(&format!("ptscope-symbols-{tag}-"))
+            .tempdir()
+            .expect("create temp dir");
+        TempDir(d)
     }
 
     pub fn path(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
+        let p = self.path().join(name);
         std::fs::write(&p, text).expect("write source");
         p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
