@@ -91,7 +91,8 @@ fn cpu_clock_sampling_with_callchains() {
     if !perf_usable("cpu_clock_sampling_with_callchains") {
         return;
     }
-    let dir = scratch("cpuclock");
+    let tmp = scratch("cpuclock");
+    let dir = tmp.path();
     let exe = build_prog(&dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
@@ -117,7 +118,8 @@ fn cpu_clock_without_callchains() {
     if !perf_usable("cpu_clock_without_callchains") {
         return;
     }
-    let dir = scratch("cpuclock-nog");
+    let tmp = scratch("cpuclock-nog");
+    let dir = tmp.path();
     let exe = build_prog(&dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
@@ -136,7 +138,8 @@ fn uprobe_events() {
     if !perf_usable("uprobe_events") {
         return;
     }
-    let dir = scratch("uprobe");
+    let tmp = scratch("uprobe");
+    let dir = tmp.path();
     let exe = build_prog(&dir, "prog");
     let exe_s = exe.to_string_lossy().into_owned();
     // A group of our own, so concurrent tests and users are untouched.
@@ -172,7 +175,8 @@ fn breakpoint_events() {
     if !perf_usable("breakpoint_events") {
         return;
     }
-    let dir = scratch("breakpoint");
+    let tmp = scratch("breakpoint");
+    let dir = tmp.path();
     let exe = build_prog(&dir, "prog");
     let exe_s = exe.to_string_lossy().into_owned();
     let ev = format!("mem:0x{:x}:x", symbol_addr(&exe, "mid"));
@@ -212,7 +216,8 @@ fn exec_into_a_program_with_the_same_addresses() {
     if !perf_usable("exec_into_a_program_with_the_same_addresses") {
         return;
     }
-    let dir = scratch("exec");
+    let tmp = scratch("exec");
+    let dir = tmp.path();
     let src = dir.join("exec.c");
     std::fs::write(&src, EXEC_C).expect("write source");
     let build = |name: &str| {
@@ -273,14 +278,14 @@ fn exec_into_a_program_with_the_same_addresses() {
     assert_eq!(late, d.events, "late callback");
 
     // Run by hand (no `sideband`), the filter checks every sample's address instead.
-    let so = install_filter(&dir).expect("install filter");
+    let so = install_filter(dir).expect("install filter");
     let mut child = std::process::Command::new("perf")
         .arg("script")
         .arg("-i")
         .arg(&data)
         .args(RecordingKind::Sampling.script_args())
         .arg("--dlfilter")
-        .arg(&so)
+        .arg(so.path())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("perf script");

@@ -45,6 +45,7 @@ fn text_events(data: &Path) -> Vec<String> {
 /// Bytes perf writes on the dlfilter path for `data`.
 fn stream_len(data: &Path) -> usize {
     let filter = install_filter(data.parent().expect("data has a directory")).expect("install");
+    let filter = filter.path();
     let out = std::process::Command::new("perf")
         .arg("script")
         .arg("-i")
@@ -70,7 +71,8 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
     if !perf_usable("crash_load_failure_and_old_perf_fall_back_to_text") {
         return;
     }
-    let dir = scratch("fallback");
+    let tmp = scratch("fallback");
+    let dir = tmp.path();
     let exe = build_prog(&dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();

@@ -47,12 +47,12 @@ extern "C" {
     fn geteuid() -> u32;
 }
 
-/// A fresh scratch directory under the system temp dir.
-pub fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ptscope-dlf-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+/// A fresh private scratch directory under the system temp dir, removed on drop.
+pub fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ptscope-test-{name}-"))
+        .tempdir()
+        .expect("scratch dir")
 }
 
 /// Builds the test program (non-PIE, so breakpoint addresses are fixed).
