@@ -93,7 +93,7 @@ fn cpu_clock_sampling_with_callchains() {
     }
     let tmp = scratch("cpuclock");
     let dir = tmp.path();
-    let exe = build_prog(&dir, "prog");
+    let exe = build_prog(dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
     record(
@@ -120,7 +120,7 @@ fn cpu_clock_without_callchains() {
     }
     let tmp = scratch("cpuclock-nog");
     let dir = tmp.path();
-    let exe = build_prog(&dir, "prog");
+    let exe = build_prog(dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
     record(
@@ -140,7 +140,7 @@ fn uprobe_events() {
     }
     let tmp = scratch("uprobe");
     let dir = tmp.path();
-    let exe = build_prog(&dir, "prog");
+    let exe = build_prog(dir, "prog");
     let exe_s = exe.to_string_lossy().into_owned();
     // A group of our own, so concurrent tests and users are untouched.
     let group = format!("ptsdlf{}", std::process::id());
@@ -177,7 +177,7 @@ fn breakpoint_events() {
     }
     let tmp = scratch("breakpoint");
     let dir = tmp.path();
-    let exe = build_prog(&dir, "prog");
+    let exe = build_prog(dir, "prog");
     let exe_s = exe.to_string_lossy().into_owned();
     let ev = format!("mem:0x{:x}:x", symbol_addr(&exe, "mid"));
     let data = dir.join("bpg.data");
