@@ -10,7 +10,7 @@ use ptscope_event::{
 };
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::io::{self, BufRead, ErrorKind};
+use std::io::{self, BufRead, ErrorKind, Read};
 
 /// Text is handed to the text decoder in chunks of at most about this size, cut
 /// between groups, so memory stays bounded if perf prints a lot of it.
@@ -347,8 +347,15 @@ impl<R: BufRead> RecordReader<R> {
             return Err(self.corrupt(format!("record of {len} bytes")));
         }
         self.payload.clear();
-        self.payload.resize(len, 0);
-        read_full(&mut self.reader, &mut self.payload).map_err(|e| self.short(e))?;
+        // Grown as bytes arrive, so a length from a damaged header costs no more memory
+        // than the stream really holds.
+        let got = (&mut self.reader)
+            .take(len as u64)
+            .read_to_end(&mut self.payload)
+            .map_err(|e| self.short(e))?;
+        if got < len {
+            return Err(self.short(ErrorKind::UnexpectedEof.into()));
+        }
         let at = self.offset;
         self.offset += (format::HEADER_LEN + len) as u64;
         self.stats.bytes += (format::HEADER_LEN + len) as u64;
@@ -711,7 +718,7 @@ fn intern_bytes(strings: &mut StringTable, bytes: &[u8]) -> Sym {
     }
 }
 
-/// `read_exact` that retries on EINTR and reports a short read as `UnexpectedEof`.
+/// `read_exact`, which retries on EINTR and reports a short read as `UnexpectedEof`.
 fn read_full(r: &mut impl BufRead, buf: &mut [u8]) -> io::Result<()> {
     r.read_exact(buf)
 }
@@ -966,6 +973,14 @@ mod tests {
         // A length field from garbage is not allocated.
         let (_, err, _) = drain(&[0, 1, 0xff, 0xff, 0xff, 0xff]);
         assert!(matches!(err, Some(Error::Corrupt { .. })), "{err:?}");
+        // Nor is one within bounds whose bytes never come: the stream is cut short.
+        let mut w = W::default();
+        w.hello();
+        w.0.extend_from_slice(&[format::MARKER, format::REC_NAME]);
+        w.0.extend_from_slice(&(60u32 << 20).to_le_bytes());
+        w.0.extend_from_slice(b"\0\0\0\0abc");
+        let (_, err, _) = drain(&w.0);
+        assert!(matches!(err, Some(Error::Truncated { events: 0 })), "{err:?}");
     }
 
     #[test]
