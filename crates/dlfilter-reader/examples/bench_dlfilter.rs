@@ -132,9 +132,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(other) => return Err(format!("unknown kind {other}").into()),
         None => detect_recording_kind(&default_perf(), &data)?,
     };
-    // perf loads this library: a private directory, not a name in /tmp others could plant.
-    let filter_dir = tempfile::tempdir()?;
-    let filter = install_filter(filter_dir.path())?;
+    let installed = install_filter(&std::env::temp_dir())?;
+    let filter = installed.path().to_path_buf();
     let fs = filter.to_str().ok_or("filter path is not UTF-8")?;
     let (d, f) = (data.as_path(), filter.as_path());
     let mut benches: Vec<Bench> = vec![

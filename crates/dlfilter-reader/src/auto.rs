@@ -1,5 +1,15 @@
 //! Choosing between the dlfilter and the text path, and falling back to text.
+//!
+//! Falling back mid-stream relies on the two paths giving the same events in the same
+//! order (tests/equivalence.rs checks it on real recordings), except the jumps within
+//! one symbol the filter drops unless asked to keep them ([`is_dropped_jump`]). So when
+//! the dlfilter stream fails after N events (perf crashed, a record was corrupt), the
+//! text path is started on the same file and its first N events, not counting the
+//! jumps the filter would have dropped, are skipped: the caller sees every event once.
+//! Events the dlfilter path delivered before noticing a corruption are kept as they
+//! were (a corruption that still parses cannot be told from real data).
 
+use crate::jit::JitNames;
 use crate::{DlfilterOptions, DlfilterScript, Error};
 use ptscope_decode::{PerfScript, PerfScriptOptions, Stats, Warning};
 use ptscope_event::{Event, EventData, Kind, StringTable, Symbol};
@@ -50,25 +60,29 @@ pub fn is_dropped_jump(event: &Event, strings: &StringTable) -> bool {
     }
 }
 
-/// Either decoder, driven the same way.
+/// Either decoder, driven the same way; on the automatic choice, a dlfilter stream that
+/// fails mid-way continues on the text path (see the module documentation).
+///
+/// Things to tell the user that are not errors (a fallback, a JIT map ignored) are
+/// collected, not printed: [`AnyScript::take_notices`].
 #[derive(Debug)]
-pub enum AnyScript {
-    /// `perf script --dlfilter` with binary records.
-    Dlfilter {
-        /// The running script.
-        script: Box<DlfilterScript>,
-        /// Options to restart on the text path if perf stops mid-stream.
-        fallback: Option<Box<PerfScriptOptions>>,
-        /// Events delivered so far (to skip them on the text path after a fallback).
-        delivered: u64,
-    },
-    /// `perf script` text.
-    Text {
-        /// The running script.
-        script: Box<PerfScript>,
-        /// Events of the text stream still to skip (already delivered by the dlfilter).
-        skip: u64,
-    },
+pub struct AnyScript {
+    inner: Inner,
+    /// Options to restart on the text path if the dlfilter stream fails.
+    fallback: Option<Box<PerfScriptOptions>>,
+    /// Events delivered so far.
+    delivered: u64,
+    /// Events of the text stream still to skip (already delivered by the dlfilter).
+    skip: u64,
+    /// Hides names from untrusted JIT maps on the text path (the dlfilter script has its own).
+    jit: JitNames,
+    notices: Vec<String>,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Dlfilter(Box<DlfilterScript>),
+    Text(Box<PerfScript>),
 }
 
 /// Which decoder to use.
@@ -92,22 +106,25 @@ fn text_options(o: &DlfilterOptions) -> PerfScriptOptions {
 }
 
 /// Starts the chosen decoder. With [`Choice::Auto`], an old perf or a filter perf
-/// will not load falls back to text, and the returned notice says why (one line).
+/// will not load falls back to text, and the returned notice says why (one sentence,
+/// without a program-name prefix); later notices come from [`AnyScript::take_notices`].
 pub fn open(
     options: &DlfilterOptions,
     strings: StringTable,
     choice: Choice,
 ) -> Result<(AnyScript, Option<String>), Error> {
     let text = text_options(options);
+    let any = |inner: Inner, fallback: Option<Box<PerfScriptOptions>>| AnyScript {
+        inner,
+        fallback,
+        delivered: 0,
+        skip: 0,
+        jit: JitNames::new(options.map_trust.clone()),
+        notices: Vec::new(),
+    };
     let to_text = |strings: StringTable, why: Option<String>| -> Result<_, Error> {
         let script = PerfScript::spawn_with_strings(&text, strings)?;
-        Ok((
-            AnyScript::Text {
-                script: Box::new(script),
-                skip: 0,
-            },
-            why,
-        ))
+        Ok((any(Inner::Text(Box::new(script)), None), why))
     };
     if choice == Choice::Text {
         return to_text(strings, None);
@@ -127,7 +144,7 @@ pub fn open(
             }
             return to_text(
                 strings,
-                Some(format!("ptscope: {why}; decoding perf script text instead")),
+                Some(format!("{why}; decoding perf script text instead")),
             );
         }
     }
@@ -137,20 +154,16 @@ pub fn open(
         Err(e) if choice == Choice::Auto => {
             return to_text(
                 backup,
-                Some(format!("ptscope: {e}; decoding perf script text instead")),
+                Some(format!("{e}; decoding perf script text instead")),
             )
         }
         Err(e) => return Err(e),
     };
     match script.started() {
-        Ok(true) => Ok((
-            AnyScript::Dlfilter {
-                script: Box::new(script),
-                fallback: (choice == Choice::Auto).then(|| Box::new(text)),
-                delivered: 0,
-            },
-            None,
-        )),
+        Ok(true) => {
+            let fallback = (choice == Choice::Auto).then(|| Box::new(text.clone()));
+            Ok((any(Inner::Dlfilter(Box::new(script)), fallback), None))
+        }
         _ => {
             let stderr = script.stderr_now();
             let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
@@ -160,105 +173,124 @@ pub fn open(
             }
             to_text(
                 backup,
-                Some(format!("ptscope: {why}; decoding perf script text instead")),
+                Some(format!("{why}; decoding perf script text instead")),
             )
         }
     }
 }
 
 impl AnyScript {
-    /// The next event. If perf stops mid-stream on the dlfilter path and a fallback is
-    /// allowed, decoding restarts on the text path after the events already delivered,
-    /// and the returned error-free stream continues; the notice goes to stderr.
+    /// The next event. If the dlfilter stream fails mid-way (perf stopped, a record was
+    /// malformed, reading failed) and the choice was automatic, decoding continues on
+    /// the text path after the events already delivered, with a notice; otherwise the
+    /// error comes after every event decoded before it.
     pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
         loop {
-            match self {
-                AnyScript::Dlfilter {
-                    script,
-                    fallback,
-                    delivered,
-                } => match script.next_event() {
+            match &mut self.inner {
+                Inner::Dlfilter(script) => match script.next_event() {
                     Ok(Some(e)) => {
-                        *delivered += 1;
+                        self.delivered += 1;
                         return Ok(Some(e));
                     }
                     Ok(None) => return Ok(None),
-                    Err(e @ Error::Truncated { .. }) => {
-                        let Some(opts) = fallback.take() else {
+                    Err(e) => {
+                        let Some(opts) = self.fallback.take() else {
                             return Err(e);
                         };
                         let stderr = script.stderr_now();
-                        eprintln!(
-                            "ptscope: {e}: {}; continuing with perf script text",
-                            stderr.lines().last().unwrap_or("no message from perf")
-                        );
-                        let strings = script.take_strings();
+                        let perf_said = stderr
+                            .lines()
+                            .rfind(|l| !l.trim().is_empty())
+                            .map_or(String::new(), |l| format!(" (perf said: {})", l.trim()));
+                        self.notices.push(format!(
+                            "the dlfilter stream failed after {} events: {e}{perf_said}; decoding the rest from perf script text",
+                            self.delivered
+                        ));
+                        self.notices.extend(script.take_notices());
+                        // The names already delivered stay valid: the table moves over,
+                        // and so does what is known about the JIT maps among them.
+                        self.jit = std::mem::take(&mut script.jit);
+                        let strings = script.take_strings_keeping_names();
                         let text = PerfScript::spawn_with_strings(&opts, strings)?;
-                        *self = AnyScript::Text {
-                            script: Box::new(text),
-                            skip: *delivered,
-                        };
+                        self.skip = self.delivered;
+                        self.inner = Inner::Text(Box::new(text));
                     }
-                    Err(e) => return Err(e),
                 },
-                AnyScript::Text { script, skip } => {
-                    let Some(e) = script.next_event()? else {
+                Inner::Text(script) => {
+                    let Some(mut e) = script.next_event()? else {
                         return Ok(None);
                     };
-                    if *skip == 0 {
-                        return Ok(Some(e));
+                    if self.skip > 0 {
+                        // Jumps the filter dropped were never counted as delivered
+                        // (judged on perf's own names, as the filter did).
+                        if !is_dropped_jump(&e, script.strings()) {
+                            self.skip -= 1;
+                        }
+                        continue;
                     }
-                    // Jumps the filter dropped were never counted as delivered.
-                    if !is_dropped_jump(&e, script.strings()) {
-                        *skip -= 1;
-                    }
+                    self.jit.apply(&mut e, script.decoder_mut().strings_mut());
+                    self.delivered += 1;
+                    return Ok(Some(e));
                 }
             }
         }
     }
 
+    /// Things the user should know that are not errors, oldest first, each returned
+    /// once: a fallback to the text path mid-stream, a JIT map whose names were hidden.
+    /// The caller prints them (e.g. `ptscope: NOTICE` on stderr).
+    pub fn take_notices(&mut self) -> Vec<String> {
+        let mut out = std::mem::take(&mut self.notices);
+        if let Inner::Dlfilter(s) = &mut self.inner {
+            out.extend(s.take_notices());
+        }
+        out.extend(self.jit.take_notices());
+        out
+    }
+
     /// True on the dlfilter path.
     pub fn is_dlfilter(&self) -> bool {
-        matches!(self, AnyScript::Dlfilter { .. })
+        matches!(self.inner, Inner::Dlfilter(_))
     }
 
     /// The table the events' names are interned in.
     pub fn strings(&self) -> &StringTable {
-        match self {
-            AnyScript::Dlfilter { script, .. } => script.strings(),
-            AnyScript::Text { script, .. } => script.strings(),
+        match &self.inner {
+            Inner::Dlfilter(script) => script.strings(),
+            Inner::Text(script) => script.strings(),
         }
     }
 
     /// Takes the string table, leaving an empty one.
     pub fn take_strings(&mut self) -> StringTable {
-        match self {
-            AnyScript::Dlfilter { script, .. } => script.take_strings(),
-            AnyScript::Text { script, .. } => script.take_strings(),
+        self.jit.reset();
+        match &mut self.inner {
+            Inner::Dlfilter(script) => script.take_strings(),
+            Inner::Text(script) => script.take_strings(),
         }
     }
 
     /// Totals so far.
     pub fn stats(&self) -> Stats {
-        match self {
-            AnyScript::Dlfilter { script, .. } => script.stats(),
-            AnyScript::Text { script, .. } => *script.decoder().stats(),
+        match &self.inner {
+            Inner::Dlfilter(script) => script.stats(),
+            Inner::Text(script) => *script.decoder().stats(),
         }
     }
 
     /// The first warnings kept verbatim.
     pub fn warnings(&self) -> Vec<Warning> {
-        match self {
-            AnyScript::Dlfilter { script, .. } => script.warnings().to_vec(),
-            AnyScript::Text { script, .. } => script.decoder().warnings().to_vec(),
+        match &self.inner {
+            Inner::Dlfilter(script) => script.warnings().to_vec(),
+            Inner::Text(script) => script.decoder().warnings().to_vec(),
         }
     }
 
     /// Waits for perf and reports how it exited.
     pub fn finish(&mut self) -> Result<(), Error> {
-        match self {
-            AnyScript::Dlfilter { script, .. } => script.finish(),
-            AnyScript::Text { script, .. } => Ok(script.finish()?),
+        match &mut self.inner {
+            Inner::Dlfilter(script) => script.finish(),
+            Inner::Text(script) => Ok(script.finish()?),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Decoding `perf.data` through ptscope's perf dlfilter instead of parsing text.
 //!
 //! The filter (crate `ptscope-dlfilter`) is built into this crate ([`FILTER_SO`]),
-//! written next to the recording at run time ([`install_filter`]) and loaded by
-//! `perf script --dlfilter`. It writes compact binary records into perf's stdout and
+//! written at run time into a fresh directory only the invoking user can write
+//! ([`install_filter`]; never beside the recording, which may sit in a directory other
+//! users can write) and loaded from there by `perf script --dlfilter`; the directory
+//! goes when decoding ends. It writes compact binary records into perf's stdout and
 //! leaves to perf whatever it cannot reproduce exactly (decode errors, rare events),
 //! which arrives as text in the same byte stream and in the same order. This crate
 //! reads both and yields the same [`Event`]s as `ptscope_decode::PerfScript`.
@@ -25,16 +27,20 @@
 mod format;
 
 mod auto;
+mod jit;
 mod records;
 
 pub use auto::{is_dropped_jump, open, perf_version, version_supports_dlfilter, AnyScript, Choice};
+pub use ptscope_symbols::MapTrust;
 pub use records::RecordReader;
 
 use ptscope_decode::perf::{detect_recording_kind, RecordingKind};
 use ptscope_decode::{Stats, Warning};
 use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
+use std::io::Write as _;
 use std::io::{self, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, ExitStatus, Stdio};
 
@@ -117,26 +123,55 @@ fn suffix(stderr: &str) -> String {
     }
 }
 
-/// Writes [`FILTER_SO`] into `dir` (mode 0755) unless an identical copy is there.
-pub fn install_filter(dir: &Path) -> Result<PathBuf, Error> {
-    let path = dir.join(FILTER_FILE_NAME);
+/// The filter written out for perf to load, in a private directory that is removed
+/// (with the filter) when this is dropped.
+#[derive(Debug)]
+pub struct InstalledFilter {
+    path: PathBuf,
+    /// Owns the directory: dropping it deletes both.
+    _dir: tempfile::TempDir,
+}
+
+impl InstalledFilter {
+    /// The filter's path, for `perf script --dlfilter`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Writes [`FILTER_SO`] into a new directory under `parent` that only the invoking user
+/// can write (`ptscope-dlf-XXXXXX`, mode 0700, random name, created exclusively).
+///
+/// perf runs the library's constructors with ptscope's privileges (often root), so it
+/// must come from a place no other user can touch: not beside the input (which may be
+/// world-writable), not a predictable name, no file that already exists.
+pub fn install_filter(parent: &Path) -> Result<InstalledFilter, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("ptscope-dlf-")
+        // tempfile's directories are 0777 less the umask (0755 usually): say 0700.
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(parent)
+        .map_err(|source| Error::Install {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    let path = dir.path().join(FILTER_FILE_NAME);
     let err = |source| Error::Install {
         path: path.clone(),
         source,
     };
-    if std::fs::read(&path).is_ok_and(|b| b == FILTER_SO) {
-        return Ok(path);
-    }
-    // Write then rename, so a perf already loading an older copy never sees half a file.
-    let tmp = dir.join(format!(".{FILTER_FILE_NAME}.{}", std::process::id()));
-    std::fs::write(&tmp, FILTER_SO).map_err(err)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).map_err(err)?;
-    }
-    std::fs::rename(&tmp, &path).map_err(err)?;
-    Ok(path)
+    // A fresh file (O_EXCL), never through a link; readable is all dlopen needs.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o400)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(err)?;
+    f.write_all(FILTER_SO).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    Ok(InstalledFilter { path, _dir: dir })
 }
 
 /// Where perf is, what to decode, and how.
@@ -148,10 +183,16 @@ pub struct DlfilterOptions {
     pub input: PathBuf,
     /// `None` asks `perf evlist`.
     pub kind: Option<RecordingKind>,
-    /// Where to write the filter; `None` is the input's directory (the working directory).
+    /// Where the private directory holding the filter is made ([`install_filter`]);
+    /// `None` is the system temporary directory (`$TMPDIR`, else `/tmp`). Nothing is
+    /// written into this directory itself.
     pub filter_dir: Option<PathBuf>,
-    /// An existing filter to load instead of the embedded one.
+    /// An existing filter to load instead of the embedded one. perf runs its code with
+    /// ptscope's privileges: the caller vouches for the file and its directory.
     pub filter: Option<PathBuf>,
+    /// Whose JIT maps (`/tmp/perf-PID.map`) are believed; names perf took from others
+    /// are hidden (see [`MapTrust`]). Root and the invoking user by default.
+    pub map_trust: MapTrust,
     /// Keep jumps within one symbol (dropped by default; stack writers ignore them).
     pub keep_jumps: bool,
     /// Appended to the `perf script` command line.
@@ -167,16 +208,9 @@ impl DlfilterOptions {
             kind: None,
             filter_dir: None,
             filter: None,
+            map_trust: MapTrust::new(),
             keep_jumps: false,
             extra_args: Vec::new(),
-        }
-    }
-
-    /// The directory the filter goes to by default.
-    fn default_dir(&self) -> PathBuf {
-        match self.input.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
         }
     }
 }
@@ -209,6 +243,11 @@ pub struct DlfilterScript {
     reader: RecordReader<BufReader<ChildStdout>>,
     perf: PerfProcess,
     kind: RecordingKind,
+    /// Hides names from untrusted JIT maps.
+    pub(crate) jit: jit::JitNames,
+    /// The filter perf loaded; its private directory goes with the script. Declared
+    /// after `perf` so perf is stopped before the file is removed.
+    _filter: Option<InstalledFilter>,
 }
 
 impl DlfilterScript {
@@ -228,14 +267,17 @@ impl DlfilterScript {
                 Error::Unsupported(format!("cannot tell what kind of recording this is: {e}"))
             })?,
         };
-        let filter = match &options.filter {
-            Some(f) => f.clone(),
-            None => install_filter(
-                &options
+        let (installed, filter) = match &options.filter {
+            Some(f) => (None, f.clone()),
+            None => {
+                let parent = options
                     .filter_dir
                     .clone()
-                    .unwrap_or_else(|| options.default_dir()),
-            )?,
+                    .unwrap_or_else(std::env::temp_dir);
+                let i = install_filter(&parent)?;
+                let path = i.path().to_path_buf();
+                (Some(i), path)
+            }
         };
         let mut cmd = Command::new(&options.perf);
         cmd.arg("script")
@@ -268,6 +310,8 @@ impl DlfilterScript {
             reader: RecordReader::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
             perf,
             kind,
+            jit: jit::JitNames::new(options.map_trust.clone()),
+            _filter: installed,
         })
     }
 
@@ -284,7 +328,17 @@ impl DlfilterScript {
     /// The next event; `Ok(None)` at the end. A stream cut short is an [`Error::Truncated`]
     /// after every event decoded before the cut.
     pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
-        self.reader.next_event()
+        let mut e = self.reader.next_event()?;
+        if let Some(e) = &mut e {
+            self.jit.apply(e, self.reader.strings_mut());
+        }
+        Ok(e)
+    }
+
+    /// Things the user should know that are not errors (JIT maps ignored), oldest
+    /// first; each is returned once.
+    pub fn take_notices(&mut self) -> Vec<String> {
+        self.jit.take_notices()
     }
 
     /// True once the filter's first record arrived (perf loaded it).
@@ -304,6 +358,13 @@ impl DlfilterScript {
 
     /// Takes the string table, leaving an empty one.
     pub fn take_strings(&mut self) -> StringTable {
+        self.jit.reset();
+        self.reader.take_strings()
+    }
+
+    /// Takes the string table for another decoder of the same input, keeping what
+    /// is known about its JIT-map names (they stay valid).
+    pub(crate) fn take_strings_keeping_names(&mut self) -> StringTable {
         self.reader.take_strings()
     }
 

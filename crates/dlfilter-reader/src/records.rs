@@ -10,13 +10,16 @@ use ptscope_event::{
 };
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::io::{self, BufRead, ErrorKind};
+use std::io::{self, BufRead, ErrorKind, Read};
 
 /// Text is handed to the text decoder in chunks of at most about this size, cut
 /// between groups, so memory stays bounded if perf prints a lot of it.
 const TEXT_CHUNK: usize = 1 << 20;
 /// A record longer than this is treated as corruption rather than allocated.
 const MAX_RECORD: usize = 64 << 20;
+/// A callchain longer than this is corruption: perf caps callchains at
+/// `kernel.perf_event_max_stack` (at most 65535) plus its context markers.
+const MAX_CHAIN_FRAMES: usize = 1 << 17;
 
 /// Decodes a byte stream of filter records and perf text into [`Event`]s.
 #[derive(Debug)]
@@ -35,6 +38,8 @@ pub struct RecordReader<R> {
     eof: bool,
     failed: bool,
     pending_error: Option<Error>,
+    /// Text is flushed to the text decoder once this much is pending ([`TEXT_CHUNK`]).
+    text_chunk: usize,
 }
 
 /// What a branch's flags say: a trace start or end, and the branch kind.
@@ -80,7 +85,7 @@ fn id(v: i32) -> Option<u32> {
 }
 
 /// Formats `v` like OCaml's `Int64.Hex.to_string`, as the text decoder names unknown symbols.
-fn int64_hex(out: &mut String, v: u64) {
+pub(crate) fn int64_hex(out: &mut String, v: u64) {
     let signed = v as i64;
     let _ = if signed < 0 {
         write!(out, "-0x{:x}", signed.unsigned_abs())
@@ -130,12 +135,25 @@ impl<R: BufRead> RecordReader<R> {
             eof: false,
             failed: false,
             pending_error: None,
+            text_chunk: TEXT_CHUNK,
         }
+    }
+
+    /// Hands text to the text decoder once `bytes` are pending instead of 1 MiB, so
+    /// tests and fuzzing reach the flush with small inputs.
+    pub fn with_text_chunk(mut self, bytes: usize) -> Self {
+        self.text_chunk = bytes;
+        self
     }
 
     /// The table events' names are interned in.
     pub fn strings(&self) -> &StringTable {
         &self.t.strings
+    }
+
+    /// The table, to intern names into while events are adjusted.
+    pub(crate) fn strings_mut(&mut self) -> &mut StringTable {
+        &mut self.t.strings
     }
 
     /// Takes the table, leaving an empty one (names sent earlier are forgotten too).
@@ -254,7 +272,7 @@ impl<R: BufRead> RecordReader<R> {
                 }
             }
             Some(_) => {
-                if self.text.len() >= TEXT_CHUNK {
+                if self.text.len() >= self.text_chunk {
                     // Cut only before a group header, never inside a callchain.
                     let tab = self.reader.fill_buf().ok().and_then(|b| b.first().copied());
                     if tab != Some(b'\t') {
@@ -329,8 +347,15 @@ impl<R: BufRead> RecordReader<R> {
             return Err(self.corrupt(format!("record of {len} bytes")));
         }
         self.payload.clear();
-        self.payload.resize(len, 0);
-        read_full(&mut self.reader, &mut self.payload).map_err(|e| self.short(e))?;
+        // Grown as bytes arrive, so a length from a damaged header costs no more memory
+        // than the stream really holds.
+        let got = (&mut self.reader)
+            .take(len as u64)
+            .read_to_end(&mut self.payload)
+            .map_err(|e| self.short(e))?;
+        if got < len {
+            return Err(self.short(ErrorKind::UnexpectedEof.into()));
+        }
         let at = self.offset;
         self.offset += (format::HEADER_LEN + len) as u64;
         self.stats.bytes += (format::HEADER_LEN + len) as u64;
@@ -398,7 +423,10 @@ impl Tables {
             }
             format::REC_CHAIN => {
                 let n = (p.len() >= 8).then(|| u32_at(p, 4)).ok_or("short chain")? as usize;
-                if n == 0 || p.len() != 8 + n * 4 {
+                if n == 0
+                    || n > MAX_CHAIN_FRAMES
+                    || Some(p.len()) != n.checked_mul(4).map(|b| b + 8)
+                {
                     return Err(format!("chain of {n} frames has {} bytes", p.len()));
                 }
                 let id = u32_at(p, 0) as usize;
@@ -690,7 +718,7 @@ fn intern_bytes(strings: &mut StringTable, bytes: &[u8]) -> Sym {
     }
 }
 
-/// `read_exact` that retries on EINTR and reports a short read as `UnexpectedEof`.
+/// `read_exact`, which retries on EINTR and reports a short read as `UnexpectedEof`.
 fn read_full(r: &mut impl BufRead, buf: &mut [u8]) -> io::Result<()> {
     r.read_exact(buf)
 }
@@ -839,6 +867,41 @@ mod tests {
         }
     }
 
+    /// More than the 1 MiB text chunk between two records (perf prints every sample
+    /// of a DWARF-unwound python3 as text: its inlined frames): the flush in the middle
+    /// of the text must neither panic nor lose or reorder a line.
+    #[test]
+    fn more_than_a_text_chunk_between_records_decodes_like_small_chunks() {
+        let mut w = W::default();
+        w.hello().name(0, "leaf").name(1, "/bin/prog");
+        let mut lines = 0;
+        let mut t = String::new();
+        while t.len() <= 3 * TEXT_CHUNK / 2 {
+            // Decode errors, and side-band lines the reader drops, as perf prints them.
+            t.push_str(&format!(
+                " instruction trace error type 1 time 1.{lines:09} cpu 0 pid 7 tid 7 ip 0x10 code 6: Overflow packet\n"
+            ));
+            t.push_str("python3 7 1.000000001: PERF_RECORD_MMAP2 7/7: [0x7f(0x1000) @ 0 08:01 5 0]: r-xp /usr/lib/x.so\n");
+            lines += 1;
+        }
+        w.text(&t).stack(10, &[(0x10, 0, 1, 3)]).end();
+        let (big, err, _) = drain(&w.0);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(big.len(), lines + 1);
+        assert_eq!(big[lines], "10 leaf");
+        for chunk in [1, 100, 4096, 65536] {
+            let mut r = RecordReader::new(&w.0[..]).with_text_chunk(chunk);
+            let mut n = 0;
+            while let Some(e) = r.next_event().expect("valid stream") {
+                if let Event::DecodeError { time, .. } = e {
+                    assert_eq!(time, Some(1_000_000_000 + n), "chunk {chunk}");
+                }
+                n += 1;
+            }
+            assert_eq!(n as usize, lines + 1, "chunk {chunk}");
+        }
+    }
+
     fn next_stack(w: &mut W, dt: u32, chain: u32) {
         let mut p = dt.to_le_bytes().to_vec();
         p.extend_from_slice(&chain.to_le_bytes());
@@ -910,6 +973,14 @@ mod tests {
         // A length field from garbage is not allocated.
         let (_, err, _) = drain(&[0, 1, 0xff, 0xff, 0xff, 0xff]);
         assert!(matches!(err, Some(Error::Corrupt { .. })), "{err:?}");
+        // Nor is one within bounds whose bytes never come: the stream is cut short.
+        let mut w = W::default();
+        w.hello();
+        w.0.extend_from_slice(&[format::MARKER, format::REC_NAME]);
+        w.0.extend_from_slice(&(60u32 << 20).to_le_bytes());
+        w.0.extend_from_slice(b"\0\0\0\0abc");
+        let (_, err, _) = drain(&w.0);
+        assert!(matches!(err, Some(Error::Truncated { events: 0 })), "{err:?}");
     }
 
     #[test]

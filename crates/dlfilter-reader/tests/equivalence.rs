@@ -92,8 +92,8 @@ fn cpu_clock_sampling_with_callchains() {
         return;
     }
     let tmp = scratch("cpuclock");
-    let dir = tmp.path().to_owned();
-    let exe = build_prog(&dir, "prog");
+    let dir = tmp.path();
+    let exe = build_prog(dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
     record(
@@ -119,8 +119,8 @@ fn cpu_clock_without_callchains() {
         return;
     }
     let tmp = scratch("cpuclock-nog");
-    let dir = tmp.path().to_owned();
-    let exe = build_prog(&dir, "prog");
+    let dir = tmp.path();
+    let exe = build_prog(dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
     record(
@@ -139,8 +139,8 @@ fn uprobe_events() {
         return;
     }
     let tmp = scratch("uprobe");
-    let dir = tmp.path().to_owned();
-    let exe = build_prog(&dir, "prog");
+    let dir = tmp.path();
+    let exe = build_prog(dir, "prog");
     let exe_s = exe.to_string_lossy().into_owned();
     // A group of our own, so concurrent tests and users are untouched.
     let group = format!("ptsdlf{}", std::process::id());
@@ -176,8 +176,8 @@ fn breakpoint_events() {
         return;
     }
     let tmp = scratch("breakpoint");
-    let dir = tmp.path().to_owned();
-    let exe = build_prog(&dir, "prog");
+    let dir = tmp.path();
+    let exe = build_prog(dir, "prog");
     let exe_s = exe.to_string_lossy().into_owned();
     let ev = format!("mem:0x{:x}:x", symbol_addr(&exe, "mid"));
     let data = dir.join("bpg.data");
@@ -195,6 +195,96 @@ fn breakpoint_events() {
         lines >= 20,
         "breakpoint samples should pass through as text"
     );
+}
+
+/// The most bytes of perf's own text (side-band lines aside, which the reader drops)
+/// between two records of the stream `DlfilterScript` reads for `data`.
+fn largest_text_run(data: &Path) -> usize {
+    let tmp = scratch("stream");
+    let filter = install_filter(tmp.path()).expect("install filter");
+    let out = std::process::Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(data)
+        .args(RecordingKind::Sampling.script_args())
+        .arg("--dlfilter")
+        .arg(filter.path())
+        .args([
+            "--show-mmap-events",
+            "--show-task-events",
+            "--show-bpf-events",
+        ])
+        .args(["--dlarg", "sideband", "--dlarg", "early"])
+        .output()
+        .expect("perf script --dlfilter");
+    assert!(out.status.success());
+    let s = out.stdout;
+    let (mut i, mut run, mut largest) = (0, 0, 0);
+    while i < s.len() {
+        if s[i] == 0 {
+            let len = u32::from_le_bytes(s[i + 2..i + 6].try_into().expect("4 bytes"));
+            i += 6 + len as usize;
+            run = 0;
+        } else {
+            let end = s[i..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(s.len(), |p| i + p + 1);
+            let line = &s[i..end];
+            if !line.windows(14).any(|w| w == b": PERF_RECORD_") {
+                run += line.len();
+                largest = largest.max(run);
+            }
+            i = end;
+        }
+    }
+    largest
+}
+
+/// More than 1 MiB of perf's own text between two records (every sample of a
+/// breakpoint without callchains is text): the reader flushes the text to the text
+/// decoder mid-way, which once panicked (a line start taken before the flush).
+#[test]
+fn more_than_a_mebibyte_of_perf_text_between_records() {
+    if !perf_usable("more_than_a_mebibyte_of_perf_text_between_records") {
+        return;
+    }
+    let tmp = scratch("bigtext");
+    let dir = tmp.path();
+    let exe = build_prog(dir, "prog");
+    let exe_s = exe.to_string_lossy().into_owned();
+    let ev = format!("mem:0x{:x}:x", symbol_addr(&exe, "leaf"));
+    let data = dir.join("bp.data");
+    record(&data, &["-e", &ev], &[&exe_s, "1500"]);
+    let run = largest_text_run(&data);
+    assert!(run > 1 << 20, "only {run} bytes of text in a row");
+    let (n, lines) = compare(&data);
+    assert_eq!(n, 1500 * 8, "1500 × 8 calls to leaf");
+    assert_eq!(lines, n as u64);
+}
+
+/// python3 recorded as `ptscope run` records by default (user-mode cpu-clock, DWARF
+/// callchains): perf prints every sample with inlined frames as text, which from a
+/// python3 built with debug information is megabytes between two records.
+#[test]
+fn python3_with_dwarf_callchains() {
+    if !perf_usable("python3_with_dwarf_callchains") {
+        return;
+    }
+    let tmp = scratch("python-dwarf");
+    let data = tmp.path().join("perf.data");
+    record(
+        &data,
+        &["-e", "cpu-clock/freq=10000/u", "--call-graph", "dwarf"],
+        &["python3", "-c", "pass"],
+    );
+    let run = largest_text_run(&data);
+    if run <= 1 << 20 {
+        // Debian's python3 has no inline information: its samples are binary records.
+        eprintln!("NOTE python3_with_dwarf_callchains: only {run} bytes of text in a row from this python3 (the 1 MiB flush is covered by more_than_a_mebibyte_of_perf_text_between_records)");
+    }
+    let (n, _) = compare(&data);
+    assert!(n > 10, "only {n} samples");
 }
 
 /// One source, two programs: the same code at the same addresses (non-PIE) under
@@ -217,7 +307,7 @@ fn exec_into_a_program_with_the_same_addresses() {
         return;
     }
     let tmp = scratch("exec");
-    let dir = tmp.path().to_owned();
+    let dir = tmp.path();
     let src = dir.join("exec.c");
     std::fs::write(&src, EXEC_C).expect("write source");
     let build = |name: &str| {
@@ -278,14 +368,14 @@ fn exec_into_a_program_with_the_same_addresses() {
     assert_eq!(late, d.events, "late callback");
 
     // Run by hand (no `sideband`), the filter checks every sample's address instead.
-    let so = install_filter(&dir).expect("install filter");
+    let so = install_filter(dir).expect("install filter");
     let mut child = std::process::Command::new("perf")
         .arg("script")
         .arg("-i")
         .arg(&data)
         .args(RecordingKind::Sampling.script_args())
         .arg("--dlfilter")
-        .arg(&so)
+        .arg(so.path())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("perf script");

@@ -45,6 +45,7 @@ fn text_events(data: &Path) -> Vec<String> {
 /// Bytes perf writes on the dlfilter path for `data`.
 fn stream_len(data: &Path) -> usize {
     let filter = install_filter(data.parent().expect("data has a directory")).expect("install");
+    let filter = filter.path();
     let out = std::process::Command::new("perf")
         .arg("script")
         .arg("-i")
@@ -71,8 +72,8 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
         return;
     }
     let tmp = scratch("fallback");
-    let dir = tmp.path().to_owned();
-    let exe = build_prog(&dir, "prog");
+    let dir = tmp.path();
+    let exe = build_prog(dir, "prog");
     let data = dir.join("perf.data");
     let exe_s = exe.to_string_lossy().into_owned();
     record(
@@ -85,7 +86,7 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
 
     // perf dies mid-stream (halfway through its output): the events before are kept,
     // then a clear error.
-    let crashing = fake_perf(&dir, "6.1.0", stream_len(&data) / 2);
+    let crashing = fake_perf(dir, "6.1.0", stream_len(&data) / 2);
     let mut s = DlfilterScript::spawn(&options(&data, &crashing)).expect("spawn");
     let mut got = Vec::new();
     let err = loop {
@@ -130,7 +131,7 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
 
     // A perf older than 5.14.
-    let old = fake_perf(&dir, "5.10.0", usize::MAX);
+    let old = fake_perf(dir, "5.10.0", usize::MAX);
     let (mut any, notice) =
         open(&options(&data, &old), StringTable::new(), Choice::Auto).expect("open");
     assert!(!any.is_dlfilter());
@@ -140,4 +141,130 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
         n += 1;
     }
     assert_eq!(n, want.len());
+}
+
+/// A `perf` wrapper whose dlfilter stream gets a record of unknown type inserted at the
+/// byte offset written in `DIR/cut`; without that file it saves the stream to
+/// `DIR/full` untouched (so the test can choose a record boundary).
+fn corrupting_perf(dir: &Path) -> PathBuf {
+    let p = dir.join("corrupting-perf");
+    let d = dir.display();
+    let script = format!(
+        r#"#!/bin/sh
+if [ "$1" = --version ]; then echo "perf version 6.1.0"; exit 0; fi
+for a in "$@"; do
+  if [ "$a" = --dlfilter ]; then
+    perf "$@" > "{d}/stream" || exit $?
+    if [ ! -f "{d}/cut" ]; then cp "{d}/stream" "{d}/full"; cat "{d}/stream"; exit 0; fi
+    n=$(cat "{d}/cut")
+    head -c "$n" "{d}/stream"
+    printf '\000\143\000\000\000\000'
+    tail -c +$((n + 1)) "{d}/stream"
+    exit 0
+  fi
+done
+exec perf "$@"
+"#
+    );
+    std::fs::write(&p, script).expect("write corrupting perf");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    p
+}
+
+/// The offset of the first record or line boundary at or after `at` in a dlfilter stream.
+fn boundary_after(stream: &[u8], at: usize) -> usize {
+    let mut i = 0;
+    while i < stream.len() && i < at {
+        if stream[i] == 0 {
+            let len = u32::from_le_bytes(stream[i + 2..i + 6].try_into().expect("4 bytes"));
+            i += 6 + len as usize;
+        } else {
+            i += stream[i..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(stream.len() - i, |p| p + 1);
+        }
+    }
+    i
+}
+
+/// The dlfilter stream turns corrupt mid-way (a record of an unknown type): the
+/// explicit choice keeps the events before it and then reports it; the automatic
+/// choice continues from perf script text and gives exactly the text path's events,
+/// none lost or repeated, with a notice saying so (returned, not printed).
+#[test]
+fn a_stream_corrupt_mid_way_continues_on_the_text_path() {
+    if !perf_usable("a_stream_corrupt_mid_way_continues_on_the_text_path") {
+        return;
+    }
+    let tmp = scratch("corrupt");
+    let dir = tmp.path();
+    let exe = build_prog(dir, "prog");
+    let data = dir.join("perf.data");
+    let exe_s = exe.to_string_lossy().into_owned();
+    record(
+        &data,
+        &["-e", "cpu-clock", "-c", "50000", "-g"],
+        &[&exe_s, "100"],
+    );
+    let want = text_events(&data);
+    assert!(want.len() > 100);
+    let perf = corrupting_perf(dir);
+
+    // Untouched, the wrapper changes nothing (and saves the stream).
+    let (mut any, _) =
+        open(&options(&data, &perf), StringTable::new(), Choice::Auto).expect("open");
+    let mut got = Vec::new();
+    while let Some(e) = any.next_event().expect("clean stream") {
+        got.push(norm(&e, any.strings()));
+    }
+    assert!(any.is_dlfilter());
+    assert!(any.take_notices().is_empty());
+    assert_eq!(got, want);
+    let full = std::fs::read(dir.join("full")).expect("saved stream");
+
+    for fraction in [3, 2] {
+        let cut = boundary_after(&full, full.len() / fraction);
+        assert!(cut < full.len());
+        std::fs::write(dir.join("cut"), cut.to_string()).expect("write cut");
+
+        let mut s = DlfilterScript::spawn(&options(&data, &perf)).expect("spawn");
+        let mut got = Vec::new();
+        let err = loop {
+            match s.next_event() {
+                Ok(Some(e)) => got.push(norm(&e, s.strings())),
+                Ok(None) => panic!("a corrupt stream must not end cleanly"),
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            matches!(&err, Error::Corrupt { offset, what } if *offset == cut as u64 && what.contains("unknown record type 99")),
+            "{err}"
+        );
+        assert!(!got.is_empty() && got.len() < want.len());
+        assert_eq!(got[..], want[..got.len()]);
+        let before = got.len();
+
+        let (mut any, notice) =
+            open(&options(&data, &perf), StringTable::new(), Choice::Auto).expect("open");
+        assert!(any.is_dlfilter() && notice.is_none());
+        let mut got = Vec::new();
+        let mut notices = Vec::new();
+        while let Some(e) = any.next_event().expect("the fallback continues") {
+            got.push(norm(&e, any.strings()));
+            notices.extend(any.take_notices());
+        }
+        any.finish().expect("text perf exits cleanly");
+        assert!(!any.is_dlfilter());
+        assert_eq!(got, want, "cut at byte {cut}");
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(
+            notices[0].contains(&format!("failed after {before} events"))
+                && notices[0].contains("unknown record type 99")
+                && notices[0].contains("perf script text"),
+            "{}",
+            notices[0]
+        );
+    }
 }

@@ -13,7 +13,7 @@ use ptscope_event::{Event, EventData, StringTable};
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::transcript::TranscriptSink;
 use ptsim::blocklog::BlockLog;
-use ptsim::testing::{compile, record, scratch_dir, tools_available};
+use ptsim::testing::{compile, record, tools_available};
 use ptsim::{simulate, write_outputs, FaultSpec, SimConfig};
 use std::path::Path;
 
@@ -230,8 +230,11 @@ fn simulated_pt_full_snapshot_and_faults() {
     if !tools() {
         return;
     }
-    let tmp = scratch_dir("dlf-pt").expect("scratch dir");
-    let dir = tmp.path().to_owned();
+    let tmp = tempfile::Builder::new()
+        .prefix("ptscope-test-dlf-pt-")
+        .tempdir()
+        .expect("scratch dir");
+    let dir = tmp.path().to_path_buf();
     let exe = compile(
         &dir,
         "prog",
@@ -284,7 +287,7 @@ fn simulated_pt_full_snapshot_and_faults() {
             assert!(s.dlfilter_text_lines >= s.errors as u64);
         }
     }
-    if std::env::var_os("PTSCOPE_KEEP_TEST_DIR").is_some() {
-        eprintln!("kept {}", tmp.keep().display());
+    if std::env::var_os("PTSCOPE_KEEP_TEST_DIR").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

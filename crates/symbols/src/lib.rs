@@ -49,7 +49,9 @@ pub use dwarf::{LineAddress, LineTable};
 pub use elf::{Elf, FunctionSymbol, LoadSegment, MappedFile, SymbolTable};
 pub use error::{Error, Result};
 pub use ocaml::OcamlTraps;
-pub use perfmap::{PerfMap, PerfMapEntry};
+pub use perfmap::{
+    is_jit_map_name, jit_map_path, process_owner, MapTrust, PerfMap, PerfMapEntry, Untrusted,
+};
 pub use process::{MapEntry, ProcMaps, Process, ResolvedSymbol};
 pub use ptscope_event::OcamlExceptionInfo;
 pub use ptscope_stacks::legacy::SourcePosition;

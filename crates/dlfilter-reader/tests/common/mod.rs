@@ -47,11 +47,10 @@ extern "C" {
     fn geteuid() -> u32;
 }
 
-/// A fresh private scratch directory under the system temp dir, removed when dropped
-/// (also when the test fails).
+/// A fresh private scratch directory under the system temp dir, removed on drop.
 pub fn scratch(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
-        .prefix(&format!("ptscope-dlf-{name}-"))
+        .prefix(&format!("ptscope-test-{name}-"))
         .tempdir()
         .expect("scratch dir")
 }

@@ -1,0 +1,119 @@
+//! Names perf took from JIT maps (`/tmp/perf-PID.map`) are kept only when the map's
+//! owner is trusted.
+//!
+//! perf 6.1 reads `/tmp/perf-PID.map` for anonymous executable memory without checking
+//! who wrote it, and `/tmp` is writable by everyone: another user could name the traced
+//! process's JIT code in a trace root writes. Both decoding paths see perf's names, so
+//! both pass their events through here and agree: a location whose DSO is a JIT map
+//! that [`MapTrust`] does not believe (opened without following links, owner taken from
+//! the opened file) gets the name perf gives code it has no symbol for,
+//! `[unknown @ IP (DSO)]`, and the decode gets one notice per map.
+
+use crate::records::int64_hex;
+use ptscope_event::{Event, EventData, Location, StringTable, Symbol};
+use ptscope_symbols::{is_jit_map_name, MapTrust};
+use std::path::Path;
+
+/// Not yet looked at.
+const UNCHECKED: u8 = 0;
+/// Not a JIT map, or a trusted one.
+const KEEP: u8 = 1;
+/// A JIT map whose names are not believed.
+const HIDE: u8 = 2;
+
+/// Per string table: which DSO names are untrusted JIT maps.
+#[derive(Debug, Default)]
+pub(crate) struct JitNames {
+    trust: MapTrust,
+    /// Indexed by the DSO's `Sym`.
+    state: Vec<u8>,
+    notices: Vec<String>,
+    scratch: String,
+}
+
+impl JitNames {
+    /// Believes the maps `trust` believes.
+    pub(crate) fn new(trust: MapTrust) -> Self {
+        JitNames {
+            trust,
+            ..JitNames::default()
+        }
+    }
+
+    /// Forgets what was learnt about names: the string table was replaced.
+    pub(crate) fn reset(&mut self) {
+        self.state.clear();
+    }
+
+    /// Notices so far (maps ignored), oldest first.
+    pub(crate) fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// Hides the names of `event`'s locations that came from untrusted JIT maps.
+    #[inline]
+    pub(crate) fn apply(&mut self, event: &mut Event, strings: &mut StringTable) {
+        let Event::Ok { data, .. } = event else {
+            return;
+        };
+        match data {
+            EventData::Trace { src, dst, .. } => {
+                self.fix(src, strings);
+                self.fix(dst, strings);
+            }
+            EventData::StackSample { callstack } => {
+                for l in callstack {
+                    self.fix(l, strings);
+                }
+            }
+            EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
+                self.fix(location, strings)
+            }
+            EventData::Power { .. } => {}
+        }
+    }
+
+    #[inline]
+    fn fix(&mut self, loc: &mut Location, strings: &mut StringTable) {
+        let Some(dso) = loc.dso else { return };
+        let i = dso.0 as usize;
+        let state = match self.state.get(i) {
+            Some(&s) if s != UNCHECKED => s,
+            _ => self.check(i, strings.get(dso)),
+        };
+        if state != HIDE {
+            return;
+        }
+        // What the decoders make of perf's `[unknown] (DSO)`.
+        self.scratch.clear();
+        self.scratch.push_str("[unknown @ ");
+        int64_hex(&mut self.scratch, loc.ip);
+        self.scratch.push_str(" (");
+        self.scratch.push_str(strings.get(dso));
+        self.scratch.push_str(")]");
+        loc.symbol = Symbol::FromPerf(strings.intern(&self.scratch));
+        loc.offset = 0;
+    }
+
+    #[cold]
+    fn check(&mut self, i: usize, dso: &str) -> u8 {
+        let state = if !is_jit_map_name(dso) {
+            KEEP
+        } else {
+            match self.trust.check_path(Path::new(dso)) {
+                Ok(()) => KEEP,
+                Err(why) => {
+                    self.notices.push(format!(
+                        "{why}; its functions are shown as [unknown] (a map in /tmp is trusted only if root, the user decoding or the traced process's user owns it)"
+                    ));
+                    HIDE
+                }
+            }
+        };
+        if self.state.len() <= i {
+            self.state.resize(i + 1, UNCHECKED);
+        }
+        self.state[i] = state;
+        state
+    }
+}
