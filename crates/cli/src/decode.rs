@@ -495,6 +495,8 @@ enum Msg {
         stats: Stats,
         warnings: Vec<Warning>,
         errors: Vec<String>,
+        /// What the decoder wants said (a fallback to text, hidden JIT names).
+        notices: Vec<String>,
     },
 }
 
@@ -565,11 +567,13 @@ fn decode_inputs(
                             })
                             .into_iter()
                             .collect(),
+                        notices: Vec::new(),
                     },
                     Err(e) => Msg::Done {
                         stats: Stats::default(),
                         warnings: Vec::new(),
                         errors: vec![format!("cannot read {}: {e}", spec.name())],
+                        notices: Vec::new(),
                     },
                 };
                 if tx.send(msg).is_err() {
@@ -589,6 +593,7 @@ fn decode_inputs(
                     stats: Stats::default(),
                     warnings: Vec::new(),
                     errors: vec![crate::messages::error_text(&e)],
+                    notices: Vec::new(),
                 });
                 continue;
             }
@@ -630,11 +635,13 @@ fn decode_inputs(
         pb.finish_and_clear();
         let stats = source.decoder_stats();
         let warnings = source.warnings();
+        let mut notices = Vec::new();
         match source {
             Source::Perf(mut p) => {
                 if let Err(e) = p.finish() {
                     errors.push(format!("{e} (keeping the events decoded before it)"));
                 }
+                notices = p.take_notices();
                 strings = p.take_strings();
             }
             Source::Text(d, _) => strings = d.into_strings(),
@@ -644,6 +651,7 @@ fn decode_inputs(
                 stats,
                 warnings,
                 errors,
+                notices,
             })
             .is_err()
         {
@@ -759,7 +767,9 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                 stats,
                 warnings,
                 errors,
+                notices,
             } => {
+                totals.notes.extend(notices);
                 totals.events += stats.events;
                 totals.lines += stats.lines;
                 totals.bytes += stats.bytes;
