@@ -16,7 +16,7 @@ int main(void) { long t = 0; for (int i = 0; i < 30; i++) t += hot_function(3000
 "#;
 
 /// Four named worker threads, each with its own function; worker-0 renames itself and
-/// then runs `after_rename`.
+/// then runs `after_rename`. With an argument, the workers never finish.
 const THREADS: &str = r#"
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -24,14 +24,16 @@ const THREADS: &str = r#"
 #define WORK(f) __attribute__((noinline)) long f(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i; return s; }
 WORK(work_0) WORK(work_1) WORK(work_2) WORK(work_3) WORK(after_rename)
 static long (*fns[4])(long) = { work_0, work_1, work_2, work_3 };
+static int forever;
 static void *body(void *arg) {
   long i = (long)arg; char name[16]; snprintf(name, sizeof name, "worker-%ld", i);
   pthread_setname_np(pthread_self(), name);
-  long t = 0; for (int k = 0; k < 15; k++) t += fns[i](2000000);
+  long t = 0; for (int k = 0; forever || k < 15; k++) t += fns[i](2000000);
   if (i == 0) { pthread_setname_np(pthread_self(), "renamed-0"); for (int k = 0; k < 15; k++) t += after_rename(2000000); }
   return (void *)t;
 }
-int main(void) {
+int main(int argc, char **argv) {
+  (void)argv; forever = argc > 1;
   pthread_t th[4];
   for (long i = 0; i < 4; i++) pthread_create(&th[i], 0, body, (void *)i);
   for (int i = 0; i < 4; i++) pthread_join(th[i], 0);
@@ -336,6 +338,52 @@ fn single_thread_records_only_the_given_thread() {
     for f in ["work_0", "work_1", "work_2", "work_3"] {
         assert!(where_is(&t, f).is_empty(), "{t:#?}");
     }
+}
+
+#[test]
+fn attach_names_the_threads_that_were_already_running() {
+    if !perf_usable() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let exe = build(d.path(), "threads", THREADS);
+    let mut prog = Command::new(&exe).arg("forever").spawn().unwrap();
+    // Let the workers start and name themselves before perf attaches.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = d.path().join("attach.fxt");
+    let mut p = Command::new(ptscope())
+        .args(["attach", "--quiet", "--timer-resolution", "low", "-p"])
+        .arg(prog.id().to_string())
+        .arg("-o")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let _ = Command::new("kill")
+        .args(["-INT", &p.id().to_string()])
+        .status();
+    let done = p.wait_with_output().unwrap();
+    let _ = prog.kill();
+    let _ = prog.wait();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let t = tree(&out);
+    assert_eq!(t.len(), 1, "{t:#?}");
+    assert_eq!(bare(t.keys().next().unwrap()), "threads", "{t:#?}");
+    let mut seen = 0;
+    for (i, f) in ["work_0", "work_1", "work_2", "work_3"].iter().enumerate() {
+        for (_, th) in where_is(&t, f) {
+            assert_eq!(bare(&th), format!("worker-{i}"), "{f}: {t:#?}");
+            seen += 1;
+        }
+    }
+    // A loaded machine may starve a worker, not all of them.
+    assert!(seen >= 2, "{t:#?}");
 }
 
 fn which(name: &str) -> Result<PathBuf, ()> {
