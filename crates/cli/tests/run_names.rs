@@ -267,6 +267,30 @@ fn threads_carry_their_names_under_one_process_on_both_decoders() {
     }
     assert_eq!(trees[0], trees[1]);
     assert_eq!(trees[0], t);
+    // magic-trace's writer names and groups the same tracks.
+    let out = d.path().join("legacy.fxt");
+    ptscope_cmd(&[
+        os("decode"),
+        os("--quiet"),
+        rec.as_os_str(),
+        os("--writer"),
+        os("legacy"),
+        os("-o"),
+        out.as_os_str(),
+    ]);
+    let names = |t: &Tree| -> Vec<(String, Vec<String>)> {
+        t.iter()
+            .map(|(p, th)| (p.clone(), th.keys().cloned().collect()))
+            .collect()
+    };
+    let legacy = tree(&out);
+    assert_eq!(names(&legacy), names(&t));
+    assert!(
+        where_is(&legacy, "after_rename")
+            .iter()
+            .all(|(_, th)| bare(th) == "renamed-0"),
+        "{legacy:#?}"
+    );
 }
 
 #[test]
