@@ -375,7 +375,7 @@ fn attach_names_the_threads_that_were_already_running() {
     // Let the workers start and name themselves before perf attaches.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let out = d.path().join("attach.fxt");
-    let mut p = Command::new(ptscope())
+    let p = Command::new(ptscope())
         .args(["attach", "--quiet", "--timer-resolution", "low", "-p"])
         .arg(prog.id().to_string())
         .arg("-o")
