@@ -756,7 +756,8 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
             }
         }
     }
-    if writer.is_none() && !held.is_empty() {
+    // Names alone (a recording without samples) are not a trace: that stays an error.
+    if writer.is_none() && held.iter().any(|e| !e.is_task()) {
         if let Some((sink, make)) = pending.take() {
             let first = first_time(&held, &held[0]);
             let w = writer.insert(make(
@@ -782,6 +783,13 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         }
         None => {
             let mut msg = String::from("no events were decoded");
+            if !held.is_empty() {
+                msg.push_str(
+                    "\n  perf named the recorded threads but has no samples of them: they \
+                     never ran while recording (--single-thread records only the given \
+                     thread, not the threads and processes it starts)",
+                );
+            }
             for e in &totals.errors {
                 msg.push_str(&format!("\n  {e}"));
             }
