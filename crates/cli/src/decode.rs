@@ -443,6 +443,16 @@ fn feed<S: TraceSink, W: StackWriter<S>>(
     }
 }
 
+/// The trace's time 0: the first time of an event that is not a thread name.
+fn first_time(held: &[Event], next: &Event) -> u64 {
+    held.iter()
+        .chain(std::iter::once(next))
+        .find(|e| !e.is_task())
+        .or(held.first())
+        .and_then(Event::time)
+        .unwrap_or(0)
+}
+
 /// Events held back while looking for a PIE executable's load bias.
 const MAX_HELD: usize = 100_000;
 
@@ -741,14 +751,16 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                         if bias.is_none() {
                             bias = exe.as_ref().and_then(|e| e.bias_from(&event, &strings));
                         }
-                        if bias.is_none() && held.len() < MAX_HELD {
+                        // Thread names (perf's are at time 0 for threads that existed
+                        // before recording) must not decide where the trace starts.
+                        if (bias.is_none() || event.is_task()) && held.len() < MAX_HELD {
                             held.push(event);
                             continue;
                         }
                         let Some((sink, make)) = pending.take() else {
                             break;
                         };
-                        let first = held.first().unwrap_or(&event).time().unwrap_or(0);
+                        let first = first_time(&held, &event);
                         let w = writer.insert(make(
                             sink,
                             first,
@@ -793,9 +805,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
             }
         }
     }
-    if writer.is_none() && !held.is_empty() {
+    // Names alone (a recording without samples) are not a trace: that stays an error.
+    if writer.is_none() && held.iter().any(|e| !e.is_task()) {
         if let Some((sink, make)) = pending.take() {
-            let first = held[0].time().unwrap_or(0);
+            let first = first_time(&held, &held[0]);
             let w = writer.insert(make(
                 sink,
                 first,
@@ -822,6 +835,13 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
             let mut msg = String::from("no events were decoded");
             if totals.interrupted {
                 msg.push_str(" before decoding was interrupted");
+            }
+            if !held.is_empty() {
+                msg.push_str(
+                    "\n  perf named the recorded threads but has no samples of them: they \
+                     never ran while recording (--single-thread records only the given \
+                     thread, not the threads and processes it starts)",
+                );
             }
             for e in &totals.errors {
                 msg.push_str(&format!("\n  {e}"));

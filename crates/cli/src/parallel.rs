@@ -138,7 +138,8 @@ fn remap(event: &mut Event, map: &[Sym]) {
             EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
                 remap_location(location, map)
             }
-            EventData::Power { .. } => {}
+            EventData::Comm { name, .. } => remap_sym(name, map),
+            EventData::Power { .. } | EventData::Fork { .. } => {}
         },
     }
 }

@@ -56,8 +56,12 @@ pub struct RecordArgs {
     /// Record only the kernel (needs root).
     #[arg(long)]
     pub kernel_only: bool,
-    /// Record every thread of the process (default: the given thread and its children).
-    #[arg(long)]
+    /// Record only the given threads: no other threads, no child processes.
+    /// Default: the whole process tree (every thread, fork and exec).
+    #[arg(long, conflicts_with = "multi_thread")]
+    pub single_thread: bool,
+    /// The default (every thread, fork and exec); kept for scripts written for magic-trace.
+    #[arg(long, hide = true)]
     pub multi_thread: bool,
     /// Record everything from start to end instead of the last moments (large!).
     #[arg(long)]
@@ -124,7 +128,8 @@ pub struct RunArgs {
 #[command(after_help = "\
 Examples:
   ptscope attach -p 1234                 # Ctrl-C to stop: the trace shows the last moments
-  ptscope attach -p 1234,1240 --multi-thread
+  ptscope attach -p 1234,1240             # two processes, with their threads and children
+  ptscope attach -p 1234 --single-thread  # only thread 1234
   ptscope attach -p 1234 --trigger my_slow_path
   ptscope attach                         # pick a process interactively
 
@@ -295,7 +300,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         }),
         scope,
         timer: TimerResolution::parse(&a.timer_resolution)?,
-        multi_thread: a.multi_thread,
+        single_thread: a.single_thread,
         multi_snapshot: a.multi_snapshot,
         full_execution: a.full_execution,
         snapshot_pages: a

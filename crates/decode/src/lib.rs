@@ -49,6 +49,10 @@
 //!   callchain, delivered **root first** in [`EventData::StackSample`]. A sample without
 //!   a callchain uses the location on its own line, if any.
 //! - ` instruction trace error …` lines → [`Event::DecodeError`].
+//! - Side-band lines from `--show-task-events`: `PERF_RECORD_COMM[ exec]: NAME:PID/TID`
+//!   → [`EventData::Comm`] on that thread, `PERF_RECORD_FORK(PID:TID):(PPID:PTID)` →
+//!   [`EventData::Fork`] on the new thread; other `PERF_RECORD_*` lines are skipped
+//!   ([`Stats::ignored`]).
 //! - Anything else is a [`Warning`], counted in [`Stats::warnings`]; the first few are
 //!   kept verbatim. Nothing in the input aborts decoding; only I/O errors are
 //!   returned as [`Error`].
@@ -243,8 +247,17 @@ impl State {
             return;
         }
         let header = match parse::parse_header(line) {
-            Ok(h) => h,
-            Err(kind) => return self.warn(line_no, kind, line),
+            Ok(h) if h.class != EventClass::Task => h,
+            // Side-band lines (`PERF_RECORD_FORK(…)` is not even a header) are looked
+            // for only here, off the path every branch and sample takes.
+            other => match parse::parse_task_line(line) {
+                Some(Ok((time, record))) => return self.task(time, record),
+                Some(Err(kind)) => return self.warn(line_no, kind, line),
+                None => match other {
+                    Ok(_) => return self.warn(line_no, WarningKind::MalformedTaskEvent, line),
+                    Err(kind) => return self.warn(line_no, kind, line),
+                },
+            },
         };
         let (thread, time) = (header.thread, header.time);
         match header.class {
@@ -295,6 +308,7 @@ impl State {
                 }
             }
             EventClass::Ignored => self.stats.ignored += 1,
+            EventClass::Task => self.warn(line_no, WarningKind::MalformedTaskEvent, line),
             EventClass::Extra(_) | EventClass::Sample => {
                 let extra = match header.class {
                     EventClass::Extra(e) => Some(e),
@@ -321,6 +335,27 @@ impl State {
                 };
             }
         }
+    }
+
+    /// A thread's name or parent becomes an event; other side-band records are skipped.
+    fn task(&mut self, time: u64, record: parse::TaskRecord<'_>) {
+        let (thread, data) = match record {
+            parse::TaskRecord::Comm { thread, name, exec } => {
+                let name = parse::intern_bytes(&mut self.strings, name);
+                (thread, EventData::Comm { name, exec })
+            }
+            parse::TaskRecord::Fork { thread, parent } => (thread, EventData::Fork { parent }),
+            parse::TaskRecord::Other => {
+                self.stats.ignored += 1;
+                return;
+            }
+        };
+        self.emit(Event::Ok {
+            thread,
+            time,
+            in_transaction: false,
+            data,
+        });
     }
 
     fn close_group(&mut self) {

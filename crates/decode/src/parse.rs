@@ -20,6 +20,8 @@ pub(crate) enum EventClass {
     Extra(ExtraEvent),
     /// Anything else: a sampling event (`cycles`, `cpu-clock`, …) whose tab lines are a callchain.
     Sample,
+    /// A side-band record (`PERF_RECORD_COMM`, …) that perf printed like an event.
+    Task,
 }
 
 /// The fields every event header carries.
@@ -167,6 +169,7 @@ fn classify(name: &[u8]) -> EventClass {
         }
         b"branch-misses" => EventClass::Extra(ExtraEvent::BranchMisses),
         b"cache-misses" => EventClass::Extra(ExtraEvent::CacheMisses),
+        n if n.starts_with(b"PERF_RECORD_") => EventClass::Task,
         _ => EventClass::Sample,
     }
 }
@@ -821,6 +824,93 @@ pub(crate) fn parse_trace_error(line: &[u8]) -> Result<TraceError<'_>, WarningKi
     }
 }
 
+/// A thread's name or parentage, from a side-band line `perf script --show-task-events`
+/// prints among the samples.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum TaskRecord<'a> {
+    /// `PERF_RECORD_COMM[ exec]: NAME:PID/TID`.
+    Comm {
+        thread: Thread,
+        name: &'a [u8],
+        exec: bool,
+    },
+    /// `PERF_RECORD_FORK(PID:TID):(PPID:PTID)`: the first pair is the new thread.
+    Fork { thread: Thread, parent: Thread },
+    /// Any other `PERF_RECORD_*` line (`EXIT`, `MMAP2`, …): nothing to show.
+    Other,
+}
+
+/// The time and record of a side-band line `PID/TID TIME: PERF_RECORD_…`, or `None` if
+/// the line is not one. The header's pid/tid are not used: perf prints `0/0` for the
+/// records it synthesizes when recording starts, and the record's own fields are exact.
+pub(crate) fn parse_task_line(line: &[u8]) -> Option<Result<(u64, TaskRecord<'_>), WarningKind>> {
+    const TAG: &[u8] = b": PERF_RECORD_";
+    let at = line.windows(TAG.len()).position(|w| w == TAG)?;
+    let before = &line[..at];
+    let time_start = before.iter().rposition(|&b| is_ws(b)).map_or(0, |p| p + 1);
+    let Some((sec, frac)) = split_once(&before[time_start..], b'.') else {
+        return Some(Err(WarningKind::MalformedTaskEvent));
+    };
+    let Some(time) = parse_time(sec, frac) else {
+        return Some(Err(WarningKind::BadNumber));
+    };
+    let body = &line[at + TAG.len()..];
+    let record = if let Some(rest) = body.strip_prefix(b"COMM") {
+        let (exec, rest) = match rest.strip_prefix(b" exec: ") {
+            Some(r) => (true, r),
+            None => match rest.strip_prefix(b": ") {
+                Some(r) => (false, r),
+                None => return Some(Err(WarningKind::MalformedTaskEvent)),
+            },
+        };
+        let rest = trim_end(rest);
+        // The name may itself hold `:` and spaces; the ids follow the last colon.
+        let Some(colon) = rest.iter().rposition(|&b| b == b':') else {
+            return Some(Err(WarningKind::MalformedTaskEvent));
+        };
+        let Some(thread) = parse_pair(&rest[colon + 1..], b'/') else {
+            return Some(Err(WarningKind::MalformedTaskEvent));
+        };
+        TaskRecord::Comm {
+            thread,
+            name: &rest[..colon],
+            exec,
+        }
+    } else if let Some(rest) = body.strip_prefix(b"FORK(") {
+        let rest = trim_end(rest);
+        let parsed = split_once(rest, b')').and_then(|(child, rest)| {
+            let parent = rest.strip_prefix(b":(")?.strip_suffix(b")")?;
+            Some((parse_pair(child, b':')?, parse_pair(parent, b':')?))
+        });
+        match parsed {
+            Some((thread, parent)) => TaskRecord::Fork { thread, parent },
+            None => return Some(Err(WarningKind::MalformedTaskEvent)),
+        }
+    } else {
+        TaskRecord::Other
+    };
+    Some(Ok((time, record)))
+}
+
+fn split_once(s: &[u8], sep: u8) -> Option<(&[u8], &[u8])> {
+    let i = s.iter().position(|&b| b == sep)?;
+    Some((&s[..i], &s[i + 1..]))
+}
+
+fn trim_end(s: &[u8]) -> &[u8] {
+    let end = s.iter().rposition(|&b| !is_ws(b)).map_or(0, |p| p + 1);
+    &s[..end]
+}
+
+/// `PID<sep>TID` as a [`Thread`] (`0` or negative = unknown).
+fn parse_pair(s: &[u8], sep: u8) -> Option<Thread> {
+    let (pid, tid) = split_once(s, sep)?;
+    Some(Thread {
+        pid: parse_id(pid)?,
+        tid: parse_id(tid)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -962,5 +1052,75 @@ mod tests {
             b" instruction trace error type 1 cpu 2 pid 1 tid 1 ip 0x code 1: m"
         )
         .is_err());
+    }
+
+    #[test]
+    fn task_lines() {
+        let t = |pid, tid| Thread {
+            pid: Some(pid),
+            tid: Some(tid),
+        };
+        fn p(s: &str) -> Option<Result<(u64, TaskRecord<'_>), WarningKind>> {
+            parse_task_line(s.as_bytes())
+        }
+        assert_eq!(
+            p("    0/0         0.000000: PERF_RECORD_COMM: sh:32703/32703"),
+            Some(Ok((
+                0,
+                TaskRecord::Comm {
+                    thread: t(32703, 32703),
+                    name: b"sh",
+                    exec: false
+                }
+            )))
+        );
+        assert_eq!(
+            p("32707/32707   711.103970: PERF_RECORD_COMM exec: prog:32707/32707\n"),
+            Some(Ok((
+                711_103_970_000,
+                TaskRecord::Comm {
+                    thread: t(32707, 32707),
+                    name: b"prog",
+                    exec: true
+                }
+            )))
+        );
+        // Names may hold colons and spaces.
+        assert_eq!(
+            p("1/2 1.5: PERF_RECORD_COMM: a: b:c:7/9"),
+            Some(Ok((
+                1_500_000_000,
+                TaskRecord::Comm {
+                    thread: t(7, 9),
+                    name: b"a: b:c",
+                    exec: false
+                }
+            )))
+        );
+        assert_eq!(
+            p("  329/329     713.404788: PERF_RECORD_FORK(329:349):(329:329)"),
+            Some(Ok((
+                713_404_788_000,
+                TaskRecord::Fork {
+                    thread: t(329, 349),
+                    parent: t(329, 329)
+                }
+            )))
+        );
+        assert_eq!(
+            p("329/349 713.557647: PERF_RECORD_EXIT(329:349):(326:326)"),
+            Some(Ok((713_557_647_000, TaskRecord::Other)))
+        );
+        assert_eq!(p("329/349 713.5: cpu-clock: 1234 f+0x1 (/x)"), None);
+        for bad in [
+            "1/1 2.0: PERF_RECORD_COMM: nocolon",
+            "1/1 2.0: PERF_RECORD_COMM: x:1-1",
+            "1/1 2.0: PERF_RECORD_COMMx",
+            "1/1 2.0: PERF_RECORD_FORK(1:2)",
+            "1/1 2.0: PERF_RECORD_FORK(1:2):(3)",
+            "1/1 nope: PERF_RECORD_FORK(1:2):(3:4)",
+        ] {
+            assert!(matches!(p(bad), Some(Err(_))), "{bad}");
+        }
     }
 }

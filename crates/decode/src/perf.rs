@@ -33,7 +33,8 @@ pub enum RecordingKind {
 }
 
 impl RecordingKind {
-    /// The `perf script` arguments magic-trace uses for this kind (after `-i FILE`).
+    /// The `perf script` arguments for this kind (after `-i FILE`): magic-trace's, plus
+    /// `--show-task-events`, whose `PERF_RECORD_COMM`/`FORK` lines name the threads.
     pub fn script_args(self) -> &'static [&'static str] {
         match self {
             RecordingKind::IntelPt => &[
@@ -41,10 +42,14 @@ impl RecordingKind {
                 "--itrace=bep",
                 "-F",
                 "pid,tid,time,flags,ip,addr,sym,symoff,synth,dso,event,period",
+                "--show-task-events",
             ],
-            RecordingKind::Sampling => {
-                &["--ns", "-F", "pid,tid,time,ip,sym,symoff,dso,event,period"]
-            }
+            RecordingKind::Sampling => &[
+                "--ns",
+                "-F",
+                "pid,tid,time,ip,sym,symoff,dso,event,period",
+                "--show-task-events",
+            ],
         }
     }
 }

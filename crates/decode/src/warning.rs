@@ -32,6 +32,8 @@ pub enum WarningKind {
     UnsupportedEvent,
     /// A line longer than the decoder's limit; it was dropped.
     LineTooLong,
+    /// A `PERF_RECORD_COMM`/`PERF_RECORD_FORK` line without its pid/tid fields.
+    MalformedTaskEvent,
 }
 
 impl WarningKind {
@@ -46,6 +48,7 @@ impl WarningKind {
             WarningKind::MalformedCbr => "malformed cbr event",
             WarningKind::MalformedPtwrite => "malformed ptwrite event",
             WarningKind::MalformedTraceError => "malformed trace error line",
+            WarningKind::MalformedTaskEvent => "malformed thread name or fork line",
             WarningKind::UnknownTraceErrorField => "unknown field in trace error (kept)",
             WarningKind::OrphanFrame => "callchain line without a sample header",
             WarningKind::UnsupportedEvent => "unsupported event",

@@ -95,7 +95,20 @@ fn real_perf_cpu_clock_samples_name_the_program_functions() {
     assert_eq!(script.kind(), RecordingKind::Sampling);
     let mut samples = 0;
     let mut leaf_under_middle = 0;
+    let mut execs = Vec::new();
     while let Some(event) = script.next_event().expect("read") {
+        if let Event::Ok {
+            data: EventData::Comm { name, exec: true },
+            thread,
+            ..
+        } = event
+        {
+            execs.push((thread, script.strings().get(name).to_string()));
+            continue;
+        }
+        if event.is_task() {
+            continue;
+        }
         let Event::Ok {
             data: EventData::StackSample { callstack },
             thread,
@@ -122,6 +135,11 @@ fn real_perf_cpu_clock_samples_name_the_program_functions() {
     let d = script.decoder();
     assert_eq!(d.stats().warnings, 0, "{:?}", d.warnings());
     assert!(samples > 20, "only {samples} samples");
+    // perf's child exec'd the program: its thread is named after it from then on.
+    assert!(
+        execs.iter().any(|(t, n)| n == "prog" && t.pid == t.tid),
+        "{execs:?}"
+    );
     assert!(
         leaf_under_middle * 2 > samples,
         "{leaf_under_middle} of {samples} samples in the leaf"

@@ -69,7 +69,7 @@ impl JitNames {
             EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
                 self.fix(location, strings)
             }
-            EventData::Power { .. } => {}
+            EventData::Power { .. } | EventData::Comm { .. } | EventData::Fork { .. } => {}
         }
     }
 

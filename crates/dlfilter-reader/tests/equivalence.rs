@@ -13,7 +13,11 @@ use ptscope_stacks::transcript::TranscriptSink;
 use std::path::Path;
 
 fn transcript(events: &[Event], strings: &StringTable) -> String {
-    let earliest_time = events.iter().find_map(|e| e.time()).unwrap_or(0);
+    let earliest_time = events
+        .iter()
+        .filter(|e| !e.is_task())
+        .find_map(|e| e.time())
+        .unwrap_or(0);
     let mut w = SegmentsWriter::new(
         TranscriptSink::default(),
         SegmentsConfig {
@@ -30,6 +34,8 @@ fn transcript(events: &[Event], strings: &StringTable) -> String {
 
 struct Decoded {
     events: Vec<String>,
+    /// Events other than thread names and forks.
+    samples: usize,
     transcript: String,
     text_lines: u64,
 }
@@ -46,6 +52,7 @@ fn text_path(data: &Path) -> Decoded {
     let strings = s.take_strings();
     Decoded {
         events: events.iter().map(|e| norm(e, &strings)).collect(),
+        samples: events.iter().filter(|e| !e.is_task()).count(),
         transcript: transcript(&events, &strings),
         text_lines: s.decoder().stats().lines,
     }
@@ -60,16 +67,21 @@ fn dlfilter_path(data: &Path) -> Decoded {
         events.push(e);
     }
     s.finish().expect("perf exit");
-    let text_lines = s.stats().lines;
+    // Lines perf printed besides the task (name, fork, exit) lines the text path
+    // reads too: a task line is an event, or skipped (`ignored`) for an exit.
+    let tasks = events.iter().filter(|e| e.is_task()).count() as u64;
+    let text_lines = s.stats().lines - tasks - s.stats().ignored;
     let strings = s.take_strings();
     Decoded {
         events: events.iter().map(|e| norm(e, &strings)).collect(),
+        samples: events.iter().filter(|e| !e.is_task()).count(),
         transcript: transcript(&events, &strings),
         text_lines,
     }
 }
 
-/// Decodes both ways and compares; returns (events, text lines on the dlfilter path).
+/// Decodes both ways and compares; returns (events other than task events, text lines on the dlfilter path
+/// other than task lines).
 fn compare(data: &Path) -> (usize, u64) {
     let t = text_path(data);
     let d = dlfilter_path(data);
@@ -83,7 +95,7 @@ fn compare(data: &Path) -> (usize, u64) {
     }
     assert_eq!(t.transcript, d.transcript, "traces differ for {data:?}");
     assert!(!t.transcript.is_empty());
-    (t.events.len(), d.text_lines)
+    (t.samples, d.text_lines)
 }
 
 #[test]
@@ -387,4 +399,65 @@ fn exec_into_a_program_with_the_same_addresses() {
     }
     assert!(child.wait().expect("perf exits").success());
     assert_eq!(by_hand, d.events, "filter without side-band events");
+}
+
+/// Named threads and a rename: both paths give the same names at the same times.
+const THREADS_C: &str = r#"
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+__attribute__((noinline)) long spin(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i; return s; }
+static void *body(void *arg) {
+  long i = (long)arg; char name[16]; snprintf(name, sizeof name, "worker-%ld", i);
+  pthread_setname_np(pthread_self(), name);
+  long t = spin(20000000);
+  if (i == 0) { pthread_setname_np(pthread_self(), "renamed: 0"); t += spin(20000000); }
+  return (void *)t;
+}
+int main(void) {
+  pthread_t th[3];
+  for (long i = 0; i < 3; i++) pthread_create(&th[i], 0, body, (void *)i);
+  for (int i = 0; i < 3; i++) pthread_join(th[i], 0);
+  return 0;
+}
+"#;
+
+#[test]
+fn thread_names_and_renames() {
+    if !perf_usable("thread_names_and_renames") {
+        return;
+    }
+    let tmp = scratch("names");
+    let dir = tmp.path();
+    let src = dir.join("threads.c");
+    std::fs::write(&src, THREADS_C).expect("write source");
+    let exe = dir.join("threads");
+    let st = std::process::Command::new("gcc")
+        .args(["-O1", "-pthread", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed");
+    let data = dir.join("perf.data");
+    record(
+        &data,
+        &["-e", "cpu-clock", "-c", "100000", "-g"],
+        &[&exe.to_string_lossy()],
+    );
+    let (n, lines) = compare(&data);
+    assert!(n > 20, "only {n} events");
+    assert_eq!(lines, 0);
+    let d = dlfilter_path(&data);
+    let comms: Vec<&String> = d.events.iter().filter(|e| e.contains(" COMM ")).collect();
+    for name in [
+        "\"threads\" exec=true",
+        "\"worker-1\" exec=false",
+        "\"worker-2\" exec=false",
+        "\"renamed: 0\" exec=false",
+    ] {
+        assert!(comms.iter().any(|c| c.contains(name)), "{name}: {comms:?}");
+    }
+    assert!(d.events.iter().any(|e| e.contains(" FORK from ")));
+    std::fs::remove_dir_all(&dir).expect("clean up");
 }

@@ -260,6 +260,30 @@ pub enum EventData {
         /// The payload.
         data: u64,
     },
+    /// The event's thread got a name (perf's `PERF_RECORD_COMM`): at exec (the program's
+    /// name, and then the thread is its process's only thread, tid = pid), by
+    /// `prctl(PR_SET_NAME)`/`pthread_setname_np`, or when recording began (time 0).
+    Comm {
+        /// The new name, as the kernel keeps it (at most 15 bytes).
+        name: Sym,
+        /// Set by `exec`: the process now runs another program.
+        exec: bool,
+    },
+    /// The event's thread (or process, when tid = pid) was created by `parent`
+    /// (perf's `PERF_RECORD_FORK`); it carries the parent's name until it gets its own.
+    Fork {
+        /// The thread that called `fork`/`clone`.
+        parent: Thread,
+    },
+}
+
+impl EventData {
+    /// True for [`EventData::Comm`] and [`EventData::Fork`]: facts about a thread's
+    /// name and parentage, not about what it ran, so they neither start a track nor
+    /// move a thread's clock.
+    pub fn is_task(&self) -> bool {
+        matches!(self, EventData::Comm { .. } | EventData::Fork { .. })
+    }
 }
 
 /// One decoded event: either data at a time on a thread, or a decode error.
@@ -295,6 +319,12 @@ impl Event {
         match self {
             Event::Ok { thread, .. } | Event::DecodeError { thread, .. } => *thread,
         }
+    }
+
+    /// True if the event only names a thread or records its parent
+    /// ([`EventData::is_task`]).
+    pub fn is_task(&self) -> bool {
+        matches!(self, Event::Ok { data, .. } if data.is_task())
     }
 
     /// The event's time, if it has one.

@@ -47,7 +47,7 @@ pub struct Slice {
 /// What a writer showed for one thread: stack pieces and the slices behind them.
 #[derive(Clone, Debug, Default)]
 pub struct ReconThread {
-    /// The thread, parsed from the track group's `[pid=P] [tid=T]` name.
+    /// The thread, parsed from the group's `[pid=P]` and the track's `[tid=T]` names.
     pub thread: Thread,
     /// `(start, end, stack root first)` pieces of positive length; holes mean "no frame".
     pub timeline: Vec<(i64, i64, Vec<String>)>,
@@ -86,13 +86,15 @@ impl TimelineSink {
         Self::default()
     }
 
-    /// The replayed stacks of every `main` track of a `[pid=…]` group.
+    /// The replayed stacks of every thread track (`… [tid=T]`, or magic-trace's `main`)
+    /// of a `[pid=…]` group.
     pub fn threads(&self) -> Vec<ReconThread> {
         self.tracks
             .iter()
-            .filter(|(_, name, _)| name == "main")
-            .filter_map(|(g, _, recs)| {
-                let thread = parse_thread(self.groups.get(*g as usize)?)?;
+            .filter(|(_, name, _)| name == "main" || name.contains("[tid="))
+            .filter_map(|(g, name, recs)| {
+                let group = self.groups.get(*g as usize)?;
+                let thread = parse_thread(&format!("{group} {name}"))?;
                 let mut r = replay(recs);
                 r.thread = thread;
                 Some(r)
@@ -254,8 +256,8 @@ mod tests {
     #[test]
     fn late_inferred_begin_nests_per_stable_sort_and_names_are_stripped() {
         let mut s = TimelineSink::new();
-        let g = s.allocate_pid("[pid=5] [tid=6]");
-        let t = s.allocate_thread(g, "main");
+        let g = s.allocate_pid("prog [pid=5]");
+        let t = s.allocate_thread(g, "worker [tid=6]");
         s.duration_begin(t, "inner", 0, &[]);
         s.duration_end(t, "inner", 10, &[]);
         s.duration_begin(t, "outer [inferred start time]", 0, &[]);

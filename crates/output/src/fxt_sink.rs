@@ -12,6 +12,8 @@
 //! - Negative times become 0 and a complete ending before it starts is shortened to
 //!   zero length: FXT ticks are unsigned and Perfetto drops inverted slices.
 //! - Counters get one id per counter name.
+//! - A rename writes the process's or thread's kernel object record again with the
+//!   same koid; Perfetto and the `fxt` checker keep the last name.
 
 use crate::TraceOutput;
 use ptscope_fxt::{format::MAX_ARGS, Arg as FxtArg, ArgValue as FxtValue, FxtWriter, ThreadId};
@@ -43,6 +45,9 @@ pub struct SinkStats {
 /// A thread track and the names of its open slices.
 struct SinkThread {
     id: ThreadId,
+    /// The thread's and its group's koids, to write its name record again on a rename.
+    koid: u32,
+    group: u32,
     /// Names of open begins; entries past `depth` are kept for their capacity.
     open: Vec<String>,
     depth: usize,
@@ -165,10 +170,27 @@ impl<W: Write> TraceSink for FxtSink<W> {
         let handle = FxtThread(self.threads.len() as u32);
         self.threads.push(SinkThread {
             id,
+            koid: tid,
+            group: pid,
             open: Vec::new(),
             depth: 0,
         });
         handle
+    }
+
+    fn rename_pid(&mut self, pid: u32, name: &str) {
+        // A second kernel object record for the koid: viewers keep the latest name.
+        self.writer.process(pid, name);
+    }
+
+    fn rename_thread(&mut self, thread: FxtThread, name: &str) {
+        match self.threads.get(thread.0 as usize) {
+            Some(th) => {
+                let (koid, group) = (th.koid, th.group);
+                self.writer.thread_object(koid, group, name);
+            }
+            None => self.stats.invalid_threads += 1,
+        }
     }
 
     fn duration_begin(&mut self, thread: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {

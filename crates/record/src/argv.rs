@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! perf record -o DIR/perf.data --timestamp --event=PRIMARY [--overwrite] [--switch-output=signal]
-//!   ([--per-thread] -t | -p) PID,PID [--snapshot|--snapshot=e] [--control=…] [--kcore] [-m,PAGES]
+//!   (-p | --per-thread -t) PID,PID [--snapshot|--snapshot=e] [--control=…] [--kcore] [-m,PAGES]
 //!   [--call-graph X]
 //! ```
 
@@ -189,8 +189,10 @@ pub struct RecordPlan {
     pub timer: TimerResolution,
     /// Processes (or threads) to record; the first is the head.
     pub pids: Vec<u32>,
-    /// Record every thread of the processes (`-p`) rather than the given threads (`-t`).
-    pub multi_thread: bool,
+    /// Record only the given threads (`--per-thread -t`, no inheritance) instead of the
+    /// whole process tree (`-p`: every thread, and every thread and child process
+    /// created later, exec'd or not).
+    pub single_thread: bool,
     /// A snapshot on every trigger hit, each in its own file.
     pub multi_snapshot: bool,
     /// Record everything, no snapshot ring.
@@ -225,7 +227,7 @@ impl RecordPlan {
             scope: Scope::User,
             timer: TimerResolution::Normal,
             pids,
-            multi_thread: false,
+            single_thread: false,
             multi_snapshot: false,
             full_execution: false,
             snapshot_when: SnapshotWhen::AtExit,
@@ -356,11 +358,17 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
         .map(|p| p.to_string())
         .collect::<Vec<_>>()
         .join(",");
-    if plan.multi_thread {
-        a.push("-p".into());
-    } else {
+    // `-p` makes perf open the event on every current thread of the process with
+    // inheritance, into per-CPU ring buffers (and per-CPU AUX buffers for PT, which
+    // `--snapshot` snapshots together): threads and child processes created later, and
+    // whatever they exec, are recorded too. `-t` implies `--no-inherit` in perf, so it
+    // records the named threads and nothing they start; `--per-thread` gives each of
+    // them its own ring instead of one per CPU.
+    if plan.single_thread {
         a.push("--per-thread".into());
         a.push("-t".into());
+    } else {
+        a.push("-p".into());
     }
     a.push(pids.into());
     if plan.uses_snapshot_ring() {
@@ -444,27 +452,27 @@ mod tests {
         let base = "perf record -o /w/perf.data --timestamp";
         type Case = (&'static str, Box<dyn Fn(&mut RecordPlan)>, String);
         let cases: Vec<Case> = vec![
-            ("default", Box::new(|_| {}), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e")),
-            ("low", Box::new(|p| p.timer = TimerResolution::Low), format!("{base} --event=intel_pt//u --per-thread -t 42 --snapshot=e")),
-            ("high", Box::new(|p| p.timer = TimerResolution::High), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0,noretcomp=1/u --per-thread -t 42 --snapshot=e")),
-            ("no psb_cyc", Box::new(|p| { p.timer = TimerResolution::High; p.psb_cyc = false }), format!("{base} --event=intel_pt//u --per-thread -t 42 --snapshot=e")),
-            ("custom", Box::new(|p| p.timer = TimerResolution::parse("custom:cyc=0,mtc=1,mtc_period=3,psb_period=2").unwrap()), format!("{base} --event=intel_pt/cyc=0,mtc=1,mtc_period=3,psb_period=2/u --per-thread -t 42 --snapshot=e")),
-            ("kernel", Box::new(|p| p.scope = Scope::UserKernel), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/uk --per-thread -t 42 --snapshot=e --kcore")),
-            ("kernel only, old perf", Box::new(|p| { p.scope = Scope::Kernel; p.kcore = false }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/k --per-thread -t 42 --snapshot=e")),
-            ("trigger", Box::new(|p| p.snapshot_when = SnapshotWhen::OnTrigger), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot")),
-            ("perf < 5.4", Box::new(|p| p.snapshot_at_exit = false), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot")),
-            ("multi-snapshot", Box::new(|p| { p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --switch-output=signal --per-thread -t 42 --snapshot")),
-            ("multi-thread", Box::new(|p| { p.multi_thread = true; p.pids = vec![42, 43] }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42,43 --snapshot=e")),
-            ("several pids", Box::new(|p| p.pids = vec![7, 8]), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 7,8 --snapshot=e")),
-            ("full execution", Box::new(|p| { p.full_execution = true; p.multi_snapshot = true }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42")),
-            ("snapshot size", Box::new(|p| p.snapshot_pages = Some(1024)), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e -m,1024")),
-            ("fifo control", Box::new(|p| p.control = ControlChannel::Fifo { ctl: "/w/ctl".into(), ack: "/w/ack".into() }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e --control=fifo:/w/ctl,/w/ack")),
-            ("fd control", Box::new(|p| p.control = ControlChannel::Fd { ctl: 5, ack: 6 }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42 --snapshot=e --control=fd:5,6")),
+            ("default", Box::new(|_| {}), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot=e")),
+            ("low", Box::new(|p| p.timer = TimerResolution::Low), format!("{base} --event=intel_pt//u -p 42 --snapshot=e")),
+            ("high", Box::new(|p| p.timer = TimerResolution::High), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0,noretcomp=1/u -p 42 --snapshot=e")),
+            ("no psb_cyc", Box::new(|p| { p.timer = TimerResolution::High; p.psb_cyc = false }), format!("{base} --event=intel_pt//u -p 42 --snapshot=e")),
+            ("custom", Box::new(|p| p.timer = TimerResolution::parse("custom:cyc=0,mtc=1,mtc_period=3,psb_period=2").unwrap()), format!("{base} --event=intel_pt/cyc=0,mtc=1,mtc_period=3,psb_period=2/u -p 42 --snapshot=e")),
+            ("kernel", Box::new(|p| p.scope = Scope::UserKernel), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/uk -p 42 --snapshot=e --kcore")),
+            ("kernel only, old perf", Box::new(|p| { p.scope = Scope::Kernel; p.kcore = false }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/k -p 42 --snapshot=e")),
+            ("trigger", Box::new(|p| p.snapshot_when = SnapshotWhen::OnTrigger), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot")),
+            ("perf < 5.4", Box::new(|p| p.snapshot_at_exit = false), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot")),
+            ("multi-snapshot", Box::new(|p| { p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --switch-output=signal -p 42 --snapshot")),
+            ("single thread", Box::new(|p| { p.single_thread = true; p.pids = vec![42, 43] }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42,43 --snapshot=e")),
+            ("several pids", Box::new(|p| p.pids = vec![7, 8]), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 7,8 --snapshot=e")),
+            ("full execution", Box::new(|p| { p.full_execution = true; p.multi_snapshot = true }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42")),
+            ("snapshot size", Box::new(|p| p.snapshot_pages = Some(1024)), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot=e -m,1024")),
+            ("fifo control", Box::new(|p| p.control = ControlChannel::Fifo { ctl: "/w/ctl".into(), ack: "/w/ack".into() }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot=e --control=fifo:/w/ctl,/w/ack")),
+            ("fd control", Box::new(|p| p.control = ControlChannel::Fd { ctl: 5, ack: 6 }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot=e --control=fd:5,6")),
             ("everything", Box::new(|p| {
                 p.scope = Scope::UserKernel; p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger;
                 p.snapshot_pages = Some(64); p.control = ControlChannel::Fifo { ctl: "c".into(), ack: "a".into() };
                 p.timer = TimerResolution::Low; p.callgraph = CallGraph::Fp;
-            }), format!("{base} --event=intel_pt//uk --switch-output=signal --per-thread -t 42 --snapshot --control=fifo:c,a --kcore -m,64")),
+            }), format!("{base} --event=intel_pt//uk --switch-output=signal -p 42 --snapshot --control=fifo:c,a --kcore -m,64")),
         ];
         for (name, f, want) in cases {
             let mut p = pt();
@@ -481,24 +489,24 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --per-thread -t 42 --call-graph dwarf"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u -p 42 --call-graph dwarf"
         );
         p.hardware_pmu = true;
         p.timer = TimerResolution::Low;
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u --per-thread -t 42 --call-graph lbr"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u -p 42 --call-graph lbr"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;
         p.full_execution = true;
         p.callgraph = CallGraph::Fp;
-        p.multi_thread = true;
+        p.single_thread = true;
         p.scope = Scope::UserKernel;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk -p 42 --call-graph fp"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk --per-thread -t 42 --call-graph fp"
         );
         p.full_execution = false;
         p.timer = TimerResolution::Sample(333);
@@ -510,7 +518,7 @@ mod tests {
         };
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal -p 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --per-thread -t 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp"
         );
     }
 

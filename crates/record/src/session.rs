@@ -41,8 +41,8 @@ pub struct Options {
     pub scope: Scope,
     /// Timing.
     pub timer: TimerResolution,
-    /// `-p` (all threads) rather than `-t`.
-    pub multi_thread: bool,
+    /// Only the given threads (`--per-thread -t`) rather than the whole process tree (`-p`).
+    pub single_thread: bool,
     /// A snapshot per trigger hit.
     pub multi_snapshot: bool,
     /// No ring: record everything.
@@ -266,7 +266,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     plan.backend = backend;
     plan.scope = opts.scope;
     plan.timer = opts.timer;
-    plan.multi_thread = opts.multi_thread;
+    plan.single_thread = opts.single_thread;
     plan.multi_snapshot = opts.multi_snapshot;
     plan.full_execution = opts.full_execution;
     plan.snapshot_when = if targets.is_empty() {

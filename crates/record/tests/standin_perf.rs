@@ -112,7 +112,7 @@ fn options(d: &Path, perf: &Path, argv: Vec<&str>, trigger: Option<TriggerSpec>)
         backend: Some(Backend::Pt),
         scope: Scope::User,
         timer: TimerResolution::Normal,
-        multi_thread: false,
+        single_thread: false,
         multi_snapshot: false,
         full_execution: false,
         snapshot_pages: None,
@@ -161,7 +161,7 @@ fn trigger_snapshots_then_stops() {
     assert_eq!(o.hits[0].passed_value, 0);
     let l = log(d);
     assert!(
-        l[0].contains("--event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t"),
+        l[0].contains("--event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p "),
         "{l:?}"
     );
     assert!(l[0].contains(" --snapshot --control=fifo:"), "{l:?}");

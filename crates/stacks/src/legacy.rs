@@ -223,6 +223,7 @@ pub struct LegacyWriter<S: TraceSink> {
     transaction_events: VecDeque<(Event, bool)>,
     warned: WarnedOnce,
     base_time: u64,
+    tracks: crate::tracks::Tracks<S::Thread>,
 }
 
 impl<S: TraceSink> LegacyWriter<S> {
@@ -242,6 +243,7 @@ impl<S: TraceSink> LegacyWriter<S> {
             transaction_events: VecDeque::new(),
             warned: WarnedOnce::default(),
             base_time,
+            tracks: crate::tracks::Tracks::default(),
         };
         w.write_hits();
         w
@@ -267,6 +269,15 @@ impl<S: TraceSink> LegacyWriter<S> {
         should_write: bool,
         strings: &StringTable,
     ) {
+        // Names apply whatever the filter says, and are not part of the stacks.
+        if let Event::Ok { thread, data, .. } = event {
+            if data.is_task() {
+                let process_names = &self.config.process_names;
+                self.tracks
+                    .observe(&mut self.sink, *thread, data, strings, process_names);
+                return;
+            }
+        }
         // TSX: events inside a transaction only happened if it commits, so hold them
         // until we know; an abort discards them.
         match event {
@@ -313,9 +324,9 @@ impl<S: TraceSink> LegacyWriter<S> {
             return i;
         }
         let effective_time = event.time().map(|t| self.map_time(t)).unwrap_or(0);
-        let name = crate::tracks::group_name(thread, &self.config.process_names);
-        let track_group_id = self.sink.allocate_pid(&name);
-        let track = self.sink.allocate_thread(track_group_id, "main");
+        let (track, track_group_id) =
+            self.tracks
+                .allocate(&mut self.sink, thread, &self.config.process_names);
         let ocaml = if self.config.ocaml_exception_info.is_some() {
             OcamlState::Exact {
                 last_known_ip: None,
@@ -955,6 +966,8 @@ fn write_ok<S: TraceSink>(
             let args = [Arg::new("freq (MHz)", ArgValue::Int(*freq_mhz as i64))];
             ctx.counter(ti.track, "CPU", time, &args);
         }
+        // Taken by `write_event_filtered` before a thread's stack is touched.
+        EventData::Comm { .. } | EventData::Fork { .. } => {}
         EventData::StackSample { callstack } => {
             // Keep the common prefix (by address) of the old and new stacks; return out
             // of the rest and call into the new frames.

@@ -412,6 +412,17 @@ impl<S: TraceSink> TraceSink for OrderedSink<S> {
         (self.threads.len() - 1) as u32
     }
 
+    fn rename_pid(&mut self, pid: u32, name: &str) {
+        self.inner.rename_pid(pid, name);
+    }
+
+    fn rename_thread(&mut self, thread: u32, name: &str) {
+        // Names are not timed: they go straight through, ahead of the held slices.
+        if let Some(&t) = self.threads.get(thread as usize) {
+            self.inner.rename_thread(t, name);
+        }
+    }
+
     fn duration_begin(&mut self, thread: u32, name: &str, time: i64, args: &[Arg<'_>]) {
         self.push(Op::Begin, thread, time, time, name, args);
     }

@@ -263,6 +263,7 @@ pub struct SegmentsWriter<S: TraceSink> {
     /// Changes of the `--filter` region: (trace time, events now written?).
     regions: Vec<(i64, bool)>,
     in_region: bool,
+    tracks: crate::tracks::Tracks<S::Thread>,
 }
 
 fn is_kernel(ip: u64) -> bool {
@@ -290,6 +291,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             warned_traps: false,
             regions: Vec::new(),
             in_region: true,
+            tracks: crate::tracks::Tracks::default(),
         };
         w.write_hits();
         w
@@ -315,6 +317,10 @@ impl<S: TraceSink> SegmentsWriter<S> {
         should_write: bool,
         strings: &StringTable,
     ) {
+        if event.is_task() {
+            // Names are not part of the stacks; a filter does not hide them.
+            return self.write_event(event, strings);
+        }
         if should_write != self.in_region {
             self.in_region = should_write;
             let t = event
@@ -329,6 +335,14 @@ impl<S: TraceSink> SegmentsWriter<S> {
 
     /// Feeds one event.
     pub fn write_event(&mut self, event: &Event, strings: &StringTable) {
+        if let Event::Ok { thread, data, .. } = event {
+            if data.is_task() {
+                let process_names = &self.config.process_names;
+                self.tracks
+                    .observe(&mut self.sink, *thread, data, strings, process_names);
+                return;
+            }
+        }
         // TSX: events inside a transaction count only if it commits.
         match event {
             Event::Ok {
@@ -371,9 +385,9 @@ impl<S: TraceSink> SegmentsWriter<S> {
             self.last_thread = Some((thread, i));
             return i;
         }
-        let name = crate::tracks::group_name(thread, &self.config.process_names);
-        let track_group_id = self.sink.allocate_pid(&name);
-        let track = self.sink.allocate_thread(track_group_id, "main");
+        let (track, track_group_id) =
+            self.tracks
+                .allocate(&mut self.sink, thread, &self.config.process_names);
         let time = event
             .time()
             .map(|t| t.wrapping_sub(self.base_time) as i64)
@@ -508,6 +522,8 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     // Shown as an error-free marker; it does not change the stack.
                     let _ = (location, data);
                 }
+                // Taken by `write_event` before a thread's stack is touched.
+                EventData::Comm { .. } | EventData::Fork { .. } => {}
             },
         }
     }

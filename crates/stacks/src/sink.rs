@@ -48,6 +48,16 @@ pub trait TraceSink {
     fn allocate_pid(&mut self, name: &str) -> u32;
     /// Creates a thread track inside group `pid`.
     fn allocate_thread(&mut self, pid: u32, name: &str) -> Self::Thread;
+    /// Gives group `pid` a new name (its program exec'd, or its name arrived after its
+    /// first slice). Sinks without names ignore it.
+    fn rename_pid(&mut self, pid: u32, name: &str) {
+        let _ = (pid, name);
+    }
+    /// Gives a thread track a new name (the thread renamed itself). Sinks without names
+    /// ignore it.
+    fn rename_thread(&mut self, thread: Self::Thread, name: &str) {
+        let _ = (thread, name);
+    }
     /// Opens a slice.
     fn duration_begin(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
     /// Closes the innermost open slice on the track (`name` is informative).

@@ -237,6 +237,15 @@ pub fn render(event: Option<&Event>, strings: &StringTable) -> String {
                 EventData::Ptwrite { location, data } => {
                     format!("(Ptwrite (location {}) (data 0x{data:x}))", loc(location))
                 }
+                // magic-trace has no such events; ptscope's own rendering.
+                EventData::Comm { name, exec } => {
+                    format!("(Comm (name {}) (exec {exec}))", atom(strings.get(*name)))
+                }
+                EventData::Fork { parent } => format!(
+                    "(Fork (parent ((pid {}) (tid {}))))",
+                    opt_id(parent.pid),
+                    opt_id(parent.tid)
+                ),
             };
             let tx = if *in_transaction {
                 " (in_transaction true)"

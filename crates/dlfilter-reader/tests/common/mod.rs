@@ -162,6 +162,8 @@ pub fn norm(e: &Event, s: &StringTable) -> String {
                 EventData::Ptwrite { location, data } => {
                     format!("PTWRITE {} {data:x}", loc(location, s))
                 }
+                EventData::Comm { name, exec } => format!("COMM {:?} exec={exec}", s.get(*name)),
+                EventData::Fork { parent } => format!("FORK from {parent:?}"),
             };
             format!("{thread:?} {time} {in_transaction} {d}")
         }
