@@ -9,10 +9,21 @@ fn main() {
     println!("{}", t.report);
     println!("span {:.6} s", t.span_seconds());
     for track in t.tracks.values() {
-        println!("== {:?} / {:?} ({} slices)", track.process_name, track.thread_name, track.slices.len());
+        println!(
+            "== {:?} / {:?} ({} slices)",
+            track.process_name,
+            track.thread_name,
+            track.slices.len()
+        );
         for (i, s) in track.slices.iter().enumerate().take(max) {
             let depth = track.ancestors(i).len();
-            println!("{}{} [{}..{:?}]", "  ".repeat(depth), s.name, s.start, s.end);
+            println!(
+                "{}{} [{}..{:?}]",
+                "  ".repeat(depth),
+                s.name,
+                s.start,
+                s.end
+            );
         }
     }
 }

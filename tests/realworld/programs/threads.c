@@ -73,7 +73,7 @@ __attribute__((noinline)) long phase_two(long x) { return x * 3 + 1; }
 
 __attribute__((noinline)) long after_trigger_work(long x) {
   volatile long s = x;
-  for (long i = 0; i < 200000000; i++) s += i;
+  for (long i = 0; i < 1000000000; i++) s += i;
   return s;
 }
 

@@ -26,10 +26,20 @@ __attribute__((noinline)) long parse_record(long i) {
   return s;
 }
 
+// The --trigger target: called once, after all the parsing.
+__attribute__((noinline)) long report_done(long t) { return t ^ 0x5a; }
+
+// Work after the trigger, which a snapshot taken at report_done() must not contain.
+__attribute__((noinline)) long after_parsing_work(long x) {
+  volatile long s = x;
+  for (long i = 0; i < 1000000000; i++) s += i;
+  return s;
+}
+
 int main(int argc, char **argv) {
   long n = argc > 1 ? std::atol(argv[1]) : 60000;
   long t = 0;
   for (long i = 0; i < n; i++) t += parse_record(i);
-  std::printf("%ld\n", t);
+  std::printf("%ld\n", after_parsing_work(report_done(t)));
   return 0;
 }

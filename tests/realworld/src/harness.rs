@@ -97,10 +97,16 @@ fn newer_source(dep_info: &Path, built: SystemTime) -> Option<PathBuf> {
 /// Only root-owned system directories are searched: these tests run as root and must not
 /// run whatever another user put first on PATH.
 pub fn system_tool(name: &str) -> Option<PathBuf> {
-    ["/usr/bin", "/bin", "/usr/sbin", "/usr/local/bin", "/usr/lib/go/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
+    [
+        "/usr/bin",
+        "/bin",
+        "/usr/sbin",
+        "/usr/local/bin",
+        "/usr/lib/go/bin",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join(name))
+    .find(|p| p.is_file())
 }
 
 /// `system_tool`, or a loud skip (a failure under CI) naming the Debian package.
@@ -132,7 +138,16 @@ pub fn can_record(test: &str) -> bool {
         return skip(test, "perf is not installed (apt-get install linux-perf)");
     };
     let ok = Command::new(perf)
-        .args(["record", "-q", "-e", "cpu-clock", "-o", "/dev/null", "--", "true"])
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-o",
+            "/dev/null",
+            "--",
+            "true",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -226,6 +241,34 @@ impl Ptscope {
         done
     }
 
+    /// Runs to completion expecting a failure: non-zero exit, a message on stderr, no
+    /// panic, and TMPDIR left empty.
+    pub fn run_failing(mut self) -> Finished {
+        let start = Instant::now();
+        let output = self
+            .cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.what));
+        let done = Finished {
+            what: self.what.clone(),
+            output,
+            elapsed: start.elapsed(),
+        };
+        let stderr = done.stderr();
+        assert!(
+            !done.output.status.success(),
+            "{} succeeded but should have failed:\n{stderr}",
+            done.what
+        );
+        assert!(
+            stderr.contains("error"),
+            "{} failed without an error message:\n{stderr}",
+            done.what
+        );
+        self.check_clean(&done);
+        done
+    }
+
     /// Starts it with stdout and stderr captured; finish with [`Ptscope::wait`].
     pub fn spawn(&mut self) -> (Child, Instant) {
         self.cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -254,15 +297,21 @@ impl Ptscope {
     fn check(&self, done: &Finished) {
         let stderr = done.stderr();
         assert!(
-            !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
-            "{} panicked:\n{stderr}",
-            done.what
-        );
-        assert!(
             done.output.status.success(),
             "{} failed ({}):\n{stderr}",
             done.what,
             done.output.status
+        );
+        self.check_clean(done);
+    }
+
+    /// No panic text on stderr, and TMPDIR left as empty as it was given.
+    fn check_clean(&self, done: &Finished) {
+        let stderr = done.stderr();
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+            "{} panicked:\n{stderr}",
+            done.what
         );
         let left: Vec<String> = std::fs::read_dir(self.tmp.path())
             .map(|d| {
@@ -348,4 +397,43 @@ pub fn interrupt(pid: u32) {
         .status()
         .expect("run /bin/kill");
     assert!(st.success(), "kill -INT {pid} failed");
+}
+
+/// Turns mixed strings and paths into command-line arguments.
+pub fn args(parts: &[&dyn AsRef<OsStr>]) -> Vec<OsString> {
+    parts.iter().map(|p| p.as_ref().to_owned()).collect()
+}
+
+/// `ptscope run --quiet OPTIONS… -o DIR/NAME.fxt.gz -- COMMAND…`, checked, and its trace
+/// loaded and checked.
+pub fn record(
+    dir: &Path,
+    name: &str,
+    options: &[&str],
+    command: &[&dyn AsRef<OsStr>],
+) -> (Finished, Trace) {
+    record_with(dir, name, options, command, |_| {})
+}
+
+/// [`record`], with `setup` applied to the ptscope command first (environment, working
+/// directory: the recorded program inherits both).
+pub fn record_with(
+    dir: &Path,
+    name: &str,
+    options: &[&str],
+    command: &[&dyn AsRef<OsStr>],
+    setup: impl FnOnce(&mut Command),
+) -> (Finished, Trace) {
+    let out = dir.join(format!("{name}.fxt.gz"));
+    let mut a: Vec<OsString> = vec!["run".into(), "--quiet".into()];
+    a.extend(options.iter().map(OsString::from));
+    a.push("-o".into());
+    a.push(out.clone().into());
+    a.push("--".into());
+    a.extend(args(command));
+    let mut p = Ptscope::new(a);
+    setup(p.cmd());
+    let run = p.run();
+    let trace = load_checked(&out, &run);
+    (run, trace)
 }

@@ -43,7 +43,14 @@ pub fn nofp_rs(test: &str, dir: &Path) -> Option<PathBuf> {
     let exe = dir.join("nofp");
     build(
         Command::new(rustc)
-            .args(["-C", "opt-level=3", "-C", "force-frame-pointers=no", "-g", "-o"])
+            .args([
+                "-C",
+                "opt-level=3",
+                "-C",
+                "force-frame-pointers=no",
+                "-g",
+                "-o",
+            ])
             .arg(&exe)
             .arg(programs().join("nofp.rs")),
     );

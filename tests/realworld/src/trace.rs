@@ -57,7 +57,10 @@ impl Track {
     }
 
     /// Indices of slices whose name satisfies `pred`.
-    pub fn find<'a>(&'a self, pred: impl Fn(&str) -> bool + 'a) -> impl Iterator<Item = usize> + 'a {
+    pub fn find<'a>(
+        &'a self,
+        pred: impl Fn(&str) -> bool + 'a,
+    ) -> impl Iterator<Item = usize> + 'a {
         (0..self.slices.len()).filter(move |&i| pred(&self.slices[i].name))
     }
 }
@@ -199,8 +202,9 @@ impl Trace {
 
     /// Time from the first to the last event, in seconds.
     pub fn span_seconds(&self) -> f64 {
-        self.span
-            .map_or(0.0, |(a, b)| (b - a) as f64 / self.ticks_per_second() as f64)
+        self.span.map_or(0.0, |(a, b)| {
+            (b - a) as f64 / self.ticks_per_second() as f64
+        })
     }
 
     /// Total number of slices on all tracks.
@@ -388,8 +392,12 @@ impl Trace {
         let a = tracks(self);
         let b = tracks(other);
         assert_eq!(
-            a.iter().map(|t| (&t.0, &t.1, t.2.len())).collect::<Vec<_>>(),
-            b.iter().map(|t| (&t.0, &t.1, t.2.len())).collect::<Vec<_>>(),
+            a.iter()
+                .map(|t| (&t.0, &t.1, t.2.len()))
+                .collect::<Vec<_>>(),
+            b.iter()
+                .map(|t| (&t.0, &t.1, t.2.len()))
+                .collect::<Vec<_>>(),
             "{what}: different tracks or slice counts"
         );
         for (ta, tb) in a.iter().zip(&b) {

@@ -14,7 +14,10 @@ fn python(test: &str) -> Option<PathBuf> {
         return None;
     }
     if !Path::new(PYTHON).is_file() {
-        skip(test, "/usr/bin/python3 is missing (apt-get install python3)");
+        skip(
+            test,
+            "/usr/bin/python3 is missing (apt-get install python3)",
+        );
         return None;
     }
     Some(PYTHON.into())
@@ -69,12 +72,27 @@ fn python3_run_dwarf_text_and_dlfilter_decoders_and_both_writers() {
     let t = load_checked(&out, &run);
     check_python_stacks(&t);
 
-    let text = decode(&work, &dir.path().join("text.fxt"), &["--decoder", "text"], &run);
-    let dl = decode(&work, &dir.path().join("dl.fxt.gz"), &["--decoder", "dlfilter"], &run);
+    let text = decode(
+        &work,
+        &dir.path().join("text.fxt"),
+        &["--decoder", "text"],
+        &run,
+    );
+    let dl = decode(
+        &work,
+        &dir.path().join("dl.fxt.gz"),
+        &["--decoder", "dlfilter"],
+        &run,
+    );
     text.assert_same_slices(&dl, "python3: --decoder text vs --decoder dlfilter");
     check_python_stacks(&text);
 
-    let legacy = decode(&work, &dir.path().join("legacy.fxt.gz"), &["--writer", "legacy"], &run);
+    let legacy = decode(
+        &work,
+        &dir.path().join("legacy.fxt.gz"),
+        &["--writer", "legacy"],
+        &run,
+    );
     check_python_stacks(&legacy);
 
     t.assert_process_named("python3");
