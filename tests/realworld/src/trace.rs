@@ -273,6 +273,20 @@ pub fn same_function(name: &str, want: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('@'))
 }
 
+/// A test on a function name.
+pub type NamePred = Box<dyn Fn(&str) -> bool>;
+
+/// One [`same_function`] test per name.
+pub fn function_preds<S: AsRef<str>>(names: &[S]) -> Vec<NamePred> {
+    names
+        .iter()
+        .map(|o| {
+            let o = o.as_ref().to_string();
+            Box::new(move |n: &str| same_function(n, &o)) as NamePred
+        })
+        .collect()
+}
+
 impl Trace {
     /// Panics unless some slice matching `leaf` has, going outwards, ancestors matching
     /// each of `outer` in order (others may sit between them), on a track satisfying
@@ -321,13 +335,7 @@ impl Trace {
     /// [`Trace::assert_under_on`] over all tracks, with plain function names
     /// (compared with [`same_function`]).
     pub fn assert_under(&self, leaf: &str, outer: &[&str]) -> usize {
-        let preds: Vec<Box<dyn Fn(&str) -> bool>> = outer
-            .iter()
-            .map(|o| {
-                let o = o.to_string();
-                Box::new(move |n: &str| same_function(n, &o)) as Box<dyn Fn(&str) -> bool>
-            })
-            .collect();
+        let preds = function_preds(outer);
         let refs: Vec<&dyn Fn(&str) -> bool> = preds.iter().map(|b| b.as_ref()).collect();
         self.assert_under_on(
             &format!("{leaf} under {}", outer.join(" < ")),

@@ -4,7 +4,7 @@
 
 use ptscope_realworld::harness::{can_record, record};
 use ptscope_realworld::programs;
-use ptscope_realworld::trace::{same_function, Trace};
+use ptscope_realworld::trace::{function_preds, same_function, Trace};
 
 /// Panics unless the snapshot ends at the trigger: the hit of `trigger` is marked, and
 /// nothing in the trace is later than `SLACK_S` after it, although the program then runs
@@ -197,13 +197,7 @@ fn check_named_workers(t: &Trace, start_thread: bool) {
         if start_thread {
             outer.push("start_thread".into());
         }
-        let preds: Vec<Box<dyn Fn(&str) -> bool>> = outer
-            .iter()
-            .map(|o| {
-                let o = o.clone();
-                Box::new(move |n: &str| same_function(n, &o)) as Box<dyn Fn(&str) -> bool>
-            })
-            .collect();
+        let preds = function_preds(&outer);
         let refs: Vec<&dyn Fn(&str) -> bool> = preds.iter().map(|b| b.as_ref()).collect();
         t.track_named(thread);
         t.assert_under_on(
