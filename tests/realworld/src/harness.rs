@@ -437,3 +437,17 @@ pub fn record_with(
     let trace = load_checked(&out, &run);
     (run, trace)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The TMPDIR check catches a leftover file. `PTSCOPE_BIN` points at a shell that
+    /// leaves one (the only test in this binary that sets it).
+    #[test]
+    #[should_panic(expected = "left files in its TMPDIR")]
+    fn a_leftover_in_tmpdir_fails_the_run() {
+        std::env::set_var("PTSCOPE_BIN", "/bin/sh");
+        Ptscope::new(["-c", "touch \"$TMPDIR/leftover\""]).run();
+    }
+}

@@ -418,3 +418,94 @@ impl Trace {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ptscope_fxt::FxtWriter;
+
+    /// main > (parse > [lex, lex]) then main > emit, with a complete nested in a begin.
+    fn sample() -> Trace {
+        let mut w = FxtWriter::new(Vec::new());
+        w.process(1, "demo [pid=42]");
+        w.thread_object(2, 1, "worker");
+        let th = w.thread(1, 2);
+        w.begin(th, "", "main", 0, &[]);
+        w.begin(th, "", "parse", 10, &[]);
+        w.complete(th, "", "lex", 10, 20, &[]);
+        w.complete(th, "", "lex.constprop.0", 20, 30, &[]);
+        w.end(th, "", "parse", 40, &[]);
+        w.complete(th, "", "emit", 40, 50, &[]);
+        w.end(th, "", "main", 60, &[]);
+        Trace::from_bytes(w.finish().unwrap())
+    }
+
+    #[test]
+    fn tree_follows_perfetto_nesting() {
+        let t = sample();
+        assert!(t.report.is_ok(), "{}", t.report);
+        let track = t.tracks.values().next().unwrap();
+        assert_eq!(track.process_name, "demo [pid=42]");
+        assert_eq!(track.thread_name, "worker");
+        let stacks: Vec<String> = (0..track.slices.len())
+            .map(|i| track.stack_text(i))
+            .collect();
+        assert_eq!(
+            stacks,
+            [
+                "main",
+                "main > parse",
+                "main > parse > lex",
+                "main > parse > lex.constprop.0",
+                "main > emit"
+            ]
+        );
+        assert_eq!(t.span, Some((0, 60)));
+        assert_eq!(t.assert_under("lex", &["parse", "main"]), 2);
+        t.track_named("worker");
+    }
+
+    #[test]
+    #[should_panic(expected = "no such stack")]
+    fn under_fails_for_a_wrong_caller() {
+        sample().assert_under("emit", &["parse"]);
+    }
+
+    #[test]
+    #[should_panic(expected = "no such stack")]
+    fn under_fails_for_callers_in_the_wrong_order() {
+        sample().assert_under("lex", &["main", "parse"]);
+    }
+
+    #[test]
+    #[should_panic(expected = "no process named after `python3`")]
+    fn process_name_must_match() {
+        sample().assert_process_named("python3");
+    }
+
+    #[test]
+    #[should_panic(expected = "differs at slice")]
+    fn same_slices_notices_a_moved_slice() {
+        let mut w = FxtWriter::new(Vec::new());
+        w.process(1, "demo [pid=42]");
+        w.thread_object(2, 1, "worker");
+        let th = w.thread(1, 2);
+        w.begin(th, "", "main", 0, &[]);
+        w.begin(th, "", "parse", 10, &[]);
+        w.complete(th, "", "lex", 10, 20, &[]);
+        w.complete(th, "", "lex.constprop.0", 21, 30, &[]);
+        w.end(th, "", "parse", 40, &[]);
+        w.complete(th, "", "emit", 40, 50, &[]);
+        w.end(th, "", "main", 60, &[]);
+        let other = Trace::from_bytes(w.finish().unwrap());
+        sample().assert_same_slices(&other, "test");
+    }
+
+    #[test]
+    fn function_names_allow_clone_suffixes_and_prefixes() {
+        assert!(same_function("lex.constprop.0", "lex"));
+        assert!(same_function("memcpy@plt", "memcpy"));
+        assert!(!same_function("lexer", "lex"));
+        assert!(same_function("__memcmp_evex_movbe", "__memcmp*"));
+    }
+}
