@@ -37,6 +37,11 @@ pub struct Track {
 }
 
 impl Track {
+    /// Whether the thread is named `name`, ignoring a ` [tid=…]`-style suffix.
+    pub fn thread_is(&self, name: &str) -> bool {
+        self.thread_name.split(" [").next() == Some(name)
+    }
+
     /// Names of the ancestors of slice `i`, innermost first.
     pub fn ancestors(&self, i: usize) -> Vec<&str> {
         let mut out = Vec::new();
@@ -364,7 +369,7 @@ impl Trace {
     pub fn track_named(&self, name: &str) -> &Track {
         self.tracks
             .values()
-            .find(|t| t.thread_name == name && !t.slices.is_empty())
+            .find(|t| t.thread_is(name) && !t.slices.is_empty())
             .unwrap_or_else(|| {
                 let names: Vec<(&str, &str)> = self
                     .tracks

@@ -202,7 +202,7 @@ fn check_named_workers(t: &Trace, start_thread: bool) {
         t.track_named(thread);
         t.assert_under_on(
             &format!("{leaf} under {} on thread {thread:?}", outer.join(" < ")),
-            |k| k.thread_name == thread,
+            |k| k.thread_is(thread),
             |n| same_function(n, leaf),
             &refs,
         );
