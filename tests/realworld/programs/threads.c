@@ -1,14 +1,17 @@
-/* Named threads doing distinct work: "hasher" hashes, "sorter" sorts, "copier" copies.
- * After joining them main calls phase_two() (a --trigger target) and then does
- * after_trigger_work(), which a snapshot taken at phase_two() must not contain. */
+/* Named threads doing distinct work: "hasher" hashes, "sorter" sorts, "copier" copies,
+ * all three until main tells them to stop (about 0.4 s), so that the last moments of the
+ * run hold all three. After joining them main calls phase_two() (a --trigger target) and
+ * then does after_trigger_work(), which a snapshot taken at phase_two() must not contain. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
-#define ROUNDS 120
+static atomic_int stop;
 
 __attribute__((noinline)) uint64_t hash_block(const unsigned char *p, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -22,7 +25,7 @@ static void *hasher_main(void *arg) {
   static unsigned char buf[1 << 20];
   memset(buf, 7, sizeof buf);
   uint64_t h = 0;
-  for (int r = 0; r < ROUNDS; r++) h += hash_block(buf, sizeof buf);
+  while (!atomic_load(&stop)) h += hash_block(buf, sizeof buf);
   return (void *)(uintptr_t)h;
 }
 
@@ -31,18 +34,20 @@ __attribute__((noinline)) int cmp_u32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-__attribute__((noinline)) void sort_block(uint32_t *v, size_t n, uint32_t seed) {
+/* Returns the median so that qsort is not a tail call (sort_block keeps its frame). */
+__attribute__((noinline)) uint32_t sort_block(uint32_t *v, size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; i++) v[i] = (uint32_t)(i * 2654435761u) ^ seed;
   qsort(v, n, sizeof *v, cmp_u32);
+  return v[n / 2];
 }
 
 static void *sorter_main(void *arg) {
   (void)arg;
   pthread_setname_np(pthread_self(), "sorter");
-  size_t n = 1 << 16;
+  size_t n = 1 << 14;
   uint32_t *v = malloc(n * sizeof *v);
-  for (int r = 0; r < ROUNDS / 4; r++) sort_block(v, n, (uint32_t)r);
-  uint32_t first = v[0];
+  uint32_t first = 0;
+  for (uint32_t r = 0; !atomic_load(&stop); r++) first += sort_block(v, n, r);
   free(v);
   return (void *)(uintptr_t)first;
 }
@@ -63,7 +68,7 @@ static void *copier_main(void *arg) {
   unsigned char *a = malloc(n), *b = malloc(n);
   memset(a, 1, n);
   size_t s = 0;
-  for (int r = 0; r < ROUNDS / 4; r++) s += copy_block(b, a, n);
+  while (!atomic_load(&stop)) s += copy_block(b, a, n);
   free(a);
   free(b);
   return (void *)(uintptr_t)s;
@@ -81,6 +86,9 @@ int main(void) {
   pthread_t t[3];
   void *(*fn[3])(void *) = {hasher_main, sorter_main, copier_main};
   for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, fn[i], NULL);
+  struct timespec run = {0, 400 * 1000 * 1000};
+  nanosleep(&run, NULL);
+  atomic_store(&stop, 1);
   uintptr_t sum = 0;
   for (int i = 0; i < 3; i++) {
     void *r;
