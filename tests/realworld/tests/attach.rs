@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const PYTHON: &str = "/usr/bin/python3";
-const REQUESTS: usize = 150;
+const REQUESTS: usize = 300;
 
 /// Kills the server when the test ends, however it ends.
 struct Server(Child);
