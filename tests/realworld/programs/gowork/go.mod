@@ -1,0 +1,3 @@
+module collatz
+
+go 1.19

@@ -1,0 +1,320 @@
+//! Debian's own command-line tools, as installed: gzip, sort, sqlite3, git, and a shell
+//! pipeline that forks. Their binaries are stripped, so only exported symbols (theirs,
+//! libc's, libsqlite3's, libz's) have names; their own functions are `[unknown @ … (FILE)]`.
+
+use ptscope_realworld::harness::{
+    args, can_record, decode, need_tool, record, record_with, Ptscope,
+};
+use ptscope_realworld::programs;
+use ptscope_realworld::trace::{same_function, Trace};
+use std::path::Path;
+
+/// A name for a function of the stripped executable `exe` (`[unknown @ 0x… (exe)]`).
+fn in_exe(exe: &Path) -> impl Fn(&str) -> bool {
+    let tag = format!("({})]", exe.display());
+    move |n: &str| n.ends_with(&tag)
+}
+
+/// Panics unless, on a track satisfying `on_track`, a function of the stripped `exe` runs
+/// under two more of its functions under `__libc_start_call_main`: the executable's
+/// unwind tables walked through its nameless code.
+fn assert_exe_nested(
+    t: &Trace,
+    exe: &Path,
+    on_track: impl Fn(&ptscope_realworld::trace::Track) -> bool,
+) {
+    let code = in_exe(exe);
+    let start = |n: &str| n == "__libc_start_call_main";
+    t.assert_under_on(
+        &format!("{} code 3 deep under __libc_start_call_main", exe.display()),
+        on_track,
+        &code,
+        &[&code, &code, &start],
+    );
+}
+
+/// Panics unless a libc function named `leaf*` runs under a function of `exe` under
+/// `__libc_start_call_main` (on any thread of a process named after `exe`).
+fn assert_libc_under_exe(t: &Trace, exe: &Path, leaf: &str) {
+    let code = in_exe(exe);
+    let start = |n: &str| n == "__libc_start_call_main";
+    let prefix = format!("{leaf}*");
+    t.assert_under_on(
+        &format!(
+            "{leaf}* under {} under __libc_start_call_main",
+            exe.display()
+        ),
+        |_| true,
+        |n| same_function(n, &prefix),
+        &[&code, &start],
+    );
+}
+
+#[test]
+fn gzip_dwarf_text_vs_dlfilter() {
+    let test = "gzip_dwarf_text_vs_dlfilter";
+    if !can_record(test) {
+        return;
+    }
+    let Some(gzip) = need_tool(test, "gzip", "gzip") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    programs::text_file(&input, 4);
+    let work = dir.path().join("rec");
+    let (run, t) = record(
+        dir.path(),
+        "gzip",
+        &["--callgraph", "dwarf", "-w", work.to_str().unwrap()],
+        &[&gzip, &"-c", &input],
+    );
+    // gzip's own (nameless) code, unwound through its .eh_frame: deflate's loop under
+    // the functions that call it, under main's caller in libc.
+    assert_exe_nested(&t, &gzip, |_| true);
+
+    let text = decode(
+        &work,
+        &dir.path().join("text.fxt.gz"),
+        &["--decoder", "text"],
+        &run,
+    );
+    let dl = decode(
+        &work,
+        &dir.path().join("dl.fxt.gz"),
+        &["--decoder", "dlfilter"],
+        &run,
+    );
+    text.assert_same_slices(&dl, "gzip: --decoder text vs --decoder dlfilter");
+    t.assert_process_named("gzip");
+}
+
+#[test]
+fn sort_dwarf_both_writers() {
+    let test = "sort_dwarf_both_writers";
+    if !can_record(test) {
+        return;
+    }
+    let Some(sort) = need_tool(test, "sort", "coreutils") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    programs::text_file(&input, 4);
+    let sorted = dir.path().join("sorted.txt");
+    let work = dir.path().join("rec");
+    // One thread, C locale: the comparisons are libc's memcmp, called from sort's code.
+    let (run, t) = record_with(
+        dir.path(),
+        "sort",
+        &["--callgraph", "dwarf", "-w", work.to_str().unwrap()],
+        &[&sort, &"--parallel=1", &"-o", &sorted, &input],
+        |c| {
+            c.env("LC_ALL", "C");
+        },
+    );
+    assert_libc_under_exe(&t, &sort, "__memcmp");
+    let legacy = decode(
+        &work,
+        &dir.path().join("legacy.fxt.gz"),
+        &["--writer", "legacy"],
+        &run,
+    );
+    assert_libc_under_exe(&legacy, &sort, "__memcmp");
+    let segments = decode(
+        &work,
+        &dir.path().join("seg.fxt.gz"),
+        &["--writer", "segments"],
+        &run,
+    );
+    segments.assert_same_slices(&t, "sort: run's own decode vs decode --writer segments");
+    t.assert_process_named("sort");
+}
+
+#[test]
+fn sqlite3_queries_dwarf_text_vs_dlfilter() {
+    let test = "sqlite3_queries_dwarf_text_vs_dlfilter";
+    if !can_record(test) {
+        return;
+    }
+    let Some(sqlite3) = need_tool(test, "sqlite3", "sqlite3") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    programs::sqlite_db(&sqlite3, &db, 200_000);
+    let work = dir.path().join("rec");
+    let queries = "SELECT count(*), sum(length(b)) FROM t WHERE b LIKE '%AB%'; \
+                   SELECT b FROM t ORDER BY b LIMIT 3; \
+                   SELECT a % 97 AS k, count(*) FROM t GROUP BY k ORDER BY 2 DESC LIMIT 3;";
+    let (run, t) = record(
+        dir.path(),
+        "sqlite3",
+        &["--callgraph", "dwarf", "-w", work.to_str().unwrap()],
+        &[&sqlite3, &db, &queries],
+    );
+    // The virtual machine runs each statement; the parser compiles it.
+    t.assert_under(
+        "sqlite3VdbeExec",
+        &["sqlite3_step", "__libc_start_call_main"],
+    );
+    t.assert_under(
+        "sqlite3RunParser",
+        &["sqlite3_prepare_v2", "__libc_start_call_main"],
+    );
+
+    let text = decode(
+        &work,
+        &dir.path().join("text.fxt.gz"),
+        &["--decoder", "text"],
+        &run,
+    );
+    let dl = decode(
+        &work,
+        &dir.path().join("dl.fxt.gz"),
+        &["--decoder", "dlfilter"],
+        &run,
+    );
+    text.assert_same_slices(&dl, "sqlite3: --decoder text vs --decoder dlfilter");
+    t.assert_process_named("sqlite3");
+}
+
+#[test]
+fn sqlite3_trigger_in_a_library_works_or_is_refused_clearly() {
+    // sqlite3_finalize is libsqlite3's, not the (stripped) executable's. ptscope either
+    // sets the trigger there (and the snapshot marks the hit) or refuses with an error
+    // naming the function and the reason, without a panic, a trace file or leftovers.
+    let test = "sqlite3_trigger_in_a_library_works_or_is_refused_clearly";
+    if !can_record(test) {
+        return;
+    }
+    let Some(sqlite3) = need_tool(test, "sqlite3", "sqlite3") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    programs::sqlite_db(&sqlite3, &db, 20_000);
+    let out = dir.path().join("trigger.fxt.gz");
+    let p = Ptscope::new(args(&[
+        &"run",
+        &"--trigger",
+        &"sqlite3_finalize",
+        &"-o",
+        &out,
+        &"--",
+        &sqlite3,
+        &db,
+        &"SELECT count(*) FROM t WHERE b LIKE '%AB%';",
+    ]));
+    let done = p.run_either();
+    let stderr = done.stderr();
+    if done.output.status.success() {
+        let t = ptscope_realworld::harness::load_checked(&out, &done);
+        assert!(
+            t.find(|n| n.starts_with("hit sqlite3_finalize"))
+                .next()
+                .is_some(),
+            "the trigger was set but its hit is not in the trace: {}",
+            t.summary()
+        );
+    } else {
+        assert!(
+            stderr.contains("sqlite3_finalize") && stderr.contains("stripped"),
+            "the error does not name the function and the reason:\n{stderr}"
+        );
+        assert!(
+            !out.exists(),
+            "a trace was written although recording was refused"
+        );
+    }
+}
+
+#[test]
+fn git_hash_object_and_log_dwarf() {
+    let test = "git_hash_object_and_log_dwarf";
+    if !can_record(test) {
+        return;
+    }
+    let Some(git) = need_tool(test, "git", "git") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    programs::git_repo(&git, &repo);
+    let setup = |c: &mut std::process::Command| {
+        c.current_dir(&repo);
+        programs::git_env(c);
+    };
+    // hash-object: git's own (nameless) SHA-1 code over the 3 MB file, four times.
+    let (_, t) = record_with(
+        dir.path(),
+        "hash-object",
+        &["--callgraph", "dwarf"],
+        &[
+            &git,
+            &"hash-object",
+            &"big.txt",
+            &"big.txt",
+            &"big.txt",
+            &"big.txt",
+        ],
+        setup,
+    );
+    let code = in_exe(&git);
+    let start = |n: &str| n == "__libc_start_call_main";
+    t.assert_under_on(
+        "git's code under __libc_start_call_main",
+        |_| true,
+        &code,
+        &[&start],
+    );
+    let hash_object = t;
+
+    // log -p: the loose objects are inflated by libz's (named) inflate.
+    let (_, t) = record_with(
+        dir.path(),
+        "log",
+        &["--callgraph", "dwarf"],
+        &[&git, &"log", &"-p"],
+        setup,
+    );
+    let inflate = |n: &str| n == "inflate";
+    t.assert_under_on(
+        "libz inflate under git's code under __libc_start_call_main",
+        |_| true,
+        inflate,
+        &[&code, &start],
+    );
+    hash_object.assert_process_named("git");
+    t.assert_process_named("git");
+}
+
+#[test]
+fn shell_pipeline_records_the_forked_processes() {
+    let test = "shell_pipeline_records_the_forked_processes";
+    if !can_record(test) {
+        return;
+    }
+    let (Some(sh), Some(gzip), Some(_)) = (
+        need_tool(test, "sh", "dash"),
+        need_tool(test, "gzip", "gzip"),
+        need_tool(test, "wc", "coreutils"),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    programs::text_file(&input, 4);
+    let script = format!("{} -c '{}' | wc -c", gzip.display(), input.display());
+    let (_, t) = record(
+        dir.path(),
+        "pipeline",
+        &["--callgraph", "dwarf"],
+        &[&sh, &"-c", &script],
+    );
+    // The shell forks gzip and wc: both are recorded, named, and gzip's work is there.
+    assert_exe_nested(&t, &gzip, |_| true);
+    t.assert_process_named("gzip");
+    t.assert_process_named("wc");
+    assert_exe_nested(&t, &gzip, |k| k.process_name.contains("gzip"));
+}
