@@ -123,8 +123,22 @@ struct Pending {
 }
 
 impl Pending {
-    /// Creates the temporary file in `target`'s directory.
-    fn create(target: &Path, keep_old: bool) -> io::Result<(File, Pending)> {
+    /// Creates the temporary file in `target`'s directory, or opens `target` itself
+    /// when it is a device, pipe or socket (`/dev/null`, `/dev/stdout`, a fifo): those
+    /// are written in place, since renaming over them would replace the device node.
+    fn create(target: &Path, keep_old: bool) -> io::Result<(File, Option<Pending>)> {
+        match std::fs::metadata(target) {
+            Ok(m) if m.is_dir() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    format!("{} is a directory; name a file", target.display()),
+                ))
+            }
+            Ok(m) if !m.is_file() => {
+                return Ok((File::options().write(true).open(target)?, None));
+            }
+            _ => {}
+        }
         let name = target.file_name().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -150,7 +164,7 @@ impl Pending {
             target: target.to_path_buf(),
             keep_old,
         };
-        Ok((file, pending))
+        Ok((file, Some(pending)))
     }
 
     /// Syncs `file` and renames it over the target (keeping the old one if asked).
@@ -202,7 +216,7 @@ fn keep_as_old(target: &Path) -> io::Result<()> {
 /// the output unfinished (an error, a panic) leaves the path as it was.
 pub struct TraceOutput {
     inner: Inner,
-    /// `None` for standard output.
+    /// `None` for standard output and devices, written in place.
     pending: Option<Pending>,
 }
 
@@ -275,10 +289,7 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
     } else {
         Inner::Raw(file)
     };
-    Ok(TraceOutput {
-        inner,
-        pending: Some(pending),
-    })
+    Ok(TraceOutput { inner, pending })
 }
 
 /// Any output file written atomically: it replaces its path only at
@@ -302,7 +313,8 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
 /// ```
 pub struct AtomicFile {
     out: BufWriter<File>,
-    pending: Pending,
+    /// `None` for a device, pipe or socket, written in place.
+    pending: Option<Pending>,
 }
 
 impl AtomicFile {
@@ -317,14 +329,19 @@ impl AtomicFile {
 
     /// Keeps an existing file at the path as `<path>.old` when committing.
     pub fn keep_old(mut self) -> Self {
-        self.pending.keep_old = true;
+        if let Some(p) = &mut self.pending {
+            p.keep_old = true;
+        }
         self
     }
 
     /// Flushes and syncs the data and renames the file into place.
     pub fn commit(self) -> io::Result<()> {
         let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        self.pending.commit(file)
+        match self.pending {
+            Some(p) => p.commit(file),
+            None => Ok(()),
+        }
     }
 }
 

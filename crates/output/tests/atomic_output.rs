@@ -186,3 +186,28 @@ fn a_finished_output_replaces_the_previous_one_kept_as_old() {
     assert!(!e.to_string().is_empty());
     assert_eq!(listing(dir.path()).len(), 5);
 }
+
+#[test]
+fn a_pipe_is_written_in_place_not_replaced() {
+    // Renaming over a device or fifo (`-o /dev/null`, `-o /dev/stdout`) would replace
+    // the node itself: those are written directly.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("pipe.fxt.gz");
+    let ok = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "mkfifo failed");
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).expect("read fifo"))
+    };
+    write_trace(&fifo, b"through the pipe").expect("write");
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::symlink_metadata(&fifo).expect("fifo").file_type();
+    // (Checked before joining the reader, which would wait forever on a lost fifo.)
+    assert!(t.is_fifo(), "the fifo was replaced");
+    let got = ptscope_output::gunzip_if_needed(reader.join().expect("reader")).expect("gunzip");
+    assert_eq!(got, b"through the pipe");
+    assert_eq!(listing(dir.path()), ["pipe.fxt.gz"]);
+}
