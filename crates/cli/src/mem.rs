@@ -111,9 +111,26 @@ fn to_stdout(f: impl FnOnce(&mut dyn Write) -> memtrace::Result<()>) -> memtrace
     }
 }
 
-fn create(path: &Path) -> anyhow::Result<BufWriter<File>> {
-    let f = File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
-    Ok(BufWriter::with_capacity(1 << 16, f))
+/// The output file, written under a temporary name beside it: it replaces `path` only
+/// when [`commit`] succeeds, so an error leaves `path` as it was (and the input intact
+/// when it is also the output).
+fn create(path: &Path) -> anyhow::Result<ptscope_output::AtomicFile> {
+    ptscope_output::AtomicFile::create(path).with_context(|| {
+        format!(
+            "{}: cannot create a temporary file beside it",
+            path.display()
+        )
+    })
+}
+
+/// Renames a finished output into place.
+fn commit(out: ptscope_output::AtomicFile, path: &Path) -> memtrace::Result<()> {
+    out.commit().map_err(|e| {
+        memtrace::Error::from(io::Error::new(
+            e.kind(),
+            format!("cannot write {}: {e}", path.display()),
+        ))
+    })
 }
 
 /// Runs a memtrace tool.
@@ -145,10 +162,15 @@ pub fn run(args: MemArgs) -> anyhow::Result<()> {
         MemTool::StripNames { file, output } => {
             let mut r = open(&file)?;
             let out = create(&output)?;
-            let res =
-                tools::strip_names(&mut r, out).and_then(|mut w| w.flush().map_err(Into::into));
+            let res = tools::strip_names(&mut r, out).and_then(|w| commit(w, &output));
             report_notes(&file, &r);
-            res.with_context(|| format!("{} -> {}", file.display(), output.display()))
+            res.with_context(|| {
+                format!(
+                    "{} -> {} (left unchanged)",
+                    file.display(),
+                    output.display()
+                )
+            })
         }
         MemTool::Subsample {
             file,
@@ -166,10 +188,15 @@ pub fn run(args: MemArgs) -> anyhow::Result<()> {
                 end_s: end.unwrap_or(i64::MAX),
                 seed,
             };
-            let res = tools::subsample(&mut r, out, &opts)
-                .and_then(|mut w| w.flush().map_err(Into::into));
+            let res = tools::subsample(&mut r, out, &opts).and_then(|w| commit(w, &output));
             report_notes(&file, &r);
-            res.with_context(|| format!("{} -> {}", file.display(), output.display()))
+            res.with_context(|| {
+                format!(
+                    "{} -> {} (left unchanged)",
+                    file.display(),
+                    output.display()
+                )
+            })
         }
         MemTool::Convert {
             file,

@@ -1,13 +1,23 @@
 //! Opening trace files for writing (raw or gzip) and reading them back.
+//!
+//! Every file is written atomically: under a private temporary name in the target's
+//! own directory (created with `O_EXCL`, so nothing another user placed there is
+//! followed or reused), then completed, flushed, synced and renamed over the target.
+//! Until then the target keeps its previous content; an error or a drop removes the
+//! temporary file, so a full disk, an error or a kill never leaves a truncated output
+//! at the target's name. (Only a SIGKILL can leave the hidden temporary file behind.)
 
 use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Stdout, Write};
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
+use tempfile::TempPath;
 
 /// Buffer between the encoder and the file; the FXT writer already batches 64 KiB.
 const FILE_BUFFER: usize = 256 * 1024;
@@ -30,7 +40,7 @@ struct GzipThread {
     buf: Vec<u8>,
     tx: Option<SyncSender<Vec<u8>>>,
     recycled: Receiver<Vec<u8>>,
-    handle: Option<JoinHandle<io::Result<()>>>,
+    handle: Option<JoinHandle<io::Result<File>>>,
 }
 
 impl GzipThread {
@@ -39,14 +49,14 @@ impl GzipThread {
         let (back_tx, back_rx) = sync_channel::<Vec<u8>>(8);
         let handle = std::thread::Builder::new()
             .name("ptscope-gzip".into())
-            .spawn(move || -> io::Result<()> {
+            .spawn(move || -> io::Result<File> {
                 let mut gz = GzEncoder::new(file, Compression::new(GZIP_LEVEL));
                 for mut chunk in rx {
                     gz.write_all(&chunk)?;
                     chunk.clear();
                     let _ = back_tx.try_send(chunk);
                 }
-                gz.finish()?.flush()
+                gz.finish()?.into_inner().map_err(|e| e.into_error())
             })?;
         Ok(GzipThread {
             buf: Vec::with_capacity(CHUNK),
@@ -76,7 +86,7 @@ impl GzipThread {
         self.tx = None;
         match self.handle.take().map(|h| h.join()) {
             Some(Ok(Err(e))) => e,
-            Some(Ok(Ok(()))) | None => {
+            Some(Ok(Ok(_))) | None => {
                 io::Error::new(io::ErrorKind::BrokenPipe, "the gzip compressor stopped")
             }
             Some(Err(_)) => io::Error::other("the gzip compressor thread panicked"),
@@ -91,7 +101,8 @@ impl GzipThread {
         Ok(())
     }
 
-    fn finish(mut self) -> io::Result<()> {
+    /// Writes the gzip trailer and returns the file, flushed to the OS.
+    fn finish(mut self) -> io::Result<File> {
         self.send()?;
         self.tx = None;
         match self.handle.take().map(|h| h.join()) {
@@ -102,12 +113,111 @@ impl GzipThread {
     }
 }
 
+/// A file being written under a temporary name, renamed over its target when done.
+struct Pending {
+    /// Removes the temporary file when dropped, i.e. unless committed.
+    temp: TempPath,
+    target: PathBuf,
+    /// Keep an existing target as `<target>.old` instead of replacing it.
+    keep_old: bool,
+}
+
+impl Pending {
+    /// Creates the temporary file in `target`'s directory, or opens `target` itself
+    /// when it is a device, pipe or socket (`/dev/null`, `/dev/stdout`, a fifo): those
+    /// are written in place, since renaming over them would replace the device node.
+    fn create(target: &Path, keep_old: bool) -> io::Result<(File, Option<Pending>)> {
+        match std::fs::metadata(target) {
+            Ok(m) if m.is_dir() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    format!("{} is a directory; name a file", target.display()),
+                ))
+            }
+            Ok(m) if !m.is_file() => {
+                return Ok((File::options().write(true).open(target)?, None));
+            }
+            _ => {}
+        }
+        let name = target.file_name().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a file name", target.display()),
+            )
+        })?;
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let mut prefix = OsString::from(".");
+        prefix.push(name);
+        prefix.push(".");
+        // 0666 less the umask, as File::create would give the target.
+        let temp = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(".tmp")
+            .permissions(std::fs::Permissions::from_mode(0o666))
+            .tempfile_in(dir)?;
+        let (file, temp) = temp.into_parts();
+        let pending = Pending {
+            temp,
+            target: target.to_path_buf(),
+            keep_old,
+        };
+        Ok((file, Some(pending)))
+    }
+
+    /// Syncs `file` and renames it over the target (keeping the old one if asked).
+    fn commit(self, file: File) -> io::Result<()> {
+        file.sync_all()?;
+        drop(file);
+        if self.keep_old {
+            keep_as_old(&self.target)?;
+        }
+        let dir = self.temp.parent().map(Path::to_path_buf);
+        self.temp.persist(&self.target).map_err(|e| e.error)?;
+        // The rename itself survives a crash only once the directory is synced.
+        if let Some(dir) = dir {
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Keeps an existing `target` as `<target>.old`, so a previous trace is never silently
+/// lost. A hard link keeps the target in place until the new file replaces it.
+fn keep_as_old(target: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if !m.is_dir() => {}
+        _ => return Ok(()),
+    }
+    let mut old = target.as_os_str().to_owned();
+    old.push(".old");
+    let old = PathBuf::from(old);
+    match std::fs::remove_file(&old) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot replace {}: {e}", old.display()),
+            ))
+        }
+        _ => {}
+    }
+    // Filesystems without hard links get a rename: the target is briefly missing.
+    std::fs::hard_link(target, &old).or_else(|_| std::fs::rename(target, &old))
+}
+
 /// A trace destination: a raw file, a gzip file, or standard output.
 ///
-/// Call [`finish`](TraceOutput::finish): it writes the gzip trailer and reports the
-/// errors that a drop would swallow.
+/// A file appears at its path only when [`finish`](TraceOutput::finish) succeeds; it
+/// writes the gzip trailer and reports the errors that a drop would swallow. Dropping
+/// the output unfinished (an error, a panic) leaves the path as it was.
 pub struct TraceOutput {
     inner: Inner,
+    /// `None` for standard output and devices, written in place.
+    pending: Option<Pending>,
 }
 
 impl TraceOutput {
@@ -116,12 +226,17 @@ impl TraceOutput {
         matches!(self.inner, Inner::Gzip(_))
     }
 
-    /// Completes the stream (gzip trailer included) and flushes it to the OS.
+    /// Completes the stream (gzip trailer included), syncs it to disk, keeps an
+    /// existing file at the path as `<path>.old` and renames the new one into place.
     pub fn finish(self) -> io::Result<()> {
-        match self.inner {
-            Inner::Raw(mut w) => w.flush(),
-            Inner::Gzip(gz) => gz.finish(),
-            Inner::Stdout(mut w) => w.flush(),
+        let file = match self.inner {
+            Inner::Raw(w) => w.into_inner().map_err(|e| e.into_error())?,
+            Inner::Gzip(gz) => gz.finish()?,
+            Inner::Stdout(mut w) => return w.flush(),
+        };
+        match self.pending {
+            Some(p) => p.commit(file),
+            None => Ok(()),
         }
     }
 }
@@ -154,14 +269,18 @@ impl Write for TraceOutput {
 }
 
 /// Creates the output for `path`: `-` is stdout, a `.gz` name is gzip (level 6),
-/// anything else is written raw. An existing file is replaced.
+/// anything else is written raw. The file is written under a temporary name in the
+/// same directory and replaces `path` (kept as `<path>.old`) only at
+/// [`TraceOutput::finish`].
 pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
     if path.as_os_str() == "-" {
         return Ok(TraceOutput {
             inner: Inner::Stdout(BufWriter::with_capacity(FILE_BUFFER, io::stdout())),
+            pending: None,
         });
     }
-    let file = BufWriter::with_capacity(FILE_BUFFER, File::create(path)?);
+    let (file, pending) = Pending::create(path, true)?;
+    let file = BufWriter::with_capacity(FILE_BUFFER, file);
     let gzip = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
@@ -170,7 +289,74 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
     } else {
         Inner::Raw(file)
     };
-    Ok(TraceOutput { inner })
+    Ok(TraceOutput { inner, pending })
+}
+
+/// Any output file written atomically: it replaces its path only at
+/// [`commit`](AtomicFile::commit), and dropping it uncommitted leaves the path as it was
+/// and no temporary file behind.
+///
+/// ```
+/// use std::io::Write;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("out.txt");
+/// let mut f = ptscope_output::AtomicFile::create(&path)?;
+/// f.write_all(b"half")?;
+/// drop(f); // an error happened: nothing appears
+/// assert!(!path.exists());
+/// let mut f = ptscope_output::AtomicFile::create(&path)?;
+/// f.write_all(b"whole")?;
+/// f.commit()?;
+/// assert_eq!(std::fs::read(&path)?, b"whole");
+/// assert_eq!(std::fs::read_dir(dir.path())?.count(), 1);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct AtomicFile {
+    out: BufWriter<File>,
+    /// `None` for a device, pipe or socket, written in place.
+    pending: Option<Pending>,
+}
+
+impl AtomicFile {
+    /// Starts writing `path` (replaced at commit; see [`keep_old`](Self::keep_old)).
+    pub fn create(path: &Path) -> io::Result<AtomicFile> {
+        let (file, pending) = Pending::create(path, false)?;
+        Ok(AtomicFile {
+            out: BufWriter::with_capacity(FILE_BUFFER, file),
+            pending,
+        })
+    }
+
+    /// Keeps an existing file at the path as `<path>.old` when committing.
+    pub fn keep_old(mut self) -> Self {
+        if let Some(p) = &mut self.pending {
+            p.keep_old = true;
+        }
+        self
+    }
+
+    /// Flushes and syncs the data and renames the file into place.
+    pub fn commit(self) -> io::Result<()> {
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        match self.pending {
+            Some(p) => p.commit(file),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.out.write_all(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// Returns `data` decompressed if it starts with the gzip magic, else unchanged.

@@ -26,5 +26,5 @@ mod file;
 pub mod fxt_sink;
 // pub mod transcript;
 
-pub use file::{gunzip_if_needed, open_trace_output, read_trace_file, TraceOutput};
+pub use file::{gunzip_if_needed, open_trace_output, read_trace_file, AtomicFile, TraceOutput};
 pub use fxt_sink::{FxtSink, FxtThread, SinkStats};

@@ -8,11 +8,16 @@
 //! ```text
 //! cargo run --release -p ptscope-stacks --example bench_writers -- legacy 10000000
 //! cargo run --release -p ptscope-stacks --example bench_writers -- segments 10000000
+//! cargo run --release -p ptscope-stacks --example bench_writers -- legacy-ordered 10000000
 //! ```
+//!
+//! `legacy-ordered` puts the [`OrderedSink`] the CLI uses for legacy FXT output between
+//! the writer and the counting sink.
 
 use ptscope_decode::Decoder;
 use ptscope_event::Event;
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::ordered::OrderedSink;
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::{Arg, StackWriter, TraceSink};
 use std::time::Instant;
@@ -64,12 +69,23 @@ fn peak_rss_kib() -> u64 {
 }
 
 fn run<W: StackWriter<CountingSink>>(
-    mut w: W,
+    w: W,
     events: &[Event],
     span: u64,
     target: u64,
     strings: &ptscope_event::StringTable,
 ) -> (u64, u64) {
+    let (fed, sink) = feed(w, events, span, target, strings);
+    (fed, sink.events)
+}
+
+fn feed<S: TraceSink, W: StackWriter<S>>(
+    mut w: W,
+    events: &[Event],
+    span: u64,
+    target: u64,
+    strings: &ptscope_event::StringTable,
+) -> (u64, S) {
     let mut fed = 0u64;
     let mut rep = 0u64;
     let mut ev;
@@ -85,8 +101,7 @@ fn run<W: StackWriter<CountingSink>>(
         }
         rep += 1;
     }
-    let sink = w.finish(strings);
-    (fed, sink.events)
+    (fed, w.finish(strings))
 }
 
 fn main() {
@@ -125,6 +140,22 @@ fn main() {
             target,
             d.strings(),
         ),
+        "legacy-ordered" => {
+            let (fed, ordered) = feed(
+                LegacyWriter::new(
+                    OrderedSink::new(CountingSink::default()),
+                    LegacyConfig {
+                        earliest_time: first,
+                        ..LegacyConfig::default()
+                    },
+                ),
+                &events,
+                span,
+                target,
+                d.strings(),
+            );
+            (fed, ordered.finish().expect("spool").events)
+        }
         _ => run(
             SegmentsWriter::new(
                 CountingSink::default(),

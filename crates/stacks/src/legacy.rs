@@ -4,7 +4,12 @@
 //! (checked against magic-trace's own test transcripts), quirks included, so that the
 //! segment-based writer can be measured against it. Where magic-trace would crash
 //! (an "impossible" branch combination, a pushtrap on an empty stack) this writer warns
-//! and carries on instead; everything else is deliberately identical.
+//! and carries on instead. Where magic-trace would leave a slice without its begin or
+//! end, this writer closes it: a thread's time never goes backwards (damaged input),
+//! the end of the trace is never before the last event's written time, a frame seen
+//! only at trace time 0 is written when its thread closes rather than lost, and a
+//! poptrap or entertrap pops silently only the pushtrap's own copy of a frame. None of
+//! this changes magic-trace's fixtures; everything else is deliberately identical.
 //!
 //! ```
 //! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
@@ -135,6 +140,9 @@ struct Callstack {
     /// Bottom (root) first.
     stack: Vec<Location>,
     create_time: i64,
+    /// The bottom frame is a pushtrap's copy of the frame that pushed it (no slice of
+    /// its own), until it is popped.
+    seeded: bool,
 }
 
 impl Callstack {
@@ -142,6 +150,7 @@ impl Callstack {
         Callstack {
             stack: Vec::new(),
             create_time,
+            seeded: false,
         }
     }
 }
@@ -162,7 +171,12 @@ struct ThreadInfo<T> {
     pending_events: Vec<Pending>,
     pending_time: i64,
     start_events: VecDeque<(i64, Pending)>,
+    /// Set while [`end_of_thread`] closes the stacks: nothing may be deferred then.
+    closing: bool,
     last_event_time: i64,
+    /// The time the last event was written at: `last_event_time`, or 1 ns later when
+    /// it was slid past a decode error (or was the thread's first event).
+    last_written_time: i64,
     track_group_id: u32,
     extra_event_tracks: [Option<T>; 2],
 }
@@ -345,7 +359,9 @@ impl<S: TraceSink> LegacyWriter<S> {
             pending_events: Vec::new(),
             pending_time: 0,
             start_events: VecDeque::new(),
+            closing: false,
             last_event_time: effective_time,
+            last_written_time: effective_time,
             track_group_id,
             extra_event_tracks: [None, None],
         });
@@ -363,18 +379,27 @@ impl<S: TraceSink> LegacyWriter<S> {
                 // Decode errors sometimes lack a time: pretend they happened with the last event.
                 None => ti.last_event_time,
                 Some(t) => {
-                    let m = t.wrapping_sub(base) as i64;
+                    // A thread's time never goes back: perf orders a thread's events,
+                    // so an earlier time is damage, and writing it would end frames
+                    // before they begin. (Identical to magic-trace on ordered input.)
+                    let m = (t.wrapping_sub(base) as i64).max(ti.last_event_time);
                     ti.last_event_time = m;
                     m
                 }
             };
             // magic-trace #155: an event at exactly the time of the previous decode
             // error is slid 1 ns later so stacks close and reopen in the right order.
-            if unadjusted == ti.last_decode_error_time && ti.last_decode_error_time != 0 {
+            let time = if unadjusted == ti.last_decode_error_time && ti.last_decode_error_time != 0
+            {
                 unadjusted + 1
             } else {
                 unadjusted
-            }
+            };
+            // Nor does the time it is written at: a stack closed at a slid time must not
+            // see its next event written before it.
+            let time = time.max(ti.last_written_time);
+            ti.last_written_time = time;
+            time
         };
         self.maybe_start_filtered_region(should_write, time, strings);
         self.maybe_stop_filtered_region(should_write, strings);
@@ -469,11 +494,14 @@ impl<S: TraceSink> LegacyWriter<S> {
             warned: &mut self.warned,
         };
         for ti in self.threads.iter_mut() {
-            let t = ti.last_event_time;
+            // Not before the last event was written: magic-trace closes at its unslid
+            // time, 1 ns before the frames it opened, which a reader then cannot match.
+            let t = ti.last_event_time.max(ti.last_written_time);
             end_of_thread(&mut ctx, ti, t, false);
             if let Some(m) = mapped {
                 ti.pending_time = m;
                 ti.last_event_time = m;
+                ti.last_written_time = m;
                 ti.callstack.create_time = m;
             }
         }
@@ -497,8 +525,11 @@ impl<S: TraceSink> LegacyWriter<S> {
 }
 
 impl<S: TraceSink> Ctx<'_, S> {
-    fn begin(&mut self, t: S::Thread, name: &str, time: i64, args: &[Arg<'_>]) {
-        if self.in_filtered_region {
+    fn begin(&mut self, t: S::Thread, name: &str, time: i64, args: &[Arg<'_>], deferred: bool) {
+        if !self.in_filtered_region {
+        } else if deferred {
+            self.sink.duration_begin_deferred(t, name, time, args);
+        } else {
             self.sink.duration_begin(t, name, time, args);
         }
     }
@@ -507,8 +538,20 @@ impl<S: TraceSink> Ctx<'_, S> {
             self.sink.duration_end(t, name, time, &[]);
         }
     }
-    fn complete(&mut self, t: S::Thread, name: &str, start: i64, end: i64, args: &[Arg<'_>]) {
-        if self.in_filtered_region {
+    fn complete(
+        &mut self,
+        t: S::Thread,
+        name: &str,
+        start: i64,
+        end: i64,
+        args: &[Arg<'_>],
+        deferred: bool,
+    ) {
+        if !self.in_filtered_region {
+        } else if deferred {
+            self.sink
+                .duration_complete_deferred(t, name, start, end, args);
+        } else {
             self.sink.duration_complete(t, name, start, end, args);
         }
     }
@@ -540,6 +583,17 @@ impl<S: TraceSink> Ctx<'_, S> {
 }
 
 fn write_pending_now<S: TraceSink>(ctx: &mut Ctx<'_, S>, track: S::Thread, time: i64, ev: Pending) {
+    write_pending_as(ctx, track, time, ev, false)
+}
+
+/// Writes a pending event; `deferred` marks a start event written after later events.
+fn write_pending_as<S: TraceSink>(
+    ctx: &mut Ctx<'_, S>,
+    track: S::Thread,
+    time: i64,
+    ev: Pending,
+    deferred: bool,
+) {
     let display = ctx.strings.display(ev.symbol);
     match ev.kind {
         PendingKind::Call {
@@ -573,14 +627,14 @@ fn write_pending_now<S: TraceSink>(ctx: &mut Ctx<'_, S>, track: S::Thread, time:
             }
             if ctx.config.annotate_inferred_start_times && from_untraced {
                 let name = format!("{display} [inferred start time]");
-                ctx.begin(track, &name, time, &args[..n]);
+                ctx.begin(track, &name, time, &args[..n], deferred);
             } else {
-                ctx.begin(track, display, time, &args[..n]);
+                ctx.begin(track, display, time, &args[..n], deferred);
             }
         }
         PendingKind::Ret => ctx.end(track, display, time),
         PendingKind::RetFromUntraced { reset_time } => {
-            ctx.complete(track, "[unknown]", reset_time, time, &[])
+            ctx.complete(track, "[unknown]", reset_time, time, &[], deferred)
         }
     }
 }
@@ -599,7 +653,11 @@ fn write_pending<S: TraceSink>(
             from_untraced: true,
             ..
         } => ti.start_events.push_front((time, ev)),
-        PendingKind::Call { .. } if time == 0 => ti.start_events.push_back((time, ev)),
+        // Deferring while the thread is being closed would lose the frame (magic-trace
+        // drops it: the ends are written now and nothing writes the begins before them).
+        PendingKind::Call { .. } if time == 0 && !ti.closing => {
+            ti.start_events.push_back((time, ev))
+        }
         _ => write_pending_now(ctx, ti.track, time, ev),
     }
 }
@@ -650,7 +708,11 @@ fn call<S: TraceSink>(
 }
 
 fn ret_plain<S: TraceSink>(ctx: &mut Ctx<'_, S>, ti: &mut ThreadInfo<S::Thread>, time: i64) {
-    match ti.callstack.stack.pop() {
+    let popped = ti.callstack.stack.pop();
+    if ti.callstack.stack.is_empty() {
+        ti.callstack.seeded = false;
+    }
+    match popped {
         Some(loc) => add_event(
             ctx,
             ti,
@@ -702,10 +764,12 @@ fn end_of_thread<S: TraceSink>(
 ) {
     let to_time = ti.pending_time;
     while let Some((t, ev)) = ti.start_events.pop_front() {
-        write_pending_now(ctx, ti.track, t, ev);
+        write_pending_as(ctx, ti.track, t, ev, true);
     }
+    ti.closing = true;
     clear_all_callstacks(ctx, ti, time);
     flush(ctx, ti, to_time);
+    ti.closing = false;
     ti.last_decode_error_time = time;
     ti.set_callstack(is_kernel, time);
 }
@@ -827,7 +891,7 @@ fn check_current_symbol_track_entertraps<S: TraceSink>(
     if is_entertrap {
         // The trap's callstack begins with a synthetic copy of the frame that pushed
         // the trap; drop it so only the real frames are closed.
-        if !ti.callstack.stack.is_empty() {
+        if ti.callstack.seeded && !ti.callstack.stack.is_empty() {
             ti.callstack.stack.remove(0);
         }
         clear_trap_stack(ctx, ti, time);
@@ -867,6 +931,7 @@ fn track_traps_in_range<S: TraceSink>(
                 ti.inactive_callstacks.push(old);
                 if let Some(top) = top {
                     ti.callstack.stack.push(top);
+                    ti.callstack.seeded = true;
                 }
             } else if ti.callstack.stack.len() != 1 {
                 if !ctx.warned.trap_depth {
@@ -878,7 +943,14 @@ fn track_traps_in_range<S: TraceSink>(
                     ));
                 }
             } else {
-                ti.callstack.stack.pop();
+                if ti.callstack.seeded {
+                    ti.callstack.stack.pop();
+                } else {
+                    // Not the pushtrap's seed copy but a real frame (no pushtrap, or
+                    // one with an empty stack): dropping it silently would leave its
+                    // slice open forever.
+                    ret_plain(ctx, ti, time);
+                }
                 clear_trap_stack(ctx, ti, time);
             }
         }
@@ -941,7 +1013,7 @@ fn write_ok<S: TraceSink>(
             if let Some(tid) = thread.tid {
                 args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
             }
-            ctx.complete(track, name.name(), time, time, &args);
+            ctx.complete(track, name.name(), time, time, &args, false);
         }
         EventData::Ptwrite { location, data } => {
             let payload = format!("0x{data:x}");
@@ -960,7 +1032,7 @@ fn write_ok<S: TraceSink>(
             if let Some(tid) = thread.tid {
                 args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
             }
-            ctx.complete(ti.track, "PTWRITE", time, time, &args);
+            ctx.complete(ti.track, "PTWRITE", time, time, &args, false);
         }
         EventData::Power { freq_mhz } => {
             let args = [Arg::new("freq (MHz)", ArgValue::Int(*freq_mhz as i64))];

@@ -75,6 +75,28 @@ pub trait TraceSink {
     fn duration_instant(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
     /// A counter sample; each numeric arg is one series.
     fn counter(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
+    /// A begin the writer learnt of late (a frame open since before what it already
+    /// wrote): it comes before everything already written on the thread at `time`.
+    fn duration_begin_deferred(
+        &mut self,
+        thread: Self::Thread,
+        name: &str,
+        time: i64,
+        args: &[Arg<'_>],
+    ) {
+        self.duration_begin(thread, name, time, args)
+    }
+    /// A complete slice learnt of late, like [`duration_begin_deferred`](Self::duration_begin_deferred).
+    fn duration_complete_deferred(
+        &mut self,
+        thread: Self::Thread,
+        name: &str,
+        start: i64,
+        end: i64,
+        args: &[Arg<'_>],
+    ) {
+        self.duration_complete(thread, name, start, end, args)
+    }
     /// A warning meant for the person running ptscope (e.g. a decode error).
     fn warning(&mut self, message: &str) {
         eprintln!("{message}");
