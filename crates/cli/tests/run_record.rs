@@ -102,6 +102,7 @@ fn perf_usable() -> bool {
         match Command::new("perf")
             .args([
                 "record",
+                "--no-buildid-cache",
                 "-q",
                 "-e",
                 "cpu-clock",
