@@ -45,7 +45,17 @@ fn dlfilter_and_text_paths_give_the_same_trace() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let data = dir.join("perf.data");
     let o = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock", "-F", "4000", "-g", "-o"])
+        .args([
+            "record",
+            "--no-buildid-cache",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "4000",
+            "-g",
+            "-o",
+        ])
         .arg(&data)
         .arg(&exe)
         .output()

@@ -153,6 +153,7 @@ fn function_starts_get_file_and_line() {
     let o = Command::new("perf")
         .args([
             "record",
+            "--no-buildid-cache",
             "-q",
             "-e",
             "cpu-clock",

@@ -102,6 +102,7 @@ fn perf_usable() -> bool {
         match Command::new("perf")
             .args([
                 "record",
+                "--no-buildid-cache",
                 "-q",
                 "-e",
                 "cpu-clock",
@@ -553,10 +554,12 @@ fn failures_are_clear_and_leave_nothing_behind() {
         );
         eprintln!("!!!!!!!! SKIPPED the permission check: setpriv (util-linux) not found");
     } else {
+        // The user cannot enter a private TMPDIR (scripts/test sets one): the system's.
         let o = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(ptscope())
             .args(["attach", "-p", "1"])
+            .env_remove("TMPDIR")
             .output()
             .unwrap();
         assert!(!o.status.success());

@@ -86,7 +86,15 @@ fn real_perf_cpu_clock_samples_name_the_program_functions() {
         .arg(&prog)
         .arg(&src));
     run(Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock", "-g", "-o"])
+        .args([
+            "record",
+            "--no-buildid-cache",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-g",
+            "-o",
+        ])
         .arg(&data)
         .arg("--")
         .arg(&prog));

@@ -86,6 +86,7 @@ pub fn symbol_addr(exe: &Path, sym: &str) -> u64 {
 pub fn record(out: &Path, args: &[&str], cmd: &[&str]) {
     let o = Command::new("perf")
         .arg("record")
+        .arg("--no-buildid-cache")
         .arg("-q")
         .arg("-o")
         .arg(out)
