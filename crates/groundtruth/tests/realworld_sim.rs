@@ -275,7 +275,7 @@ fn python3_script() {
         // Measured 0.3 % exact / suffix / root for both writers, and no floor held: the
         // *truth* is wrong here. python3.11 is stripped to its exported symbols; ptsim's
         // replay names static functions per address (a jump renames the frame), so its
-        // "land in an ancestor" rule can match a wrong frame, and returns then stop
+        // "land in an ancestor" rule likely matches a wrong frame, and returns then stop
         // matching replayed frames and pop the outer ones: after ~725 k stack changes
         // `_start > … > Py_BytesMain > …` is gone from the truth, for good. Pipeline checks
         // (decode, text = dlfilter, phantoms) still hold.
