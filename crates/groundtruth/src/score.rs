@@ -106,12 +106,27 @@ impl Windows {
     }
 }
 
-struct Interner(HashMap<String, u32>);
+/// Frame names as ids; `names` maps ids back (a mismatch is reported by name, and
+/// looking an id up by scanning the map made scoring quadratic where most time mismatches,
+/// e.g. a snapshot).
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+}
 
 impl Interner {
     fn id(&mut self, s: &str) -> u32 {
-        let n = self.0.len() as u32;
-        *self.0.entry(s.to_string()).or_insert(n)
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.ids.insert(s.to_string(), id);
+        self.names.push(s.to_string());
+        id
+    }
+    fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map_or("?", String::as_str)
     }
     fn stack(&mut self, v: &[String]) -> Vec<u32> {
         v.iter().map(|s| self.id(s)).collect()
@@ -166,16 +181,22 @@ pub fn mismatches(t: &ThreadTruth, r: &ReconThread, limit: usize) -> Vec<Mismatc
     let mut acc = Acc::default();
     let mut f = Fidelity::default();
     let mut out = Vec::new();
-    score_thread_inner(t, r, &mut acc, &mut f, &mut |m| {
-        if out.len() < limit {
-            out.push(m)
-        }
-    });
+    score_thread_inner(
+        t,
+        r,
+        &mut acc,
+        &mut f,
+        Some(&mut |m| {
+            if out.len() < limit {
+                out.push(m)
+            }
+        }),
+    );
     out
 }
 
 fn score_thread(t: &ThreadTruth, r: &ReconThread, acc: &mut Acc, f: &mut Fidelity) {
-    score_thread_inner(t, r, acc, f, &mut |_| {})
+    score_thread_inner(t, r, acc, f, None)
 }
 
 fn score_thread_inner(
@@ -183,9 +204,9 @@ fn score_thread_inner(
     r: &ReconThread,
     acc: &mut Acc,
     f: &mut Fidelity,
-    report: &mut dyn FnMut(Mismatch),
+    mut report: Option<&mut dyn FnMut(Mismatch)>,
 ) {
-    let mut names = Interner(HashMap::new());
+    let mut names = Interner::default();
     let (lo, hi) = (t.start(), t.end());
     let truth: Vec<(u64, u64, Vec<u32>)> = t
         .timeline
@@ -239,18 +260,9 @@ fn score_thread_inner(
         let in_order = order_candidates.iter().any(|c| &c.2 == rs);
         let suffix = !rs.is_empty() && candidates.iter().any(|c| c.2.ends_with(rs));
         let root = !rs.is_empty() && candidates.iter().any(|c| c.2.first() == rs.first());
-        if !exact {
+        if let (false, Some(report)) = (exact, report.as_mut()) {
             let name = |v: &[u32]| -> Vec<String> {
-                v.iter()
-                    .map(|id| {
-                        names
-                            .0
-                            .iter()
-                            .find(|e| e.1 == id)
-                            .map_or("?", |e| e.0.as_str())
-                            .to_string()
-                    })
-                    .collect()
+                v.iter().map(|&id| names.name(id).to_string()).collect()
             };
             report(Mismatch {
                 start: a,
@@ -291,7 +303,7 @@ fn score_thread_inner(
         // Order windows, so a real frame merely smeared in time is not a phantom.
         let (ka, kb) = (order.index(a.max(lo)), order.index((b - 1).min(hi).max(a)));
         let range = order.pieces[ka].start..order.pieces[kb].end.max(order.pieces[ka].start);
-        let id = names.0.get(&s.name).copied();
+        let id = names.ids.get(&s.name).copied();
         let real = id.is_some_and(|id| truth[range].iter().any(|p| p.2.contains(&id)));
         if !real {
             f.phantom_frames += 1;
