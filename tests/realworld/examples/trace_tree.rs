@@ -1,5 +1,5 @@
 //! Prints every track of a trace as an indented slice tree (debugging aid):
-//! `cargo run -p ptscope-realworld --example dump -- trace.fxt.gz [MAX_SLICES_PER_TRACK]`.
+//! `cargo run -p ptscope-realworld --example trace_tree -- trace.fxt.gz [MAX_SLICES_PER_TRACK]`.
 use ptscope_realworld::trace::Trace;
 fn main() {
     let mut args = std::env::args().skip(1);
