@@ -617,3 +617,32 @@ fn finish_perf(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::lost_data_warnings;
+
+    /// What perf 6.1 printed here when a `--call-graph dwarf` recording outran its buffer
+    /// (defect 9: this was only in a perf.log that was then deleted).
+    #[test]
+    fn lost_chunks_and_samples_become_advice() {
+        let log = "[ perf record: Woken up 3 times to write data ]\n\
+                   Warning:\n\
+                   Processed 17342 events and lost 12 chunks!\n\n\
+                   Check IO/CPU overload!\n\n\
+                   [ perf record: Captured and wrote 74.093 MB perf.data (8997 samples) ]\n";
+        let w = lost_data_warnings(log);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("lost 12 chunks"));
+        assert!(w[0].contains("--callgraph fp"));
+        let w = lost_data_warnings("Warning:\n2 lost samples\n");
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("dropped"));
+        // An ordinary log says nothing.
+        assert!(lost_data_warnings(
+            "[ perf record: Woken up 1 times to write data ]\n\
+             [ perf record: Captured and wrote 0.021 MB perf.data (93 samples) ]\n"
+        )
+        .is_empty());
+    }
+}
