@@ -980,7 +980,10 @@ mod tests {
         w.0.extend_from_slice(&(60u32 << 20).to_le_bytes());
         w.0.extend_from_slice(b"\0\0\0\0abc");
         let (_, err, _) = drain(&w.0);
-        assert!(matches!(err, Some(Error::Truncated { events: 0 })), "{err:?}");
+        assert!(
+            matches!(err, Some(Error::Truncated { events: 0 })),
+            "{err:?}"
+        );
     }
 
     #[test]
