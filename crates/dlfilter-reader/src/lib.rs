@@ -169,8 +169,8 @@ pub fn install_filter(parent: &Path) -> Result<InstalledFilter, Error> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
         .map_err(err)?;
+    // No fsync: perf reads it through the page cache right away, and it is gone after.
     f.write_all(FILTER_SO).map_err(err)?;
-    f.sync_all().map_err(err)?;
     Ok(InstalledFilter { path, _dir: dir })
 }
 
