@@ -679,6 +679,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     on_end_of_input: impl FnOnce(&mut S),
     totals: &mut Totals,
     ctx: DecodeContext,
+    end_at: Option<u64>,
 ) -> Result<(S, StringTable)> {
     let exe = match &args.executable {
         Some(p) => Some(crate::exe::ExeInfo::load(p)?),
@@ -747,6 +748,11 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                     }
                 }
                 for event in events {
+                    // A trigger's snapshot ends at the hit: samples perf took while ptscope
+                    // was still stopping the program are after the moment asked for.
+                    if end_at.is_some_and(|t| event.time().is_some_and(|et| et > t)) {
+                        continue;
+                    }
                     if writer.is_none() {
                         if bias.is_none() {
                             bias = exe.as_ref().and_then(|e| e.bias_from(&event, &strings));
@@ -895,6 +901,11 @@ fn run_writer<S: TraceSink>(
     totals: &mut Totals,
     ctx: DecodeContext,
 ) -> Result<(S, StringTable)> {
+    // One snapshot taken at a trigger hit ends at that hit (several are multi-snapshot).
+    let end_at = match (specs.len(), config.hits.as_slice()) {
+        (1, [.., last]) if last.time > 0 => Some(last.time),
+        _ => None,
+    };
     // Both writers take the same options; what only the input knows is added per input.
     let config_for = move |earliest_time, x: Extras| LegacyConfig {
         earliest_time,
@@ -914,6 +925,7 @@ fn run_writer<S: TraceSink>(
             on_end,
             totals,
             ctx,
+            end_at,
         ),
         WriterKind::Segments => drive(
             specs,
@@ -925,6 +937,7 @@ fn run_writer<S: TraceSink>(
             on_end,
             totals,
             ctx,
+            end_at,
         ),
     }
 }

@@ -183,14 +183,31 @@ fn check_output(output: &Path) -> Result<()> {
             dir.display()
         );
     }
+    // A device or fifo (-o /dev/null) is written in place: it only has to open.
+    if std::fs::metadata(output).is_ok_and(|m| !m.is_file()) {
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(output)
+            .map(drop)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot write the trace to {}: {e}; nothing was recorded",
+                    output.display()
+                )
+            });
+    }
+    // The trace is written to a temporary file beside -o, then renamed: try exactly that.
     tempfile::Builder::new()
         .prefix(".ptscope-check-")
         .tempfile_in(dir)
         .map(drop)
         .map_err(|e| {
             anyhow::anyhow!(
-                "cannot write the trace to {}: {e} (choose another -o); nothing was recorded",
-                output.display()
+                "cannot write the trace to {}: cannot create files in {} ({}); choose \
+                 another -o; nothing was recorded",
+                output.display(),
+                dir.display(),
+                std::io::Error::from(e.kind())
             )
         })
 }
@@ -200,8 +217,10 @@ fn check_output(output: &Path) -> Result<()> {
 fn working_dir(asked: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let Some(d) = asked else {
+        // 0700: the recording shows what the program did; tempfile's default is 0755.
         let t = tempfile::Builder::new()
             .prefix("ptscope-rec-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .context("cannot create a temporary working directory (is TMPDIR writable?)")?;
         return Ok((t.path().to_path_buf(), Some(t)));

@@ -103,9 +103,8 @@ impl JitNames {
             match self.trust.check_path(Path::new(dso)) {
                 Ok(()) => KEEP,
                 Err(why) => {
-                    self.notices.push(format!(
-                        "{why}; its functions are shown as [unknown] (a map in /tmp is trusted only if root, the user decoding or the traced process's user owns it)"
-                    ));
+                    self.notices
+                        .push(format!("{why}; its functions are shown as [unknown]"));
                     HIDE
                 }
             }

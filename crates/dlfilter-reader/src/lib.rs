@@ -169,8 +169,8 @@ pub fn install_filter(parent: &Path) -> Result<InstalledFilter, Error> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
         .map_err(err)?;
+    // No fsync: perf reads it through the page cache right away, and it is gone after.
     f.write_all(FILTER_SO).map_err(err)?;
-    f.sync_all().map_err(err)?;
     Ok(InstalledFilter { path, _dir: dir })
 }
 
@@ -301,6 +301,11 @@ impl DlfilterScript {
         cmd.args(&options.extra_args)
             .env("PAGER", "cat")
             .stdin(Stdio::null());
+        // Its own process group, so the terminal's Ctrl-C reaches ptscope only: perf cut
+        // short by it would look like a failed stream, and `--decoder auto` would start
+        // the whole decode again on the text path instead of stopping. ptscope stops
+        // perf itself (`finish`, or dropping the script).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let (perf, stdout) = PerfProcess::spawn(&mut cmd).map_err(|source| Error::Spawn {
             program: options.perf.display().to_string(),
             source,

@@ -120,7 +120,12 @@ fn filters_planted_in_a_shared_directory_are_never_loaded_or_written_through() {
         eprintln!("SKIPPED {why}");
         return;
     }
-    let top_dir = scratch("filter-dir");
+    // Under /tmp itself, not TMPDIR: scripts/test's TMPDIR is private (0700), and the
+    // other user must reach the shared directory.
+    let top_dir = tempfile::Builder::new()
+        .prefix("ptscope-test-filter-dir-")
+        .tempdir_in("/tmp")
+        .expect("scratch dir");
     let top = top_dir.path();
     // Others may pass through `top` (to reach the shared directory), not write in it.
     chmod(top, 0o755);

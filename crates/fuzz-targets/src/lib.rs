@@ -92,11 +92,15 @@ pub fn dlfilter_records(data: &[u8]) {
     // The first byte picks the read-buffer size, so records both lie wholly in the
     // buffer (converted in place) and straddle it (copied out), and its top bit
     // whether the reader first waits for the hello record (as `DlfilterScript` does).
+    // The buffer size also sets how much perf text is flushed at once (1 B to 4 KiB
+    // instead of 1 MiB), so short inputs reach the flush between lines: the place the
+    // reader once panicked on every stream with more than 1 MiB of text.
     let (cap, wait, input) = match data.split_first() {
         Some((&c, rest)) => (usize::from(c & 0x7f) + 1, c & 0x80 != 0, rest),
         None => (1, false, data),
     };
-    let mut r = RecordReader::new(BufReader::with_capacity(cap, input));
+    let chunk = (cap * cap) % 4096 + 1;
+    let mut r = RecordReader::new(BufReader::with_capacity(cap, input)).with_text_chunk(chunk);
     let mut errors = u32::from(wait && r.wait_for_hello().is_err());
     let mut events = 0u64;
     loop {

@@ -125,8 +125,13 @@ impl MapTrust {
             return Err(Untrusted {
                 path: path.to_path_buf(),
                 why: format!(
-                    "it is owned by uid {}, not by root, the user decoding, or the traced process's user",
-                    meta.uid()
+                    "it is owned by uid {}, and only maps owned by uid {} are believed (root, the user decoding, and users the caller vouches for)",
+                    meta.uid(),
+                    self.uids
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             });
         }
