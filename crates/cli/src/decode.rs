@@ -104,6 +104,8 @@ pub struct DecodeContext {
     pub executable_implied: bool,
     /// Decoding stops (keeping what was decoded) once this many interrupts were counted.
     pub stop_at: usize,
+    /// Events after this time are not written (a trigger's snapshot ends at the hit).
+    pub end_at: Option<u64>,
 }
 
 impl DecodeContext {
@@ -112,6 +114,7 @@ impl DecodeContext {
         DecodeContext {
             executable_implied: false,
             stop_at: ptscope_interrupt::presses() + 1,
+            end_at: None,
         }
     }
 
@@ -679,7 +682,6 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     on_end_of_input: impl FnOnce(&mut S),
     totals: &mut Totals,
     ctx: DecodeContext,
-    end_at: Option<u64>,
 ) -> Result<(S, StringTable)> {
     let exe = match &args.executable {
         Some(p) => Some(crate::exe::ExeInfo::load(p)?),
@@ -750,7 +752,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                 for event in events {
                     // A trigger's snapshot ends at the hit: samples perf took while ptscope
                     // was still stopping the program are after the moment asked for.
-                    if end_at.is_some_and(|t| event.time().is_some_and(|et| et > t)) {
+                    if ctx
+                        .end_at
+                        .is_some_and(|t| event.time().is_some_and(|et| et > t))
+                    {
                         continue;
                     }
                     if writer.is_none() {
@@ -906,6 +911,7 @@ fn run_writer<S: TraceSink>(
         (1, [.., last]) if last.time > 0 => Some(last.time),
         _ => None,
     };
+    let ctx = DecodeContext { end_at, ..ctx };
     // Both writers take the same options; what only the input knows is added per input.
     let config_for = move |earliest_time, x: Extras| LegacyConfig {
         earliest_time,
@@ -925,7 +931,6 @@ fn run_writer<S: TraceSink>(
             on_end,
             totals,
             ctx,
-            end_at,
         ),
         WriterKind::Segments => drive(
             specs,
@@ -937,7 +942,6 @@ fn run_writer<S: TraceSink>(
             on_end,
             totals,
             ctx,
-            end_at,
         ),
     }
 }

@@ -412,6 +412,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     let ctx = decode::DecodeContext {
         executable_implied: true,
         stop_at,
+        end_at: None,
     };
     let result = decode::run(&args, ctx);
     let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
