@@ -231,6 +231,8 @@ struct ThreadState<T> {
     off_cpu: Vec<OffCpu>,
     /// Time of the last stack sample.
     last_sample: Option<i64>,
+    /// The stack comes from samples (not branches): only then do switches matter.
+    sampled: bool,
     /// The last gaps between consecutive samples (a ring), to estimate the sampling
     /// period when the recording has no context switches.
     gaps: [i64; GAPS],
@@ -374,8 +376,13 @@ impl<S: TraceSink> SegmentsWriter<S> {
             }
             if matches!(data, EventData::Switch { .. }) {
                 self.switches = true;
-                // A thread never sampled has no stack to interrupt, and no track.
-                if !self.index.contains_key(thread) {
+                // A thread never sampled has no stack to interrupt, and no track; a
+                // branch trace is exact about when its thread ran (its clock stays).
+                if !self
+                    .index
+                    .get(thread)
+                    .is_some_and(|&i| self.threads[i].sampled)
+                {
                     return;
                 }
             }
@@ -446,6 +453,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             power: Vec::new(),
             off_cpu: Vec::new(),
             last_sample: None,
+            sampled: false,
             gaps: [0; GAPS],
             gap_count: 0,
         };
@@ -514,6 +522,10 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     src,
                     dst,
                 } => {
+                    // A branch trace is exact about when the thread ran: switches are
+                    // for sampled stacks only (a `perf script` of PT may print them).
+                    cx.ts.off_cpu.clear();
+                    cx.ts.sampled = false;
                     if let Some(w) = cx.branch(*kind, *change, src, dst) {
                         if !self.warned_impossible && w == Warn::Impossible {
                             self.warned_impossible = true;
@@ -751,7 +763,7 @@ fn flush_off_cpu_at_end<T>(
     cx.flush_off_cpu(0);
     if let Some(out) = last_out {
         if !cx.is_sentinel(cx.ts.leaf) {
-            cx.time = out;
+            cx.time = cx.ts.entries.last().map_or(out, |e| out.max(e.time));
             cx.ts.leaf = cx.ts.sentinel;
             cx.record(Flow::Return);
         }
@@ -1182,6 +1194,9 @@ impl<T> Cx<'_, T> {
 
     /// The thread left the CPU or came back.
     fn switch(&mut self, out: bool, preempt: bool) {
+        if !self.ts.sampled {
+            return;
+        }
         let time = self.time;
         let off = &mut self.ts.off_cpu;
         let full = off.len() >= MAX_OFF_CPU;
@@ -1224,8 +1239,10 @@ impl<T> Cx<'_, T> {
             base = self.ts.frames[base as usize].parent;
         }
         let now = self.time;
+        // Entries stay in time order whatever came between (perf's times can step back).
+        let floor = self.ts.entries.last().map_or(i64::MIN, |e| e.time);
         for o in pending {
-            self.time = o.out;
+            self.time = o.out.max(floor);
             self.ts.leaf = base;
             self.record(Flow::Return);
             let symbol = if o.preempt {
@@ -1234,7 +1251,7 @@ impl<T> Cx<'_, T> {
                 Symbol::OffCpu
             };
             self.push_as(&Location::locationless(symbol), 0, Flow::Sampled);
-            self.time = o.back.unwrap_or(now).max(o.out);
+            self.time = o.back.unwrap_or(now).max(self.time);
             self.ts.leaf = base;
             self.record(Flow::Return);
         }
@@ -1272,6 +1289,7 @@ impl<T> Cx<'_, T> {
             self.ts.gap_count += 1;
         }
         self.ts.last_sample = Some(self.time);
+        self.ts.sampled = true;
         // Current stack, root first (below the sentinel nothing is known).
         let mut cur = Vec::new();
         let mut f = self.ts.leaf;

@@ -4,7 +4,7 @@
 //! such frames one sampling period after their last sample. The legacy writer
 //! (magic-trace's algorithm) ignores switches.
 
-use ptscope_event::{Event, EventData, Location, StringTable, Symbol, Thread};
+use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::transcript::TranscriptSink;
@@ -282,4 +282,45 @@ fn the_legacy_writer_ignores_switches() {
     let plain = legacy(&samples, &s);
     assert!(plain.iter().any(|l| l.contains("END   compute_a")));
     assert_eq!(legacy(&with, &s), plain);
+}
+
+/// A branch trace (`perf script` of Intel PT may print switches too) is exact about
+/// when the thread ran: switches change nothing in it.
+#[test]
+fn switches_do_not_change_a_branch_trace() {
+    let mut s = StringTable::new();
+    let at = |s: &mut StringTable, ip, f: &str| Location::new(ip, Symbol::FromPerf(s.intern(f)), 0);
+    let branch = |time, kind, src, dst| Event::Ok {
+        thread: T,
+        time,
+        in_transaction: false,
+        data: EventData::Trace {
+            change: None,
+            kind: Some(kind),
+            src,
+            dst,
+        },
+    };
+    let (m1, f0, f1, m2) = (
+        at(&mut s, 0x110, "main"),
+        at(&mut s, 0x200, "f"),
+        at(&mut s, 0x210, "f"),
+        at(&mut s, 0x115, "main"),
+    );
+    let plain = vec![
+        branch(MS, Kind::Call, m1, f0),
+        branch(9 * MS, Kind::Return, f1, m2),
+    ];
+    let mut with = plain.clone();
+    with.insert(1, switch(T, 5 * MS, false, false));
+    with.insert(1, switch(T, 2 * MS, true, false));
+    with.push(switch(T, 10 * MS, true, false));
+    with.push(switch(T, 11 * MS, false, false));
+    let expected = segments(&plain, &s);
+    assert!(
+        expected.iter().any(|l| l.contains("END   f")),
+        "{expected:?}"
+    );
+    let got = segments(&with, &s);
+    assert_eq!(got, expected);
 }
