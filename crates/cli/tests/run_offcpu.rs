@@ -377,3 +377,57 @@ fn without_switch_events_a_frame_ends_a_period_after_its_last_sample() {
         "compute_a ends {after} ns after its last sample"
     );
 }
+
+/// python3 (not built here) computing, sleeping 1 s, computing: the sleep is one
+/// `[off-cpu]` slice, and every slice that spans it is one of its callers.
+#[test]
+fn python_sleep_is_off_cpu_under_its_callers_only() {
+    if !perf_usable() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let script = d.path().join("sleepy.py");
+    std::fs::write(
+        &script,
+        "import time\n\
+         def before():\n    return sum(i * i for i in range(3_000_000))\n\
+         def after():\n    return sum(i * i for i in range(3_000_000))\n\
+         before()\ntime.sleep(1)\nafter()\n",
+    )
+    .unwrap();
+    let rec = d.path().join("rec");
+    let out = d.path().join("trace.fxt");
+    let os = std::ffi::OsStr::new;
+    ptscope_ok(&[
+        os("run"),
+        os("--quiet"),
+        os("--timer-resolution"),
+        os("low"),
+        os("-w"),
+        rec.as_os_str(),
+        os("-o"),
+        out.as_os_str(),
+        os("--"),
+        os("python3"),
+        script.as_os_str(),
+    ]);
+    let t = slices(&out);
+    let main = t
+        .iter()
+        .find(|(name, _)| name.starts_with("python3"))
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| panic!("no python3 thread: {:?}", t.keys()));
+    let sleep = main
+        .iter()
+        .find(|s| s.name == "[off-cpu]" && s.end - s.begin >= 900_000_000)
+        .unwrap_or_else(|| panic!("no [off-cpu] slice covers the 1 s sleep"));
+    for s in main {
+        let spans = s.begin < sleep.begin + PERIOD && s.end > sleep.end - PERIOD;
+        if spans && s != sleep {
+            assert!(
+                s.depth < sleep.depth && s.begin <= sleep.begin && s.end >= sleep.end,
+                "{s:?} spans the sleep {sleep:?} without being its caller"
+            );
+        }
+    }
+}
