@@ -446,11 +446,12 @@ fn feed<S: TraceSink, W: StackWriter<S>>(
     }
 }
 
-/// The trace's time 0: the first time of an event that is not a thread name.
+/// The trace's time 0: the first time of an event that is not side-band (a thread
+/// name, a context switch).
 fn first_time(held: &[Event], next: &Event) -> u64 {
     held.iter()
         .chain(std::iter::once(next))
-        .find(|e| !e.is_task())
+        .find(|e| !e.is_sideband())
         .or(held.first())
         .and_then(Event::time)
         .unwrap_or(0)
@@ -764,7 +765,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                         }
                         // Thread names (perf's are at time 0 for threads that existed
                         // before recording) must not decide where the trace starts.
-                        if (bias.is_none() || event.is_task()) && held.len() < MAX_HELD {
+                        if (bias.is_none() || event.is_sideband()) && held.len() < MAX_HELD {
                             held.push(event);
                             continue;
                         }
@@ -817,7 +818,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         }
     }
     // Names alone (a recording without samples) are not a trace: that stays an error.
-    if writer.is_none() && held.iter().any(|e| !e.is_task()) {
+    if writer.is_none() && held.iter().any(|e| !e.is_sideband()) {
         if let Some((sink, make)) = pending.take() {
             let first = first_time(&held, &held[0]);
             let w = writer.insert(make(

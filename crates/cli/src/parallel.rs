@@ -139,7 +139,7 @@ fn remap(event: &mut Event, map: &[Sym]) {
                 remap_location(location, map)
             }
             EventData::Comm { name, .. } => remap_sym(name, map),
-            EventData::Power { .. } | EventData::Fork { .. } => {}
+            EventData::Power { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
         },
     }
 }

@@ -51,8 +51,9 @@
 //! - ` instruction trace error …` lines → [`Event::DecodeError`].
 //! - Side-band lines from `--show-task-events`: `PERF_RECORD_COMM[ exec]: NAME:PID/TID`
 //!   → [`EventData::Comm`] on that thread, `PERF_RECORD_FORK(PID:TID):(PPID:PTID)` →
-//!   [`EventData::Fork`] on the new thread; other `PERF_RECORD_*` lines are skipped
-//!   ([`Stats::ignored`]).
+//!   [`EventData::Fork`] on the new thread; from `--show-switch-events` (sampling),
+//!   `PERF_RECORD_SWITCH[_CPU_WIDE] OUT[ preempt]|IN` → [`EventData::Switch`] on the
+//!   header's thread; other `PERF_RECORD_*` lines are skipped ([`Stats::ignored`]).
 //! - Anything else is a [`Warning`], counted in [`Stats::warnings`]; the first few are
 //!   kept verbatim. Nothing in the input aborts decoding; only I/O errors are
 //!   returned as [`Error`].
@@ -345,6 +346,11 @@ impl State {
                 (thread, EventData::Comm { name, exec })
             }
             parse::TaskRecord::Fork { thread, parent } => (thread, EventData::Fork { parent }),
+            parse::TaskRecord::Switch {
+                thread,
+                out,
+                preempt,
+            } => (thread, EventData::Switch { out, preempt }),
             parse::TaskRecord::Other => {
                 self.stats.ignored += 1;
                 return;

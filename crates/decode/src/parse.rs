@@ -836,13 +836,21 @@ pub(crate) enum TaskRecord<'a> {
     },
     /// `PERF_RECORD_FORK(PID:TID):(PPID:PTID)`: the first pair is the new thread.
     Fork { thread: Thread, parent: Thread },
+    /// `PERF_RECORD_SWITCH OUT[ preempt]` / `PERF_RECORD_SWITCH IN` (or `SWITCH_CPU_WIDE`,
+    /// followed by the other task): the header's thread left or entered the CPU.
+    Switch {
+        thread: Thread,
+        out: bool,
+        preempt: bool,
+    },
     /// Any other `PERF_RECORD_*` line (`EXIT`, `MMAP2`, …): nothing to show.
     Other,
 }
 
 /// The time and record of a side-band line `PID/TID TIME: PERF_RECORD_…`, or `None` if
-/// the line is not one. The header's pid/tid are not used: perf prints `0/0` for the
-/// records it synthesizes when recording starts, and the record's own fields are exact.
+/// the line is not one. The header's pid/tid are used only for switches, which name no
+/// thread themselves: perf prints `0/0` for the COMMs it synthesizes when recording
+/// starts, and those records' own fields are exact.
 pub(crate) fn parse_task_line(line: &[u8]) -> Option<Result<(u64, TaskRecord<'_>), WarningKind>> {
     const TAG: &[u8] = b": PERF_RECORD_";
     let at = line.windows(TAG.len()).position(|w| w == TAG)?;
@@ -886,10 +894,42 @@ pub(crate) fn parse_task_line(line: &[u8]) -> Option<Result<(u64, TaskRecord<'_>
             Some((thread, parent)) => TaskRecord::Fork { thread, parent },
             None => return Some(Err(WarningKind::MalformedTaskEvent)),
         }
+    } else if let Some(rest) = body.strip_prefix(b"SWITCH") {
+        let rest = rest.strip_prefix(b"_CPU_WIDE").unwrap_or(rest);
+        let mut words = rest.split(|&b| is_ws(b)).filter(|w| !w.is_empty());
+        let out = match words.next() {
+            Some(b"OUT") => true,
+            Some(b"IN") => false,
+            _ => return Some(Err(WarningKind::MalformedTaskEvent)),
+        };
+        let preempt = out && words.next() == Some(&b"preempt"[..]);
+        let Some(thread) = header_thread(&before[..time_start]) else {
+            return Some(Err(WarningKind::MalformedTaskEvent));
+        };
+        TaskRecord::Switch {
+            thread,
+            out,
+            preempt,
+        }
     } else {
         TaskRecord::Other
     };
     Some(Ok((time, record)))
+}
+
+/// The thread of a side-band line's header (what precedes its time): its last
+/// `PID/TID` or bare `TID` word, past a `[CPU]` one.
+fn header_thread(header: &[u8]) -> Option<Thread> {
+    let word = header
+        .split(|&b| is_ws(b))
+        .rfind(|w| !w.is_empty() && !w.starts_with(b"["))?;
+    match parse_pair(word, b'/') {
+        Some(t) => Some(t),
+        None => Some(Thread {
+            pid: None,
+            tid: parse_id(word)?,
+        }),
+    }
 }
 
 fn split_once(s: &[u8], sep: u8) -> Option<(&[u8], &[u8])> {
@@ -1112,6 +1152,41 @@ mod tests {
             Some(Ok((713_557_647_000, TaskRecord::Other)))
         );
         assert_eq!(p("329/349 713.5: cpu-clock: 1234 f+0x1 (/x)"), None);
+        // Switches (perf 6.1 pads `IN` with spaces) name their thread in the header.
+        let switch = |thread, out, preempt| TaskRecord::Switch {
+            thread,
+            out,
+            preempt,
+        };
+        assert_eq!(
+            p("21692/21692  2832.673252844: PERF_RECORD_SWITCH OUT preempt"),
+            Some(Ok((2_832_673_252_844, switch(t(21692, 21692), true, true))))
+        );
+        assert_eq!(
+            p("21692/21693  2832.673268267: PERF_RECORD_SWITCH IN         \n"),
+            Some(Ok((
+                2_832_673_268_267,
+                switch(t(21692, 21693), false, false)
+            )))
+        );
+        assert_eq!(
+            p("1/2 3.0: PERF_RECORD_SWITCH OUT        "),
+            Some(Ok((3_000_000_000, switch(t(1, 2), true, false))))
+        );
+        assert_eq!(
+            p("sl  7 [001] 3.0: PERF_RECORD_SWITCH_CPU_WIDE OUT preempt  next pid/tid:    15/15"),
+            Some(Ok((
+                3_000_000_000,
+                switch(
+                    Thread {
+                        pid: None,
+                        tid: Some(7)
+                    },
+                    true,
+                    true
+                )
+            )))
+        );
         for bad in [
             "1/1 2.0: PERF_RECORD_COMM: nocolon",
             "1/1 2.0: PERF_RECORD_COMM: x:1-1",
@@ -1119,6 +1194,8 @@ mod tests {
             "1/1 2.0: PERF_RECORD_FORK(1:2)",
             "1/1 2.0: PERF_RECORD_FORK(1:2):(3)",
             "1/1 nope: PERF_RECORD_FORK(1:2):(3:4)",
+            "1/1 2.0: PERF_RECORD_SWITCH SIDEWAYS",
+            "x/y 2.0: PERF_RECORD_SWITCH IN",
         ] {
             assert!(matches!(p(bad), Some(Err(_))), "{bad}");
         }

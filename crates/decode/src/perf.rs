@@ -34,7 +34,8 @@ pub enum RecordingKind {
 
 impl RecordingKind {
     /// The `perf script` arguments for this kind (after `-i FILE`): magic-trace's, plus
-    /// `--show-task-events`, whose `PERF_RECORD_COMM`/`FORK` lines name the threads.
+    /// `--show-task-events`, whose `PERF_RECORD_COMM`/`FORK` lines name the threads, and
+    /// for sampling `--show-switch-events`, whose lines say when each thread was off CPU.
     pub fn script_args(self) -> &'static [&'static str] {
         match self {
             RecordingKind::IntelPt => &[
@@ -49,6 +50,7 @@ impl RecordingKind {
                 "-F",
                 "pid,tid,time,ip,sym,symoff,dso,event,period",
                 "--show-task-events",
+                "--show-switch-events",
             ],
         }
     }

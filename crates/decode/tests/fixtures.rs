@@ -64,7 +64,9 @@ fn fixture_event_kinds_match_their_headers() {
                     }
                     EventData::EventSample { .. } => h.contains("-misses/"),
                     EventData::Ptwrite { .. } => h.contains("ptwrite:"),
-                    EventData::Comm { .. } | EventData::Fork { .. } => h.contains("PERF_RECORD_"),
+                    EventData::Comm { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {
+                        h.contains("PERF_RECORD_")
+                    }
                 },
             };
             assert!(ok, "{name}: {h}\n  decoded as {e:?}");

@@ -69,7 +69,10 @@ impl JitNames {
             EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
                 self.fix(location, strings)
             }
-            EventData::Power { .. } | EventData::Comm { .. } | EventData::Fork { .. } => {}
+            EventData::Power { .. }
+            | EventData::Comm { .. }
+            | EventData::Fork { .. }
+            | EventData::Switch { .. } => {}
         }
     }
 

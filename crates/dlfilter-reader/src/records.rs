@@ -664,8 +664,9 @@ impl Tables {
 
 /// A side-band event line perf printed for the filter only (`HEADER: PERF_RECORD_MMAP2
 /// …`): the first `": "` of the line is followed by `PERF_RECORD_`, which no sample line
-/// has. Task lines (`COMM`, `FORK`, `EXIT`) are not: the text path asks perf for them
-/// too (they name the threads), so they go to the text decoder like there.
+/// has. Task lines (`COMM`, `FORK`, `EXIT`) and context switches (`SWITCH`,
+/// `SWITCH_CPU_WIDE`) are not: the text path asks perf for them too (they name the
+/// threads, and say when they were off CPU), so they go to the text decoder like there.
 fn is_sideband(line: &[u8]) -> bool {
     line.windows(2).position(|w| w == b": ").is_some_and(|i| {
         let rest = &line[i + 2..];
@@ -674,6 +675,7 @@ fn is_sideband(line: &[u8]) -> bool {
                 &b"PERF_RECORD_COMM"[..],
                 b"PERF_RECORD_FORK",
                 b"PERF_RECORD_EXIT",
+                b"PERF_RECORD_SWITCH",
             ]
             .iter()
             .any(|t| rest.starts_with(t))

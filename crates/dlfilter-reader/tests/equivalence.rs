@@ -15,7 +15,7 @@ use std::path::Path;
 fn transcript(events: &[Event], strings: &StringTable) -> String {
     let earliest_time = events
         .iter()
-        .filter(|e| !e.is_task())
+        .filter(|e| !e.is_sideband())
         .find_map(|e| e.time())
         .unwrap_or(0);
     let mut w = SegmentsWriter::new(
@@ -34,7 +34,7 @@ fn transcript(events: &[Event], strings: &StringTable) -> String {
 
 struct Decoded {
     events: Vec<String>,
-    /// Events other than thread names and forks.
+    /// Events other than thread names, forks and context switches.
     samples: usize,
     transcript: String,
     text_lines: u64,
@@ -52,7 +52,7 @@ fn text_path(data: &Path) -> Decoded {
     let strings = s.take_strings();
     Decoded {
         events: events.iter().map(|e| norm(e, &strings)).collect(),
-        samples: events.iter().filter(|e| !e.is_task()).count(),
+        samples: events.iter().filter(|e| !e.is_sideband()).count(),
         transcript: transcript(&events, &strings),
         text_lines: s.decoder().stats().lines,
     }
@@ -67,14 +67,14 @@ fn dlfilter_path(data: &Path) -> Decoded {
         events.push(e);
     }
     s.finish().expect("perf exit");
-    // Lines perf printed besides the task (name, fork, exit) lines the text path
-    // reads too: a task line is an event, or skipped (`ignored`) for an exit.
-    let tasks = events.iter().filter(|e| e.is_task()).count() as u64;
+    // Lines perf printed besides the task (name, fork, exit) and switch lines the text
+    // path reads too: such a line is an event, or skipped (`ignored`) for an exit.
+    let tasks = events.iter().filter(|e| e.is_sideband()).count() as u64;
     let text_lines = s.stats().lines - tasks - s.stats().ignored;
     let strings = s.take_strings();
     Decoded {
         events: events.iter().map(|e| norm(e, &strings)).collect(),
-        samples: events.iter().filter(|e| !e.is_task()).count(),
+        samples: events.iter().filter(|e| !e.is_sideband()).count(),
         transcript: transcript(&events, &strings),
         text_lines,
     }
@@ -459,4 +459,51 @@ fn thread_names_and_renames() {
         assert!(comms.iter().any(|c| c.contains(name)), "{name}: {comms:?}");
     }
     assert!(d.events.iter().any(|e| e.contains(" FORK from ")));
+}
+
+/// Sleeps between two busy loops, so its thread leaves the CPU for a long while.
+const SLEEP_C: &str = r#"
+#include <unistd.h>
+__attribute__((noinline)) long spin(long n) { volatile long s = 0; for (long i = 0; i < n; i++) s += i; return s; }
+int main(void) { long t = spin(30000000); usleep(200000); t += spin(30000000); return (int)(t & 1); }
+"#;
+
+/// `--switch-events`: both paths give the same switches at the same times (the
+/// dlfilter path hands perf's `PERF_RECORD_SWITCH` lines to the text decoder), and the
+/// same trace, with the sleep shown off CPU.
+#[test]
+fn context_switches() {
+    if !perf_usable("context_switches") {
+        return;
+    }
+    let tmp = scratch("switch");
+    let dir = tmp.path();
+    let src = dir.join("sleep.c");
+    std::fs::write(&src, SLEEP_C).expect("write source");
+    let exe = dir.join("sleep");
+    let st = std::process::Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed");
+    let data = dir.join("perf.data");
+    record(
+        &data,
+        &["-e", "cpu-clock", "-c", "100000", "-g", "--switch-events"],
+        &[&exe.to_string_lossy()],
+    );
+    let (n, lines) = compare(&data);
+    assert!(n > 20, "only {n} events");
+    assert_eq!(lines, 0);
+    let d = dlfilter_path(&data);
+    let count = |s: &str| d.events.iter().filter(|e| e.contains(s)).count();
+    assert!(
+        count("SWITCH out=true preempt=false") >= 1,
+        "{:?}",
+        d.events
+    );
+    assert!(count("SWITCH out=false") >= 1, "{:?}", d.events);
+    assert!(d.transcript.contains("BEGIN [off-cpu]"), "{}", d.transcript);
 }

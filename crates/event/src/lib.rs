@@ -90,6 +90,8 @@ impl StringTable {
             Symbol::Untraced => "[untraced]",
             Symbol::Returned => "[returned]",
             Symbol::Syscall => "[syscall]",
+            Symbol::OffCpu => "[off-cpu]",
+            Symbol::Preempted => "[off-cpu: preempted]",
         }
     }
 
@@ -169,6 +171,10 @@ pub enum Symbol {
     Returned,
     /// Synthetic frame: tracing stopped at a syscall.
     Syscall,
+    /// Synthetic frame: the thread was off CPU (switched out, blocked or sleeping).
+    OffCpu,
+    /// Synthetic frame: the thread was off CPU, preempted while still runnable.
+    Preempted,
 }
 
 /// An instruction address with what it resolves to.
@@ -275,6 +281,15 @@ pub enum EventData {
         /// The thread that called `fork`/`clone`.
         parent: Thread,
     },
+    /// The event's thread left the CPU (`out`) or came back to it (perf's
+    /// `PERF_RECORD_SWITCH`, recorded with `--switch-events`): a sampled thread ran
+    /// only between an `in` and the next `out`.
+    Switch {
+        /// Switched out (else in).
+        out: bool,
+        /// Switched out while still runnable (preempted), not because it blocked.
+        preempt: bool,
+    },
 }
 
 impl EventData {
@@ -283,6 +298,13 @@ impl EventData {
     /// move a thread's clock.
     pub fn is_task(&self) -> bool {
         matches!(self, EventData::Comm { .. } | EventData::Fork { .. })
+    }
+
+    /// True for what perf records beside the samples ([`EventData::is_task`] and
+    /// [`EventData::Switch`]): alone they are no trace, and they do not decide when it
+    /// starts.
+    pub fn is_sideband(&self) -> bool {
+        self.is_task() || matches!(self, EventData::Switch { .. })
     }
 }
 
@@ -325,6 +347,11 @@ impl Event {
     /// ([`EventData::is_task`]).
     pub fn is_task(&self) -> bool {
         matches!(self, Event::Ok { data, .. } if data.is_task())
+    }
+
+    /// True if perf recorded the event beside the samples ([`EventData::is_sideband`]).
+    pub fn is_sideband(&self) -> bool {
+        matches!(self, Event::Ok { data, .. } if data.is_sideband())
     }
 
     /// The event's time, if it has one.

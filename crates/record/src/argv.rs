@@ -3,7 +3,7 @@
 //! ```text
 //! perf record -o DIR/perf.data --timestamp --event=PRIMARY [--overwrite] [--switch-output=signal]
 //!   (-p | --per-thread -t) PID,PID [--snapshot|--snapshot=e] [--control=…] [--kcore] [-m,PAGES]
-//!   [--call-graph X]
+//!   [--call-graph X --switch-events]
 //! ```
 
 use anyhow::{bail, Result};
@@ -407,6 +407,9 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     if plan.backend == Backend::Sample {
         a.push("--call-graph".into());
         a.push(plan.callgraph.name().into());
+        // Context switches (side-band records, no PMU needed) say when each thread was
+        // off CPU: without them a sampled frame seems to run through every sleep.
+        a.push("--switch-events".into());
     }
     a
 }
@@ -489,14 +492,14 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u -p 42 --call-graph dwarf"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u -p 42 --call-graph dwarf --switch-events"
         );
         p.hardware_pmu = true;
         p.timer = TimerResolution::Low;
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u -p 42 --call-graph lbr"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u -p 42 --call-graph lbr --switch-events"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;
@@ -506,7 +509,7 @@ mod tests {
         p.scope = Scope::UserKernel;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk --per-thread -t 42 --call-graph fp"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk --per-thread -t 42 --call-graph fp --switch-events"
         );
         p.full_execution = false;
         p.timer = TimerResolution::Sample(333);
@@ -518,7 +521,7 @@ mod tests {
         };
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --per-thread -t 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --per-thread -t 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp --switch-events"
         );
     }
 

@@ -291,6 +291,11 @@ impl<S: TraceSink> LegacyWriter<S> {
                     .observe(&mut self.sink, *thread, data, strings, process_names);
                 return;
             }
+            // magic-trace's algorithm knows no context switches: a sampled frame lasts
+            // until a sample without it, through any time off CPU (docs/sampling.md).
+            if matches!(data, EventData::Switch { .. }) {
+                return;
+            }
         }
         // TSX: events inside a transaction only happened if it commits, so hold them
         // until we know; an abort discards them.
@@ -1039,7 +1044,7 @@ fn write_ok<S: TraceSink>(
             ctx.counter(ti.track, "CPU", time, &args);
         }
         // Taken by `write_event_filtered` before a thread's stack is touched.
-        EventData::Comm { .. } | EventData::Fork { .. } => {}
+        EventData::Comm { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
         EventData::StackSample { callstack } => {
             // Keep the common prefix (by address) of the old and new stacks; return out
             // of the rest and call into the new frames.

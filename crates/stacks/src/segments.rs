@@ -226,7 +226,35 @@ struct ThreadState<T> {
     errors: Vec<(i64, String)>,
     /// CPU frequency changes: (time, MHz).
     power: Vec<(i64, u32)>,
+    /// Times off CPU since the last sample, oldest first: which frames they interrupt
+    /// is known only at the next sample (those it shares with the last one).
+    off_cpu: Vec<OffCpu>,
+    /// Time of the last stack sample.
+    last_sample: Option<i64>,
+    /// The stack comes from samples (not branches): only then do switches matter.
+    sampled: bool,
+    /// The last gaps between consecutive samples (a ring), to estimate the sampling
+    /// period when the recording has no context switches.
+    gaps: [i64; GAPS],
+    /// How many gaps were seen (the ring holds the last [`GAPS`]).
+    gap_count: usize,
 }
+
+/// One interval a thread spent off CPU.
+#[derive(Clone, Copy, Debug)]
+struct OffCpu {
+    /// When it was switched out.
+    out: i64,
+    /// When it was switched back in; `None` while it is still out.
+    back: Option<i64>,
+    /// Preempted (still runnable), not blocked.
+    preempt: bool,
+}
+
+/// How many sample gaps the period estimate looks at.
+const GAPS: usize = 16;
+/// Off-CPU intervals held per thread between two samples; more are merged into the last.
+const MAX_OFF_CPU: usize = 4096;
 
 /// Locations interned per writer: frames refer to them by index.
 #[derive(Default)]
@@ -264,6 +292,9 @@ pub struct SegmentsWriter<S: TraceSink> {
     regions: Vec<(i64, bool)>,
     in_region: bool,
     tracks: crate::tracks::Tracks<S::Thread>,
+    /// The recording has context switches ([`EventData::Switch`]): gaps between
+    /// samples are then not taken as time off CPU, switches say exactly when it was.
+    switches: bool,
 }
 
 fn is_kernel(ip: u64) -> bool {
@@ -292,6 +323,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             regions: Vec::new(),
             in_region: true,
             tracks: crate::tracks::Tracks::default(),
+            switches: false,
         };
         w.write_hits();
         w
@@ -341,6 +373,18 @@ impl<S: TraceSink> SegmentsWriter<S> {
                 self.tracks
                     .observe(&mut self.sink, *thread, data, strings, process_names);
                 return;
+            }
+            if matches!(data, EventData::Switch { .. }) {
+                self.switches = true;
+                // A thread never sampled has no stack to interrupt, and no track; a
+                // branch trace is exact about when its thread ran (its clock stays).
+                if !self
+                    .index
+                    .get(thread)
+                    .is_some_and(|&i| self.threads[i].sampled)
+                {
+                    return;
+                }
             }
         }
         // TSX: events inside a transaction count only if it commits.
@@ -407,6 +451,11 @@ impl<S: TraceSink> SegmentsWriter<S> {
             fresh: true,
             errors: Vec::new(),
             power: Vec::new(),
+            off_cpu: Vec::new(),
+            last_sample: None,
+            sampled: false,
+            gaps: [0; GAPS],
+            gap_count: 0,
         };
         new_segment(&mut ts, time, Join::Never);
         self.threads.push(ts);
@@ -448,6 +497,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             strings,
             config: &self.config,
             time,
+            switches: self.switches,
         };
         match event {
             Event::DecodeError { ip, message, .. } => {
@@ -460,6 +510,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     ),
                 };
                 cx.ts.errors.push((time, format!("[decode error: {msg}]")));
+                cx.flush_off_cpu(0);
                 // After an error the new segment starts with the next decoded event.
                 new_segment(cx.ts, time, Join::Any);
                 self.sink.warning(&warning);
@@ -471,6 +522,10 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     src,
                     dst,
                 } => {
+                    // A branch trace is exact about when the thread ran: switches are
+                    // for sampled stacks only (a `perf script` of PT may print them).
+                    cx.ts.off_cpu.clear();
+                    cx.ts.sampled = false;
                     if let Some(w) = cx.branch(*kind, *change, src, dst) {
                         if !self.warned_impossible && w == Warn::Impossible {
                             self.warned_impossible = true;
@@ -524,15 +579,17 @@ impl<S: TraceSink> SegmentsWriter<S> {
                 }
                 // Taken by `write_event` before a thread's stack is touched.
                 EventData::Comm { .. } | EventData::Fork { .. } => {}
+                EventData::Switch { out, preempt } => cx.switch(*out, *preempt),
             },
         }
     }
 
     /// Ends a snapshot: every thread continues in a new segment that is never stitched.
-    pub fn end_snapshot(&mut self) {
+    pub fn end_snapshot(&mut self, strings: &StringTable) {
         self.transaction.clear();
         for ts in self.threads.iter_mut() {
             let t = ts.last_time;
+            flush_off_cpu_at_end(ts, &mut self.locs, strings, &self.config);
             new_segment(ts, t, Join::Never);
         }
     }
@@ -544,6 +601,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
         }
         let threads = std::mem::take(&mut self.threads);
         for mut ts in threads {
+            flush_off_cpu_at_end(&mut ts, &mut self.locs, strings, &self.config);
             close_segment(&mut ts);
             if self.config.stitch {
                 extend_roots_backwards(&mut ts, &self.locs);
@@ -673,6 +731,43 @@ struct Cx<'a, T> {
     strings: &'a StringTable,
     config: &'a SegmentsConfig,
     time: i64,
+    /// The recording has context switches.
+    switches: bool,
+}
+
+/// A thread's last times off CPU, with no sample after them to tell which frames
+/// they interrupted: every frame ends when it first left the CPU. Its last switch-out
+/// (at exit, or when recording stopped) shows no interval: its end is not known.
+fn flush_off_cpu_at_end<T>(
+    ts: &mut ThreadState<T>,
+    locs: &mut Locations,
+    strings: &StringTable,
+    config: &SegmentsConfig,
+) {
+    let last_out = match ts.off_cpu.last() {
+        Some(o) if o.back.is_none() => Some(o.out),
+        _ => None,
+    };
+    if last_out.is_some() {
+        ts.off_cpu.pop();
+    }
+    let time = ts.last_time;
+    let mut cx = Cx {
+        ts,
+        locs,
+        strings,
+        config,
+        time,
+        switches: true,
+    };
+    cx.flush_off_cpu(0);
+    if let Some(out) = last_out {
+        if !cx.is_sentinel(cx.ts.leaf) {
+            cx.time = cx.ts.entries.last().map_or(out, |e| out.max(e.time));
+            cx.ts.leaf = cx.ts.sentinel;
+            cx.record(Flow::Return);
+        }
+    }
 }
 
 impl<T> Cx<'_, T> {
@@ -1097,7 +1192,104 @@ impl<T> Cx<'_, T> {
         self.ensure_current(dst);
     }
 
+    /// The thread left the CPU or came back.
+    fn switch(&mut self, out: bool, preempt: bool) {
+        if !self.ts.sampled {
+            return;
+        }
+        let time = self.time;
+        let off = &mut self.ts.off_cpu;
+        let full = off.len() >= MAX_OFF_CPU;
+        let still_out = off.last().is_some_and(|o| o.back.is_none());
+        if !out {
+            // An in without an out (recording began while it was off CPU) ends nothing.
+            if let Some(l) = off.last_mut().filter(|_| still_out) {
+                l.back = Some(time);
+            }
+        } else if still_out {
+            // Switched out twice (a lost switch-in): the first time counts.
+        } else if let Some(l) = off.last_mut().filter(|_| full) {
+            // So many short wake-ups without a sample: they become one interval.
+            l.back = None;
+        } else {
+            off.push(OffCpu {
+                out: time,
+                back: None,
+                preempt,
+            });
+        }
+    }
+
+    /// Shows the held times off CPU, ending every frame above the first `keep` of the
+    /// current stack when the thread first left the CPU; each interval becomes a
+    /// synthetic `[off-cpu]` frame on top of those that stayed.
+    fn flush_off_cpu(&mut self, keep: usize) {
+        if self.ts.off_cpu.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.ts.off_cpu);
+        let mut base = self.ts.leaf;
+        let mut depth = 0;
+        let mut f = self.ts.leaf;
+        while !self.is_sentinel(f) {
+            depth += 1;
+            f = self.ts.frames[f as usize].parent;
+        }
+        for _ in keep.min(depth)..depth {
+            base = self.ts.frames[base as usize].parent;
+        }
+        let now = self.time;
+        // Entries stay in time order whatever came between (perf's times can step back).
+        let floor = self.ts.entries.last().map_or(i64::MIN, |e| e.time);
+        for o in pending {
+            self.time = o.out.max(floor);
+            self.ts.leaf = base;
+            self.record(Flow::Return);
+            let symbol = if o.preempt {
+                Symbol::Preempted
+            } else {
+                Symbol::OffCpu
+            };
+            self.push_as(&Location::locationless(symbol), 0, Flow::Sampled);
+            self.time = o.back.unwrap_or(now).max(self.time);
+            self.ts.leaf = base;
+            self.record(Flow::Return);
+        }
+        self.time = now;
+    }
+
+    /// The sampling period, estimated from the gaps between this thread's samples (a
+    /// low quantile: timers fire late under load, and a thread that blocks often has
+    /// long gaps); `None` until enough were seen.
+    fn period_estimate(&self) -> Option<i64> {
+        let n = self.ts.gap_count.min(GAPS);
+        if n < GAPS / 2 {
+            return None;
+        }
+        let mut g = self.ts.gaps;
+        let g = &mut g[..n];
+        g.sort_unstable();
+        Some(g[n / 4]).filter(|&p| p > 0)
+    }
+
     fn sample(&mut self, callstack: &[Location]) {
+        // Without context switches, a gap of over two periods since the last sample is
+        // time off CPU (cpu-clock only fires while the thread runs): frames it left
+        // ended about one period after their last sample, not at the next one.
+        let mut ended_at = None;
+        if let Some(last) = self.ts.last_sample {
+            let gap = self.time - last;
+            if !self.switches {
+                ended_at = self
+                    .period_estimate()
+                    .filter(|&p| gap > 2 * p)
+                    .map(|p| last + p);
+            }
+            self.ts.gaps[self.ts.gap_count % GAPS] = gap;
+            self.ts.gap_count += 1;
+        }
+        self.ts.last_sample = Some(self.time);
+        self.ts.sampled = true;
         // Current stack, root first (below the sentinel nothing is known).
         let mut cur = Vec::new();
         let mut f = self.ts.leaf;
@@ -1123,13 +1315,23 @@ impl<T> Cx<'_, T> {
             }
             keep += 1;
         }
-        if keep < cur_len {
+        if !self.ts.off_cpu.is_empty() {
+            // Frames both samples share ran before and after: the time off CPU was
+            // spent inside them. The others ended when the thread first left the CPU.
+            self.flush_off_cpu(keep);
+        } else if keep < cur_len {
             self.ts.leaf = if keep == 0 {
                 self.ts.sentinel
             } else {
                 cur[keep - 1]
             };
+            let now = self.time;
+            if let Some(t) = ended_at {
+                let last_entry = self.ts.entries.last().map_or(t, |e| e.time);
+                self.time = t.max(last_entry).min(now);
+            }
             self.record(Flow::Return);
+            self.time = now;
         }
         for loc in &callstack[keep..] {
             self.push_as(loc, 0, Flow::Sampled);
@@ -1774,8 +1976,8 @@ impl<S: TraceSink> crate::StackWriter<S> for SegmentsWriter<S> {
     fn sink_mut(&mut self) -> &mut S {
         SegmentsWriter::sink_mut(self)
     }
-    fn end_snapshot(&mut self, _strings: &StringTable) {
-        SegmentsWriter::end_snapshot(self)
+    fn end_snapshot(&mut self, strings: &StringTable) {
+        SegmentsWriter::end_snapshot(self, strings)
     }
     fn finish(self, strings: &StringTable) -> S {
         SegmentsWriter::finish(self, strings)

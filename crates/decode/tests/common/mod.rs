@@ -246,6 +246,9 @@ pub fn render(event: Option<&Event>, strings: &StringTable) -> String {
                     opt_id(parent.pid),
                     opt_id(parent.tid)
                 ),
+                EventData::Switch { out, preempt } => {
+                    format!("(Switch (out {out}) (preempt {preempt}))")
+                }
             };
             let tx = if *in_transaction {
                 " (in_transaction true)"

@@ -165,6 +165,7 @@ pub fn norm(e: &Event, s: &StringTable) -> String {
                 }
                 EventData::Comm { name, exec } => format!("COMM {:?} exec={exec}", s.get(*name)),
                 EventData::Fork { parent } => format!("FORK from {parent:?}"),
+                EventData::Switch { out, preempt } => format!("SWITCH out={out} preempt={preempt}"),
             };
             format!("{thread:?} {time} {in_transaction} {d}")
         }

@@ -255,6 +255,7 @@ fn event_line(e: &ptscope_event::Event, strings: &ptscope_event::StringTable) ->
             Symbol::Untraced => "[untraced]",
             Symbol::Returned => "[returned]",
             Symbol::Syscall => "[syscall]",
+            Symbol::OffCpu | Symbol::Preempted => "[off-cpu]",
         };
         format!("{name}+{:#x} ({:#x})", l.offset, l.ip)
     };
