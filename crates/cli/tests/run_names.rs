@@ -8,6 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+#[path = "common/perf_env.rs"]
+mod perf_env;
+use perf_env::*;
+
 /// A single-threaded program with one hot function.
 const PROG: &str = r#"
 #include <stdio.h>
@@ -43,56 +47,6 @@ int main(int argc, char **argv) {
 
 fn ptscope() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
-}
-
-/// True if perf can record here; otherwise a loud skip (a failure in CI).
-fn perf_usable() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false);
-    let why = if !root {
-        Some("not root".to_string())
-    } else {
-        match Command::new("perf")
-            .args(["record", "-q", "-e", "cpu-clock", "-o", "/dev/null", "--"])
-            .arg("true")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-        {
-            Ok(s) if s.success() => None,
-            Ok(s) => Some(format!("perf record failed ({s})")),
-            Err(e) => Some(format!("perf not found ({e})")),
-        }
-    };
-    match why {
-        None => true,
-        Some(w) => {
-            assert!(std::env::var_os("CI").is_none(), "perf unusable in CI: {w}");
-            eprintln!("!!!!!!!! SKIPPED process-tree and name tests: {w}");
-            false
-        }
-    }
-}
-
-fn build(dir: &Path, name: &str, src: &str) -> PathBuf {
-    let c = dir.join(format!("{name}.c"));
-    std::fs::write(&c, src).unwrap();
-    let exe = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
-        .arg(&c)
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("gcc");
-    assert!(st.success());
-    exe
 }
 
 fn ptscope_cmd(args: &[&std::ffi::OsStr]) -> Output {
@@ -199,11 +153,11 @@ fn bare(s: &str) -> &str {
 
 #[test]
 fn a_shell_child_is_recorded_under_its_program_name() {
-    if !perf_usable() {
+    if !perf_usable("process-tree and name tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let prog = build(d.path(), "prog", PROG);
+    let prog = build_c(d.path(), "prog", PROG, &[]);
     let script = format!("{}; echo done", prog.display());
     let t = record(d.path(), &[], &[os("sh"), os("-c"), os(&script)]);
     let hot = where_is(&t, "hot_function");
@@ -221,11 +175,11 @@ fn a_shell_child_is_recorded_under_its_program_name() {
 
 #[test]
 fn threads_carry_their_names_under_one_process_on_both_decoders() {
-    if !perf_usable() {
+    if !perf_usable("process-tree and name tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let exe = build(d.path(), "threads", THREADS);
+    let exe = build_c(d.path(), "threads", THREADS, &[]);
     let t = record(d.path(), &["--multi-thread"], &[exe.as_os_str()]);
     assert_eq!(t.len(), 1, "one process: {t:#?}");
     let (pname, threads) = t.iter().next().unwrap();
@@ -295,7 +249,7 @@ fn threads_carry_their_names_under_one_process_on_both_decoders() {
 
 #[test]
 fn an_exec_chain_is_named_after_the_interpreter() {
-    if !perf_usable() {
+    if !perf_usable("process-tree and name tests") {
         return;
     }
     let Ok(python) = which("python3") else {
@@ -340,11 +294,11 @@ fn an_exec_chain_is_named_after_the_interpreter() {
 
 #[test]
 fn single_thread_records_only_the_given_thread() {
-    if !perf_usable() {
+    if !perf_usable("process-tree and name tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let prog = build(d.path(), "prog", PROG);
+    let prog = build_c(d.path(), "prog", PROG, &[]);
     // The shell counts a while first, so it is sampled itself.
     let script = format!(
         "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; {}; echo done",
@@ -357,7 +311,7 @@ fn single_thread_records_only_the_given_thread() {
     );
     assert!(where_is(&t, "hot_function").is_empty(), "{t:#?}");
     assert!(!t.is_empty() && t.keys().all(|p| bare(p) == "sh"), "{t:#?}");
-    let exe = build(d.path(), "threads", THREADS);
+    let exe = build_c(d.path(), "threads", THREADS, &[]);
     let out = d.path().join("single.fxt");
     let o = Command::new(ptscope())
         .args([
@@ -392,11 +346,11 @@ fn single_thread_records_only_the_given_thread() {
 
 #[test]
 fn attach_names_the_threads_that_were_already_running() {
-    if !perf_usable() {
+    if !perf_usable("process-tree and name tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let exe = build(d.path(), "threads", THREADS);
+    let exe = build_c(d.path(), "threads", THREADS, &[]);
     let mut prog = Command::new(&exe).arg("forever").spawn().unwrap();
     // Let the workers start and name themselves before perf attaches.
     std::thread::sleep(std::time::Duration::from_millis(300));

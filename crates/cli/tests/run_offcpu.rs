@@ -7,6 +7,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+#[path = "common/perf_env.rs"]
+mod perf_env;
+use perf_env::*;
+
 /// Busy, sleeps 1.5 s, busy again.
 const SLEEP: &str = r#"
 #include <unistd.h>
@@ -39,56 +43,6 @@ const PERIOD: i64 = 1_000_000;
 
 fn ptscope() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
-}
-
-/// True if perf can record here; otherwise a loud skip (a failure in CI).
-fn perf_usable() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false);
-    let why = if !root {
-        Some("not root".to_string())
-    } else {
-        match Command::new("perf")
-            .args(["record", "-q", "-e", "cpu-clock", "--switch-events"])
-            .args(["-o", "/dev/null", "--", "true"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-        {
-            Ok(s) if s.success() => None,
-            Ok(s) => Some(format!("perf record --switch-events failed ({s})")),
-            Err(e) => Some(format!("perf not found ({e})")),
-        }
-    };
-    match why {
-        None => true,
-        Some(w) => {
-            assert!(std::env::var_os("CI").is_none(), "perf unusable in CI: {w}");
-            eprintln!("!!!!!!!! SKIPPED off-CPU tests: {w}");
-            false
-        }
-    }
-}
-
-fn build(dir: &Path, name: &str, src: &str) -> PathBuf {
-    let c = dir.join(format!("{name}.c"));
-    std::fs::write(&c, src).unwrap();
-    let exe = dir.join(name);
-    let st = Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
-        .arg(&c)
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("gcc");
-    assert!(st.success());
-    exe
 }
 
 fn ptscope_ok(args: &[&std::ffi::OsStr]) {
@@ -233,11 +187,11 @@ fn sample_times(dir: &Path, function: &str) -> Vec<i64> {
 
 #[test]
 fn a_sleep_is_off_cpu_and_ends_the_function_before_it() {
-    if !perf_usable() {
+    if !perf_usable_with("off-CPU tests", &["--switch-events"]) {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let exe = build(d.path(), "sleeper", SLEEP);
+    let exe = build_c(d.path(), "sleeper", SLEEP, &[]);
     let t = record(d.path(), &exe);
     let main = t.get("sleeper").unwrap_or_else(|| panic!("{t:#?}"));
     let off: Vec<&Slice> = main.iter().filter(|s| s.name == "[off-cpu]").collect();
@@ -271,11 +225,11 @@ fn a_sleep_is_off_cpu_and_ends_the_function_before_it() {
 
 #[test]
 fn a_thread_blocked_in_join_is_off_cpu_not_in_its_last_function() {
-    if !perf_usable() {
+    if !perf_usable_with("off-CPU tests", &["--switch-events"]) {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let exe = build(d.path(), "joiner", JOIN);
+    let exe = build_c(d.path(), "joiner", JOIN, &[]);
     let t = record(d.path(), &exe);
     let main = t.get("joiner").unwrap_or_else(|| panic!("{t:#?}"));
     let worker = t.get("worker").unwrap_or_else(|| panic!("{t:#?}"));
@@ -316,11 +270,11 @@ fn a_thread_blocked_in_join_is_off_cpu_not_in_its_last_function() {
 /// sleep end about one sampling period after their last sample, not at the next one.
 #[test]
 fn without_switch_events_a_frame_ends_a_period_after_its_last_sample() {
-    if !perf_usable() {
+    if !perf_usable_with("off-CPU tests", &["--switch-events"]) {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let exe = build(d.path(), "sleeper", SLEEP);
+    let exe = build_c(d.path(), "sleeper", SLEEP, &[]);
     let rec = d.path().join("rec");
     std::fs::create_dir(&rec).unwrap();
     let st = Command::new("perf")
@@ -382,7 +336,7 @@ fn without_switch_events_a_frame_ends_a_period_after_its_last_sample() {
 /// `[off-cpu]` slice, and every slice that spans it is one of its callers.
 #[test]
 fn python_sleep_is_off_cpu_under_its_callers_only() {
-    if !perf_usable() {
+    if !perf_usable_with("off-CPU tests", &["--switch-events"]) {
         return;
     }
     let d = tempfile::tempdir().unwrap();

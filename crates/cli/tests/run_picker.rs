@@ -7,6 +7,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[path = "common/perf_env.rs"]
+mod perf_env;
+use perf_env::*;
+
 fn usable() -> bool {
     let have = |c: &str| {
         Command::new("sh")
@@ -47,35 +51,6 @@ impl Drop for Reap {
             let _ = self.0.kill();
         }
         let _ = self.0.wait();
-    }
-}
-
-/// The CPU time `pid` has used (user + system, in clock ticks), from `/proc/PID/stat`.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("target alive");
-    // The fields after the command name, which is in parentheses and may contain spaces:
-    // utime and stime (fields 14 and 15 of proc(5)) are the 12th and 13th from `state`.
-    let after = &stat[stat.rfind(')').expect("stat") + 2..];
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .map(|x| x.parse().expect("stat number"))
-        .collect();
-    f[0] + f[1]
-}
-
-/// Waits until `pid` has run `ticks` more clock ticks of CPU (however loaded the machine);
-/// fails after 120 s.
-fn wait_for_cpu(pid: u32, ticks: u64) {
-    let start = cpu_ticks(pid);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while cpu_ticks(pid) < start + ticks {
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} ran less than {ticks} clock ticks of CPU in 120 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/perf_env.rs"]
+mod perf_env;
+use perf_env::*;
+
 const C_DEMO: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,83 +67,6 @@ impl Drop for Reap {
         }
         let _ = self.0.wait();
     }
-}
-
-/// The CPU time `pid` has used (user + system, in clock ticks), from `/proc/PID/stat`.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process alive");
-    // The fields after the command name, which is in parentheses and may contain spaces:
-    // utime and stime (fields 14 and 15 of proc(5)) are the 12th and 13th from `state`.
-    let after = &stat[stat.rfind(')').expect("stat") + 2..];
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .map(|x| x.parse().expect("stat number"))
-        .collect();
-    f[0] + f[1]
-}
-
-/// Waits until `pid` has run `ticks` more clock ticks of CPU (however loaded the machine);
-/// fails after 120 s.
-fn wait_for_cpu(pid: u32, ticks: u64) {
-    let start = cpu_ticks(pid);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while cpu_ticks(pid) < start + ticks {
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} ran less than {ticks} clock ticks of CPU in 120 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// True if perf can record here; otherwise a loud skip (a failure in CI).
-fn perf_usable() -> bool {
-    let why = if unsafe_geteuid() != 0 {
-        Some("not root".to_string())
-    } else {
-        match Command::new("perf")
-            .args([
-                "record",
-                "--no-buildid-cache",
-                "-q",
-                "-e",
-                "cpu-clock",
-                "-o",
-                "/dev/null",
-                "--",
-                "true",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-        {
-            Ok(s) if s.success() => None,
-            Ok(s) => Some(format!("perf record failed ({s})")),
-            Err(e) => Some(format!("perf not found ({e})")),
-        }
-    };
-    match why {
-        None => true,
-        Some(w) => {
-            assert!(std::env::var_os("CI").is_none(), "perf unusable in CI: {w}");
-            eprintln!("!!!!!!!! SKIPPED run/attach tests: {w}");
-            false
-        }
-    }
-}
-
-fn unsafe_geteuid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
-        })
-        .and_then(|u| u.parse().ok())
-        .unwrap_or(u32::MAX)
 }
 
 fn build_c(dir: &Path) -> PathBuf {
@@ -233,7 +160,7 @@ fn os(s: &str) -> &std::ffi::OsStr {
 
 #[test]
 fn run_c_and_rust_demos_fall_back_to_sampling() {
-    if !perf_usable() {
+    if !perf_usable("run/attach tests") {
         return;
     }
     let tmp = scratch("demos");
@@ -364,21 +291,21 @@ fn check_trigger(trigger: &str, mode: &str, hit_name: &str) {
 
 #[test]
 fn trigger_on_a_function_ends_the_trace_there() {
-    if perf_usable() {
+    if perf_usable("run/attach tests") {
         check_trigger("demo_function", "short", "demo_function");
     }
 }
 
 #[test]
 fn trigger_on_the_stop_indicator() {
-    if perf_usable() {
+    if perf_usable("run/attach tests") {
         check_trigger(".", "indicator", "ptscope_stop_indicator_with");
     }
 }
 
 #[test]
 fn attach_until_sigint() {
-    if !perf_usable() {
+    if !perf_usable("run/attach tests") {
         return;
     }
     let tmp = scratch("attach");
@@ -449,7 +376,7 @@ fn unsafe_kill(pid: u32, sig: i32) {
 
 #[test]
 fn failures_are_clear_and_leave_nothing_behind() {
-    if !perf_usable() {
+    if !perf_usable("run/attach tests") {
         return;
     }
     let tmp = scratch("fail");

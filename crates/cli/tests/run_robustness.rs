@@ -10,6 +10,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+#[path = "common/perf_env.rs"]
+mod perf_env;
+use perf_env::*;
+
 /// Loops forever in `spin_work` under `main`; `abort` after N iterations when asked.
 const SPIN: &str = r#"
 #include <stdlib.h>
@@ -29,66 +33,8 @@ fn ptscope() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
 }
 
-fn euid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
-        })
-        .and_then(|u| u.parse().ok())
-        .unwrap_or(u32::MAX)
-}
-
-/// True if perf can record here; otherwise a loud skip (a failure in CI).
-fn perf_usable() -> bool {
-    let why = if euid() != 0 {
-        Some("not root".to_string())
-    } else {
-        match Command::new("perf")
-            .args([
-                "record",
-                "-q",
-                "-e",
-                "cpu-clock",
-                "-o",
-                "/dev/null",
-                "--",
-                "true",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-        {
-            Ok(s) if s.success() => None,
-            Ok(s) => Some(format!("perf record failed ({s})")),
-            Err(e) => Some(format!("perf not found ({e})")),
-        }
-    };
-    match why {
-        None => true,
-        Some(w) => {
-            assert!(std::env::var_os("CI").is_none(), "perf unusable in CI: {w}");
-            eprintln!("!!!!!!!! SKIPPED run robustness tests: {w}");
-            false
-        }
-    }
-}
-
 fn build_spin(dir: &Path) -> PathBuf {
-    let src = dir.join("spin.c");
-    std::fs::write(&src, SPIN).unwrap();
-    let exe = dir.join("spin");
-    let st = Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("gcc");
-    assert!(st.success());
-    exe
+    build_c(dir, "spin", SPIN, &[])
 }
 
 /// A ptscope started with its stderr read line by line on a thread.
@@ -209,7 +155,7 @@ fn decode_dir(dir: &Path, out: &Path) -> Output {
 /// written, or, when nothing was decoded yet, the recording is kept and named.
 #[test]
 fn two_quick_interrupts_never_lose_the_recording() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -266,7 +212,7 @@ fn two_quick_interrupts_never_lose_the_recording() {
 /// press is for.
 #[test]
 fn a_third_interrupt_quits_and_keeps_the_recording() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -330,7 +276,7 @@ fn a_third_interrupt_quits_and_keeps_the_recording() {
 /// Defect 4: SIGTERM and SIGHUP act like Ctrl-C: recording stops, the trace is written.
 #[test]
 fn sigterm_and_sighup_stop_the_recording_like_ctrl_c() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -360,7 +306,7 @@ fn sigterm_and_sighup_stop_the_recording_like_ctrl_c() {
 /// Defect 10: after a crash `ptscope run` exits non-zero (the program's status).
 #[test]
 fn an_aborting_program_keeps_its_trace_and_its_status() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -432,7 +378,7 @@ fn recording(d: &Path) -> PathBuf {
 /// A stand-in perf runs the real one and is killed after part of its output.
 #[test]
 fn perf_dying_mid_decode_is_reported_and_exits_non_zero() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -467,7 +413,7 @@ fn perf_dying_mid_decode_is_reported_and_exits_non_zero() {
 /// Defect 10: `-q` silences progress and information; warnings would still show.
 #[test]
 fn quiet_prints_nothing_when_all_is_well() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -490,7 +436,7 @@ fn quiet_prints_nothing_when_all_is_well() {
 /// error 2)"), and "the input is empty" was said of inputs that were not.
 #[test]
 fn messages_say_each_cause_once_and_empty_only_when_empty() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -547,7 +493,7 @@ fn messages_say_each_cause_once_and_empty_only_when_empty() {
 /// `run` takes `--decoder` too, and both decoders give the same trace of one recording.
 #[test]
 fn run_takes_the_decoder_choice() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -571,7 +517,7 @@ fn run_takes_the_decoder_choice() {
 /// symlink planted as `perf.log` is replaced, never followed.
 #[test]
 fn working_directories_must_be_private_and_links_are_not_followed() {
-    if !perf_usable() {
+    if !perf_usable("run robustness tests") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
