@@ -237,6 +237,13 @@ fn score_thread_inner(
     let empty: Vec<u32> = Vec::new();
     let (mut ti, mut ri, mut gi) = (0, 0, 0);
     let (mut wi, mut oi) = (0, 0);
+    // A window can hold a whole snapshot's truth (timing unknown within it), and the same
+    // reconstructed stack recurs interval after interval: its verdict against one window is
+    // computed once (comparing it with every candidate each time was quadratic).
+    let mut verdicts: HashMap<(usize, *const Vec<u32>), (bool, bool, bool)> = HashMap::new();
+    let mut order_verdicts: HashMap<(usize, *const Vec<u32>), bool> = HashMap::new();
+    let mut stack_ids: HashMap<&[u32], *const Vec<u32>> = HashMap::new();
+    let (mut memo_wi, mut memo_oi) = (usize::MAX, usize::MAX);
     for pair in cuts.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         let len = b - a;
@@ -256,10 +263,28 @@ fn score_thread_inner(
             _ => &empty,
         };
         let ts = truth.get(ti).map_or(&empty, |x| &x.2);
-        let exact = candidates.iter().any(|c| &c.2 == rs);
-        let in_order = order_candidates.iter().any(|c| &c.2 == rs);
-        let suffix = !rs.is_empty() && candidates.iter().any(|c| c.2.ends_with(rs));
-        let root = !rs.is_empty() && candidates.iter().any(|c| c.2.first() == rs.first());
+        if memo_wi != wi {
+            verdicts.clear();
+            memo_wi = wi;
+        }
+        if memo_oi != oi {
+            order_verdicts.clear();
+            memo_oi = oi;
+        }
+        // Equal stacks share one key (the first vector seen with those frames).
+        let key = *stack_ids
+            .entry(rs.as_slice())
+            .or_insert(rs as *const Vec<u32>);
+        let (exact, suffix, root) = *verdicts.entry((wi, key)).or_insert_with(|| {
+            (
+                candidates.iter().any(|c| &c.2 == rs),
+                !rs.is_empty() && candidates.iter().any(|c| c.2.ends_with(rs)),
+                !rs.is_empty() && candidates.iter().any(|c| c.2.first() == rs.first()),
+            )
+        });
+        let in_order = *order_verdicts
+            .entry((oi, key))
+            .or_insert_with(|| order_candidates.iter().any(|c| &c.2 == rs));
         if let (false, Some(report)) = (exact, report.as_mut()) {
             let name = |v: &[u32]| -> Vec<String> {
                 v.iter().map(|&id| names.name(id).to_string()).collect()
