@@ -37,6 +37,8 @@ mod demangle;
 mod dwarf;
 mod elf;
 mod error;
+mod functions;
+mod naming;
 mod ocaml;
 mod perfmap;
 mod process;
@@ -48,6 +50,10 @@ pub use demangle::{
 pub use dwarf::{LineAddress, LineTable};
 pub use elf::{Elf, FunctionSymbol, LoadSegment, MappedFile, SymbolTable};
 pub use error::{Error, Result};
+pub use functions::{
+    eh_frame_ranges, find_debug_file, FoundFunction, FunctionRanges, NameSource, DEBUG_ROOT,
+};
+pub use naming::{NameTable, Namer, NamingStats, STACK_CUT};
 pub use ocaml::OcamlTraps;
 pub use perfmap::{
     is_jit_map_name, jit_map_path, process_owner, MapTrust, PerfMap, PerfMapEntry, Untrusted,

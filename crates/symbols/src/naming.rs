@@ -1,0 +1,242 @@
+//! The naming step between decoding and stack reconstruction: names per *function* for
+//! code perf could not name, and sampled call stacks cut where frame pointers were lost.
+//!
+//! Both decoders (perf script text and the dlfilter) give the same events, and this step
+//! is a function of the events and the files on disk only, so both still give one trace.
+//!
+//! **Names.** perf names an address in a stripped binary `[unknown]`, which the decoders
+//! turn into `[unknown @ ADDR (DSO)]`: one name per sampled address. For the frames of a
+//! sampled call stack perf prints ADDR as an offset into the DSO's file, so the DSO's
+//! [`FunctionRanges`] (debug file, else `.eh_frame`) give the function, and every address
+//! in it gets the same name: the symbol's, or `gzip+0x1a2b0` after the FDE's start.
+//!
+//! **Cut stacks.** With `--callgraph fp`, code built without frame pointers (most of a
+//! distribution: libc, CPython, gzip) leaves `rbp` holding data, and perf's walk reads
+//! return addresses from it: ASCII text (`0x4341505f45434152`), negative numbers, 0. perf
+//! finds such an address in no mapping of the process and prints it `[unknown]` with no
+//! DSO. Everything from the first such caller outwards is invented, so the stack is cut
+//! there and one [`STACK_CUT`] frame stands for what was lost.
+
+use std::path::Path;
+
+use ptscope_event::{Event, EventData, Location, StringTable, Sym, Symbol};
+use rustc_hash::FxHashMap;
+
+use crate::functions::FunctionRanges;
+
+/// The frame that replaces the callers of a stack whose frame-pointer chain broke.
+pub const STACK_CUT: &str = "[stack cut: frame pointers lost]";
+
+/// What perf calls a DSO it could not find (the address is in no mapping).
+const NO_DSO: &str = "[unknown]";
+
+/// The table names are interned in, as this step needs it: a decoder that owns its
+/// table can intern without giving out `&mut StringTable` (which may cost it its caches).
+pub trait NameTable {
+    /// The raw string behind a handle.
+    fn get(&self, sym: Sym) -> &str;
+    /// The handle of `name`, interning it if new.
+    fn intern(&mut self, name: &str) -> Sym;
+}
+
+impl NameTable for StringTable {
+    fn get(&self, sym: Sym) -> &str {
+        StringTable::get(self, sym)
+    }
+    fn intern(&mut self, name: &str) -> Sym {
+        StringTable::intern(self, name)
+    }
+}
+
+/// Counts of what the step did, for the closing message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamingStats {
+    /// Sampled call stacks seen.
+    pub stacks: u64,
+    /// Stacks cut at a caller outside every mapping.
+    pub cut: u64,
+    /// Frames given a function's name instead of their address's.
+    pub named: u64,
+    /// Frames in stripped code that no function range covers (they keep their address).
+    pub unnamed: u64,
+}
+
+/// Per-Sym facts, cached: what kind of name it is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NameKind {
+    Unchecked,
+    /// A real name (or nothing this step changes).
+    Named,
+    /// `[unknown @ …]` in a file.
+    UnknownInFile,
+}
+
+/// Names stripped code per function and cuts broken frame-pointer stacks; see the module
+/// documentation. One per decode (its caches are keyed by the table's [`Sym`]s, so it
+/// must always be given the same [`StringTable`]).
+pub struct Namer {
+    group: bool,
+    cut: bool,
+    marker: Option<Sym>,
+    kinds: Vec<NameKind>,
+    /// By DSO name; `None` when the file could not be read.
+    files: FxHashMap<Sym, Option<FunctionRanges>>,
+    /// (DSO, file offset) → the function's name and the offset of its start.
+    found: FxHashMap<(Sym, u64), Option<(Sym, u64)>>,
+    stats: NamingStats,
+}
+
+impl Namer {
+    /// A step that names stripped code per function (`group`) and cuts broken
+    /// frame-pointer stacks (`cut`).
+    pub fn new(group: bool, cut: bool) -> Self {
+        Namer {
+            group,
+            cut,
+            marker: None,
+            kinds: Vec::new(),
+            files: FxHashMap::default(),
+            found: FxHashMap::default(),
+            stats: NamingStats::default(),
+        }
+    }
+
+    /// What was done so far.
+    pub fn stats(&self) -> NamingStats {
+        self.stats
+    }
+
+    /// The one-line notice for a run where most sampled stacks were cut, if it was one.
+    pub fn cut_notice(&self) -> Option<String> {
+        let s = self.stats;
+        (s.stacks > 0 && s.cut * 2 > s.stacks).then(|| {
+            format!(
+                "{} of {} sampled call stacks ({}%) reached code without frame pointers and were \
+                 cut there (their callers show as `{STACK_CUT}`); record with --callgraph dwarf \
+                 for whole stacks",
+                s.cut,
+                s.stacks,
+                s.cut * 100 / s.stacks
+            )
+        })
+    }
+
+    /// Renames and cuts `event`'s locations in place, interning new names in `strings`.
+    pub fn apply(&mut self, event: &mut Event, strings: &mut impl NameTable) {
+        let Event::Ok {
+            data: EventData::StackSample { callstack },
+            ..
+        } = event
+        else {
+            return;
+        };
+        self.stats.stacks += 1;
+        if self.cut {
+            self.cut_stack(callstack, strings);
+        }
+        if self.group {
+            for loc in callstack.iter_mut() {
+                self.name(loc, strings);
+            }
+        }
+    }
+
+    /// Replaces the callers from the first one outside every mapping (root first: the
+    /// last such frame before the leaf's side) by one [`STACK_CUT`] frame.
+    fn cut_stack(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+        let n = callstack.len();
+        if n < 2 {
+            return;
+        }
+        // The leaf is the sampled pc itself, never read from a frame; the first bad
+        // caller, walking out from it, is where the chain broke.
+        let Some(bad) = (0..n - 1)
+            .rev()
+            .find(|&i| is_unmapped(&callstack[i], strings))
+        else {
+            return;
+        };
+        let marker = *self.marker.get_or_insert_with(|| strings.intern(STACK_CUT));
+        callstack.drain(..bad);
+        callstack[0] = Location::new(0, Symbol::FromPerf(marker), 0);
+        self.stats.cut += 1;
+    }
+
+    fn kind(&mut self, sym: Sym, strings: &impl NameTable) -> NameKind {
+        let i = sym.0 as usize;
+        if i >= self.kinds.len() {
+            self.kinds
+                .resize((i + 1).max(self.kinds.len() * 2), NameKind::Unchecked);
+        }
+        if self.kinds[i] == NameKind::Unchecked {
+            self.kinds[i] = if strings.get(sym).starts_with("[unknown @ ") {
+                NameKind::UnknownInFile
+            } else {
+                NameKind::Named
+            };
+        }
+        self.kinds[i]
+    }
+
+    fn name(&mut self, loc: &mut Location, strings: &mut impl NameTable) {
+        let Symbol::FromPerf(sym) = loc.symbol else {
+            return;
+        };
+        let Some(dso) = loc.dso else { return };
+        if self.kind(sym, strings) != NameKind::UnknownInFile {
+            return;
+        }
+        let key = (dso, loc.ip);
+        let found = match self.found.get(&key) {
+            Some(f) => *f,
+            None => {
+                let f = self.lookup(dso, loc.ip, strings);
+                self.found.insert(key, f);
+                f
+            }
+        };
+        match found {
+            Some((name, start)) => {
+                loc.symbol = Symbol::FromPerf(name);
+                loc.offset = loc.ip.wrapping_sub(start);
+                self.stats.named += 1;
+            }
+            None => self.stats.unnamed += 1,
+        }
+    }
+
+    /// The function holding file offset `offset` of the DSO `dso`: its interned name and
+    /// the file offset of its start.
+    fn lookup(
+        &mut self,
+        dso: Sym,
+        offset: u64,
+        strings: &mut impl NameTable,
+    ) -> Option<(Sym, u64)> {
+        let ranges = self
+            .files
+            .entry(dso)
+            .or_insert_with(|| {
+                let path = strings.get(dso);
+                // `[vdso]`, `//anon`, `[unknown]` and JIT maps have no ELF file to read.
+                if !path.starts_with('/') || path.starts_with("//") {
+                    return None;
+                }
+                FunctionRanges::load(Path::new(path)).ok()
+            })
+            .as_ref()?;
+        let addr = ranges.address_of_offset(offset)?;
+        let f = ranges.function_at(addr)?;
+        let start = offset.wrapping_sub(addr - f.start);
+        let name = f.name.into_owned();
+        Some((strings.intern(&name), start))
+    }
+}
+
+/// True for a frame perf found in no mapping of the process.
+fn is_unmapped(loc: &Location, strings: &impl NameTable) -> bool {
+    // Only perf's explicit `[unknown]` DSO: without a DSO field (perf script text
+    // printed without `dso`) nothing is known about the mapping.
+    matches!(loc.symbol, Symbol::FromPerf(_) | Symbol::Unknown)
+        && loc.dso.is_some_and(|d| strings.get(d) == NO_DSO)
+}
