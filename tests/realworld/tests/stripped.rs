@@ -1,0 +1,123 @@
+//! Stripped Debian binaries sampled with frame pointers: their code is named per function
+//! (from `.eh_frame`, `gzip+0x…`), not per address, and stacks whose frame-pointer chain
+//! ran into data are cut with one marker frame instead of showing invented callers.
+
+use ptscope_realworld::harness::{can_record, decode, need_tool, record, system_tool};
+use ptscope_realworld::programs;
+use ptscope_realworld::trace::Trace;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+const CUT: &str = "[stack cut: frame pointers lost]";
+
+/// Every distinct slice name in the trace.
+fn names(t: &Trace) -> BTreeSet<String> {
+    t.tracks
+        .values()
+        .flat_map(|tr| tr.slices.iter().map(|s| s.name.clone()))
+        .collect()
+}
+
+/// FDE start addresses of `exe`, as binutils' readelf prints them (`pc=START..END`).
+fn fde_starts(exe: &Path) -> Option<BTreeSet<u64>> {
+    let readelf = system_tool("readelf")?;
+    let out = Command::new(readelf)
+        .args(["--debug-dump=frames"])
+        .arg(exe)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(
+        text.lines()
+            .filter(|l| l.contains(" FDE "))
+            .filter_map(|l| l.split("pc=").nth(1)?.split("..").next())
+            .filter_map(|a| u64::from_str_radix(a, 16).ok())
+            .collect(),
+    )
+}
+
+#[test]
+fn gzip_fp_named_per_function_and_broken_stacks_cut() {
+    let test = "gzip_fp_named_per_function_and_broken_stacks_cut";
+    if !can_record(test) {
+        return;
+    }
+    let Some(gzip) = need_tool(test, "gzip", "gzip") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    programs::text_file(&input, 8);
+    let work = dir.path().join("rec");
+    let (run, t) = record(
+        dir.path(),
+        "gzip",
+        &["--callgraph", "fp", "-w", work.to_str().unwrap()],
+        &[&gzip, &"-9", &"-c", &input],
+    );
+    let all = names(&t);
+    let tag = format!("({})]", gzip.display());
+    let per_address: Vec<&String> = all.iter().filter(|n| n.ends_with(&tag)).collect();
+    assert!(
+        per_address.is_empty(),
+        "gzip's code still has per-address names (every gzip address is in an FDE): {:?}",
+        &per_address[..per_address.len().min(10)]
+    );
+    // Frames perf found in no mapping (ASCII text, negative numbers read as return
+    // addresses) are never shown.
+    let unmapped: Vec<&String> = all.iter().filter(|n| n.ends_with("([unknown])]")).collect();
+    assert!(unmapped.is_empty(), "invented frames shown: {unmapped:?}");
+    let gzip_names: BTreeSet<u64> = all
+        .iter()
+        .filter_map(|n| n.strip_prefix("gzip+0x"))
+        .map(|a| u64::from_str_radix(a, 16).expect("gzip+0xHEX"))
+        .collect();
+    assert!(
+        !gzip_names.is_empty(),
+        "no gzip+0x… function names: {}",
+        t.summary()
+    );
+    if let Some(fdes) = fde_starts(&gzip) {
+        // One name per function: each is an FDE's start, so there are at most as many.
+        let stray: Vec<_> = gzip_names.difference(&fdes).collect();
+        assert!(stray.is_empty(), "names not at an FDE start: {stray:x?}");
+    }
+    // The marker stands for lost callers: it is always a root with something under it.
+    for tr in t.tracks.values() {
+        for (i, s) in tr.slices.iter().enumerate() {
+            if s.name == CUT {
+                assert!(
+                    s.parent.is_none(),
+                    "a cut marker under {}",
+                    tr.stack_text(i)
+                );
+            }
+        }
+    }
+    // Both decoders go through the same naming step.
+    let text = decode(
+        &work,
+        &dir.path().join("text.fxt.gz"),
+        &["--decoder", "text"],
+        &run,
+    );
+    let dl = decode(
+        &work,
+        &dir.path().join("dl.fxt.gz"),
+        &["--decoder", "dlfilter"],
+        &run,
+    );
+    text.assert_same_slices(&dl, "gzip fp: --decoder text vs --decoder dlfilter");
+    let legacy = decode(
+        &work,
+        &dir.path().join("legacy.fxt.gz"),
+        &["--writer", "legacy"],
+        &run,
+    );
+    assert_eq!(
+        names(&legacy),
+        all,
+        "the legacy writer shows other names than the segments writer"
+    );
+}
