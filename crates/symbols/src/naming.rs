@@ -240,3 +240,89 @@ fn is_unmapped(loc: &Location, strings: &impl NameTable) -> bool {
     matches!(loc.symbol, Symbol::FromPerf(_) | Symbol::Unknown)
         && loc.dso.is_some_and(|d| strings.get(d) == NO_DSO)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ptscope_event::Thread;
+
+    fn sample(strings: &mut StringTable, frames: &[(&str, Option<&str>)]) -> Event {
+        let callstack = frames
+            .iter()
+            .enumerate()
+            .map(|(i, &(name, dso))| Location {
+                ip: i as u64,
+                symbol: Symbol::FromPerf(strings.intern(name)),
+                offset: 0,
+                dso: dso.map(|d| strings.intern(d)),
+            })
+            .collect();
+        Event::Ok {
+            thread: Thread::default(),
+            time: 1,
+            in_transaction: false,
+            data: EventData::StackSample { callstack },
+        }
+    }
+
+    fn names(e: &Event, strings: &StringTable) -> Vec<String> {
+        let Event::Ok {
+            data: EventData::StackSample { callstack },
+            ..
+        } = e
+        else {
+            unreachable!()
+        };
+        callstack
+            .iter()
+            .map(|l| strings.display(l.symbol).to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn cuts_at_the_innermost_unmapped_caller_only() {
+        let mut s = StringTable::new();
+        let mut n = Namer::new(false, true);
+        let lib = Some("/usr/lib/libc.so.6");
+        let none = Some("[unknown]");
+        // Root first: garbage, a plausible frame read through it, more garbage, then
+        // real frames down to the leaf.
+        let mut e = sample(
+            &mut s,
+            &[
+                ("[unknown @ 0x0 ([unknown])]", none),
+                ("main", lib),
+                ("[unknown @ 0x4341505f45434152 ([unknown])]", none),
+                ("caller", lib),
+                ("leaf", lib),
+            ],
+        );
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), [STACK_CUT, "caller", "leaf"]);
+        // The leaf is the sampled pc, never read from a frame: not a broken chain.
+        let mut e = sample(
+            &mut s,
+            &[("main", lib), ("[unknown @ 0x10 ([unknown])]", none)],
+        );
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["main", "[unknown @ 0x10 ([unknown])]"]);
+        // Without a DSO field nothing is known about mappings.
+        let mut e = sample(&mut s, &[("[unknown]", None), ("leaf", lib)]);
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["[unknown]", "leaf"]);
+        assert_eq!(n.stats().cut, 1);
+        assert_eq!(n.stats().stacks, 3);
+        assert_eq!(n.cut_notice(), None);
+        let mut e = sample(
+            &mut s,
+            &[("[unknown @ 0x0 ([unknown])]", none), ("leaf", lib)],
+        );
+        n.apply(&mut e, &mut s);
+        let mut e = sample(
+            &mut s,
+            &[("[unknown @ 0x0 ([unknown])]", none), ("leaf", lib)],
+        );
+        n.apply(&mut e, &mut s);
+        assert!(n.cut_notice().is_some_and(|m| m.contains("3 of 5")));
+    }
+}

@@ -34,7 +34,7 @@ fn main() {
         names.len()
     );
     let mut top: Vec<_> = names.into_iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|e| std::cmp::Reverse(e.1));
     for (n, c) in top.iter().take(15) {
         println!("  {c:8} {n}");
     }
