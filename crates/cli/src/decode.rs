@@ -643,6 +643,11 @@ fn decode_inputs(
                 continue;
             }
         };
+        // Branches carry the process's own addresses: their mappings name them.
+        namer.set_mappings(match &spec {
+            InputSpec::PerfData(p) if naming => ptscope_symbols::Mappings::read(p).ok(),
+            _ => None,
+        });
         let pb = progress(source.size(), quiet, &spec.name());
         let mut errors = Vec::new();
         let mut batch = Vec::with_capacity(BATCH);

@@ -40,6 +40,7 @@ mod error;
 mod functions;
 mod naming;
 mod ocaml;
+mod perfdata;
 mod perfmap;
 mod process;
 
@@ -55,6 +56,7 @@ pub use functions::{
 };
 pub use naming::{NameTable, Namer, NamingStats, STACK_CUT};
 pub use ocaml::OcamlTraps;
+pub use perfdata::Mappings;
 pub use perfmap::{
     is_jit_map_name, jit_map_path, process_owner, MapTrust, PerfMap, PerfMapEntry, Untrusted,
 };

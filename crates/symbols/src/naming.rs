@@ -23,6 +23,7 @@ use ptscope_event::{Event, EventData, Location, StringTable, Sym, Symbol};
 use rustc_hash::FxHashMap;
 
 use crate::functions::FunctionRanges;
+use crate::perfdata::Mappings;
 
 /// The frame that replaces the callers of a stack whose frame-pointer chain broke.
 pub const STACK_CUT: &str = "[stack cut: frame pointers lost]";
@@ -83,6 +84,10 @@ pub struct Namer {
     files: FxHashMap<Sym, Option<FunctionRanges>>,
     /// (DSO, file offset) → the function's name and the offset of its start.
     found: FxHashMap<(Sym, u64), Option<(Sym, u64)>>,
+    /// The current recording's mappings, for branches' absolute addresses.
+    mappings: Option<Mappings>,
+    /// (pid, DSO, address) → the function's name and the address of its start.
+    found_abs: FxHashMap<(Option<u32>, Sym, u64), Option<(Sym, u64)>>,
     stats: NamingStats,
 }
 
@@ -97,8 +102,18 @@ impl Namer {
             kinds: Vec::new(),
             files: FxHashMap::default(),
             found: FxHashMap::default(),
+            mappings: None,
+            found_abs: FxHashMap::default(),
             stats: NamingStats::default(),
         }
+    }
+
+    /// The mappings of the recording whose events come next (see [`Mappings::read`]):
+    /// with them, the absolute addresses of Intel PT branches are named per function
+    /// too. `None` (perf script text) leaves branches as perf named them.
+    pub fn set_mappings(&mut self, mappings: Option<Mappings>) {
+        self.mappings = mappings;
+        self.found_abs.clear();
     }
 
     /// What was done so far.
@@ -123,12 +138,26 @@ impl Namer {
 
     /// Renames and cuts `event`'s locations in place, interning new names in `strings`.
     pub fn apply(&mut self, event: &mut Event, strings: &mut impl NameTable) {
-        let Event::Ok {
-            data: EventData::StackSample { callstack },
-            ..
-        } = event
-        else {
+        let Event::Ok { data, thread, .. } = event else {
             return;
+        };
+        let pid = thread.pid;
+        let callstack = match data {
+            EventData::StackSample { callstack } => callstack,
+            EventData::Trace { src, dst, .. } => {
+                if self.group && self.mappings.is_some() {
+                    self.name_absolute(pid, src, strings);
+                    self.name_absolute(pid, dst, strings);
+                }
+                return;
+            }
+            EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
+                if self.group && self.mappings.is_some() {
+                    self.name_absolute(pid, location, strings);
+                }
+                return;
+            }
+            _ => return,
         };
         self.stats.stacks += 1;
         if self.cut {
@@ -202,6 +231,42 @@ impl Namer {
                 self.stats.named += 1;
             }
             None => self.stats.unnamed += 1,
+        }
+    }
+
+    /// Names a location whose `ip` is the process's own address (a branch's).
+    fn name_absolute(
+        &mut self,
+        pid: Option<u32>,
+        loc: &mut Location,
+        strings: &mut impl NameTable,
+    ) {
+        let Symbol::FromPerf(sym) = loc.symbol else {
+            return;
+        };
+        let Some(dso) = loc.dso else { return };
+        if self.kind(sym, strings) != NameKind::UnknownInFile {
+            return;
+        }
+        let key = (pid, dso, loc.ip);
+        let found = match self.found_abs.get(&key) {
+            Some(f) => *f,
+            None => {
+                let offset = self
+                    .mappings
+                    .as_ref()
+                    .and_then(|m| m.file_offset(pid, strings.get(dso), loc.ip));
+                let f = offset.and_then(|o| {
+                    let (name, start) = self.lookup(dso, o, strings)?;
+                    Some((name, loc.ip.wrapping_sub(o.wrapping_sub(start))))
+                });
+                self.found_abs.insert(key, f);
+                f
+            }
+        };
+        if let Some((name, start)) = found {
+            loc.symbol = Symbol::FromPerf(name);
+            loc.offset = loc.ip.wrapping_sub(start);
         }
     }
 

@@ -121,3 +121,79 @@ fn gzip_fp_named_per_function_and_broken_stacks_cut() {
         "the legacy writer shows other names than the segments writer"
     );
 }
+
+/// `ptsim` (qemu-user) records Debian's gzip as a genuine Intel PT perf.data: perf names
+/// every branch in gzip's code `[unknown]` at its absolute address, and the trace had a
+/// slice per branch target. With the recording's mappings they are named per function.
+#[test]
+fn gzip_intel_pt_branches_named_per_function() {
+    let test = "gzip_intel_pt_branches_named_per_function";
+    if !ptsim::testing::tools_available(&["qemu-x86_64", "perf"]) {
+        assert!(
+            !ptscope_realworld::harness::in_ci(),
+            "{test}: qemu-x86_64 and perf are needed"
+        );
+        return;
+    }
+    let Some(gzip) = need_tool(test, "gzip", "gzip") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    programs::text_file(&input, 1);
+    let small = dir.path().join("small.txt");
+    let bytes = std::fs::read(&input).unwrap();
+    std::fs::write(&small, &bytes[..bytes.len().min(60_000)]).unwrap();
+    let work = dir.path().join("rec");
+    std::fs::create_dir(&work).unwrap();
+    let started = std::time::Instant::now();
+    let out = ptsim::testing::record(
+        &work,
+        &[&gzip, Path::new("-c"), &small],
+        &ptsim::SimConfig::default(),
+    )
+    .expect("ptsim records gzip");
+    assert!(out.status.success(), "gzip failed under qemu");
+    let recorded = ptscope_realworld::harness::Finished {
+        what: format!("ptsim {} -c {}", gzip.display(), small.display()),
+        output: std::process::Output {
+            status: out.status,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        },
+        elapsed: started.elapsed(),
+    };
+    let text = decode(
+        &work,
+        &dir.path().join("text.fxt.gz"),
+        &["--decoder", "text"],
+        &recorded,
+    );
+    let dl = decode(
+        &work,
+        &dir.path().join("dl.fxt.gz"),
+        &["--decoder", "dlfilter"],
+        &recorded,
+    );
+    text.assert_same_slices(&dl, "gzip PT: --decoder text vs --decoder dlfilter");
+    let all = names(&text);
+    let tag = format!("({})]", gzip.display());
+    // Only code no FDE covers keeps its address: crt's register_tm_clones & co.
+    let per_address: Vec<&String> = all.iter().filter(|n| n.ends_with(&tag)).collect();
+    assert!(
+        per_address.len() < 20,
+        "{} per-address names in gzip's code: {:?}",
+        per_address.len(),
+        &per_address[..per_address.len().min(10)]
+    );
+    let gzip_names: BTreeSet<u64> = all
+        .iter()
+        .filter_map(|n| n.strip_prefix("gzip+0x"))
+        .map(|a| u64::from_str_radix(a, 16).expect("gzip+0xHEX"))
+        .collect();
+    assert!(gzip_names.len() > 5, "gzip functions: {gzip_names:x?}");
+    if let Some(fdes) = fde_starts(&gzip) {
+        let stray: Vec<_> = gzip_names.difference(&fdes).collect();
+        assert!(stray.is_empty(), "names not at an FDE start: {stray:x?}");
+    }
+}
