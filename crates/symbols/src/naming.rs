@@ -62,6 +62,9 @@ pub struct NamingStats {
     pub unnamed: u64,
 }
 
+/// A function's interned name and where it starts (file offset or address).
+type Named = (Sym, u64);
+
 /// Per-Sym facts, cached: what kind of name it is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum NameKind {
@@ -83,11 +86,11 @@ pub struct Namer {
     /// By DSO name; `None` when the file could not be read.
     files: FxHashMap<Sym, Option<FunctionRanges>>,
     /// (DSO, file offset) → the function's name and the offset of its start.
-    found: FxHashMap<(Sym, u64), Option<(Sym, u64)>>,
+    found: FxHashMap<(Sym, u64), Option<Named>>,
     /// The current recording's mappings, for branches' absolute addresses.
     mappings: Option<Mappings>,
     /// (pid, DSO, address) → the function's name and the address of its start.
-    found_abs: FxHashMap<(Option<u32>, Sym, u64), Option<(Sym, u64)>>,
+    found_abs: FxHashMap<(Option<u32>, Sym, u64), Option<Named>>,
     stats: NamingStats,
 }
 

@@ -168,7 +168,7 @@ mod tests {
         let mut r = Vec::new();
         let mut n = name.as_bytes().to_vec();
         n.push(0);
-        while n.len() % 8 != 0 {
+        while !n.len().is_multiple_of(8) {
             n.push(0);
         }
         let size = 72 + n.len();
