@@ -571,6 +571,12 @@ fn decode_inputs(
         if ctx.stopped() {
             break;
         }
+        // Names come from this machine's files only for its own recordings (perf script
+        // text may come from elsewhere); branches need the mappings to be named.
+        namer.set_mappings(match &spec {
+            InputSpec::PerfData(p) if naming => ptscope_symbols::Mappings::read(p).ok(),
+            _ => None,
+        });
         // A big file is parsed on two threads (a pipe or perf's output cannot be).
         if let InputSpec::Text(p) = &spec {
             let big = p != Path::new("-")
@@ -643,11 +649,6 @@ fn decode_inputs(
                 continue;
             }
         };
-        // Branches carry the process's own addresses: their mappings name them.
-        namer.set_mappings(match &spec {
-            InputSpec::PerfData(p) if naming => ptscope_symbols::Mappings::read(p).ok(),
-            _ => None,
-        });
         let pb = progress(source.size(), quiet, &spec.name());
         let mut errors = Vec::new();
         let mut batch = Vec::with_capacity(BATCH);

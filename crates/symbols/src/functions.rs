@@ -62,6 +62,7 @@ pub struct FunctionRanges {
     ranges: Vec<Range>,
     segments: Vec<LoadSegment>,
     source: NameSource,
+    build_id: Option<Vec<u8>>,
 }
 
 impl FunctionRanges {
@@ -99,6 +100,7 @@ impl FunctionRanges {
             }
         }
         let fdes = eh_frame_ranges(&elf)?;
+        let build_id = elf.build_id().map(<[u8]>::to_vec);
         Ok(Self::from_parts(
             path.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -107,7 +109,8 @@ impl FunctionRanges {
             fdes,
             elf.load_segments(),
             source,
-        ))
+        )
+        .with_build_id(build_id))
     }
 
     fn from_parts(
@@ -142,7 +145,18 @@ impl FunctionRanges {
             ranges,
             segments,
             source,
+            build_id: None,
         }
+    }
+
+    fn with_build_id(mut self, id: Option<Vec<u8>>) -> Self {
+        self.build_id = id;
+        self
+    }
+
+    /// The file's GNU build id, if it has one.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.build_id.as_deref()
     }
 
     /// Where the names come from.

@@ -111,12 +111,18 @@ impl Namer {
         }
     }
 
-    /// The mappings of the recording whose events come next (see [`Mappings::read`]):
-    /// with them, the absolute addresses of Intel PT branches are named per function
-    /// too. `None` (perf script text) leaves branches as perf named them.
+    /// The mappings and build ids of the recording (`perf.data`) whose events come next
+    /// (see [`Mappings::read`]). Names are given only with them: perf script text may
+    /// come from another machine, whose files are not the ones here; and a file whose
+    /// build id differs from the one perf recorded was replaced since, so its functions
+    /// are not named either.
     pub fn set_mappings(&mut self, mappings: Option<Mappings>) {
         self.mappings = mappings;
         self.found_abs.clear();
+    }
+
+    fn grouping(&self) -> bool {
+        self.group && self.mappings.is_some()
     }
 
     /// What was done so far.
@@ -148,14 +154,14 @@ impl Namer {
         let callstack = match data {
             EventData::StackSample { callstack } => callstack,
             EventData::Trace { src, dst, .. } => {
-                if self.group && self.mappings.is_some() {
+                if self.grouping() {
                     self.name_absolute(pid, src, strings);
                     self.name_absolute(pid, dst, strings);
                 }
                 return;
             }
             EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
-                if self.group && self.mappings.is_some() {
+                if self.grouping() {
                     self.name_absolute(pid, location, strings);
                 }
                 return;
@@ -166,7 +172,7 @@ impl Namer {
         if self.cut {
             self.cut_stack(callstack, strings);
         }
-        if self.group {
+        if self.grouping() {
             for loc in callstack.iter_mut() {
                 self.name(loc, strings);
             }
@@ -281,6 +287,7 @@ impl Namer {
         offset: u64,
         strings: &mut impl NameTable,
     ) -> Option<(Sym, u64)> {
+        let mappings = &self.mappings;
         let ranges = self
             .files
             .entry(dso)
@@ -290,7 +297,10 @@ impl Namer {
                 if !path.starts_with('/') || path.starts_with("//") {
                     return None;
                 }
-                FunctionRanges::load(Path::new(path)).ok()
+                let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
+                FunctionRanges::load(Path::new(path))
+                    .ok()
+                    .filter(|r| recorded.is_none() || r.build_id() == recorded)
             })
             .as_ref()?;
         let addr = ranges.address_of_offset(offset)?;

@@ -23,6 +23,10 @@ const REC_AUXTRACE: u32 = 71;
 const MISC_MMAP_DATA: u16 = 1 << 13;
 /// `PROT_EXEC`.
 const PROT_EXEC: u32 = 4;
+/// `HEADER_BUILD_ID`: the feature section listing the build ids of the DSOs with samples.
+const FEAT_BUILD_ID: usize = 2;
+/// `PERF_RECORD_MISC_BUILD_ID_SIZE`: the build id's length is given (else it is 20).
+const MISC_BUILD_ID_SIZE: u16 = 1 << 15;
 
 /// One executable mapping of a file into a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +41,8 @@ struct Mapping {
 #[derive(Clone, Debug, Default)]
 pub struct Mappings {
     by_pid: FxHashMap<u32, Vec<Mapping>>,
+    /// What perf recorded as each file's build id when it was traced.
+    build_ids: FxHashMap<Box<str>, Vec<u8>>,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -123,7 +129,53 @@ impl Mappings {
             }
             pos = next;
         }
+        if header_size != 16 {
+            maps.read_build_ids(b);
+        }
         Some(maps)
+    }
+
+    /// Reads the `HEADER_BUILD_ID` feature section (after the data section, found through
+    /// the header's feature bitmap); a damaged one is ignored.
+    fn read_build_ids(&mut self, b: &[u8]) -> Option<()> {
+        let has =
+            |bit: usize| u64_at(b, 72 + 8 * (bit / 64)).is_some_and(|w| w >> (bit % 64) & 1 == 1);
+        if !has(FEAT_BUILD_ID) {
+            return None;
+        }
+        let index = (0..FEAT_BUILD_ID).filter(|&i| has(i)).count();
+        let table = u64_at(b, 40)?.checked_add(u64_at(b, 48)?)?;
+        let entry = usize::try_from(table).ok()?.checked_add(16 * index)?;
+        let start = usize::try_from(u64_at(b, entry)?).ok()?;
+        let end = start.checked_add(usize::try_from(u64_at(b, entry + 8)?).ok()?)?;
+        let section = b.get(start..end)?;
+        let mut pos = 0;
+        while pos + 36 <= section.len() {
+            let misc = u16_at(section, pos + 4)?;
+            let size = u16_at(section, pos + 6)? as usize;
+            if size < 36 || pos + size > section.len() {
+                break;
+            }
+            let rec = &section[pos..pos + size];
+            let len = if misc & MISC_BUILD_ID_SIZE != 0 {
+                (rec[32] as usize).min(20)
+            } else {
+                20
+            };
+            let name = &rec[36..];
+            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+            self.build_ids.insert(
+                String::from_utf8_lossy(name).into(),
+                rec[12..12 + len].to_vec(),
+            );
+            pos += size;
+        }
+        Some(())
+    }
+
+    /// The build id perf recorded for the file `path`, if it did.
+    pub fn build_id(&self, path: &str) -> Option<&[u8]> {
+        self.build_ids.get(path).map(Vec::as_slice)
     }
 
     /// Number of mappings read.

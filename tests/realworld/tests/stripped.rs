@@ -149,13 +149,14 @@ fn gzip_intel_pt_branches_named_per_function() {
     let started = std::time::Instant::now();
     let out = ptsim::testing::record(
         &work,
-        &[&gzip, Path::new("-c"), &small],
+        // -k writes small.txt.gz beside it: nothing binary on the test's stdout.
+        &[&gzip, Path::new("-k"), Path::new("-f"), &small],
         &ptsim::SimConfig::default(),
     )
     .expect("ptsim records gzip");
     assert!(out.status.success(), "gzip failed under qemu");
     let recorded = ptscope_realworld::harness::Finished {
-        what: format!("ptsim {} -c {}", gzip.display(), small.display()),
+        what: format!("ptsim {} -k -f {}", gzip.display(), small.display()),
         output: std::process::Output {
             status: out.status,
             stdout: Vec::new(),
@@ -196,4 +197,70 @@ fn gzip_intel_pt_branches_named_per_function() {
         let stray: Vec<_> = gzip_names.difference(&fdes).collect();
         assert!(stray.is_empty(), "names not at an FDE start: {stray:x?}");
     }
+}
+
+/// A stripped program rebuilt at the same path after recording: its new `.eh_frame` would
+/// give the old addresses wrong names. perf recorded the old build id, so the decode
+/// leaves them as perf named them.
+#[test]
+fn a_binary_rebuilt_since_recording_is_not_named() {
+    let test = "a_binary_rebuilt_since_recording_is_not_named";
+    if !can_record(test) {
+        return;
+    }
+    let (Some(gcc), Some(strip)) = (
+        need_tool(test, "gcc", "gcc"),
+        need_tool(test, "strip", "binutils"),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("prog");
+    let build = |variant: &str| {
+        let src = dir.path().join("prog.c");
+        std::fs::write(
+            &src,
+            format!(
+                "/* {variant} */\n\
+                 __attribute__((noinline)) static long f(long x) {{ return x * 7 + (x >> 3); }}\n\
+                 __attribute__((noinline)) static long g(long x) {{ return f(x) ^ {variant}; }}\n\
+                 int main(void) {{ long s = 0; for (long i = 0; i < 300000000; i++) s += g(i); return (int)(s & 1); }}\n"
+            ),
+        )
+        .unwrap();
+        let ok = Command::new(&gcc)
+            .args(["-O2", "-fno-omit-frame-pointer", "-Wl,--build-id", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "gcc failed");
+        assert!(Command::new(&strip).arg(&exe).status().unwrap().success());
+    };
+    build("1");
+    let work = dir.path().join("rec");
+    let (run, t) = record(
+        dir.path(),
+        "prog",
+        &["--callgraph", "fp", "-w", work.to_str().unwrap()],
+        &[&exe],
+    );
+    assert!(
+        names(&t).iter().any(|n| n.starts_with("prog+0x")),
+        "the program's own build is named: {}",
+        t.summary()
+    );
+    // Replaced (a new inode, as compilers and package managers do), with other code.
+    std::fs::remove_file(&exe).unwrap();
+    build("12345 + (x & 3) * 11");
+    let again = decode(&work, &dir.path().join("again.fxt.gz"), &[], &run);
+    let named: Vec<String> = names(&again)
+        .into_iter()
+        .filter(|n| n.starts_with("prog+0x"))
+        .collect();
+    assert!(
+        named.is_empty(),
+        "names from the rebuilt binary given to the recorded one's code: {named:?}"
+    );
 }
