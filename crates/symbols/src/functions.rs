@@ -69,12 +69,12 @@ impl FunctionRanges {
     /// Reads `path`'s function ranges: symbols from its debug file if one is installed
     /// (and trusted, see [`find_debug_file`]), FDE ranges from its `.eh_frame`.
     pub fn load(path: &Path) -> Result<Self> {
-        let file = MappedFile::open(path)?;
+        let file = MappedFile::open_regular(path)?;
         let elf = file.elf()?;
         let mut ranges = Vec::new();
         let mut source = NameSource::EhFrame;
         if let Some(debug) = find_debug_file(&elf) {
-            if let Ok(dfile) = MappedFile::open(&debug) {
+            if let Ok(dfile) = MappedFile::open_regular(&debug) {
                 if let Ok(delf) = dfile.elf() {
                     if let Ok(syms) = delf.symbols() {
                         let funcs = syms.functions();
@@ -286,7 +286,7 @@ pub fn find_debug_file(elf: &Elf<'_>) -> Option<PathBuf> {
     candidates.into_iter().find(|c| {
         trusted(c, owner)
             && (build_id.is_none()
-                || MappedFile::open(c)
+                || MappedFile::open_regular(c)
                     .ok()
                     .and_then(|f| f.elf().ok().map(|e| e.build_id() == build_id))
                     .unwrap_or(false))

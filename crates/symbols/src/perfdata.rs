@@ -59,7 +59,7 @@ impl Mappings {
     /// Reads the mappings of the `perf.data` file at `path`. A file cut short (a
     /// recording that was killed) gives the mappings before the cut.
     pub fn read(path: &Path) -> Result<Self> {
-        let file = MappedFile::open(path)?;
+        let file = MappedFile::open_regular(path)?;
         Self::parse(file.bytes()).ok_or_else(|| {
             Error::malformed(
                 path,

@@ -181,3 +181,14 @@ fn libc_static_functions_from_its_debug_file_by_build_id() {
     let f = r.function_at(addr + 2).expect("found");
     assert_eq!((f.start, &*f.name), (addr, "__strchrnul_evex"));
 }
+
+#[test]
+fn a_fifo_named_as_a_mapped_file_is_refused_without_blocking() {
+    let dir = TempDir::new("fifo");
+    let fifo = dir.path().join("perf-1.map");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let err = FunctionRanges::load(&fifo).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+}
