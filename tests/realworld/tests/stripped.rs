@@ -2,7 +2,9 @@
 //! (from `.eh_frame`, `gzip+0x…`), not per address, and stacks whose frame-pointer chain
 //! ran into data are cut with one marker frame instead of showing invented callers.
 
-use ptscope_realworld::harness::{can_record, decode, need_tool, record, system_tool};
+use ptscope_realworld::harness::{
+    can_record, decode, need_tool, record, record_with, system_tool, Finished,
+};
 use ptscope_realworld::programs;
 use ptscope_realworld::trace::Trace;
 use std::collections::BTreeSet;
@@ -37,6 +39,77 @@ fn fde_starts(exe: &Path) -> Option<BTreeSet<u64>> {
     )
 }
 
+/// The checks on a frame-pointer recording of the stripped `exe`, decoded by `ptscope
+/// run` (`t`) and again from `work` with both decoders and the legacy writer.
+fn assert_named_per_function(exe: &Path, t: &Trace, work: &Path, dir: &Path, run: &Finished) {
+    let base = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let all = names(t);
+    let tag = format!("({})]", exe.display());
+    let per_address: Vec<&String> = all.iter().filter(|n| n.ends_with(&tag)).collect();
+    let fdes = fde_starts(exe);
+    // Only code no FDE covers may keep its address (crt's register_tm_clones & co.).
+    assert!(
+        per_address.len() <= 3,
+        "{base}'s code still has per-address names: {:?}",
+        &per_address[..per_address.len().min(10)]
+    );
+    // Frames perf found in no mapping (ASCII text, negative numbers read as return
+    // addresses) are never shown.
+    let unmapped: Vec<&String> = all.iter().filter(|n| n.ends_with("([unknown])]")).collect();
+    assert!(unmapped.is_empty(), "invented frames shown: {unmapped:?}");
+    let prefix = format!("{base}+0x");
+    let exe_names: BTreeSet<u64> = all
+        .iter()
+        .filter_map(|n| n.strip_prefix(&prefix))
+        .map(|a| u64::from_str_radix(a, 16).expect("NAME+0xHEX"))
+        .collect();
+    assert!(
+        !exe_names.is_empty(),
+        "no {prefix}… function names: {}",
+        t.summary()
+    );
+    if let Some(fdes) = fdes {
+        // One name per function: each is an FDE's start, so there are at most as many.
+        let stray: Vec<_> = exe_names.difference(&fdes).collect();
+        assert!(stray.is_empty(), "names not at an FDE start: {stray:x?}");
+    }
+    // The marker stands for lost callers: it is always a root.
+    for tr in t.tracks.values() {
+        for (i, s) in tr.slices.iter().enumerate() {
+            if s.name == CUT {
+                assert!(
+                    s.parent.is_none(),
+                    "a cut marker under {}",
+                    tr.stack_text(i)
+                );
+            }
+        }
+    }
+    // Both decoders go through the same naming step, and both writers show its names.
+    let text = decode(work, &dir.join("text.fxt.gz"), &["--decoder", "text"], run);
+    let dl = decode(
+        work,
+        &dir.join("dl.fxt.gz"),
+        &["--decoder", "dlfilter"],
+        run,
+    );
+    text.assert_same_slices(
+        &dl,
+        &format!("{base} fp: --decoder text vs --decoder dlfilter"),
+    );
+    let legacy = decode(
+        work,
+        &dir.join("legacy.fxt.gz"),
+        &["--writer", "legacy"],
+        run,
+    );
+    assert_eq!(
+        names(&legacy),
+        all,
+        "the legacy writer shows other names than the segments writer"
+    );
+}
+
 #[test]
 fn gzip_fp_named_per_function_and_broken_stacks_cut() {
     let test = "gzip_fp_named_per_function_and_broken_stacks_cut";
@@ -56,70 +129,74 @@ fn gzip_fp_named_per_function_and_broken_stacks_cut() {
         &["--callgraph", "fp", "-w", work.to_str().unwrap()],
         &[&gzip, &"-9", &"-c", &input],
     );
-    let all = names(&t);
-    let tag = format!("({})]", gzip.display());
-    let per_address: Vec<&String> = all.iter().filter(|n| n.ends_with(&tag)).collect();
-    assert!(
-        per_address.is_empty(),
-        "gzip's code still has per-address names (every gzip address is in an FDE): {:?}",
-        &per_address[..per_address.len().min(10)]
-    );
-    // Frames perf found in no mapping (ASCII text, negative numbers read as return
-    // addresses) are never shown.
-    let unmapped: Vec<&String> = all.iter().filter(|n| n.ends_with("([unknown])]")).collect();
-    assert!(unmapped.is_empty(), "invented frames shown: {unmapped:?}");
-    let gzip_names: BTreeSet<u64> = all
-        .iter()
-        .filter_map(|n| n.strip_prefix("gzip+0x"))
-        .map(|a| u64::from_str_radix(a, 16).expect("gzip+0xHEX"))
-        .collect();
-    assert!(
-        !gzip_names.is_empty(),
-        "no gzip+0x… function names: {}",
-        t.summary()
-    );
-    if let Some(fdes) = fde_starts(&gzip) {
-        // One name per function: each is an FDE's start, so there are at most as many.
-        let stray: Vec<_> = gzip_names.difference(&fdes).collect();
-        assert!(stray.is_empty(), "names not at an FDE start: {stray:x?}");
+    assert_named_per_function(&gzip, &t, &work, dir.path(), &run);
+}
+
+#[test]
+fn sqlite3_shell_fp_named_per_function() {
+    let test = "sqlite3_shell_fp_named_per_function";
+    if !can_record(test) {
+        return;
     }
-    // The marker stands for lost callers: it is always a root with something under it.
-    for tr in t.tracks.values() {
-        for (i, s) in tr.slices.iter().enumerate() {
-            if s.name == CUT {
-                assert!(
-                    s.parent.is_none(),
-                    "a cut marker under {}",
-                    tr.stack_text(i)
-                );
-            }
-        }
+    let Some(sqlite3) = need_tool(test, "sqlite3", "sqlite3") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    programs::sqlite_db(&sqlite3, &db, 100_000);
+    let work = dir.path().join("rec");
+    // `.dump` and `-box` output run the shell's own (stripped) code, not only libsqlite3.
+    let (run, t) = record(
+        dir.path(),
+        "sqlite3",
+        &["--callgraph", "fp", "-w", work.to_str().unwrap()],
+        &[
+            &sqlite3,
+            &"-box",
+            &db,
+            &".dump",
+            &"SELECT a, b FROM t LIMIT 20000;",
+        ],
+    );
+    assert_named_per_function(&sqlite3, &t, &work, dir.path(), &run);
+}
+
+#[test]
+fn git_fp_named_per_function() {
+    let test = "git_fp_named_per_function";
+    if !can_record(test) {
+        return;
     }
-    // Both decoders go through the same naming step.
-    let text = decode(
-        &work,
-        &dir.path().join("text.fxt.gz"),
-        &["--decoder", "text"],
-        &run,
+    let Some(git) = need_tool(test, "git", "git") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    programs::git_repo(&git, &repo);
+    let mut files = Vec::new();
+    for i in 0..4 {
+        let f = repo.join(format!("f{i}.txt"));
+        programs::text_file(&f, 3);
+        files.push(f);
+    }
+    let work = dir.path().join("rec");
+    let (run, t) = record_with(
+        dir.path(),
+        "git",
+        &["--callgraph", "fp", "-w", work.to_str().unwrap()],
+        &[
+            &git,
+            &"-C",
+            &repo,
+            &"hash-object",
+            &files[0],
+            &files[1],
+            &files[2],
+            &files[3],
+        ],
+        programs::git_env,
     );
-    let dl = decode(
-        &work,
-        &dir.path().join("dl.fxt.gz"),
-        &["--decoder", "dlfilter"],
-        &run,
-    );
-    text.assert_same_slices(&dl, "gzip fp: --decoder text vs --decoder dlfilter");
-    let legacy = decode(
-        &work,
-        &dir.path().join("legacy.fxt.gz"),
-        &["--writer", "legacy"],
-        &run,
-    );
-    assert_eq!(
-        names(&legacy),
-        all,
-        "the legacy writer shows other names than the segments writer"
-    );
+    assert_named_per_function(&git, &t, &work, dir.path(), &run);
 }
 
 /// `ptsim` (qemu-user) records Debian's gzip as a genuine Intel PT perf.data: perf names
