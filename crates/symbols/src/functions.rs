@@ -63,6 +63,16 @@ pub struct FunctionRanges {
     segments: Vec<LoadSegment>,
     source: NameSource,
     build_id: Option<Vec<u8>>,
+    unwind: Option<Unwind>,
+}
+
+/// An x86-64 file's `.eh_frame`, kept to ask where a function keeps its frame pointer.
+#[derive(Clone, Debug)]
+struct Unwind {
+    data: Vec<u8>,
+    eh_frame: u64,
+    text: Option<u64>,
+    got: Option<u64>,
 }
 
 impl FunctionRanges {
@@ -101,6 +111,18 @@ impl FunctionRanges {
         }
         let fdes = eh_frame_ranges(&elf)?;
         let build_id = elf.build_id().map(<[u8]>::to_vec);
+        let obj = elf.object();
+        let unwind = (obj.architecture() == object::Architecture::X86_64)
+            .then(|| obj.section_by_name(".eh_frame"))
+            .flatten()
+            .and_then(|sec| {
+                Some(Unwind {
+                    data: sec.data().ok()?.to_vec(),
+                    eh_frame: sec.address(),
+                    text: obj.section_by_name(".text").map(|t| t.address()),
+                    got: obj.section_by_name(".got").map(|t| t.address()),
+                })
+            });
         Ok(Self::from_parts(
             path.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -110,7 +132,8 @@ impl FunctionRanges {
             elf.load_segments(),
             source,
         )
-        .with_build_id(build_id))
+        .with_build_id(build_id)
+        .with_unwind(unwind))
     }
 
     fn from_parts(
@@ -146,7 +169,41 @@ impl FunctionRanges {
             segments,
             source,
             build_id: None,
+            unwind: None,
         }
+    }
+
+    fn with_unwind(mut self, unwind: Option<Unwind>) -> Self {
+        self.unwind = unwind;
+        self
+    }
+
+    /// Whether, at the link-time address `addr`, the function has set up its own frame
+    /// (x86-64 only). `Some(false)` when its CFA is still `rsp`-based and `rbp` not yet
+    /// saved: `rbp` is then its caller's frame pointer, and a frame-pointer walk from
+    /// here goes straight to the caller's caller (GCC's leaf functions, any function's
+    /// first instruction). `None` when `.eh_frame` does not say.
+    pub fn frame_set_up_at(&self, addr: u64) -> Option<bool> {
+        use gimli::{CfaRule, RegisterRule, UnwindSection, X86_64};
+        let u = self.unwind.as_ref()?;
+        let eh = gimli::EhFrame::new(&u.data[..], gimli::LittleEndian);
+        let mut bases = gimli::BaseAddresses::default().set_eh_frame(u.eh_frame);
+        if let Some(t) = u.text {
+            bases = bases.set_text(t);
+        }
+        if let Some(g) = u.got {
+            bases = bases.set_got(g);
+        }
+        let mut ctx = gimli::UnwindContext::new();
+        let row = eh
+            .unwind_info_for_address(&bases, &mut ctx, addr, gimli::EhFrame::cie_from_offset)
+            .ok()?;
+        let rsp_based = matches!(row.cfa(), CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RSP);
+        let rbp_kept = matches!(
+            row.register(X86_64::RBP),
+            None | Some(RegisterRule::Undefined | RegisterRule::SameValue)
+        );
+        Some(!(rsp_based && rbp_kept))
     }
 
     fn with_build_id(mut self, id: Option<Vec<u8>>) -> Self {

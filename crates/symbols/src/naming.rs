@@ -28,6 +28,10 @@ use crate::perfdata::Mappings;
 /// The frame that replaces the callers of a stack whose frame-pointer chain broke.
 pub const STACK_CUT: &str = "[stack cut: frame pointers lost]";
 
+/// Stands between a sampled leaf and the frame a frame-pointer walk found next when the
+/// leaf had not set up its own frame: its caller is missing there.
+pub const CALLER_LOST: &str = "[caller lost: no frame pointer here]";
+
 /// What perf calls a DSO it could not find (the address is in no mapping).
 const NO_DSO: &str = "[unknown]";
 
@@ -60,6 +64,8 @@ pub struct NamingStats {
     pub named: u64,
     /// Frames in stripped code that no function range covers (they keep their address).
     pub unnamed: u64,
+    /// Leaves sampled before they set up their frame: [`CALLER_LOST`] put above them.
+    pub caller_lost: u64,
 }
 
 /// A function's interned name and where it starts (file offset or address).
@@ -82,6 +88,9 @@ pub struct Namer {
     group: bool,
     cut: bool,
     marker: Option<Sym>,
+    lost_marker: Option<Sym>,
+    /// (DSO, file offset of a leaf) → its frame was not set up there.
+    frameless: FxHashMap<(Sym, u64), bool>,
     kinds: Vec<NameKind>,
     /// By DSO name; `None` when the file could not be read.
     files: FxHashMap<Sym, Option<FunctionRanges>>,
@@ -102,6 +111,8 @@ impl Namer {
             group,
             cut,
             marker: None,
+            lost_marker: None,
+            frameless: FxHashMap::default(),
             kinds: Vec::new(),
             files: FxHashMap::default(),
             found: FxHashMap::default(),
@@ -172,6 +183,9 @@ impl Namer {
         if self.cut {
             self.cut_stack(callstack, strings);
         }
+        if self.grouping() && self.mappings.as_ref().is_some_and(|m| !m.dwarf_stacks()) {
+            self.mark_lost_caller(callstack, strings);
+        }
         if self.grouping() {
             for loc in callstack.iter_mut() {
                 self.name(loc, strings);
@@ -198,6 +212,59 @@ impl Namer {
         callstack.drain(..bad);
         callstack[0] = Location::new(0, Symbol::FromPerf(marker), 0);
         self.stats.cut += 1;
+    }
+
+    /// Inserts [`CALLER_LOST`] above a leaf sampled where it had no frame of its own
+    /// (see [`FunctionRanges::frame_set_up_at`]): the frame found next is its caller's
+    /// caller.
+    fn mark_lost_caller(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+        let n = callstack.len();
+        if n < 2 {
+            return;
+        }
+        let leaf = callstack[n - 1];
+        let above = callstack[n - 2].symbol;
+        if self.marker.is_some_and(|m| above == Symbol::FromPerf(m)) {
+            return;
+        }
+        let Some(dso) = leaf.dso else { return };
+        let frameless = match self.frameless.get(&(dso, leaf.ip)) {
+            Some(f) => *f,
+            None => {
+                let f = self
+                    .ranges(dso, strings)
+                    .and_then(|r| r.frame_set_up_at(r.address_of_offset(leaf.ip)?))
+                    == Some(false);
+                self.frameless.insert((dso, leaf.ip), f);
+                f
+            }
+        };
+        if frameless {
+            let m = *self
+                .lost_marker
+                .get_or_insert_with(|| strings.intern(CALLER_LOST));
+            callstack.insert(n - 1, Location::new(0, Symbol::FromPerf(m), 0));
+            self.stats.caller_lost += 1;
+        }
+    }
+
+    /// The function ranges of the DSO named `dso`, loaded once.
+    fn ranges(&mut self, dso: Sym, strings: &impl NameTable) -> Option<&FunctionRanges> {
+        let mappings = &self.mappings;
+        self.files
+            .entry(dso)
+            .or_insert_with(|| {
+                let path = strings.get(dso);
+                // `[vdso]`, `//anon`, `[unknown]` and JIT maps have no ELF file to read.
+                if !path.starts_with('/') || path.starts_with("//") {
+                    return None;
+                }
+                let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
+                FunctionRanges::load(Path::new(path))
+                    .ok()
+                    .filter(|r| recorded.is_none() || r.build_id() == recorded)
+            })
+            .as_ref()
     }
 
     fn kind(&mut self, sym: Sym, strings: &impl NameTable) -> NameKind {
@@ -287,22 +354,7 @@ impl Namer {
         offset: u64,
         strings: &mut impl NameTable,
     ) -> Option<(Sym, u64)> {
-        let mappings = &self.mappings;
-        let ranges = self
-            .files
-            .entry(dso)
-            .or_insert_with(|| {
-                let path = strings.get(dso);
-                // `[vdso]`, `//anon`, `[unknown]` and JIT maps have no ELF file to read.
-                if !path.starts_with('/') || path.starts_with("//") {
-                    return None;
-                }
-                let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
-                FunctionRanges::load(Path::new(path))
-                    .ok()
-                    .filter(|r| recorded.is_none() || r.build_id() == recorded)
-            })
-            .as_ref()?;
+        let ranges = self.ranges(dso, strings)?;
         let addr = ranges.address_of_offset(offset)?;
         let f = ranges.function_at(addr)?;
         let start = offset.wrapping_sub(addr - f.start);

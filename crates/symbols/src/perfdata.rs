@@ -23,6 +23,8 @@ const REC_AUXTRACE: u32 = 71;
 const MISC_MMAP_DATA: u16 = 1 << 13;
 /// `PROT_EXEC`.
 const PROT_EXEC: u32 = 4;
+/// `PERF_SAMPLE_STACK_USER`: samples carry a copy of the user stack (DWARF unwinding).
+const SAMPLE_STACK_USER: u64 = 1 << 13;
 /// `HEADER_BUILD_ID`: the feature section listing the build ids of the DSOs with samples.
 const FEAT_BUILD_ID: usize = 2;
 /// `PERF_RECORD_MISC_BUILD_ID_SIZE`: the build id's length is given (else it is 20).
@@ -43,6 +45,8 @@ pub struct Mappings {
     by_pid: FxHashMap<u32, Vec<Mapping>>,
     /// What perf recorded as each file's build id when it was traced.
     build_ids: FxHashMap<Box<str>, Vec<u8>>,
+    /// Some event copied user stacks (`--call-graph dwarf`): perf unwound them itself.
+    dwarf_stacks: bool,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -131,6 +135,7 @@ impl Mappings {
         }
         if header_size != 16 {
             maps.read_build_ids(b);
+            maps.dwarf_stacks = sample_types(b).any(|t| t & SAMPLE_STACK_USER != 0);
         }
         Some(maps)
     }
@@ -173,6 +178,12 @@ impl Mappings {
         Some(())
     }
 
+    /// True when the recording's call stacks were unwound from stack copies (`--call-graph
+    /// dwarf`), not by walking frame pointers.
+    pub fn dwarf_stacks(&self) -> bool {
+        self.dwarf_stacks
+    }
+
     /// The build id perf recorded for the file `path`, if it did.
     pub fn build_id(&self, path: &str) -> Option<&[u8]> {
         self.build_ids.get(path).map(Vec::as_slice)
@@ -210,6 +221,22 @@ impl Mappings {
         }
         found
     }
+}
+
+/// The `sample_type` of every event attribute in the header's attribute section.
+fn sample_types(b: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    let attr_size = u64_at(b, 16)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0);
+    let start = u64_at(b, 24)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0);
+    let size = u64_at(b, 32)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0);
+    let count = if attr_size >= 32 { size / attr_size } else { 0 };
+    (0..count.min(4096))
+        .filter_map(move |i| u64_at(b, start.checked_add(i * attr_size)?.checked_add(24)?))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 const CUT: &str = "[stack cut: frame pointers lost]";
+const LOST: &str = "[caller lost: no frame pointer here]";
 
 /// Every distinct slice name in the trace.
 fn names(t: &Trace) -> BTreeSet<String> {
@@ -340,4 +341,69 @@ fn a_binary_rebuilt_since_recording_is_not_named() {
         named.is_empty(),
         "names from the rebuilt binary given to the recorded one's code: {named:?}"
     );
+}
+
+/// GCC's `-momit-leaf-frame-pointer` (and any function's first instructions) leave `rbp`
+/// pointing at the caller's frame: a frame-pointer walk from the leaf finds its caller's
+/// caller next. The trace puts `[caller lost: no frame pointer here]` there instead of
+/// showing the leaf as called by a function that never called it.
+#[test]
+fn a_leaf_without_a_frame_does_not_get_its_callers_caller_as_parent() {
+    let test = "a_leaf_without_a_frame_does_not_get_its_callers_caller_as_parent";
+    if !can_record(test) {
+        return;
+    }
+    let Some(gcc) = need_tool(test, "gcc", "gcc") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("leaf.c");
+    std::fs::write(
+        &src,
+        "volatile long sink;\n\
+         __attribute__((noipa)) long leaf_work(long n) { long s = 0; for (long i = 0; i < n; i++) s += i ^ (s >> 3); return s; }\n\
+         __attribute__((noipa)) long middle(long n) { long s = leaf_work(n); sink = s; return s + 1; }\n\
+         int main(void) { long t = 0; for (int k = 0; k < 40; k++) t += middle(10000000 + k); sink = t; return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("leaf");
+    let ok = Command::new(&gcc)
+        .args([
+            "-O1",
+            "-fno-omit-frame-pointer",
+            "-momit-leaf-frame-pointer",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "gcc failed");
+    let (_, t) = record(dir.path(), "leaf", &["--callgraph", "fp"], &[&exe]);
+    let mut under_lost = 0;
+    for tr in t.tracks.values() {
+        for (i, s) in tr.slices.iter().enumerate() {
+            if s.name != "leaf_work" {
+                continue;
+            }
+            let parent = s.parent.map(|p| tr.slices[p].name.as_str());
+            assert_ne!(
+                parent,
+                Some("main"),
+                "leaf_work shown as called by main: {}",
+                tr.stack_text(i)
+            );
+            if parent == Some(LOST) {
+                let grand = s.parent.and_then(|p| tr.slices[p].parent);
+                assert_eq!(grand.map(|g| tr.slices[g].name.as_str()), Some("main"));
+                under_lost += 1;
+            }
+        }
+    }
+    assert!(under_lost > 0, "no leaf_work under {LOST}: {}", t.summary());
+    // perf's DWARF unwinding finds the caller itself: no marker there.
+    let (_, d) = record(dir.path(), "leaf-dwarf", &["--callgraph", "dwarf"], &[&exe]);
+    assert!(!names(&d).contains(LOST), "{LOST} in a DWARF-unwound trace");
+    d.assert_under("leaf_work", &["middle", "main"]);
 }
