@@ -183,7 +183,12 @@ impl Namer {
         if self.cut {
             self.cut_stack(callstack, strings);
         }
-        if self.grouping() && self.mappings.as_ref().is_some_and(|m| !m.dwarf_stacks()) {
+        if self.grouping()
+            && self
+                .mappings
+                .as_ref()
+                .is_some_and(Mappings::frame_pointer_stacks)
+        {
             self.mark_lost_caller(callstack, strings);
         }
         if self.grouping() {

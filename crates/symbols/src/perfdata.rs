@@ -25,6 +25,8 @@ const MISC_MMAP_DATA: u16 = 1 << 13;
 const PROT_EXEC: u32 = 4;
 /// `PERF_SAMPLE_STACK_USER`: samples carry a copy of the user stack (DWARF unwinding).
 const SAMPLE_STACK_USER: u64 = 1 << 13;
+/// `PERF_SAMPLE_BRANCH_STACK`: samples carry branch records (`--call-graph lbr`).
+const SAMPLE_BRANCH_STACK: u64 = 1 << 11;
 /// `HEADER_BUILD_ID`: the feature section listing the build ids of the DSOs with samples.
 const FEAT_BUILD_ID: usize = 2;
 /// `PERF_RECORD_MISC_BUILD_ID_SIZE`: the build id's length is given (else it is 20).
@@ -45,8 +47,9 @@ pub struct Mappings {
     by_pid: FxHashMap<u32, Vec<Mapping>>,
     /// What perf recorded as each file's build id when it was traced.
     build_ids: FxHashMap<Box<str>, Vec<u8>>,
-    /// Some event copied user stacks (`--call-graph dwarf`): perf unwound them itself.
-    dwarf_stacks: bool,
+    /// Some event copied user stacks (`--call-graph dwarf`) or branch records (`lbr`):
+    /// its call stacks do not come from walking frame pointers.
+    other_stacks: bool,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -135,7 +138,8 @@ impl Mappings {
         }
         if header_size != 16 {
             maps.read_build_ids(b);
-            maps.dwarf_stacks = sample_types(b).any(|t| t & SAMPLE_STACK_USER != 0);
+            maps.other_stacks =
+                sample_types(b).any(|t| t & (SAMPLE_STACK_USER | SAMPLE_BRANCH_STACK) != 0);
         }
         Some(maps)
     }
@@ -178,10 +182,10 @@ impl Mappings {
         Some(())
     }
 
-    /// True when the recording's call stacks were unwound from stack copies (`--call-graph
-    /// dwarf`), not by walking frame pointers.
-    pub fn dwarf_stacks(&self) -> bool {
-        self.dwarf_stacks
+    /// True when the recording's call stacks come from walking frame pointers: neither
+    /// user stack copies (`--call-graph dwarf`) nor branch records (`--call-graph lbr`).
+    pub fn frame_pointer_stacks(&self) -> bool {
+        !self.other_stacks
     }
 
     /// The build id perf recorded for the file `path`, if it did.
