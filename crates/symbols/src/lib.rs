@@ -54,7 +54,7 @@ pub use error::{Error, Result};
 pub use functions::{
     eh_frame_ranges, find_debug_file, FoundFunction, FunctionRanges, NameSource, DEBUG_ROOT,
 };
-pub use naming::{NameTable, Namer, NamingStats, CALLER_LOST, STACK_CUT};
+pub use naming::{NameTable, Namer, NamingStats, CALLER_LOST, STACK_CUT, STACK_CUT_UNWOUND};
 pub use ocaml::OcamlTraps;
 pub use perfdata::Mappings;
 pub use perfmap::{

@@ -28,6 +28,10 @@ use crate::perfdata::Mappings;
 /// The frame that replaces the callers of a stack whose frame-pointer chain broke.
 pub const STACK_CUT: &str = "[stack cut: frame pointers lost]";
 
+/// The frame that replaces the callers of a stack perf unwound from a stack copy or
+/// branch records (`--callgraph dwarf`/`lbr`) into an address in no mapping.
+pub const STACK_CUT_UNWOUND: &str = "[stack cut: unwinding went astray]";
+
 /// Stands between a sampled leaf and the frame a frame-pointer walk found next when the
 /// leaf had not set up its own frame: its caller is missing there.
 pub const CALLER_LOST: &str = "[caller lost: no frame pointer here]";
@@ -60,6 +64,8 @@ pub struct NamingStats {
     pub stacks: u64,
     /// Stacks cut at a caller outside every mapping.
     pub cut: u64,
+    /// Of those, stacks walked by frame pointers (the ones `--callgraph dwarf` fixes).
+    pub cut_fp: u64,
     /// Frames given a function's name instead of their address's.
     pub named: u64,
     /// Frames in stripped code that no function range covers (they keep their address).
@@ -88,6 +94,7 @@ pub struct Namer {
     group: bool,
     cut: bool,
     marker: Option<Sym>,
+    unwind_marker: Option<Sym>,
     lost_marker: Option<Sym>,
     /// (DSO, file offset of a leaf) → its frame was not set up there.
     frameless: FxHashMap<(Sym, u64), bool>,
@@ -111,6 +118,7 @@ impl Namer {
             group,
             cut,
             marker: None,
+            unwind_marker: None,
             lost_marker: None,
             frameless: FxHashMap::default(),
             kinds: Vec::new(),
@@ -144,14 +152,14 @@ impl Namer {
     /// The one-line notice for a run where most sampled stacks were cut, if it was one.
     pub fn cut_notice(&self) -> Option<String> {
         let s = self.stats;
-        (s.stacks > 0 && s.cut * 2 > s.stacks).then(|| {
+        (s.stacks > 0 && s.cut_fp * 2 > s.stacks).then(|| {
             format!(
                 "{} of {} sampled call stacks ({}%) reached code without frame pointers and were \
                  cut there (their callers show as `{STACK_CUT}`); record with --callgraph dwarf \
                  for whole stacks",
-                s.cut,
+                s.cut_fp,
                 s.stacks,
-                s.cut * 100 / s.stacks
+                s.cut_fp * 100 / s.stacks
             )
         })
     }
@@ -201,6 +209,15 @@ impl Namer {
     /// Replaces the callers from the first one outside every mapping (root first: the
     /// last such frame before the leaf's side) by one [`STACK_CUT`] frame.
     fn cut_stack(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+        // perf ends a walk that reached the true root with a 0 or -1 "return address"
+        // (DWARF unwinding past `_start`; `rbp` zeroed by `_start`): the end of the
+        // stack, not a break in it.
+        if callstack.len() >= 2
+            && matches!(callstack[0].ip, 0 | u64::MAX)
+            && is_unmapped(&callstack[0], strings)
+        {
+            callstack.remove(0);
+        }
         let n = callstack.len();
         if n < 2 {
             return;
@@ -213,10 +230,27 @@ impl Namer {
         else {
             return;
         };
-        let marker = *self.marker.get_or_insert_with(|| strings.intern(STACK_CUT));
+        // Stacks perf unwound otherwise (DWARF, LBR) lost their callers to that, not to
+        // missing frame pointers.
+        let marker = if self.frame_pointer_stacks() {
+            self.stats.cut_fp += 1;
+            *self.marker.get_or_insert_with(|| strings.intern(STACK_CUT))
+        } else {
+            *self
+                .unwind_marker
+                .get_or_insert_with(|| strings.intern(STACK_CUT_UNWOUND))
+        };
         callstack.drain(..bad);
         callstack[0] = Location::new(0, Symbol::FromPerf(marker), 0);
         self.stats.cut += 1;
+    }
+
+    /// True unless the recording says its stacks were unwound another way (perf script
+    /// text does not say: `--callgraph fp` is where broken stacks come from).
+    fn frame_pointer_stacks(&self) -> bool {
+        self.mappings
+            .as_ref()
+            .is_none_or(Mappings::frame_pointer_stacks)
     }
 
     /// Inserts [`CALLER_LOST`] above a leaf sampled where it had no frame of its own
@@ -386,7 +420,11 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &(name, dso))| Location {
-                ip: i as u64,
+                ip: if name.contains("@ 0x0 ") {
+                    0
+                } else {
+                    0x1000 + i as u64
+                },
                 symbol: Symbol::FromPerf(strings.intern(name)),
                 offset: 0,
                 dso: dso.map(|d| strings.intern(d)),
@@ -425,7 +463,7 @@ mod tests {
         let mut e = sample(
             &mut s,
             &[
-                ("[unknown @ 0x0 ([unknown])]", none),
+                ("[unknown @ 0x77 ([unknown])]", none),
                 ("main", lib),
                 ("[unknown @ 0x4341505f45434152 ([unknown])]", none),
                 ("caller", lib),
@@ -448,16 +486,29 @@ mod tests {
         assert_eq!(n.stats().cut, 1);
         assert_eq!(n.stats().stacks, 3);
         assert_eq!(n.cut_notice(), None);
+        // A walk that reached the root ends with a 0 (or -1): dropped, nothing cut.
         let mut e = sample(
             &mut s,
-            &[("[unknown @ 0x0 ([unknown])]", none), ("leaf", lib)],
+            &[
+                ("[unknown @ 0x0 ([unknown])]", none),
+                ("main", lib),
+                ("leaf", lib),
+            ],
         );
         n.apply(&mut e, &mut s);
-        let mut e = sample(
-            &mut s,
-            &[("[unknown @ 0x0 ([unknown])]", none), ("leaf", lib)],
+        assert_eq!(names(&e, &s), ["main", "leaf"]);
+        assert_eq!(n.stats().cut, 1);
+        for _ in 0..3 {
+            let mut e = sample(
+                &mut s,
+                &[("[unknown @ 0x9 ([unknown])]", none), ("leaf", lib)],
+            );
+            n.apply(&mut e, &mut s);
+        }
+        assert!(
+            n.cut_notice().is_some_and(|m| m.contains("4 of 7")),
+            "{:?}",
+            n.cut_notice()
         );
-        n.apply(&mut e, &mut s);
-        assert!(n.cut_notice().is_some_and(|m| m.contains("3 of 5")));
     }
 }
