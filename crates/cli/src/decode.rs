@@ -250,10 +250,30 @@ impl Source {
             Source::Perf(p) => p.warnings(),
         }
     }
+    /// Runs the naming step on `event`, interning new names in the source's own table.
+    fn name(&mut self, namer: &mut ptscope_symbols::Namer, event: &mut Event) {
+        namer.apply(event, &mut SourceNames(self));
+    }
     fn size(&self) -> Option<u64> {
         match self {
             Source::Text(_, n) if *n > 0 => Some(*n),
             _ => None,
+        }
+    }
+}
+
+/// A source's table as the naming step uses it: interning through the decoder keeps
+/// the text decoder's symbol cache.
+struct SourceNames<'a>(&'a mut Source);
+
+impl ptscope_symbols::NameTable for SourceNames<'_> {
+    fn get(&self, sym: ptscope_event::Sym) -> &str {
+        self.0.strings().get(sym)
+    }
+    fn intern(&mut self, name: &str) -> ptscope_event::Sym {
+        match &mut *self.0 {
+            Source::Text(d, _) => d.intern(name),
+            Source::Perf(p) => p.strings_mut().intern(name),
         }
     }
 }
@@ -525,9 +545,13 @@ fn decode_inputs(
     choice: Choice,
     quiet: bool,
     ctx: DecodeContext,
+    naming: bool,
     tx: std::sync::mpsc::SyncSender<Msg>,
 ) {
     let mut strings = StringTable::new();
+    // One for the whole run: its caches and counts span the snapshots.
+    let mut namer = ptscope_symbols::Namer::new(naming, naming);
+    let last = specs.len().saturating_sub(1);
     let mut sent = 0usize;
     let flush = |strings: &StringTable, sent: &mut usize, events: Vec<Event>| Msg::Batch {
         new_strings: {
@@ -539,10 +563,24 @@ fn decode_inputs(
         },
         events,
     };
-    for spec in specs {
+    for (index, spec) in specs.into_iter().enumerate() {
+        // Said once, with the whole run's counts.
+        let cut_notice = |namer: &ptscope_symbols::Namer| {
+            if index == last {
+                namer.cut_notice()
+            } else {
+                None
+            }
+        };
         if ctx.stopped() {
             break;
         }
+        // Names come from this machine's files only for its own recordings (perf script
+        // text may come from elsewhere); branches need the mappings to be named.
+        namer.set_mappings(match &spec {
+            InputSpec::PerfData(p) if naming => ptscope_symbols::Mappings::read(p).ok(),
+            _ => None,
+        });
         // A big file is parsed on two threads (a pipe or perf's output cannot be).
         if let InputSpec::Text(p) = &spec {
             let big = p != Path::new("-")
@@ -557,7 +595,10 @@ fn decode_inputs(
                     &mut strings,
                     &|| ctx.stopped(),
                     |bytes| pb.set_position(bytes),
-                    |table, events| {
+                    |table, mut events| {
+                        for e in &mut events {
+                            namer.apply(e, table);
+                        }
                         let ok = tx.send(flush(table, &mut sent, events)).is_ok();
                         stopped |= !ok;
                         ok
@@ -581,7 +622,7 @@ fn decode_inputs(
                             })
                             .into_iter()
                             .collect(),
-                        notices: Vec::new(),
+                        notices: cut_notice(&namer).into_iter().collect(),
                     },
                     Err(e) => Msg::Done {
                         stats: Stats::default(),
@@ -621,7 +662,10 @@ fn decode_inputs(
                 break;
             }
             match source.next_event() {
-                Ok(Some(e)) => batch.push(e),
+                Ok(Some(mut e)) => {
+                    source.name(&mut namer, &mut e);
+                    batch.push(e);
+                }
                 Ok(None) => break,
                 Err(e) => {
                     errors.push(format!(
@@ -660,6 +704,7 @@ fn decode_inputs(
             }
             Source::Text(d, _) => strings = d.into_strings(),
         }
+        notices.extend(cut_notice(&namer));
         if tx
             .send(Msg::Done {
                 stats,
@@ -695,6 +740,8 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     };
     let mut held: Vec<Event> = Vec::new();
     let demangle = !args.no_demangle && args.format == Format::Fxt;
+    // Transcripts stay comparable with magic-trace's: perf's names and stacks as printed.
+    let naming = args.format == Format::Fxt;
     let mut range = args.filter.as_ref().map(|(start, stop)| RangeFilter {
         start: start.clone(),
         stop: stop.clone(),
@@ -715,7 +762,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     };
     let decoder = std::thread::Builder::new()
         .name("ptscope-decode".into())
-        .spawn(move || decode_inputs(specs, perf, choice, quiet, ctx, tx))
+        .spawn(move || decode_inputs(specs, perf, choice, quiet, ctx, naming, tx))
         .context("cannot start the decoding thread")?;
     let mut writer: Option<W> = None;
     let mut pending = Some((sink, make_writer));

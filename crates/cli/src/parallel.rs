@@ -161,7 +161,7 @@ pub(crate) fn parse_file(
     strings: &mut StringTable,
     stopped: &(dyn Fn() -> bool + Sync),
     mut progress: impl FnMut(u64),
-    mut deliver: impl FnMut(&StringTable, Vec<Event>) -> bool,
+    mut deliver: impl FnMut(&mut StringTable, Vec<Event>) -> bool,
 ) -> io::Result<Outcome> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();

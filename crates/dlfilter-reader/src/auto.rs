@@ -261,6 +261,15 @@ impl AnyScript {
         }
     }
 
+    /// The table, for a later step that names locations anew (new names only: the
+    /// names already interned keep their handles).
+    pub fn strings_mut(&mut self) -> &mut StringTable {
+        match &mut self.inner {
+            Inner::Dlfilter(script) => script.strings_mut(),
+            Inner::Text(script) => script.decoder_mut().strings_mut(),
+        }
+    }
+
     /// Takes the string table, leaving an empty one.
     pub fn take_strings(&mut self) -> StringTable {
         self.jit.reset();

@@ -361,6 +361,12 @@ impl DlfilterScript {
         self.reader.strings()
     }
 
+    /// The table, for a later step that names locations anew (new names only: the
+    /// names already interned keep their handles).
+    pub fn strings_mut(&mut self) -> &mut StringTable {
+        self.reader.strings_mut()
+    }
+
     /// Takes the string table, leaving an empty one.
     pub fn take_strings(&mut self) -> StringTable {
         self.jit.reset();

@@ -31,6 +31,27 @@ impl MappedFile {
         Ok(MappedFile { path, map })
     }
 
+    /// Maps `path` if it is a regular file: opened non-blocking and checked through the
+    /// opened descriptor, so a FIFO or device named by a recording (perf names whatever
+    /// was mapped) can neither block nor be read.
+    pub fn open_regular(path: impl AsRef<Path>) -> Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = path.as_ref().to_path_buf();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+        if !meta.is_file() {
+            return Err(Error::malformed(&path, "ELF file", "not a regular file"));
+        }
+        // SAFETY: as in `open`.
+        #[allow(unsafe_code)]
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
+        Ok(MappedFile { path, map })
+    }
+
     /// The path the file was opened from.
     pub fn path(&self) -> &Path {
         &self.path

@@ -37,7 +37,10 @@ mod demangle;
 mod dwarf;
 mod elf;
 mod error;
+mod functions;
+mod naming;
 mod ocaml;
+mod perfdata;
 mod perfmap;
 mod process;
 
@@ -48,7 +51,12 @@ pub use demangle::{
 pub use dwarf::{LineAddress, LineTable};
 pub use elf::{Elf, FunctionSymbol, LoadSegment, MappedFile, SymbolTable};
 pub use error::{Error, Result};
+pub use functions::{
+    eh_frame_ranges, find_debug_file, FoundFunction, FunctionRanges, NameSource, DEBUG_ROOT,
+};
+pub use naming::{NameTable, Namer, NamingStats, CALLER_LOST, STACK_CUT, STACK_CUT_UNWOUND};
 pub use ocaml::OcamlTraps;
+pub use perfdata::Mappings;
 pub use perfmap::{
     is_jit_map_name, jit_map_path, process_owner, MapTrust, PerfMap, PerfMapEntry, Untrusted,
 };

@@ -29,7 +29,8 @@ fn args(parts: &[&dyn AsRef<std::ffi::OsStr>]) -> Vec<OsString> {
 
 /// What hot.py's hot spots look like from the interpreter's C code. Debian's python3 is
 /// stripped: only its exported (dynamic) symbols have names, so these are all `Py*` API
-/// functions; the static ones (list_sort_impl, …) show as `[unknown @ …]`.
+/// functions; the static ones (list_sort_impl, …) are named after their `.eh_frame` FDE
+/// (`python3.11+0x…`).
 fn check_python_stacks(t: &Trace) {
     // The evaluation loop runs the script's code under the interpreter's entry points.
     t.assert_under(

@@ -1,0 +1,514 @@
+//! The naming step between decoding and stack reconstruction: names per *function* for
+//! code perf could not name, and sampled call stacks cut where frame pointers were lost.
+//!
+//! Both decoders (perf script text and the dlfilter) give the same events, and this step
+//! is a function of the events and the files on disk only, so both still give one trace.
+//!
+//! **Names.** perf names an address in a stripped binary `[unknown]`, which the decoders
+//! turn into `[unknown @ ADDR (DSO)]`: one name per sampled address. For the frames of a
+//! sampled call stack perf prints ADDR as an offset into the DSO's file, so the DSO's
+//! [`FunctionRanges`] (debug file, else `.eh_frame`) give the function, and every address
+//! in it gets the same name: the symbol's, or `gzip+0x1a2b0` after the FDE's start.
+//!
+//! **Cut stacks.** With `--callgraph fp`, code built without frame pointers (most of a
+//! distribution: libc, CPython, gzip) leaves `rbp` holding data, and perf's walk reads
+//! return addresses from it: ASCII text (`0x4341505f45434152`), negative numbers, 0. perf
+//! finds such an address in no mapping of the process and prints it `[unknown]` with no
+//! DSO. Everything from the first such caller outwards is invented, so the stack is cut
+//! there and one [`STACK_CUT`] frame stands for what was lost.
+
+use std::path::Path;
+
+use ptscope_event::{Event, EventData, Location, StringTable, Sym, Symbol};
+use rustc_hash::FxHashMap;
+
+use crate::functions::FunctionRanges;
+use crate::perfdata::Mappings;
+
+/// The frame that replaces the callers of a stack whose frame-pointer chain broke.
+pub const STACK_CUT: &str = "[stack cut: frame pointers lost]";
+
+/// The frame that replaces the callers of a stack perf unwound from a stack copy or
+/// branch records (`--callgraph dwarf`/`lbr`) into an address in no mapping.
+pub const STACK_CUT_UNWOUND: &str = "[stack cut: unwinding went astray]";
+
+/// Stands between a sampled leaf and the frame a frame-pointer walk found next when the
+/// leaf had not set up its own frame: its caller is missing there.
+pub const CALLER_LOST: &str = "[caller lost: no frame pointer here]";
+
+/// What perf calls a DSO it could not find (the address is in no mapping).
+const NO_DSO: &str = "[unknown]";
+
+/// The table names are interned in, as this step needs it: a decoder that owns its
+/// table can intern without giving out `&mut StringTable` (which may cost it its caches).
+pub trait NameTable {
+    /// The raw string behind a handle.
+    fn get(&self, sym: Sym) -> &str;
+    /// The handle of `name`, interning it if new.
+    fn intern(&mut self, name: &str) -> Sym;
+}
+
+impl NameTable for StringTable {
+    fn get(&self, sym: Sym) -> &str {
+        StringTable::get(self, sym)
+    }
+    fn intern(&mut self, name: &str) -> Sym {
+        StringTable::intern(self, name)
+    }
+}
+
+/// Counts of what the step did, for the closing message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamingStats {
+    /// Sampled call stacks seen.
+    pub stacks: u64,
+    /// Stacks cut at a caller outside every mapping.
+    pub cut: u64,
+    /// Of those, stacks walked by frame pointers (the ones `--callgraph dwarf` fixes).
+    pub cut_fp: u64,
+    /// Frames given a function's name instead of their address's.
+    pub named: u64,
+    /// Frames in stripped code that no function range covers (they keep their address).
+    pub unnamed: u64,
+    /// Leaves sampled before they set up their frame: [`CALLER_LOST`] put above them.
+    pub caller_lost: u64,
+}
+
+/// A function's interned name and where it starts (file offset or address).
+type Named = (Sym, u64);
+
+/// Per-Sym facts, cached: what kind of name it is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NameKind {
+    Unchecked,
+    /// A real name (or nothing this step changes).
+    Named,
+    /// `[unknown @ …]` in a file.
+    UnknownInFile,
+}
+
+/// Names stripped code per function and cuts broken frame-pointer stacks; see the module
+/// documentation. One per decode (its caches are keyed by the table's [`Sym`]s, so it
+/// must always be given the same [`StringTable`]).
+pub struct Namer {
+    group: bool,
+    cut: bool,
+    marker: Option<Sym>,
+    unwind_marker: Option<Sym>,
+    lost_marker: Option<Sym>,
+    /// (DSO, file offset of a leaf) → its frame was not set up there.
+    frameless: FxHashMap<(Sym, u64), bool>,
+    kinds: Vec<NameKind>,
+    /// By DSO name; `None` when the file could not be read.
+    files: FxHashMap<Sym, Option<FunctionRanges>>,
+    /// (DSO, file offset) → the function's name and the offset of its start.
+    found: FxHashMap<(Sym, u64), Option<Named>>,
+    /// The current recording's mappings, for branches' absolute addresses.
+    mappings: Option<Mappings>,
+    /// (pid, DSO, address) → the function's name and the address of its start.
+    found_abs: FxHashMap<(Option<u32>, Sym, u64), Option<Named>>,
+    stats: NamingStats,
+}
+
+impl Namer {
+    /// A step that names stripped code per function (`group`) and cuts broken
+    /// frame-pointer stacks (`cut`).
+    pub fn new(group: bool, cut: bool) -> Self {
+        Namer {
+            group,
+            cut,
+            marker: None,
+            unwind_marker: None,
+            lost_marker: None,
+            frameless: FxHashMap::default(),
+            kinds: Vec::new(),
+            files: FxHashMap::default(),
+            found: FxHashMap::default(),
+            mappings: None,
+            found_abs: FxHashMap::default(),
+            stats: NamingStats::default(),
+        }
+    }
+
+    /// The mappings and build ids of the recording (`perf.data`) whose events come next
+    /// (see [`Mappings::read`]). Names are given only with them: perf script text may
+    /// come from another machine, whose files are not the ones here; and a file whose
+    /// build id differs from the one perf recorded was replaced since, so its functions
+    /// are not named either.
+    pub fn set_mappings(&mut self, mappings: Option<Mappings>) {
+        self.mappings = mappings;
+        self.found_abs.clear();
+    }
+
+    fn grouping(&self) -> bool {
+        self.group && self.mappings.is_some()
+    }
+
+    /// What was done so far.
+    pub fn stats(&self) -> NamingStats {
+        self.stats
+    }
+
+    /// The one-line notice for a run where most sampled stacks were cut, if it was one.
+    pub fn cut_notice(&self) -> Option<String> {
+        let s = self.stats;
+        (s.stacks > 0 && s.cut_fp * 2 > s.stacks).then(|| {
+            format!(
+                "{} of {} sampled call stacks ({}%) reached code without frame pointers and were \
+                 cut there (their callers show as `{STACK_CUT}`); record with --callgraph dwarf \
+                 for whole stacks",
+                s.cut_fp,
+                s.stacks,
+                s.cut_fp * 100 / s.stacks
+            )
+        })
+    }
+
+    /// Renames and cuts `event`'s locations in place, interning new names in `strings`.
+    pub fn apply(&mut self, event: &mut Event, strings: &mut impl NameTable) {
+        let Event::Ok { data, thread, .. } = event else {
+            return;
+        };
+        let pid = thread.pid;
+        let callstack = match data {
+            EventData::StackSample { callstack } => callstack,
+            EventData::Trace { src, dst, .. } => {
+                if self.grouping() {
+                    self.name_absolute(pid, src, strings);
+                    self.name_absolute(pid, dst, strings);
+                }
+                return;
+            }
+            EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
+                if self.grouping() {
+                    self.name_absolute(pid, location, strings);
+                }
+                return;
+            }
+            _ => return,
+        };
+        self.stats.stacks += 1;
+        if self.cut {
+            self.cut_stack(callstack, strings);
+        }
+        if self.grouping()
+            && self
+                .mappings
+                .as_ref()
+                .is_some_and(Mappings::frame_pointer_stacks)
+        {
+            self.mark_lost_caller(callstack, strings);
+        }
+        if self.grouping() {
+            for loc in callstack.iter_mut() {
+                self.name(loc, strings);
+            }
+        }
+    }
+
+    /// Replaces the callers from the first one outside every mapping (root first: the
+    /// last such frame before the leaf's side) by one [`STACK_CUT`] frame.
+    fn cut_stack(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+        // perf ends a walk that reached the true root with a 0 or -1 "return address"
+        // (DWARF unwinding past `_start`; `rbp` zeroed by `_start`): the end of the
+        // stack, not a break in it.
+        if callstack.len() >= 2
+            && matches!(callstack[0].ip, 0 | u64::MAX)
+            && is_unmapped(&callstack[0], strings)
+        {
+            callstack.remove(0);
+        }
+        let n = callstack.len();
+        if n < 2 {
+            return;
+        }
+        // The leaf is the sampled pc itself, never read from a frame; the first bad
+        // caller, walking out from it, is where the chain broke.
+        let Some(bad) = (0..n - 1)
+            .rev()
+            .find(|&i| is_unmapped(&callstack[i], strings))
+        else {
+            return;
+        };
+        // Stacks perf unwound otherwise (DWARF, LBR) lost their callers to that, not to
+        // missing frame pointers.
+        let marker = if self.frame_pointer_stacks() {
+            self.stats.cut_fp += 1;
+            *self.marker.get_or_insert_with(|| strings.intern(STACK_CUT))
+        } else {
+            *self
+                .unwind_marker
+                .get_or_insert_with(|| strings.intern(STACK_CUT_UNWOUND))
+        };
+        callstack.drain(..bad);
+        callstack[0] = Location::new(0, Symbol::FromPerf(marker), 0);
+        self.stats.cut += 1;
+    }
+
+    /// True unless the recording says its stacks were unwound another way (perf script
+    /// text does not say: `--callgraph fp` is where broken stacks come from).
+    fn frame_pointer_stacks(&self) -> bool {
+        self.mappings
+            .as_ref()
+            .is_none_or(Mappings::frame_pointer_stacks)
+    }
+
+    /// Inserts [`CALLER_LOST`] above a leaf sampled where it had no frame of its own
+    /// (see [`FunctionRanges::frame_set_up_at`]): the frame found next is its caller's
+    /// caller.
+    fn mark_lost_caller(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+        let n = callstack.len();
+        if n < 2 {
+            return;
+        }
+        let leaf = callstack[n - 1];
+        let above = callstack[n - 2].symbol;
+        if self.marker.is_some_and(|m| above == Symbol::FromPerf(m)) {
+            return;
+        }
+        let Some(dso) = leaf.dso else { return };
+        let frameless = match self.frameless.get(&(dso, leaf.ip)) {
+            Some(f) => *f,
+            None => {
+                let f = self
+                    .ranges(dso, strings)
+                    .and_then(|r| r.frame_set_up_at(r.address_of_offset(leaf.ip)?))
+                    == Some(false);
+                self.frameless.insert((dso, leaf.ip), f);
+                f
+            }
+        };
+        if frameless {
+            let m = *self
+                .lost_marker
+                .get_or_insert_with(|| strings.intern(CALLER_LOST));
+            callstack.insert(n - 1, Location::new(0, Symbol::FromPerf(m), 0));
+            self.stats.caller_lost += 1;
+        }
+    }
+
+    /// The function ranges of the DSO named `dso`, loaded once.
+    fn ranges(&mut self, dso: Sym, strings: &impl NameTable) -> Option<&FunctionRanges> {
+        let mappings = &self.mappings;
+        self.files
+            .entry(dso)
+            .or_insert_with(|| {
+                let path = strings.get(dso);
+                // `[vdso]`, `//anon`, `[unknown]` and JIT maps have no ELF file to read.
+                if !path.starts_with('/') || path.starts_with("//") {
+                    return None;
+                }
+                let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
+                FunctionRanges::load(Path::new(path))
+                    .ok()
+                    .filter(|r| recorded.is_none() || r.build_id() == recorded)
+            })
+            .as_ref()
+    }
+
+    fn kind(&mut self, sym: Sym, strings: &impl NameTable) -> NameKind {
+        let i = sym.0 as usize;
+        if i >= self.kinds.len() {
+            self.kinds
+                .resize((i + 1).max(self.kinds.len() * 2), NameKind::Unchecked);
+        }
+        if self.kinds[i] == NameKind::Unchecked {
+            self.kinds[i] = if strings.get(sym).starts_with("[unknown @ ") {
+                NameKind::UnknownInFile
+            } else {
+                NameKind::Named
+            };
+        }
+        self.kinds[i]
+    }
+
+    fn name(&mut self, loc: &mut Location, strings: &mut impl NameTable) {
+        let Symbol::FromPerf(sym) = loc.symbol else {
+            return;
+        };
+        let Some(dso) = loc.dso else { return };
+        if self.kind(sym, strings) != NameKind::UnknownInFile {
+            return;
+        }
+        let key = (dso, loc.ip);
+        let found = match self.found.get(&key) {
+            Some(f) => *f,
+            None => {
+                let f = self.lookup(dso, loc.ip, strings);
+                self.found.insert(key, f);
+                f
+            }
+        };
+        match found {
+            Some((name, start)) => {
+                loc.symbol = Symbol::FromPerf(name);
+                loc.offset = loc.ip.wrapping_sub(start);
+                self.stats.named += 1;
+            }
+            None => self.stats.unnamed += 1,
+        }
+    }
+
+    /// Names a location whose `ip` is the process's own address (a branch's).
+    fn name_absolute(
+        &mut self,
+        pid: Option<u32>,
+        loc: &mut Location,
+        strings: &mut impl NameTable,
+    ) {
+        let Symbol::FromPerf(sym) = loc.symbol else {
+            return;
+        };
+        let Some(dso) = loc.dso else { return };
+        if self.kind(sym, strings) != NameKind::UnknownInFile {
+            return;
+        }
+        let key = (pid, dso, loc.ip);
+        let found = match self.found_abs.get(&key) {
+            Some(f) => *f,
+            None => {
+                let offset = self
+                    .mappings
+                    .as_ref()
+                    .and_then(|m| m.file_offset(pid, strings.get(dso), loc.ip));
+                let f = offset.and_then(|o| {
+                    let (name, start) = self.lookup(dso, o, strings)?;
+                    Some((name, loc.ip.wrapping_sub(o.wrapping_sub(start))))
+                });
+                self.found_abs.insert(key, f);
+                f
+            }
+        };
+        if let Some((name, start)) = found {
+            loc.symbol = Symbol::FromPerf(name);
+            loc.offset = loc.ip.wrapping_sub(start);
+        }
+    }
+
+    /// The function holding file offset `offset` of the DSO `dso`: its interned name and
+    /// the file offset of its start.
+    fn lookup(
+        &mut self,
+        dso: Sym,
+        offset: u64,
+        strings: &mut impl NameTable,
+    ) -> Option<(Sym, u64)> {
+        let ranges = self.ranges(dso, strings)?;
+        let addr = ranges.address_of_offset(offset)?;
+        let f = ranges.function_at(addr)?;
+        let start = offset.wrapping_sub(addr - f.start);
+        let name = f.name.into_owned();
+        Some((strings.intern(&name), start))
+    }
+}
+
+/// True for a frame perf found in no mapping of the process.
+fn is_unmapped(loc: &Location, strings: &impl NameTable) -> bool {
+    // Only perf's explicit `[unknown]` DSO: without a DSO field (perf script text
+    // printed without `dso`) nothing is known about the mapping.
+    matches!(loc.symbol, Symbol::FromPerf(_) | Symbol::Unknown)
+        && loc.dso.is_some_and(|d| strings.get(d) == NO_DSO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ptscope_event::Thread;
+
+    fn sample(strings: &mut StringTable, frames: &[(&str, Option<&str>)]) -> Event {
+        let callstack = frames
+            .iter()
+            .enumerate()
+            .map(|(i, &(name, dso))| Location {
+                ip: if name.contains("@ 0x0 ") {
+                    0
+                } else {
+                    0x1000 + i as u64
+                },
+                symbol: Symbol::FromPerf(strings.intern(name)),
+                offset: 0,
+                dso: dso.map(|d| strings.intern(d)),
+            })
+            .collect();
+        Event::Ok {
+            thread: Thread::default(),
+            time: 1,
+            in_transaction: false,
+            data: EventData::StackSample { callstack },
+        }
+    }
+
+    fn names(e: &Event, strings: &StringTable) -> Vec<String> {
+        let Event::Ok {
+            data: EventData::StackSample { callstack },
+            ..
+        } = e
+        else {
+            unreachable!()
+        };
+        callstack
+            .iter()
+            .map(|l| strings.display(l.symbol).to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn cuts_at_the_innermost_unmapped_caller_only() {
+        let mut s = StringTable::new();
+        let mut n = Namer::new(false, true);
+        let lib = Some("/usr/lib/libc.so.6");
+        let none = Some("[unknown]");
+        // Root first: garbage, a plausible frame read through it, more garbage, then
+        // real frames down to the leaf.
+        let mut e = sample(
+            &mut s,
+            &[
+                ("[unknown @ 0x77 ([unknown])]", none),
+                ("main", lib),
+                ("[unknown @ 0x4341505f45434152 ([unknown])]", none),
+                ("caller", lib),
+                ("leaf", lib),
+            ],
+        );
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), [STACK_CUT, "caller", "leaf"]);
+        // The leaf is the sampled pc, never read from a frame: not a broken chain.
+        let mut e = sample(
+            &mut s,
+            &[("main", lib), ("[unknown @ 0x10 ([unknown])]", none)],
+        );
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["main", "[unknown @ 0x10 ([unknown])]"]);
+        // Without a DSO field nothing is known about mappings.
+        let mut e = sample(&mut s, &[("[unknown]", None), ("leaf", lib)]);
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["[unknown]", "leaf"]);
+        assert_eq!(n.stats().cut, 1);
+        assert_eq!(n.stats().stacks, 3);
+        assert_eq!(n.cut_notice(), None);
+        // A walk that reached the root ends with a 0 (or -1): dropped, nothing cut.
+        let mut e = sample(
+            &mut s,
+            &[
+                ("[unknown @ 0x0 ([unknown])]", none),
+                ("main", lib),
+                ("leaf", lib),
+            ],
+        );
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["main", "leaf"]);
+        assert_eq!(n.stats().cut, 1);
+        for _ in 0..3 {
+            let mut e = sample(
+                &mut s,
+                &[("[unknown @ 0x9 ([unknown])]", none), ("leaf", lib)],
+            );
+            n.apply(&mut e, &mut s);
+        }
+        assert!(
+            n.cut_notice().is_some_and(|m| m.contains("4 of 7")),
+            "{:?}",
+            n.cut_notice()
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! Function ranges of stripped binaries: names from a separate debug file (by
+//! `.gnu_debuglink` or build id) when one is installed and trusted, else one range per
+//! `.eh_frame` FDE named `FILE+0xSTART`. Checked against binutils (`nm`, `readelf`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::{run, tool, TempDir};
+use ptscope_symbols::{eh_frame_ranges, FunctionRanges, MappedFile, NameSource};
+
+/// `nm`'s address of the (local or global) text symbol `name` in `file`.
+fn nm_address(nm: &Path, file: &Path, name: &str) -> u64 {
+    let out = Command::new(nm).arg(file).output().expect("run nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, k, n) = (f.next()?, f.next()?, f.next()?);
+            (n == name && (k == "t" || k == "T")).then(|| u64::from_str_radix(a, 16).ok())?
+        })
+        .next()
+        .unwrap_or_else(|| panic!("nm finds no text symbol {name} in {}", file.display()))
+}
+
+/// FDE start addresses as `readelf --debug-dump=frames` prints them (`pc=START..END`).
+fn readelf_fdes(readelf: &Path, file: &Path) -> BTreeSet<(u64, u64)> {
+    let out = Command::new(readelf)
+        .arg("--debug-dump=frames")
+        .arg(file)
+        .output()
+        .expect("run readelf");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" FDE "))
+        .filter_map(|l| {
+            let (a, b) = l.split("pc=").nth(1)?.split_once("..")?;
+            Some((
+                u64::from_str_radix(a.trim(), 16).ok()?,
+                u64::from_str_radix(b.trim(), 16).ok()?,
+            ))
+        })
+        .collect()
+}
+
+const PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) static long helper_one(long x) { return x * 3 + (x >> 2); }
+__attribute__((noinline)) static long helper_two(long x) { return helper_one(x) ^ 0x5a; }
+int main(int argc, char **argv) {
+    long s = 0;
+    for (long i = 0; i < argc * 1000; i++) s += helper_two(i);
+    printf("%ld\n", s);
+    return 0;
+}
+"#;
+
+/// Builds `NAME` from PROGRAM (`-DVARIANT` changes its build id), moves its symbols and
+/// DWARF to `NAME.debug`, strips it and links the two with `.gnu_debuglink`.
+fn build_stripped(dir: &Path, name: &str, variant: &str) {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, format!("/* {variant} */\n{PROGRAM}")).unwrap();
+    let exe = dir.join(name);
+    let debug = dir.join(format!("{name}.debug"));
+    run(Command::new("gcc")
+        .args(["-O2", "-g", "-Wl,--build-id", "-o"])
+        .arg(&exe)
+        .arg(&src));
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&exe)
+        .arg(&debug));
+    run(Command::new("strip").arg("--strip-all").arg(&exe));
+    run(Command::new("objcopy")
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg(&exe));
+}
+
+#[test]
+fn debuglink_names_a_stripped_program_only_from_a_trusted_matching_file() {
+    let (Some(_), Some(_), Some(_), Some(nm)) =
+        (tool("gcc"), tool("objcopy"), tool("strip"), tool("nm"))
+    else {
+        return;
+    };
+    let dir = TempDir::new("debuglink");
+    build_stripped(dir.path(), "prog", "a");
+    let exe = dir.path().join("prog");
+    let debug = dir.path().join("prog.debug");
+    let helper = nm_address(&nm, &debug, "helper_one");
+    assert!(
+        MappedFile::open(&exe)
+            .unwrap()
+            .elf()
+            .unwrap()
+            .symbols()
+            .is_err(),
+        "the program is stripped"
+    );
+
+    let r = FunctionRanges::load(&exe).unwrap();
+    assert_eq!(r.source(), &NameSource::DebugFile(debug.clone()));
+    let f = r.function_at(helper + 1).expect("helper_one found");
+    assert_eq!((f.start, &*f.name), (helper, "helper_one"));
+
+    // A directory anyone can write to could hold a planted debug file: not read.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let r = FunctionRanges::load(&exe).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(r.source(), &NameSource::EhFrame);
+    let f = r.function_at(helper + 1).expect("helper_one's FDE");
+    assert_eq!((f.start, &*f.name), (helper, &*format!("prog+{helper:#x}")));
+
+    // The debug file of another build (another build id) would give wrong names.
+    let other = TempDir::new("debuglink-other");
+    build_stripped(other.path(), "prog", "b");
+    std::fs::copy(other.path().join("prog.debug"), &debug).unwrap();
+    let r = FunctionRanges::load(&exe).unwrap();
+    assert_eq!(r.source(), &NameSource::EhFrame);
+}
+
+#[test]
+fn debian_gzip_has_one_function_per_fde() {
+    let (Some(readelf), Some(_)) = (tool("readelf"), tool("gzip")) else {
+        return;
+    };
+    let gzip = Path::new("/usr/bin/gzip");
+    let file = MappedFile::open(gzip).unwrap();
+    let elf = file.elf().unwrap();
+    let ours: BTreeSet<(u64, u64)> = eh_frame_ranges(&elf).unwrap().into_iter().collect();
+    let theirs = readelf_fdes(&readelf, gzip);
+    assert!(theirs.len() > 50, "readelf lists {} FDEs", theirs.len());
+    assert_eq!(ours, theirs, "our FDE ranges differ from readelf's");
+
+    let r = FunctionRanges::load(gzip).unwrap();
+    if r.source() != &NameSource::EhFrame {
+        // gzip-dbgsym is installed: names come from it; nothing more to check here.
+        return;
+    }
+    for &(start, end) in &theirs {
+        for addr in [start, (start + end) / 2, end - 1] {
+            let f = r.function_at(addr).expect("an FDE covers it");
+            assert_eq!((f.start, &*f.name), (start, &*format!("gzip+{start:#x}")));
+        }
+    }
+    // perf's frames are file offsets; gzip's text is mapped at its file offset.
+    let (start, _) = *theirs.iter().next().unwrap();
+    assert_eq!(r.address_of_offset(start), Some(start));
+}
+
+#[test]
+fn libc_static_functions_from_its_debug_file_by_build_id() {
+    let Some(nm) = tool("nm") else { return };
+    let libc = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+    let file = MappedFile::open(libc).unwrap();
+    let elf = file.elf().unwrap();
+    let id: String = elf
+        .build_id()
+        .expect("Debian's libc has a build id")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let debug = Path::new("/usr/lib/debug/.build-id")
+        .join(&id[..2])
+        .join(format!("{}.debug", &id[2..]));
+    if !debug.exists() {
+        if std::env::var_os("CI").is_some() {
+            panic!("{} is missing: apt-get install libc6-dbg", debug.display());
+        }
+        eprintln!("!!! SKIPPING: libc6-dbg is not installed (set CI=1 to make this a failure)");
+        return;
+    }
+    let r = FunctionRanges::load(libc).unwrap();
+    assert_eq!(r.source(), &NameSource::DebugFile(debug.clone()));
+    // A static (local) function: not in libc's .dynsym, only in the debug file.
+    let addr = nm_address(&nm, &debug, "__strchrnul_evex");
+    let f = r.function_at(addr + 2).expect("found");
+    assert_eq!((f.start, &*f.name), (addr, "__strchrnul_evex"));
+}
+
+#[test]
+fn a_fifo_named_as_a_mapped_file_is_refused_without_blocking() {
+    let dir = TempDir::new("fifo");
+    let fifo = dir.path().join("perf-1.map");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let err = FunctionRanges::load(&fifo).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+}
