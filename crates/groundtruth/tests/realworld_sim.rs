@@ -554,14 +554,36 @@ fn sh_forks_and_execs() {
         "x=$(/bin/echo abc | /usr/bin/tr a b); echo \"$x\" > '{}'",
         out.display()
     );
-    let s = check(
-        "sh -c",
-        d.path(),
-        &[Path::new("/bin/dash"), Path::new("-c"), Path::new(&script)],
-        "full",
-        &SimConfig::default(),
-        FULL,
-    );
+    // The shell waits for its children and takes SIGCHLD wherever it lands; when it lands
+    // at a syscall return ptsim's truth is wrong (issue 15: "signal delivered at a syscall
+    // return"), and aligning perf's branches with it fails now and then (1 run in ~4
+    // here). Until ptsim models that, a run is retried; a failure in 3 fresh recordings
+    // is a real one.
+    let argv = [Path::new("/bin/dash"), Path::new("-c"), Path::new(&script)];
+    let mut attempt = 0;
+    let s = loop {
+        attempt += 1;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            check(
+                "sh -c",
+                d.path(),
+                &argv,
+                "full",
+                &SimConfig::default(),
+                FULL,
+            )
+        }));
+        match r {
+            Ok(s) => break s,
+            Err(e) if attempt < 3 => {
+                let why = e
+                    .downcast_ref::<String>()
+                    .map_or("(no message)", String::as_str);
+                eprintln!("sh -c: attempt {attempt} failed, recording again: {why}");
+            }
+            Err(e) => std::panic::resume_unwind(e),
+        }
+    };
     assert_eq!(std::fs::read_to_string(&out).unwrap_or_default(), "bbc\n");
     // ptsim does not follow forks or execs: a forked child drops the plugin's buffers and
     // an exec'd program runs natively, outside QEMU. Only the shell itself is traced
