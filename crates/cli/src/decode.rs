@@ -654,7 +654,11 @@ fn decode_inputs(
                 notices = p.take_notices();
                 strings = p.take_strings();
             }
-            Source::Text(d, _) => strings = d.into_strings(),
+            Source::Text(d, _) => {
+                // A field perf script was run without: say which, and how to get it.
+                notices.extend(d.missing_fields().iter().map(|m| m.to_string()));
+                strings = d.into_strings()
+            }
         }
         if tx
             .send(Msg::Done {
@@ -843,7 +847,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                      thread, not the threads and processes it starts)",
                 );
             }
-            for e in &totals.errors {
+            for e in totals.errors.iter().chain(&totals.notes) {
                 msg.push_str(&format!("\n  {e}"));
             }
             if totals.warnings > 0 {
