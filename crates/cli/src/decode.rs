@@ -49,9 +49,11 @@ pub struct DecodeArgs {
     #[arg(short, long, value_name = "FILE", default_value = "trace.fxt.gz")]
     pub output: PathBuf,
 
-    /// What was traced: user space (`u`), user space and kernel (`uk`), kernel only (`k`).
-    #[arg(long, value_name = "SCOPE", default_value = "u", value_parser = parse_scope)]
-    pub scope: TraceScope,
+    /// What to show: user space (`u`), user space and kernel (`uk`), kernel only (`k`);
+    /// sampled stacks keep only these frames. Default: what a sampling recording's event
+    /// counted (`cpu-clock:u` → u), else u.
+    #[arg(long, value_name = "SCOPE", value_parser = parse_scope)]
+    pub scope: Option<TraceScope>,
 
     /// Which stack reconstruction to use.
     #[arg(long, value_enum, default_value_t = WriterKind::Segments)]
@@ -961,6 +963,19 @@ pub fn exit_status(report: &Report) -> i32 {
     }
 }
 
+/// The scope a sampling recording was made with, so `ptscope decode DIR` of a
+/// `run --trace-include-kernel` recording keeps its kernel frames.
+fn recorded_scope(specs: &[InputSpec], args: &DecodeArgs) -> Option<TraceScope> {
+    let InputSpec::PerfData(p) = specs.first()? else {
+        return None;
+    };
+    let perf = args
+        .perf
+        .clone()
+        .unwrap_or_else(ptscope_decode::perf::default_perf);
+    ptscope_decode::perf::recorded_scope(&perf, p)
+}
+
 /// Decodes as `args` say; the trace is written even when incomplete (the report says why).
 pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
     let specs = input_specs(args)?;
@@ -973,8 +988,12 @@ pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
         Some(dir) if dir.is_dir() => ptscope_record::hits::read(dir),
         _ => Vec::new(),
     };
+    let scope = match args.scope {
+        Some(s) => s,
+        None => recorded_scope(&specs, args).unwrap_or_default(),
+    };
     let config = LegacyConfig {
-        scope: args.scope,
+        scope,
         annotate_inferred_start_times: args.format == Format::Transcript,
         ocaml_exception_info,
         hits,

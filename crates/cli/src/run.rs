@@ -379,7 +379,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         input: Some(working_dir.clone()),
         perf_script: None,
         output: a.output.clone(),
-        scope,
+        scope: Some(scope),
         writer: WriterKind::Segments,
         format: Format::Fxt,
         ocaml_exception_info: None,

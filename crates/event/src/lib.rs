@@ -367,6 +367,17 @@ impl TraceScope {
             _ => None,
         }
     }
+
+    /// Whether an address belongs to a privilege level in this scope: on x86-64 and
+    /// arm64 the kernel lives in the upper half, where perf's callchains put it too.
+    pub fn includes_address(self, ip: u64) -> bool {
+        let kernel = (ip as i64) < 0;
+        match self {
+            TraceScope::Userspace => !kernel,
+            TraceScope::UserspaceAndKernel => true,
+            TraceScope::Kernel => kernel,
+        }
+    }
 }
 
 impl fmt::Display for TraceScope {
