@@ -385,6 +385,10 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         ocaml_exception_info: None,
         executable: outcome.exe.clone(),
         filter,
+        missed_trigger: match &opts.trigger {
+            Some(TriggerSpec::Symbol(name)) if outcome.hits.is_empty() => Some(name.clone()),
+            _ => None,
+        },
         no_demangle: false,
         decoder: a.decoder,
         perf: Some(perf),

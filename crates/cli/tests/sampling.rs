@@ -191,3 +191,132 @@ fn run_scopes_reach_the_sampled_stacks() {
         );
     }
 }
+
+/// sqlite3's shell, whose SQL engine is in a shared library (libsqlite3.so).
+const SQLITE: [&str; 3] = [
+    "sqlite3",
+    ":memory:",
+    "with recursive c(x) as (select 1 union all select x+1 from c where x<300000) select sum(x) from c;",
+];
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn require(program: &str) -> bool {
+    if have(program) {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{program} missing in CI");
+    eprintln!("!!!!!!!! SKIPPED: {program} not installed");
+    false
+}
+
+fn run_ptscope(args: &[&str], program: &[&str]) -> Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    Command::new(ptscope())
+        .arg("run")
+        .args(args)
+        .arg("-o")
+        .arg(dir.path().join("t.fxt.gz"))
+        .arg("--")
+        .args(program)
+        .output()
+        .expect("run ptscope")
+}
+
+#[test]
+fn run_trigger_finds_a_function_in_a_shared_library() {
+    if !perf_usable() || !require("sqlite3") {
+        return;
+    }
+    let out = ok(
+        run_ptscope(&["--trigger", "sqlite3_step"], &SQLITE),
+        "run --trigger",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("trigger hit (sqlite3_step"), "{err}");
+    assert!(err.contains("shared library"), "{err}");
+}
+
+#[test]
+fn a_trigger_never_hit_is_said() {
+    if !perf_usable() || !require("sqlite3") {
+        return;
+    }
+    // In libsqlite3, never called by this query.
+    let out = ok(
+        run_ptscope(&["--trigger", "sqlite3_backup_init"], &SQLITE),
+        "run --trigger",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`sqlite3_backup_init` was never hit"), "{err}");
+}
+
+#[test]
+fn a_filter_that_never_matches_names_similar_functions() {
+    if !perf_usable() || !have("/usr/bin/python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("perf.data");
+    ok(
+        Command::new("perf")
+            .args(["record", "-q", "-e", "cpu-clock", "-g", "-o"])
+            .arg(&data)
+            .args([
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                "print(sum(i * i for i in range(1500000)))",
+            ])
+            .output()
+            .expect("perf record"),
+        "perf record",
+    );
+    let decode = |filter: &str| {
+        let out = ok(
+            Command::new(ptscope())
+                .arg("decode")
+                .arg(&data)
+                .args(["--filter", filter, "-o"])
+                .arg(dir.path().join("t.fxt.gz"))
+                .output()
+                .expect("ptscope decode"),
+            "ptscope decode --filter",
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // A misspelt START: nothing is kept, and the real name is suggested.
+    let err = decode("PyEval_EvalFrameDefault,main");
+    assert!(
+        err.contains("no call to `PyEval_EvalFrameDefault` was seen")
+            && err.contains("`_PyEval_EvalFrameDefault`"),
+        "{err}"
+    );
+    // A STOP never called after START.
+    let err = decode("_PyEval_EvalFrameDefault,no_such_function_here");
+    assert!(
+        err.contains("`no_such_function_here` was never called"),
+        "{err}"
+    );
+    // A range that opens and closes says nothing.
+    let err = decode("_PyEval_EvalFrameDefault,_PyEval_EvalFrameDefault");
+    assert!(!err.contains("--filter"), "{err}");
+}
+
+#[test]
+fn high_timer_resolution_states_its_cost() {
+    if !perf_usable() {
+        return;
+    }
+    let out = ok(
+        run_ptscope(&["--timer-resolution", "high"], &["true"]),
+        "run --timer-resolution high",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("times slower"), "{err}");
+}

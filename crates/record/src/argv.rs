@@ -263,6 +263,16 @@ impl RecordPlan {
         if self.effective_timer() != self.timer {
             v.push("this CPU's PT has no cycle-accurate timing (caps/psb_cyc); timing will be ~1 µs instead of ~10 ns".into());
         }
+        if self.backend == Backend::Sample && self.timer == TimerResolution::High {
+            // Measured (BENCHMARKS.md): gzip of 20 MB on a 2-core KVM guest took 0.77 s
+            // alone, 0.9-1.0 s sampled at 10 kHz, 15-21 s at 100 kHz.
+            v.push(format!(
+                "--timer-resolution high samples {} times a second per thread: expect the program \
+                 to run 20-30 times slower (normal, 10000 a second, costs about 1.2x) and, with \
+                 dwarf stacks, perf to write about 250 MB per second of CPU time",
+                self.max_sample_rate
+            ));
+        }
         if self.backend == Backend::Pt && self.scope.includes_kernel() && !self.kcore {
             v.push("this perf is older than 5.5 and has no --kcore; kernel traces may decode less reliably".into());
         }

@@ -253,7 +253,28 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     let exe = std::fs::read_link(format!("/proc/{head}/exe")).ok();
 
     let targets = match &opts.trigger {
-        Some(spec) => trigger::resolve(spec, head)?,
+        Some(spec) => match (trigger::resolve(spec, head), program.as_mut()) {
+            (Ok(t), _) => t,
+            // At exec only the executable is mapped: a function in a shared library
+            // is found once the dynamic loader has mapped them all.
+            (Err(_), Some(p))
+                if matches!(
+                    spec,
+                    trigger::TriggerSpec::Symbol(_) | trigger::TriggerSpec::StopIndicator
+                ) =>
+            {
+                p.run_to_entry()
+                    .context("looking for the trigger in the program's shared libraries")?;
+                let t = trigger::resolve(spec, head)?;
+                say(
+                    opts.quiet,
+                    "the trigger is in a shared library: the program ran its dynamic loader \
+                     (and library constructors) before recording started",
+                );
+                t
+            }
+            (Err(e), _) => return Err(e),
+        },
         None => Vec::new(),
     };
 
