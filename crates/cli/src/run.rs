@@ -44,7 +44,8 @@ pub struct RecordArgs {
     /// Take a snapshot at every trigger hit (each its own snapshot in the trace).
     #[arg(long)]
     pub multi_snapshot: bool,
-    /// Snapshot ring size: a power of two, e.g. 4M, 256K (PT trace buffer; sampling: sample ring).
+    /// Snapshot size: a power of two, e.g. 4M, 256K. PT: the trace buffer per CPU. Sampling:
+    /// the disk the last moments may take (default 256M; with --multi-snapshot, the sample ring).
     #[arg(long, value_name = "SIZE")]
     pub snapshot_size: Option<String>,
     /// low, normal, high, sample:FREQ (Hz) or custom:cyc=1,cyc_thresh=1,mtc_period=0,….

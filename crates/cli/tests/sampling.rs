@@ -320,3 +320,122 @@ fn high_timer_resolution_states_its_cost() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("times slower"), "{err}");
 }
+
+/// Times (s) of `perf script` lines in `file`: samples, and the EXIT records.
+fn perf_times(file: &Path) -> (Vec<f64>, Vec<f64>) {
+    let out = ok(
+        Command::new("perf")
+            .args(["script", "--show-task-events", "-F", "tid,time", "-i"])
+            .arg(file)
+            .output()
+            .expect("perf script"),
+        "perf script",
+    );
+    let (mut samples, mut exits) = (Vec::new(), Vec::new());
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(t) = line
+            .split_whitespace()
+            .find_map(|w| w.strip_suffix(':').and_then(|t| t.parse::<f64>().ok()))
+        else {
+            continue;
+        };
+        if line.contains("PERF_RECORD_EXIT") {
+            exits.push(t);
+        } else if !line.contains("PERF_RECORD") {
+            samples.push(t);
+        }
+    }
+    (samples, exits)
+}
+
+#[test]
+fn sampling_keeps_the_last_moments_within_the_bound() {
+    if !perf_usable() || !have("gzip") {
+        return;
+    }
+    const BOUND: u64 = 16 << 20;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("rec");
+    // gzip compressing random bytes from a pipe: one busy process for ~10 s here.
+    let mut head = Command::new("head")
+        .args(["-c", "200M", "/dev/urandom"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("head");
+    let started = std::time::Instant::now();
+    let mut run = Command::new(ptscope())
+        .args(["run", "--snapshot-size", "16M", "--no-decode", "-w"])
+        .arg(&work)
+        .args(["--", "gzip", "-c"])
+        .stdin(Stdio::from(head.stdout.take().expect("pipe")))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ptscope run");
+    let disk = || -> u64 {
+        std::fs::read_dir(&work)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("perf.data"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let mut peak = 0;
+    let status = loop {
+        peak = peak.max(disk());
+        if let Some(s) = run.try_wait().expect("wait") {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = head.wait();
+    let wall = started.elapsed().as_secs_f64();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err).ok();
+    assert!(status.success(), "ptscope run failed: {err}");
+    assert!(err.contains("at most 16 MiB of disk"), "{err}");
+    assert!(
+        peak <= BOUND,
+        "perf.data files took {peak} bytes at once, over the 16 MiB bound"
+    );
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&work)
+        .expect("working dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("perf.data."))
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "no rotation: {files:?}");
+    let (first, _) = perf_times(&files[0]);
+    let (last, exits) = perf_times(files.last().expect("a file"));
+    let (first, last_sample) = (first[0], *last.last().expect("samples in the last file"));
+    let exit = *exits.last().expect("gzip's exit is in the last file");
+    // The end is there: samples up to gzip's exit ...
+    assert!(
+        exit - last_sample < 0.5,
+        "last sample {last_sample}, exit {exit}"
+    );
+    // ... and the beginning was let go (the run was much longer than what is kept).
+    assert!(
+        exit - first < wall - 2.0,
+        "kept {:.1} s of a {wall:.1} s run: nothing was dropped",
+        exit - first
+    );
+    // And the kept files decode to one trace.
+    let out = ok(
+        Command::new(ptscope())
+            .arg("decode")
+            .arg(&work)
+            .arg("-o")
+            .arg(dir.path().join("t.fxt.gz"))
+            .output()
+            .expect("decode"),
+        "ptscope decode",
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote"));
+}

@@ -134,7 +134,8 @@ pub fn lost_data_warnings(text: &str) -> Vec<String> {
         let advice = if lower.contains("chunk") {
             "perf's buffer overflowed because writing the recording could not keep up; \
              parts of the trace are missing. Record less (a shorter run, --callgraph fp \
-             instead of dwarf, a lower --timer-resolution) or give perf a larger buffer \
+             instead of dwarf, a lower --timer-resolution, a sampling flight recorder \
+             instead of --full-execution) or, with Intel PT, give perf a larger buffer \
              (--snapshot-size)"
         } else {
             "some samples were dropped, so the trace has gaps; a lower \
