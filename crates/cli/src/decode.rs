@@ -804,6 +804,8 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         _ => Some(0),
     };
     let mut held: Vec<Event> = Vec::new();
+    let rotated = matches!(&args.input, Some(d) if d.is_dir()
+        && d.join(ptscope_record::session::ROTATED_FILES_MARKER).exists());
     let demangle = !args.no_demangle && args.format == Format::Fxt;
     let mut range = args.filter.as_ref().map(|(start, stop)| RangeFilter {
         start: start.clone(),
@@ -912,8 +914,9 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                     }
                 }
                 done += 1;
-                // Each perf.data file is one snapshot: close its frames before the next.
-                if done < inputs {
+                // Each perf.data file is one snapshot: close its frames before the next,
+                // unless the files are the pieces of one rotated sampling recording.
+                if done < inputs && !rotated {
                     if let Some(w) = writer.as_mut() {
                         w.end_snapshot(&strings);
                     }

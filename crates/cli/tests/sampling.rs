@@ -438,4 +438,14 @@ fn sampling_keeps_the_last_moments_within_the_bound() {
         "ptscope decode",
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("wrote"));
+    // The files are pieces of one recording: frames run on across their boundaries
+    // (read as separate snapshots, every open frame would end and begin again there).
+    let begins = |work: &Path| frames(work, &[]).len();
+    let joined = begins(&work);
+    std::fs::remove_file(work.join("rotated-perf-data")).expect("the rotation marker");
+    let cut = begins(&work);
+    assert!(
+        joined < cut,
+        "{joined} frames begun over the pieces, {cut} as snapshots"
+    );
 }

@@ -95,6 +95,10 @@ pub struct Outcome {
     pub warnings: Vec<String>,
 }
 
+/// Present in a working directory whose perf.data files are consecutive pieces of one
+/// sampling recording (the flight recorder's rotation), to be decoded as one.
+pub const ROTATED_FILES_MARKER: &str = "rotated-perf-data";
+
 fn say(quiet: bool, msg: &str) {
     if !quiet {
         // A terminal gone after SIGHUP must not turn a message into a panic mid-recording.
@@ -318,9 +322,16 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with("perf.data") || name == crate::hits::FILE_NAME {
+        if name.starts_with("perf.data")
+            || name == crate::hits::FILE_NAME
+            || name == ROTATED_FILES_MARKER
+        {
             let _ = std::fs::remove_file(e.path());
         }
+    }
+    if plan.sampling_ring().is_some() {
+        // The perf.data files will be one recording cut in pieces, not snapshots.
+        process::create_private(&dir.join(ROTATED_FILES_MARKER))?;
     }
     let argv = perf_record_argv(&plan);
     if std::env::var_os("PTSCOPE_PRINT_PERF_COMMANDS").is_some() {
