@@ -653,7 +653,8 @@ fn decode_inputs(
         if let InputSpec::Text(p) = &spec {
             let big = p != Path::new("-")
                 && std::fs::metadata(p)
-                    .is_ok_and(|m| m.is_file() && m.len() >= crate::parallel::MIN_SIZE);
+                    .is_ok_and(|m| m.is_file() && m.len() >= crate::parallel::MIN_SIZE)
+                && crate::parallel::splittable(p);
             if big {
                 let size = std::fs::metadata(p).map(|m| m.len()).ok();
                 let pb = progress(size, quiet, &spec.name());
