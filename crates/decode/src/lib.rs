@@ -176,6 +176,9 @@ struct State {
     after_blank: bool,
     /// Branch lines still to check for `symoff`.
     symoff_checks: u32,
+    /// Branch lines seen with a kind (`call`, `return`, …) and without, up to a few
+    /// hundred: none with one means perf script ran without `flags`.
+    branch_kinds: (u32, u32),
     /// Whether branch symbols may lack `+0xOFF (dso)` (see `Scratch::partial`).
     partial_branches: bool,
 }
@@ -353,6 +356,17 @@ impl State {
                                     || b.dst.symbol == ptscope_event::Symbol::Unknown);
                             if bare && (named || strict_failed) {
                                 self.note_missing(MissingField::Symoff);
+                            }
+                        }
+                        let (with, without) = &mut self.branch_kinds;
+                        if *with == 0 && *without < 256 {
+                            if b.kind.is_some() || b.start || b.end {
+                                *with += 1;
+                            } else {
+                                *without += 1;
+                                if *without == 256 {
+                                    self.note_missing(MissingField::Flags);
+                                }
                             }
                         }
                         if b.unknown_flags {
@@ -591,6 +605,7 @@ impl<R: BufRead> Decoder<R> {
                 missing: Vec::new(),
                 after_blank: true,
                 symoff_checks: 64,
+                branch_kinds: (0, 0),
                 partial_branches: false,
             },
         }

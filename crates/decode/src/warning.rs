@@ -118,6 +118,8 @@ pub enum MissingField {
     Ip,
     /// No `sym`: every frame is an address without a name.
     Sym,
+    /// Branches without `flags`: calls and returns cannot be told from jumps.
+    Flags,
     /// Branches without `symoff` (or `dso`): calls cannot be told from jumps into a
     /// function, and magic-trace's reading of them names nothing.
     Symoff,
@@ -138,6 +140,7 @@ impl MissingField {
             MissingField::Ip => "ip",
             MissingField::Sym => "sym",
             MissingField::Symoff => "symoff",
+            MissingField::Flags => "flags",
         }
     }
 
@@ -148,6 +151,9 @@ impl MissingField {
             MissingField::Tid => "so its threads cannot be told apart",
             MissingField::Ip => "so perf printed no call stacks",
             MissingField::Sym => "so every frame is an unnamed address",
+            MissingField::Flags => {
+                "so calls and returns cannot be told from jumps and no stack can be rebuilt"
+            }
             MissingField::Symoff => {
                 "so a call cannot be told from a jump to a function's start (stacks may be wrong, and without `dso` too, names are lost)"
             }
@@ -157,7 +163,7 @@ impl MissingField {
 
 impl fmt::Display for MissingField {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let example = if *self == MissingField::Symoff {
+        let example = if matches!(self, MissingField::Symoff | MissingField::Flags) {
             PT_FIELDS
         } else {
             SAMPLING_FIELDS

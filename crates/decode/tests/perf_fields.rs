@@ -221,3 +221,26 @@ fn a_field_set_that_cannot_make_a_trace_names_the_missing_field() {
         );
     }
 }
+
+/// Intel PT branches printed without `flags` (no `call`/`return`/`jmp` words; perf's
+/// layout, as in magic-trace's fixtures, minus that column): named, not guessed at.
+#[test]
+fn pt_branches_without_flags_name_the_field() {
+    let mut text = String::new();
+    for i in 0..300u64 {
+        text.push_str(&format!(
+            "ls 1234 [001] 10.{:09}:          1 branches:u:      7f{:04x} a+0x{:x} (/lib/x.so) =>     7f9000 b+0x0 (/lib/x.so)\n",
+            i * 100,
+            i,
+            i
+        ));
+    }
+    let got = decode(text.as_bytes());
+    assert_eq!(got.warnings, 0);
+    assert_eq!(got.missing, [MissingField::Flags]);
+    let message = MissingField::Flags.to_string();
+    assert!(message.contains("no `flags` field") && message.contains("--itrace=bep"));
+    // With the flags, nothing is reported.
+    let with = text.replace("branches:u:      7f", "branches:u:   call   7f");
+    assert_eq!(decode(with.as_bytes()).missing, []);
+}
