@@ -49,9 +49,11 @@ pub struct DecodeArgs {
     #[arg(short, long, value_name = "FILE", default_value = "trace.fxt.gz")]
     pub output: PathBuf,
 
-    /// What was traced: user space (`u`), user space and kernel (`uk`), kernel only (`k`).
-    #[arg(long, value_name = "SCOPE", default_value = "u", value_parser = parse_scope)]
-    pub scope: TraceScope,
+    /// What to show: user space (`u`), user space and kernel (`uk`), kernel only (`k`);
+    /// sampled stacks keep only these frames. Default: what a sampling recording's event
+    /// counted (`cpu-clock:u` → u), else u.
+    #[arg(long, value_name = "SCOPE", value_parser = parse_scope)]
+    pub scope: Option<TraceScope>,
 
     /// Which stack reconstruction to use.
     #[arg(long, value_enum, default_value_t = WriterKind::Segments)]
@@ -71,6 +73,11 @@ pub struct DecodeArgs {
     /// A START with no STOP after it keeps the rest of the trace.
     #[arg(long, value_name = "START,STOP", value_parser = parse_filter)]
     pub filter: Option<(String, String)>,
+
+    /// A `run --trigger` function that was never hit, for a warning naming the trace's
+    /// functions with similar names.
+    #[arg(skip)]
+    pub missed_trigger: Option<String>,
 
     /// Show symbols as perf printed them: no Rust, C++ or OCaml demangling (transcripts
     /// never demangle, to stay comparable with magic-trace's).
@@ -180,6 +187,10 @@ struct RangeFilter {
     start: String,
     stop: String,
     inside: bool,
+    /// START was called at least once (else the trace is empty: worth a warning).
+    seen_start: bool,
+    /// STOP was called after a START.
+    seen_stop: bool,
 }
 
 impl RangeFilter {
@@ -207,12 +218,111 @@ impl RangeFilter {
             _ => None,
         };
         match hit {
-            Some(n) if n == self.start => self.inside = true,
-            Some(n) if n == self.stop => self.inside = false,
+            Some(n) if n == self.start => {
+                self.inside = true;
+                self.seen_start = true;
+            }
+            Some(n) if n == self.stop => {
+                self.seen_stop |= self.inside;
+                self.inside = false;
+            }
             _ => {}
         }
         self.inside
     }
+
+    /// What the user should know when the range never opened or never closed.
+    fn note(&self, strings: &StringTable) -> Option<String> {
+        if !self.seen_start {
+            return Some(format!(
+                "--filter: no call to `{}` was seen, so the trace is empty{}",
+                self.start,
+                similar_names(strings, &self.start)
+            ));
+        }
+        if !self.seen_stop && self.start != self.stop {
+            return Some(format!(
+                "--filter: `{}` was never called after `{}`, so the trace runs to the end{}",
+                self.stop,
+                self.start,
+                similar_names(strings, &self.stop)
+            ));
+        }
+        None
+    }
+}
+
+/// `; names in the trace like it: …` with the function names nearest to `want` (a
+/// case-insensitive substring either way, else a small edit distance), or nothing.
+pub(crate) fn similar_names(strings: &StringTable, want: &str) -> String {
+    let names = nearest_names(strings, want, 5);
+    if names.is_empty() {
+        return String::from("; no name in the trace is like it");
+    }
+    format!(
+        "; names in the trace like it: {}",
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Up to `n` distinct function names from `strings` nearest to `want`, best first.
+pub(crate) fn nearest_names(strings: &StringTable, want: &str, n: usize) -> Vec<String> {
+    let w = want.to_lowercase();
+    let wc: Vec<char> = w.chars().collect();
+    let limit = (wc.len() / 3).max(2);
+    let mut found: Vec<(usize, usize, String)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..strings.len() {
+        let name = strings.display(ptscope_event::Symbol::FromPerf(ptscope_event::Sym(
+            i as u32,
+        )));
+        // Paths, thread names with spaces and perf's `[unknown …]` are not functions.
+        if name.is_empty() || name.contains('/') || name.contains(' ') || name.starts_with('[') {
+            continue;
+        }
+        if !seen.insert(name) {
+            continue;
+        }
+        let l = name.to_lowercase();
+        let lc = l.chars().count();
+        let rank = if l == w {
+            // The same name in another case, or demangled differently.
+            Some((0, 0))
+        } else if (wc.len() >= 3 && l.contains(&w))
+            || (lc >= 4 && lc * 3 >= wc.len() * 2 && w.contains(&l))
+        {
+            Some((1, lc.abs_diff(wc.len())))
+        } else if lc.abs_diff(wc.len()) <= limit {
+            let d = edit_distance(&wc, &l.chars().collect::<Vec<_>>());
+            (d <= limit).then_some((2, d))
+        } else {
+            None
+        };
+        if let Some((class, d)) = rank {
+            found.push((class, d, name.to_owned()));
+        }
+    }
+    found.sort();
+    found.into_iter().take(n).map(|(_, _, s)| s).collect()
+}
+
+/// Levenshtein distance.
+fn edit_distance(a: &[char], b: &[char]) -> usize {
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
 }
 
 fn parse_scope(s: &str) -> Result<TraceScope, String> {
@@ -585,7 +695,8 @@ fn decode_inputs(
         if let InputSpec::Text(p) = &spec {
             let big = p != Path::new("-")
                 && std::fs::metadata(p)
-                    .is_ok_and(|m| m.is_file() && m.len() >= crate::parallel::MIN_SIZE);
+                    .is_ok_and(|m| m.is_file() && m.len() >= crate::parallel::MIN_SIZE)
+                && crate::parallel::splittable(p);
             if big {
                 let size = std::fs::metadata(p).map(|m| m.len()).ok();
                 let pb = progress(size, quiet, &spec.name());
@@ -702,7 +813,11 @@ fn decode_inputs(
                 notices = p.take_notices();
                 strings = p.take_strings();
             }
-            Source::Text(d, _) => strings = d.into_strings(),
+            Source::Text(d, _) => {
+                // A field perf script was run without: say which, and how to get it.
+                notices.extend(d.missing_fields().iter().map(|m| m.to_string()));
+                strings = d.into_strings()
+            }
         }
         notices.extend(cut_notice(&namer));
         if tx
@@ -739,6 +854,8 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         _ => Some(0),
     };
     let mut held: Vec<Event> = Vec::new();
+    let rotated = matches!(&args.input, Some(d) if d.is_dir()
+        && d.join(ptscope_record::session::ROTATED_FILES_MARKER).exists());
     let demangle = !args.no_demangle && args.format == Format::Fxt;
     // Transcripts stay comparable with magic-trace's: perf's names and stacks as printed.
     let naming = args.format == Format::Fxt;
@@ -746,6 +863,8 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         start: start.clone(),
         stop: stop.clone(),
         inside: false,
+        seen_start: false,
+        seen_stop: false,
     });
     let perf = args
         .perf
@@ -855,8 +974,9 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                     }
                 }
                 done += 1;
-                // Each perf.data file is one snapshot: close its frames before the next.
-                if done < inputs {
+                // Each perf.data file is one snapshot: close its frames before the next,
+                // unless the files are the pieces of one rotated sampling recording.
+                if done < inputs && !rotated {
                     if let Some(w) = writer.as_mut() {
                         w.end_snapshot(&strings);
                     }
@@ -884,6 +1004,16 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
             .push("the decoding thread failed; the trace holds what was decoded before".into());
     }
     totals.interrupted = ctx.stopped();
+    // A filter or trigger that never matched is no error, but must not pass unsaid.
+    if let Some(note) = range.as_ref().and_then(|r| r.note(&strings)) {
+        totals.notes.push(note);
+    }
+    if let Some(t) = &args.missed_trigger {
+        totals.notes.push(format!(
+            "the trigger `{t}` was never hit{}",
+            similar_names(&strings, t)
+        ));
+    }
     match writer {
         Some(mut w) => {
             on_end_of_input(w.sink_mut());
@@ -902,7 +1032,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                      thread, not the threads and processes it starts)",
                 );
             }
-            for e in &totals.errors {
+            for e in totals.errors.iter().chain(&totals.notes) {
                 msg.push_str(&format!("\n  {e}"));
             }
             if totals.warnings > 0 {
@@ -1022,6 +1152,19 @@ pub fn exit_status(report: &Report) -> i32 {
     }
 }
 
+/// The scope a sampling recording was made with, so `ptscope decode DIR` of a
+/// `run --trace-include-kernel` recording keeps its kernel frames.
+fn recorded_scope(specs: &[InputSpec], args: &DecodeArgs) -> Option<TraceScope> {
+    let InputSpec::PerfData(p) = specs.first()? else {
+        return None;
+    };
+    let perf = args
+        .perf
+        .clone()
+        .unwrap_or_else(ptscope_decode::perf::default_perf);
+    ptscope_decode::perf::recorded_scope(&perf, p)
+}
+
 /// Decodes as `args` say; the trace is written even when incomplete (the report says why).
 pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
     let specs = input_specs(args)?;
@@ -1034,8 +1177,12 @@ pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
         Some(dir) if dir.is_dir() => ptscope_record::hits::read(dir),
         _ => Vec::new(),
     };
+    let scope = match args.scope {
+        Some(s) => s,
+        None => recorded_scope(&specs, args).unwrap_or_default(),
+    };
     let config = LegacyConfig {
-        scope: args.scope,
+        scope,
         annotate_inferred_start_times: args.format == Format::Transcript,
         ocaml_exception_info,
         hits,

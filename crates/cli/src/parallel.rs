@@ -36,6 +36,37 @@ enum Part {
     Failed(String),
 }
 
+/// Whether the file's parts can be parsed apart: each header must carry its pid. perf's
+/// default output prints the tid alone and the pid is learned from task events, which a
+/// later part would not see, so such files are parsed in one piece.
+pub(crate) fn splittable(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    let mut buf = vec![0u8; 64 << 10];
+    let Ok(n) = file.read_at(&mut buf, 0) else {
+        return false;
+    };
+    let header = buf[..n]
+        .split(|&b| b == b'\n')
+        .find(|l| !l.is_empty() && l[0] != b'\t' && !l.iter().all(|b| b.is_ascii_whitespace()));
+    let Some(line) = header else {
+        return true;
+    };
+    let first = line
+        .split(|b| b.is_ascii_whitespace())
+        .find(|t| !t.is_empty())
+        .unwrap_or_default();
+    let id = |t: &[u8]| {
+        let t = t.strip_prefix(b"-").unwrap_or(t);
+        !t.is_empty() && t.iter().all(u8::is_ascii_digit)
+    };
+    match first.iter().position(|&b| b == b'/') {
+        Some(i) => id(&first[..i]) && id(&first[i + 1..]),
+        None => false,
+    }
+}
+
 /// Where the parts start: 0, then after each ~`PART` bytes the first line that opens a
 /// group (a header line: one that does not start with a tab).
 fn part_starts(file: &File, len: u64) -> io::Result<Vec<u64>> {
@@ -235,6 +266,27 @@ pub(crate) fn parse_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only files whose headers carry the pid are cut in parts.
+    #[test]
+    fn default_perf_script_output_is_parsed_in_one_piece() {
+        let tmp = tempfile::tempdir().expect("temporary directory");
+        let check = |text: &str| {
+            let path = tmp.path().join("t.perf");
+            std::fs::write(&path, text).expect("write");
+            splittable(&path)
+        };
+        assert!(check(
+            "\n  123/456 1.000001: 1 cpu-clock: \n\t 400 main+0x0 (/x)\n"
+        ));
+        assert!(!check(
+            "gzip 456  1.000001:     250000 cpu-clock: \n\t 400 main+0x0 (/x)\n"
+        ));
+        assert!(!check(
+            "perf-exec     0     0.000000: PERF_RECORD_COMM: perf-exec:4/4\n"
+        ));
+        assert!(!check("456 1.000001: \n"));
+    }
 
     /// The parallel parse gives exactly the events of a single-threaded one.
     #[test]

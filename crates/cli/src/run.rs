@@ -44,7 +44,8 @@ pub struct RecordArgs {
     /// Take a snapshot at every trigger hit (each its own snapshot in the trace).
     #[arg(long)]
     pub multi_snapshot: bool,
-    /// Snapshot ring size: a power of two, e.g. 4M, 256K (PT trace buffer; sampling: sample ring).
+    /// Snapshot size: a power of two, e.g. 4M, 256K. PT: the trace buffer per CPU. Sampling:
+    /// the disk the last moments may take (default 256M; with --multi-snapshot, the sample ring).
     #[arg(long, value_name = "SIZE")]
     pub snapshot_size: Option<String>,
     /// low, normal, high, sample:FREQ (Hz) or custom:cyc=1,cyc_thresh=1,mtc_period=0,….
@@ -398,12 +399,16 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         input: Some(working_dir.clone()),
         perf_script: None,
         output: a.output.clone(),
-        scope,
+        scope: Some(scope),
         writer: WriterKind::Segments,
         format: Format::Fxt,
         ocaml_exception_info: None,
         executable: outcome.exe.clone(),
         filter,
+        missed_trigger: match &opts.trigger {
+            Some(TriggerSpec::Symbol(name)) if outcome.hits.is_empty() => Some(name.clone()),
+            _ => None,
+        },
         no_demangle: false,
         decoder: a.decoder,
         perf: Some(perf),

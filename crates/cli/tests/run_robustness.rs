@@ -358,7 +358,15 @@ fn recording(d: &Path) -> PathBuf {
     let spin = build_spin(d);
     let rec = d.join("rec");
     let o = Command::new(ptscope())
-        .args(["run", "--no-decode", "--callgraph", "fp", "-w"])
+        // One whole perf.data (sampling otherwise rotates perf.data.TIMESTAMP files).
+        .args([
+            "run",
+            "--no-decode",
+            "--full-execution",
+            "--callgraph",
+            "fp",
+            "-w",
+        ])
         .arg(&rec)
         .arg("--")
         .arg(&spin)

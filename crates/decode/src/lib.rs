@@ -70,13 +70,13 @@ pub mod perf;
 mod warning;
 
 pub use perf::{PerfScript, PerfScriptOptions, RecordingKind};
-pub use warning::{Stats, Warning, WarningKind};
+pub use warning::{MissingField, Stats, Warning, WarningKind, PT_FIELDS, SAMPLING_FIELDS};
 
 use parse::{EventClass, Scratch};
 use ptscope_event::{
     Event, EventData, ExtraEvent, Location, StringTable, Sym, Thread, TraceStateChange,
 };
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
@@ -162,9 +162,35 @@ struct State {
     warnings: Vec<Warning>,
     max_kept: usize,
     line_no: u64,
+    /// Whether the first header had a `comm` column; later ones must agree, so a line
+    /// with a field perf never prints there is not mistaken for a thread's name.
+    has_comm: Option<bool>,
+    /// The last `comm` each thread's samples carried, to name threads from perf's
+    /// default output (which has no task events unless asked for).
+    comms: HashMap<u32, Vec<u8>>,
+    /// Each thread's process, from task events: perf's default output prints the tid alone.
+    pids: HashMap<u32, u32>,
+    /// Fields the input lacks (see [`MissingField`]), in the order first noticed.
+    missing: Vec<MissingField>,
+    /// Whether the previous line was blank, so callchains under empty headers (no
+    /// `comm`, `tid` or `time` at all) are recognised.
+    after_blank: bool,
+    /// Branch lines still to check for `symoff`.
+    symoff_checks: u32,
+    /// Branch lines seen with a kind (`call`, `return`, …) and without, up to a few
+    /// hundred: none with one means perf script ran without `flags`.
+    branch_kinds: (u32, u32),
+    /// Whether branch symbols may lack `+0xOFF (dso)` (see `Scratch::partial`).
+    partial_branches: bool,
 }
 
 impl State {
+    fn note_missing(&mut self, field: MissingField) {
+        if !self.missing.contains(&field) {
+            self.missing.push(field);
+        }
+    }
+
     fn warn(&mut self, line: u64, kind: WarningKind, text: &[u8]) {
         self.stats.warnings += 1;
         if self.warnings.len() < self.max_kept {
@@ -194,17 +220,26 @@ impl State {
             }
             return;
         }
-        match line.first() {
-            None => self.close_group(),
-            Some(b'\t') => self.frame_line(line),
+        let blank = match line.first() {
+            None => {
+                self.close_group();
+                true
+            }
+            Some(b'\t') => {
+                self.frame_line(line);
+                false
+            }
             Some(&b) if parse::is_ws(b) && line.iter().all(|&b| parse::is_ws(b)) => {
-                self.close_group()
+                self.close_group();
+                true
             }
             Some(_) => {
                 self.close_group();
                 self.header_line(line);
+                false
             }
-        }
+        };
+        self.after_blank = blank;
     }
 
     fn frame_line(&mut self, line: &[u8]) {
@@ -212,13 +247,26 @@ impl State {
         match &mut self.group {
             Group::Sample { tab_lines, .. } => {
                 *tab_lines += 1;
+                self.scratch.partial = true;
                 match parse::parse_frame(line, &mut self.strings, &mut self.scratch) {
                     Ok(loc) => self.frames.push(loc),
-                    Err(kind) => self.warn(line_no, kind, line),
+                    Err(kind) => match parse::parse_bare_frame(line) {
+                        Some(loc) => {
+                            self.frames.push(loc);
+                            self.note_missing(MissingField::Sym);
+                        }
+                        None => self.warn(line_no, kind, line),
+                    },
                 }
             }
             Group::Done => {}
             Group::None => {
+                // A callchain right under an empty line: perf printed headers with
+                // none of `comm`, `tid` and `time`.
+                if self.after_blank && self.has_comm.is_none() {
+                    self.note_missing(MissingField::Time);
+                    self.note_missing(MissingField::Tid);
+                }
                 self.warn(line_no, WarningKind::OrphanFrame, line);
                 // One warning per orphaned run is enough.
                 self.group = Group::Done;
@@ -249,6 +297,16 @@ impl State {
         }
         let header = match parse::parse_header(line) {
             Ok(h) if h.class != EventClass::Task => h,
+            Err(kind @ (WarningKind::NoTimeField | WarningKind::NoThreadField))
+                if parse::parse_task_line(line).is_none() =>
+            {
+                self.note_missing(if kind == WarningKind::NoTimeField {
+                    MissingField::Time
+                } else {
+                    MissingField::Tid
+                });
+                return self.warn(line_no, kind, line);
+            }
             // Side-band lines (`PERF_RECORD_FORK(…)` is not even a header) are looked
             // for only here, off the path every branch and sample takes.
             other => match parse::parse_task_line(line) {
@@ -260,11 +318,58 @@ impl State {
                 },
             },
         };
-        let (thread, time) = (header.thread, header.time);
+        let has_comm = header.comm.is_some();
+        if *self.has_comm.get_or_insert(has_comm) != has_comm {
+            return self.warn(line_no, WarningKind::MalformedHeader, line);
+        }
+        // Branch symbols are read as magic-trace reads them unless the header shows
+        // perf's own field choice (magic-trace's is `pid/tid time: period event:`).
+        self.partial_branches = has_comm || header.thread.pid.is_none() || header.no_event;
+        self.scratch.partial = true;
+        let (mut thread, time) = (header.thread, header.time);
+        if let (None, Some(tid)) = (thread.pid, thread.tid) {
+            thread.pid = self.pids.get(&tid).copied();
+        }
+        if let (Some(comm), Some(tid)) = (header.comm, thread.tid) {
+            self.sample_comm(thread, time, tid, comm);
+        }
         match header.class {
             EventClass::Branches => {
+                self.scratch.partial = self.partial_branches;
                 match parse::parse_branch(header.rest, &mut self.strings, &mut self.scratch) {
                     Ok(b) => {
+                        if self.symoff_checks > 0 {
+                            self.symoff_checks -= 1;
+                            let unknown = |l: &Location| match l.symbol {
+                                ptscope_event::Symbol::FromPerf(n) => {
+                                    self.strings.get(n).starts_with("[unknown")
+                                }
+                                _ => true,
+                            };
+                            // perf prints `+0x` after every named symbol when asked for
+                            // `symoff`; names it could not find are `[unknown]`.
+                            let named = !unknown(&b.dst) || !unknown(&b.src);
+                            let bare = memchr::memmem::find(header.rest, b"+0x").is_none();
+                            // Read as magic-trace does, a symbol without `+0x… (dso)` is
+                            // not even a name.
+                            let strict_failed = !self.partial_branches
+                                && (b.src.symbol == ptscope_event::Symbol::Unknown
+                                    || b.dst.symbol == ptscope_event::Symbol::Unknown);
+                            if bare && (named || strict_failed) {
+                                self.note_missing(MissingField::Symoff);
+                            }
+                        }
+                        let (with, without) = &mut self.branch_kinds;
+                        if *with == 0 && *without < 256 {
+                            if b.kind.is_some() || b.start || b.end {
+                                *with += 1;
+                            } else {
+                                *without += 1;
+                                if *without == 256 {
+                                    self.note_missing(MissingField::Flags);
+                                }
+                            }
+                        }
                         if b.unknown_flags {
                             self.warn(line_no, WarningKind::UnknownBranchFlags, line);
                         }
@@ -338,14 +443,44 @@ impl State {
         }
     }
 
+    /// Names a thread from its samples' `comm` column when that name is new, as a
+    /// `PERF_RECORD_COMM` would.
+    fn sample_comm(&mut self, thread: Thread, time: u64, tid: u32, comm: &[u8]) {
+        if comm.is_empty() || self.comms.get(&tid).is_some_and(|c| c == comm) {
+            return;
+        }
+        self.comms.insert(tid, comm.to_vec());
+        let name = parse::intern_bytes(&mut self.strings, comm);
+        self.emit(Event::Ok {
+            thread,
+            time,
+            in_transaction: false,
+            data: EventData::Comm { name, exec: false },
+        });
+    }
+
+    /// Remembers a thread's process for headers that carry the tid alone.
+    fn learn_pid(&mut self, thread: Thread) {
+        if let (Some(pid), Some(tid)) = (thread.pid, thread.tid) {
+            self.pids.insert(tid, pid);
+        }
+    }
+
     /// A thread's name or parent becomes an event; other side-band records are skipped.
     fn task(&mut self, time: u64, record: parse::TaskRecord<'_>) {
         let (thread, data) = match record {
             parse::TaskRecord::Comm { thread, name, exec } => {
+                self.learn_pid(thread);
+                if let Some(tid) = thread.tid {
+                    self.comms.insert(tid, name.to_vec());
+                }
                 let name = parse::intern_bytes(&mut self.strings, name);
                 (thread, EventData::Comm { name, exec })
             }
-            parse::TaskRecord::Fork { thread, parent } => (thread, EventData::Fork { parent }),
+            parse::TaskRecord::Fork { thread, parent } => {
+                self.learn_pid(thread);
+                (thread, EventData::Fork { parent })
+            }
             parse::TaskRecord::Switch {
                 thread,
                 out,
@@ -400,6 +535,9 @@ impl State {
                 } else if let Some(loc) = inline {
                     vec![loc]
                 } else if rest_blank {
+                    // perf prints a sample's location or callchain whenever it has
+                    // `ip`: a bare header means perf script ran without it.
+                    self.note_missing(MissingField::Ip);
                     Vec::new()
                 } else {
                     let text = std::mem::take(&mut self.header_text);
@@ -467,6 +605,14 @@ impl<R: BufRead> Decoder<R> {
                 warnings: Vec::new(),
                 max_kept: DEFAULT_KEPT_WARNINGS,
                 line_no: 0,
+                has_comm: None,
+                comms: HashMap::new(),
+                pids: HashMap::new(),
+                missing: Vec::new(),
+                after_blank: true,
+                symoff_checks: 64,
+                branch_kinds: (0, 0),
+                partial_branches: false,
             },
         }
     }
@@ -568,6 +714,12 @@ impl<R: BufRead> Decoder<R> {
     /// Totals so far.
     pub fn stats(&self) -> &Stats {
         &self.st.stats
+    }
+
+    /// The `perf script` fields the input lacks, in the order noticed: the trace is
+    /// poorer (or empty) without them, and each says how to get it.
+    pub fn missing_fields(&self) -> &[MissingField] {
+        &self.st.missing
     }
 
     /// The first warnings, verbatim; [`Stats::warnings`] counts them all.

@@ -31,6 +31,10 @@ pub(crate) struct Header<'a> {
     pub time: u64,
     pub period: Option<u64>,
     pub class: EventClass,
+    /// The `comm` column (perf's default output has one), for the thread's name.
+    pub comm: Option<&'a [u8]>,
+    /// perf printed no event name (`perf script -F` without `event`).
+    pub no_event: bool,
     /// Everything after the `event:` / `event:selector:` prefix.
     pub rest: &'a [u8],
 }
@@ -179,36 +183,153 @@ fn is_event_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
 }
 
-/// Parses `pid/tid time: [period] event[/config][/sel]:[sel:] rest`.
-///
-/// Superset of magic-trace's header regex: the period may be absent, event names may
-/// hold digits, `_` and `.`, the config may hold any non-space bytes, and negative
-/// pid/tid are accepted (as unknown).
-pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
+/// The prefix of a header before its time: which of perf's `comm`, `pid`/`tid` and
+/// `cpu` columns it holds and what they say.
+struct Prefix<'a> {
+    comm: Option<&'a [u8]>,
+    thread: Thread,
+    /// Index of the first byte of the time.
+    time_at: usize,
+}
+
+/// True if `tok` is an id perf prints for a pid or tid (`-1` for unknown).
+fn is_id(tok: &[u8]) -> bool {
+    let t = tok.strip_prefix(b"-").unwrap_or(tok);
+    !t.is_empty() && dec_run(t, 0) == t.len()
+}
+
+/// True if `tok` is `SEC.FRAC:`, the time column.
+fn is_time(tok: &[u8]) -> bool {
+    let Some(t) = tok.strip_suffix(b":") else {
+        return false;
+    };
+    let n = dec_run(t, 0);
+    n > 0 && t.get(n) == Some(&b'.') && n + 1 < t.len() && dec_run(t, n + 1) == t.len() - n - 1
+}
+
+/// Reads the columns before the time. perf prints, in this order and each only if
+/// asked for, `comm` (which may hold spaces), `pid/tid` or one of them, and `[cpu]`;
+/// its default output is `comm tid time:`, ptscope's own `pid/tid time:`.
+fn parse_prefix(s: &[u8]) -> Result<Prefix<'_>, WarningKind> {
     let bad = WarningKind::MalformedHeader;
-    let s = line;
+    // Fast path: ptscope's own `pid/tid time:`.
     let mut i = skip_spaces(s, 0);
     let start = i;
     if s.get(i) == Some(&b'-') {
         i += 1;
     }
     i += dec_run(s, i);
-    let pid = parse_id(&s[start..i]).ok_or(bad)?;
-    if s.get(i) != Some(&b'/') {
-        return Err(bad);
+    if i > start && s.get(i) == Some(&b'/') {
+        let pid = &s[start..i];
+        let t = i + 1;
+        let mut j = t;
+        if s.get(j) == Some(&b'-') {
+            j += 1;
+        }
+        j += dec_run(s, j);
+        let k = skip_spaces(s, j);
+        if j > t && k > j {
+            return Ok(Prefix {
+                comm: None,
+                thread: Thread {
+                    pid: parse_id(pid).ok_or(bad)?,
+                    tid: parse_id(&s[t..j]).ok_or(bad)?,
+                },
+                time_at: k,
+            });
+        }
     }
-    i += 1;
-    let start = i;
-    if s.get(i) == Some(&b'-') {
-        i += 1;
+    // General case: find the time, then read the columns before it right to left.
+    let mut toks: [(usize, usize); 3] = [(0, 0); 3];
+    let mut n = 0usize;
+    let mut i = skip_spaces(s, 0);
+    let time_at = loop {
+        if i >= s.len() {
+            // No time column at all: a header of `comm`/`tid` only is one perf printed
+            // without `time`, anything else is not a header.
+            let last = toks[..n.min(3)].last().map(|&(a, b)| &s[a..b]);
+            return Err(match last {
+                Some(t) if is_id(t) || is_pid_tid(t) => WarningKind::NoTimeField,
+                _ => bad,
+            });
+        }
+        let e = memchr::memchr(b' ', &s[i..]).map_or(s.len(), |p| p + i);
+        if is_time(&s[i..e]) {
+            break i;
+        }
+        if n < 3 {
+            toks[n] = (i, e);
+        } else {
+            toks.rotate_left(1);
+            toks[2] = (i, e);
+        }
+        n += 1;
+        i = skip_spaces(s, e);
+    };
+    let mut cols = &toks[..n.min(3)];
+    let tok = |c: &(usize, usize)| &s[c.0..c.1];
+    if let Some(last) = cols.last() {
+        let t = tok(last);
+        if t.len() > 2 && t[0] == b'[' && t[t.len() - 1] == b']' && is_id(&t[1..t.len() - 1]) {
+            cols = &cols[..cols.len() - 1];
+        }
     }
-    i += dec_run(s, i);
-    let tid = parse_id(&s[start..i]).ok_or(bad)?;
-    let j = skip_spaces(s, i);
-    if j == i {
-        return Err(bad);
-    }
-    i = j;
+    let Some(ids) = cols.last() else {
+        return Err(WarningKind::NoThreadField);
+    };
+    let t = tok(ids);
+    let thread = if let Some((p, tid)) = split_once(t, b'/') {
+        if !is_id(p) || !is_id(tid) {
+            return Err(WarningKind::NoThreadField);
+        }
+        Thread {
+            pid: parse_id(p).ok_or(bad)?,
+            tid: parse_id(tid).ok_or(bad)?,
+        }
+    } else if is_id(t) {
+        // perf's default prints the tid alone; the pid comes from the task events.
+        Thread {
+            pid: None,
+            tid: parse_id(t).ok_or(bad)?,
+        }
+    } else {
+        return Err(WarningKind::NoThreadField);
+    };
+    // Whatever precedes the ids is the comm (it may hold spaces).
+    let comm_start = skip_spaces(s, 0);
+    let comm = if n > cols.len() || ids.0 > comm_start {
+        let end = s[..ids.0]
+            .iter()
+            .rposition(|&b| b != b' ')
+            .map_or(0, |p| p + 1);
+        Some(&s[comm_start..end.max(comm_start)])
+    } else {
+        None
+    };
+    Ok(Prefix {
+        comm,
+        thread,
+        time_at,
+    })
+}
+
+fn is_pid_tid(tok: &[u8]) -> bool {
+    split_once(tok, b'/').is_some_and(|(p, t)| is_id(p) && is_id(t))
+}
+
+/// Parses `[comm] [pid/]tid [[cpu]] time: [period] [event[/config][/sel]:[sel:]] rest`.
+///
+/// Superset of magic-trace's header regex (`pid/tid time: [period] event: rest`): the
+/// columns of perf's default output (`comm`, a lone `tid`, `[cpu]`) may come first,
+/// the period and even the event name may be absent, event names may hold digits, `_`
+/// and `.`, the config may hold any non-space bytes, and negative pid/tid are accepted
+/// (as unknown).
+pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
+    let bad = WarningKind::MalformedHeader;
+    let s = line;
+    let prefix = parse_prefix(s)?;
+    let thread = prefix.thread;
+    let mut i = prefix.time_at;
     let n = dec_run(s, i);
     let sec = &s[i..i + n];
     i += n;
@@ -225,11 +346,13 @@ pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
     i += 1;
     let time = parse_time(sec, frac).ok_or(WarningKind::BadNumber)?;
     let j = skip_spaces(s, i);
-    if j == i {
+    // perf ends the time with `: ` unless nothing follows (no event field, no ip).
+    if j == i && j < s.len() {
         return Err(bad);
     }
     i = j;
     let mut period = None;
+    let period_start = i;
     let n = dec_run(s, i);
     if n > 0 && s.get(i + n) == Some(&b' ') {
         period = Some(parse_dec(&s[i..i + n]).ok_or(WarningKind::BadNumber)?);
@@ -239,7 +362,40 @@ pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
     while i < s.len() && is_event_name_byte(s[i]) {
         i += 1;
     }
+    // No `event:` (perf script without the `event` field): what follows is the
+    // sample's own location, or a branch's `from => to`.
+    let no_event = |at: usize, period: Option<u64>| {
+        let rest = &s[at..];
+        let branch = memchr::memmem::find(rest, b" => ").is_some();
+        Header {
+            thread,
+            time,
+            period,
+            class: if branch {
+                EventClass::Branches
+            } else {
+                EventClass::Sample
+            },
+            comm: prefix.comm,
+            no_event: true,
+            rest,
+        }
+    };
+    // Only an ip or a branch can take the event's place; anything else stays an error.
+    let headless = |at: usize| {
+        let h = hex_run(s, at);
+        s[at..].iter().all(|&b| is_ws(b))
+            || (h > 0 && matches!(s.get(at + h), None | Some(b' ')))
+            || memchr::memmem::find(&s[at..], b" => ").is_some()
+    };
     if i == name_start {
+        if headless(name_start) {
+            return Ok(no_event(name_start, period));
+        }
+        // A decimal-looking ip was taken for a period.
+        if period.is_some() && headless(period_start) {
+            return Ok(no_event(period_start, None));
+        }
         return Err(bad);
     }
     let name = &s[name_start..i];
@@ -257,6 +413,13 @@ pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
         }
     }
     if s.get(i) != Some(&b':') {
+        if headless(name_start) {
+            return Ok(no_event(name_start, period));
+        }
+        // A decimal-looking ip was taken for a period.
+        if period.is_some() && headless(period_start) {
+            return Ok(no_event(period_start, None));
+        }
         return Err(bad);
     }
     i += 1;
@@ -275,10 +438,12 @@ pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
         }
     }
     Ok(Header {
-        thread: Thread { pid, tid },
+        thread,
         time,
         period,
         class: classify(name),
+        comm: prefix.comm,
+        no_event: false,
         rest: &s[i..],
     })
 }
@@ -308,6 +473,9 @@ pub(crate) fn write_int64_hex(out: &mut String, v: u64) {
 pub(crate) struct Scratch {
     text: String,
     cache: LocationCache,
+    /// Whether symbol texts without `+0xOFF (dso)` are names (`perf script -F` without
+    /// `symoff` or `dso`) rather than unknown, as magic-trace has them.
+    pub partial: bool,
 }
 
 /// Entries in the [`LocationCache`]; a power of two.
@@ -415,6 +583,20 @@ pub(crate) fn parse_location(
     strings: &mut StringTable,
     scratch: &mut Scratch,
 ) -> Location {
+    let loc = parse_location_cached(ip, s, strings, scratch);
+    if scratch.partial && loc.symbol == Symbol::Unknown {
+        return parse_partial_symbol(ip, s, strings, &mut scratch.text);
+    }
+    loc
+}
+
+#[inline]
+fn parse_location_cached(
+    ip: u64,
+    s: &[u8],
+    strings: &mut StringTable,
+    scratch: &mut Scratch,
+) -> Location {
     let generation = scratch.cache.generation;
     let Some(slot) = scratch.cache.slot(ip, s) else {
         return parse_location_uncached(ip, s, strings, &mut scratch.text);
@@ -473,6 +655,57 @@ fn parse_location_uncached(
         }
     }
     Location::new(ip, Symbol::Unknown, 0)
+}
+
+/// The symbol text of `perf script -F` without `symoff` or `dso`: `sym (dso)`,
+/// `sym+0xOFF` or `sym` alone (the offset is then unknown and taken as 0).
+fn parse_partial_symbol(
+    ip: u64,
+    s: &[u8],
+    strings: &mut StringTable,
+    text: &mut String,
+) -> Location {
+    let s = trim_end(s);
+    let mut body = s;
+    let mut dso = None;
+    if s.last() == Some(&b')') {
+        if let Some(p) = memchr::memmem::rfind(s, b" (") {
+            body = trim_end(&s[..p]);
+            dso = Some(&s[p + 2..s.len() - 1]);
+        }
+    }
+    let mut offset = 0;
+    if let Some(p) = memchr::memmem::rfind(body, b"+0x") {
+        let h = hex_run(body, p + 3);
+        if h > 0 && p + 3 + h == body.len() {
+            offset = parse_hex_trunc63(&body[p + 3..]);
+            body = &body[..p];
+        }
+    }
+    if body.is_empty() || body.iter().all(|&b| is_ws(b)) {
+        return Location::new(ip, Symbol::Unknown, 0);
+    }
+    let dso_sym = dso.map(|d| intern_bytes(strings, d));
+    let name = if body == b"[unknown]" {
+        text.clear();
+        text.push_str("[unknown @ ");
+        write_int64_hex(text, ip);
+        if let Some(d) = dso {
+            text.push_str(" (");
+            text.push_str(&String::from_utf8_lossy(d));
+            text.push(')');
+        }
+        text.push(']');
+        strings.intern(text)
+    } else {
+        intern_bytes(strings, body)
+    };
+    Location {
+        ip,
+        symbol: Symbol::FromPerf(name),
+        offset,
+        dso: dso_sym,
+    }
 }
 
 /// A parsed `branches` remainder.
@@ -625,6 +858,17 @@ pub(crate) fn parse_frame(
     Ok(parse_location(ip, &s[i + h + 1..], strings, scratch))
 }
 
+/// A callchain line of an address alone (`perf script` without `sym`): `\t *IP`.
+pub(crate) fn parse_bare_frame(line: &[u8]) -> Option<Location> {
+    let s = line.strip_prefix(b"\t")?;
+    let i = skip_spaces(s, 0);
+    let h = hex_run(s, i);
+    if h == 0 || !s[i + h..].iter().all(|&b| is_ws(b)) {
+        return None;
+    }
+    Some(Location::new(parse_hex(&s[i..i + h])?, Symbol::Unknown, 0))
+}
+
 /// The location on a sample header's own line: `ADDR IP SYM` (magic-trace's
 /// `^ *([0-9]+) +([0-9a-f]+) (.*)$`), or `IP SYM` when perf printed no `addr` field.
 pub(crate) fn parse_inline_location(
@@ -646,6 +890,10 @@ pub(crate) fn parse_inline_location(
     if h > 0 && s.get(i + h) == Some(&b' ') {
         let ip = parse_hex(&s[i..i + h])?;
         return Some(parse_location(ip, &s[i + h + 1..], strings, scratch));
+    }
+    // An address alone: perf script ran without `sym`.
+    if h > 0 && s[i + h..].iter().all(|&b| is_ws(b)) {
+        return Some(Location::new(parse_hex(&s[i..i + h])?, Symbol::Unknown, 0));
     }
     None
 }
@@ -1048,6 +1296,36 @@ mod tests {
         assert!(parse_header(b"1/2 3.4:1 cycles:").is_err());
         assert!(parse_header(b"1/2 3: 1 cycles:").is_err());
         assert!(parse_header(b"x/2 3.1: 1 cycles:").is_err());
+    }
+
+    #[test]
+    fn headers_of_perf_default_and_partial_field_sets() {
+        // perf's default: comm (may hold spaces), tid alone, optional [cpu].
+        let h = parse_header(b"Web Content 4242 [003]  10.000001:     250000 cpu-clock: ").unwrap();
+        assert_eq!(h.comm, Some(&b"Web Content"[..]));
+        assert_eq!(
+            h.thread,
+            Thread {
+                pid: None,
+                tid: Some(4242)
+            }
+        );
+        assert_eq!((h.time, h.period), (10_000_001_000, Some(250000)));
+        // No event field: a bare header, an inline ip, a branch.
+        let h = parse_header(b"  12/13 1.5: ").unwrap();
+        assert!(h.no_event && h.class == EventClass::Sample);
+        let h = parse_header(b"gzip 13 1.5:  400620 main+0x20 (/bin/x)").unwrap();
+        assert!(h.no_event && h.rest.starts_with(b"400620"));
+        let h = parse_header(b"13 1.5:   call  7f00 a (x.so) =>  7f10 b (x.so)").unwrap();
+        assert_eq!(h.class, EventClass::Branches);
+        assert_eq!(
+            parse_header(b"gzip 13 ").err(),
+            Some(WarningKind::NoTimeField)
+        );
+        assert_eq!(
+            parse_header(b"gzip  1.5: ").err(),
+            Some(WarningKind::NoThreadField)
+        );
     }
 
     #[test]

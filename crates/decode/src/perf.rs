@@ -266,6 +266,52 @@ pub fn detect_recording_kind(perf: &Path, input: &Path) -> Result<RecordingKind,
     Ok(RecordingKind::Sampling)
 }
 
+/// The privilege levels a sampling recording's first event counted, from its
+/// modifier as `perf evlist` prints it (`cpu-clock:k`, `cycles/freq=1000/u`; none means
+/// both). `None` for Intel PT recordings (their scope is a decoding choice) or when perf
+/// cannot tell.
+pub fn recorded_scope(perf: &Path, input: &Path) -> Option<ptscope_event::TraceScope> {
+    let out = Command::new(perf)
+        .arg("evlist")
+        .arg("-i")
+        .arg(input)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))?;
+    scope_of_event_name(first)
+}
+
+/// The scope an event name's modifier gives (see [`recorded_scope`]).
+pub fn scope_of_event_name(name: &str) -> Option<ptscope_event::TraceScope> {
+    use ptscope_event::TraceScope;
+    if name.contains("intel_pt") || name.starts_with("unknown attr") {
+        return None;
+    }
+    // `name/config/mods` or `name:mods`; a config may itself hold `:` or `/`.
+    let mods = match (name.rfind('/'), name.rfind(':')) {
+        (Some(slash), _) if name[..slash].contains('/') => &name[slash + 1..],
+        (_, Some(colon)) => &name[colon + 1..],
+        _ => "",
+    };
+    if !mods.chars().all(|c| c.is_ascii_alphabetic()) {
+        return Some(TraceScope::UserspaceAndKernel);
+    }
+    Some(match (mods.contains('u'), mods.contains('k')) {
+        (true, false) => TraceScope::Userspace,
+        (false, true) => TraceScope::Kernel,
+        _ => TraceScope::UserspaceAndKernel,
+    })
+}
+
 /// True if the recording's `pmu mappings` header names one of `types` `intel_pt`.
 fn header_maps_intel_pt(perf: &Path, input: &Path, types: &[&str]) -> bool {
     let out = Command::new(perf)

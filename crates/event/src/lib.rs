@@ -394,6 +394,19 @@ impl TraceScope {
             _ => None,
         }
     }
+
+    /// Whether an address belongs to a privilege level in this scope: on x86-64 and
+    /// arm64 the kernel lives in the upper half, where perf's callchains put it too.
+    /// The last 4 KiB (perf's context markers, and the `-1` a failed user-space unwind
+    /// ends with) count as user space, as they always did.
+    pub fn includes_address(self, ip: u64) -> bool {
+        let kernel = (ip as i64) < 0 && ip < (-4095i64) as u64;
+        match self {
+            TraceScope::Userspace => !kernel,
+            TraceScope::UserspaceAndKernel => true,
+            TraceScope::Kernel => kernel,
+        }
+    }
 }
 
 impl fmt::Display for TraceScope {

@@ -215,6 +215,8 @@ pub struct RecordPlan {
     pub hardware_pmu: bool,
     /// The kernel's maximum sampling rate (High resolution).
     pub max_sample_rate: u32,
+    /// Online CPUs: perf keeps a ring buffer per CPU.
+    pub cpus: u32,
 }
 
 impl RecordPlan {
@@ -239,6 +241,8 @@ impl RecordPlan {
             psb_cyc: true,
             hardware_pmu: true,
             max_sample_rate: 100_000,
+            // SAFETY: sysconf has no preconditions.
+            cpus: u32::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1),
         }
     }
 
@@ -262,6 +266,30 @@ impl RecordPlan {
         let mut v = Vec::new();
         if self.effective_timer() != self.timer {
             v.push("this CPU's PT has no cycle-accurate timing (caps/psb_cyc); timing will be ~1 µs instead of ~10 ns".into());
+        }
+        if let Some((file, files)) = self.sampling_ring() {
+            let mib = |b: u64| b as f64 / f64::from(1 << 20);
+            v.push(format!(
+                "sampling keeps the last moments in at most {:.0} MiB of disk ({files} perf.data files of {:.1} MiB{}); \
+                 --snapshot-size sets that bound, --full-execution keeps everything",
+                mib(self.sampling_bound().unwrap_or(0)),
+                mib(file),
+                match (self.callgraph, self.dwarf_stack_size()) {
+                    (CallGraph::Dwarf, Some(d)) if d < 8192 =>
+                        format!(", {d} bytes of stack copied per sample for unwinding"),
+                    _ => String::new(),
+                }
+            ));
+        }
+        if self.backend == Backend::Sample && self.timer == TimerResolution::High {
+            // Measured (BENCHMARKS.md): gzip of 20 MB on a 2-core KVM guest took 0.77 s
+            // alone, 0.9-1.0 s sampled at 10 kHz, 15-21 s at 100 kHz.
+            v.push(format!(
+                "--timer-resolution high samples {} times a second per thread: expect the program \
+                 to run 20-30 times slower (normal, 10000 a second, costs about 1.2x) and, with \
+                 dwarf stacks, perf to write about 250 MB per second of CPU time",
+                self.max_sample_rate
+            ));
         }
         if self.backend == Backend::Pt && self.scope.includes_kernel() && !self.kcore {
             v.push("this perf is older than 5.5 and has no --kcore; kernel traces may decode less reliably".into());
@@ -322,12 +350,7 @@ impl RecordPlan {
                 format!("intel_pt/{cfg}/{sel}")
             }
             Backend::Sample => {
-                let freq = match self.timer {
-                    TimerResolution::Low => 1000,
-                    TimerResolution::High => self.max_sample_rate,
-                    TimerResolution::Sample(f) => f,
-                    TimerResolution::Normal | TimerResolution::Custom(_) => 10_000,
-                };
+                let freq = self.sample_rate();
                 // Without a hardware PMU (VMs, these AMD guests) `cycles` does not open.
                 let name = if self.hardware_pmu {
                     "cycles"
@@ -337,6 +360,64 @@ impl RecordPlan {
                 format!("{name}/freq={freq}/{sel}")
             }
         }
+    }
+}
+
+/// Disk the sampling flight recorder keeps by default (`--snapshot-size` sets it).
+pub const DEFAULT_SAMPLING_BOUND: u64 = 256 << 20;
+/// perf.data files the sampling flight recorder rotates through.
+pub const SAMPLING_FILES: u32 = 4;
+/// Seconds of samples on one CPU the bound should hold, which sizes dwarf stack copies.
+const SAMPLING_SECONDS: u64 = 4;
+
+impl RecordPlan {
+    /// Samples per second per thread.
+    pub fn sample_rate(&self) -> u32 {
+        match self.timer {
+            TimerResolution::Low => 1000,
+            TimerResolution::High => self.max_sample_rate,
+            TimerResolution::Sample(f) => f,
+            TimerResolution::Normal | TimerResolution::Custom(_) => 10_000,
+        }
+    }
+
+    /// The sampling flight recorder, `(bytes per perf.data file, files kept)`: perf
+    /// starts a new file at each size (`--switch-output`) and deletes the oldest beyond
+    /// the count (`--switch-max-files`), so the disk holds the last moments within the
+    /// bound. `None` when everything is kept (`--full-execution`, PT, `--multi-snapshot`).
+    pub fn sampling_ring(&self) -> Option<(u64, u32)> {
+        let bound = self.sampling_bound()?;
+        // perf checks a file's size only after emptying every CPU's ring into it, so the
+        // file being written can overshoot by that much (perf's default ring for root is
+        // 516 KiB), plus a few percent spare.
+        let overshoot = (u64::from(self.cpus.max(1)) * (528 << 10)).min(bound / 2);
+        // perf deletes the oldest file only once the next one has begun: up to one file
+        // more than it keeps is on disk at once.
+        let file = (bound - overshoot) / 32 * 31 / u64::from(SAMPLING_FILES + 1);
+        Some((file.max(256 << 10), SAMPLING_FILES))
+    }
+
+    /// The disk the sampling flight recorder may take (`None` when it is not used).
+    pub fn sampling_bound(&self) -> Option<u64> {
+        if self.backend != Backend::Sample || self.full_execution || self.multi_snapshot {
+            return None;
+        }
+        Some(
+            self.snapshot_pages
+                .map_or(DEFAULT_SAMPLING_BOUND, |p| u64::from(p) * 4096),
+        )
+    }
+
+    /// Bytes of stack perf copies per sample for dwarf unwinding (`dwarf,SIZE`): perf's
+    /// 8 KiB unless the flight recorder's bound would then hold less than a few seconds
+    /// of samples on one CPU; deep stacks unwind less far with less.
+    pub fn dwarf_stack_size(&self) -> Option<u32> {
+        let (file, n) = self.sampling_ring()?;
+        // What is kept at the end (the files perf keeps, the last one partly written).
+        let bound = file * u64::from(n);
+        let per_sample = bound / (u64::from(self.sample_rate().max(1)) * SAMPLING_SECONDS);
+        // Registers, callchain and header take ~200 bytes of each sample besides the copy.
+        Some((per_sample.saturating_sub(200).clamp(2048, 8192) & !7) as u32)
     }
 }
 
@@ -351,6 +432,10 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     // then shows as `[unknown]`. Sampling data is small enough to keep whole.
     if plan.multi_snapshot && !plan.full_execution {
         a.push("--switch-output=signal".into());
+    }
+    if let Some((file, files)) = plan.sampling_ring() {
+        a.push(format!("--switch-output={}K", file >> 10).into());
+        a.push(format!("--switch-max-files={files}").into());
     }
     let pids = plan
         .pids
@@ -400,13 +485,22 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
         match plan.backend {
             // `-m ,N` sizes only the AUX (trace) buffer.
             Backend::Pt => a.push(format!("-m,{p}").into()),
-            // Sampling has no AUX buffer: size the sample ring instead.
-            Backend::Sample => a.push(format!("--mmap-pages={p}").into()),
+            // Sampling has no AUX buffer: size the sample ring instead, unless the
+            // size bounds the flight recorder's files.
+            Backend::Sample if plan.sampling_ring().is_none() => {
+                a.push(format!("--mmap-pages={p}").into())
+            }
+            Backend::Sample => {}
         }
     }
     if plan.backend == Backend::Sample {
         a.push("--call-graph".into());
-        a.push(plan.callgraph.name().into());
+        match plan.dwarf_stack_size() {
+            Some(size) if plan.callgraph == CallGraph::Dwarf => {
+                a.push(format!("dwarf,{size}").into())
+            }
+            _ => a.push(plan.callgraph.name().into()),
+        }
         // Context switches (side-band records, no PMU needed) say when each thread was
         // off CPU: without them a sampled frame seems to run through every sleep.
         a.push("--switch-events".into());
@@ -488,18 +582,32 @@ mod tests {
     #[test]
     fn sampling_command_lines() {
         let mut p = pt();
+        p.cpus = 2;
         p.backend = Backend::Sample;
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=50585K --switch-max-files=4 -p 42 --call-graph dwarf,4976 --switch-events"
+        );
+        // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
+        p.snapshot_pages = Some(16384);
+        assert_eq!(
+            s(perf_record_argv(&p)),
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=12493K --switch-max-files=4 -p 42 --call-graph dwarf,2048 --switch-events"
+        );
+        p.snapshot_pages = None;
+        p.full_execution = true;
+        assert_eq!(
+            s(perf_record_argv(&p)),
             "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u -p 42 --call-graph dwarf --switch-events"
         );
+        p.full_execution = false;
         p.hardware_pmu = true;
         p.timer = TimerResolution::Low;
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u -p 42 --call-graph lbr --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u --switch-output=50585K --switch-max-files=4 -p 42 --call-graph lbr --switch-events"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;

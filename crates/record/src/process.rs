@@ -91,6 +91,103 @@ impl Program {
         Ok(())
     }
 
+    /// Runs the program through its dynamic loader up to the executable's entry point
+    /// and stops it there: its shared libraries are then mapped, so a trigger can name
+    /// their functions. What ran before (the loader, library constructors) is not
+    /// recorded, since perf starts afterwards. Signals it gets meanwhile are delivered.
+    #[cfg(target_arch = "x86_64")]
+    pub fn run_to_entry(&mut self) -> Result<()> {
+        let pid = self.pid() as libc::pid_t;
+        let entry = auxv_entry(pid)?;
+        let addr = entry as usize as *mut libc::c_void;
+        let ptrace_err = |what: &str| {
+            anyhow::anyhow!(
+                "cannot {what} process {pid} to run it to its entry point: {}",
+                std::io::Error::last_os_error()
+            )
+        };
+        // SAFETY: PEEKTEXT/POKETEXT on our own stopped tracee; errno tells a failed peek
+        // from a word that happens to be -1.
+        let word = unsafe {
+            *libc::__errno_location() = 0;
+            let w = libc::ptrace(
+                libc::PTRACE_PEEKTEXT,
+                pid,
+                addr,
+                std::ptr::null_mut::<libc::c_void>(),
+            );
+            if w == -1 && *libc::__errno_location() != 0 {
+                return Err(ptrace_err("read"));
+            }
+            w
+        };
+        // An int3 on the entry's first byte.
+        let trapped = (word & !0xff) | 0xcc;
+        // SAFETY: as above.
+        if unsafe {
+            libc::ptrace(
+                libc::PTRACE_POKETEXT,
+                pid,
+                addr,
+                trapped as *mut libc::c_void,
+            )
+        } != 0
+        {
+            return Err(ptrace_err("write to"));
+        }
+        let mut deliver = 0;
+        loop {
+            // SAFETY: resuming our stopped tracee.
+            if unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, deliver) } != 0 {
+                return Err(ptrace_err("resume"));
+            }
+            let mut st = 0;
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+            if r != pid || !libc::WIFSTOPPED(st) {
+                self.released = true;
+                if r == pid {
+                    self.status = Some(ExitStatus::from_raw(st));
+                }
+                bail!(
+                    "the program ended before its libraries were loaded{}",
+                    self.status
+                        .map(|s| format!(" ({})", describe_exit(s)))
+                        .unwrap_or_default()
+                );
+            }
+            let sig = libc::WSTOPSIG(st);
+            // SAFETY: reading the registers of our stopped tracee.
+            let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+            if unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0, &mut regs) } != 0 {
+                return Err(ptrace_err("read the registers of"));
+            }
+            if sig == libc::SIGTRAP && regs.rip == entry + 1 {
+                // Back to the original instruction, about to run it.
+                regs.rip = entry;
+                // SAFETY: as above.
+                unsafe {
+                    if libc::ptrace(libc::PTRACE_POKETEXT, pid, addr, word as *mut libc::c_void)
+                        != 0
+                    {
+                        return Err(ptrace_err("restore the entry point of"));
+                    }
+                    if libc::ptrace(libc::PTRACE_SETREGS, pid, 0, &regs) != 0 {
+                        return Err(ptrace_err("set the registers of"));
+                    }
+                }
+                return Ok(());
+            }
+            deliver = sig;
+        }
+    }
+
+    /// Running to the entry point needs x86-64 registers.
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn run_to_entry(&mut self) -> Result<()> {
+        bail!("finding functions in shared libraries before the program runs is only implemented on x86-64");
+    }
+
     /// Its exit status if it has exited (reaps it).
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
@@ -316,4 +413,22 @@ pub fn list_processes() -> Vec<(u32, String)> {
         .collect();
     v.sort();
     v
+}
+
+/// The executable's runtime entry point, `AT_ENTRY` in `/proc/PID/auxv`.
+fn auxv_entry(pid: libc::pid_t) -> Result<u64> {
+    const AT_ENTRY: u64 = 9;
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv"))
+        .with_context(|| format!("cannot read the auxiliary vector of process {pid}"))?;
+    auxv.chunks_exact(16)
+        .map(|c| {
+            let mut k = [0u8; 8];
+            let mut v = [0u8; 8];
+            k.copy_from_slice(&c[..8]);
+            v.copy_from_slice(&c[8..]);
+            (u64::from_ne_bytes(k), u64::from_ne_bytes(v))
+        })
+        .find(|&(k, _)| k == AT_ENTRY)
+        .map(|(_, v)| v)
+        .with_context(|| format!("process {pid} has no entry point in its auxiliary vector"))
 }

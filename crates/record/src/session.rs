@@ -95,6 +95,10 @@ pub struct Outcome {
     pub warnings: Vec<String>,
 }
 
+/// Present in a working directory whose perf.data files are consecutive pieces of one
+/// sampling recording (the flight recorder's rotation), to be decoded as one.
+pub const ROTATED_FILES_MARKER: &str = "rotated-perf-data";
+
 fn say(quiet: bool, msg: &str) {
     if !quiet {
         // A terminal gone after SIGHUP must not turn a message into a panic mid-recording.
@@ -134,7 +138,8 @@ pub fn lost_data_warnings(text: &str) -> Vec<String> {
         let advice = if lower.contains("chunk") {
             "perf's buffer overflowed because writing the recording could not keep up; \
              parts of the trace are missing. Record less (a shorter run, --callgraph fp \
-             instead of dwarf, a lower --timer-resolution) or give perf a larger buffer \
+             instead of dwarf, a lower --timer-resolution, a sampling flight recorder \
+             instead of --full-execution) or, with Intel PT, give perf a larger buffer \
              (--snapshot-size)"
         } else {
             "some samples were dropped, so the trace has gaps; a lower \
@@ -253,7 +258,28 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     let exe = std::fs::read_link(format!("/proc/{head}/exe")).ok();
 
     let targets = match &opts.trigger {
-        Some(spec) => trigger::resolve(spec, head)?,
+        Some(spec) => match (trigger::resolve(spec, head), program.as_mut()) {
+            (Ok(t), _) => t,
+            // At exec only the executable is mapped: a function in a shared library
+            // is found once the dynamic loader has mapped them all.
+            (Err(_), Some(p))
+                if matches!(
+                    spec,
+                    trigger::TriggerSpec::Symbol(_) | trigger::TriggerSpec::StopIndicator
+                ) =>
+            {
+                p.run_to_entry()
+                    .context("looking for the trigger in the program's shared libraries")?;
+                let t = trigger::resolve(spec, head)?;
+                say(
+                    opts.quiet,
+                    "the trigger is in a shared library: the program ran its dynamic loader \
+                     (and library constructors) before recording started",
+                );
+                t
+            }
+            (Err(e), _) => return Err(e),
+        },
         None => Vec::new(),
     };
 
@@ -296,9 +322,16 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with("perf.data") || name == crate::hits::FILE_NAME {
+        if name.starts_with("perf.data")
+            || name == crate::hits::FILE_NAME
+            || name == ROTATED_FILES_MARKER
+        {
             let _ = std::fs::remove_file(e.path());
         }
+    }
+    if plan.sampling_ring().is_some() {
+        // The perf.data files will be one recording cut in pieces, not snapshots.
+        process::create_private(&dir.join(ROTATED_FILES_MARKER))?;
     }
     let argv = perf_record_argv(&plan);
     if std::env::var_os("PTSCOPE_PRINT_PERF_COMMANDS").is_some() {

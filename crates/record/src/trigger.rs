@@ -136,7 +136,7 @@ pub fn resolve(spec: &TriggerSpec, pid: u32) -> Result<Vec<Target>> {
                 bail!(
                     "--trigger .: {} has no `{STOP_INDICATOR}` function; link the ptscope-stop-indicator \
                      crate or include ptscope.h and call ptscope_stop_indicator() where the trace should end \
-                     (for `run`, it must be in the executable itself, since libraries are loaded later)",
+                     (in the executable or, once loaded, a shared library)",
                     proc.exe().display()
                 );
             }

@@ -288,6 +288,8 @@ pub struct SegmentsWriter<S: TraceSink> {
     base_time: u64,
     warned_impossible: bool,
     warned_traps: bool,
+    /// Sampled frames outside the scope were dropped and the user was told.
+    warned_scope: bool,
     /// Changes of the `--filter` region: (trace time, events now written?).
     regions: Vec<(i64, bool)>,
     in_region: bool,
@@ -320,6 +322,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             base_time,
             warned_impossible: false,
             warned_traps: false,
+            warned_scope: false,
             regions: Vec::new(),
             in_region: true,
             tracks: crate::tracks::Tracks::default(),
@@ -541,7 +544,31 @@ impl<S: TraceSink> SegmentsWriter<S> {
                         }
                     }
                 }
-                EventData::StackSample { callstack } => cx.sample(callstack),
+                EventData::StackSample { callstack } => {
+                    // perf samples whole callchains whatever the event's `u`/`k`:
+                    // keep only the frames of the levels the trace is about.
+                    let scope = cx.config.scope;
+                    if callstack.iter().all(|l| scope.includes_address(l.ip)) {
+                        cx.sample(callstack)
+                    } else {
+                        let kept: Vec<Location> = callstack
+                            .iter()
+                            .filter(|l| scope.includes_address(l.ip))
+                            .copied()
+                            .collect();
+                        cx.sample(&kept);
+                        if !self.warned_scope {
+                            self.warned_scope = true;
+                            let (left, keep) = match scope {
+                                TraceScope::Kernel => ("user-space", "k"),
+                                _ => ("kernel", "u"),
+                            };
+                            self.sink.warning(&format!(
+                                "Note: sampled stacks hold {left} frames, left out of the trace as the scope is `{keep}` (decode with --scope uk to keep them)"
+                            ));
+                        }
+                    }
+                }
                 EventData::Power { freq_mhz } => cx.ts.power.push((time, *freq_mhz)),
                 EventData::EventSample {
                     location,

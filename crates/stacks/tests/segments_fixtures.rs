@@ -245,6 +245,8 @@ fn sampled_stacks_are_reproduced_at_every_sample() {
             SliceSink::default(),
             SegmentsConfig {
                 earliest_time: t0_raw,
+                // Every frame, kernel ones included (the default `u` drops those).
+                scope: ptscope_event::TraceScope::UserspaceAndKernel,
                 ..SegmentsConfig::default()
             },
         );

@@ -1,0 +1,451 @@
+//! Sampling (no Intel PT) end to end on this machine with real perf and real programs:
+//! the trace scope applies to sampled call stacks. Needs root and a working perf; skips
+//! loudly otherwise (fails in CI).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn ptscope() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
+}
+
+fn euid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
+        })
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+/// True if perf can record here with call stacks; otherwise a loud skip (a failure in CI).
+fn perf_usable() -> bool {
+    let why = if euid() != 0 {
+        Some("not root".to_string())
+    } else {
+        match Command::new("perf")
+            .args([
+                "record",
+                "-q",
+                "-e",
+                "cpu-clock",
+                "-g",
+                "-o",
+                "/dev/null",
+                "--",
+                "true",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+        {
+            Ok(s) if s.success() => None,
+            Ok(s) => Some(format!("perf record failed ({s})")),
+            Err(e) => Some(format!("perf not found ({e})")),
+        }
+    };
+    match why {
+        None => true,
+        Some(w) => {
+            assert!(std::env::var_os("CI").is_none(), "perf unusable in CI: {w}");
+            eprintln!("!!!!!!!! SKIPPED sampling tests: {w}");
+            false
+        }
+    }
+}
+
+/// dd copying in 16-byte blocks: almost all of its time is read/write system calls.
+const DD: [&str; 5] = [
+    "dd",
+    "if=/dev/zero",
+    "of=/dev/null",
+    "bs=16",
+    "count=300000",
+];
+
+fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The frame names a transcript of `input` begins, decoded with `args`.
+fn frames(input: &Path, args: &[&str]) -> Vec<String> {
+    let out = ok(
+        Command::new(ptscope())
+            .arg("decode")
+            .arg(input)
+            .args(args)
+            .args(["--format", "transcript", "-o", "-"])
+            .output()
+            .expect("run ptscope decode"),
+        "ptscope decode",
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(" BEGIN ").map(|(_, n)| n.trim().to_owned()))
+        .collect()
+}
+
+/// Names only the kernel has (the system-call path dd spends its time in).
+fn kernel(names: &[String]) -> usize {
+    names
+        .iter()
+        .filter(|n| {
+            [
+                "do_syscall_64",
+                "entry_SYSCALL_64",
+                "ksys_read",
+                "ksys_write",
+                "vfs_read",
+                "vfs_write",
+            ]
+            .iter()
+            .any(|k| n.starts_with(k))
+        })
+        .count()
+}
+
+/// Names only user space has (glibc's system-call wrappers and start-up).
+fn user(names: &[String]) -> usize {
+    names.iter().filter(|n| n.contains("libc")).count()
+}
+
+#[test]
+fn decode_scope_keeps_only_its_frames_of_a_perf_record_g() {
+    if !perf_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("perf.data");
+    // No modifier: perf counts user space and the kernel, and callchains hold both.
+    ok(
+        Command::new("perf")
+            .args(["record", "-q", "-e", "cpu-clock", "-g", "-o"])
+            .arg(&data)
+            .arg("--")
+            .args(DD)
+            .output()
+            .expect("perf record"),
+        "perf record",
+    );
+    // Unasked, the scope is what was recorded: both.
+    let all = frames(&data, &[]);
+    assert!(
+        kernel(&all) > 0 && user(&all) > 0,
+        "both levels expected: {all:?}"
+    );
+    for decoder in ["dlfilter", "text"] {
+        let u = frames(&data, &["--scope", "u", "--decoder", decoder]);
+        assert_eq!(kernel(&u), 0, "--scope u ({decoder}) shows kernel frames");
+        assert!(user(&u) > 0, "--scope u ({decoder}) lost the user frames");
+        let k = frames(&data, &["--scope", "k", "--decoder", decoder]);
+        assert_eq!(user(&k), 0, "--scope k ({decoder}) shows user frames");
+        assert!(
+            kernel(&k) > 0,
+            "--scope k ({decoder}) lost the kernel frames"
+        );
+    }
+}
+
+#[test]
+fn run_scopes_reach_the_sampled_stacks() {
+    if !perf_usable() {
+        return;
+    }
+    for (flag, want_kernel, want_user) in [
+        (None, false, true),
+        (Some("--trace-include-kernel"), true, true),
+        (Some("--kernel-only"), true, false),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let work = dir.path().join("rec");
+        let mut cmd = Command::new(ptscope());
+        cmd.args(["run", "-q", "-w"]).arg(&work);
+        cmd.args(flag);
+        cmd.args(["-o"]).arg(dir.path().join("t.fxt.gz"));
+        cmd.arg("--").args(DD);
+        ok(cmd.output().expect("run ptscope"), "ptscope run");
+        // `decode DIR` keeps the recording's scope. The text decoder: perf script
+        // unwinds the user part of a kernel sample's dwarf stack, the dlfilter's raw
+        // callchain has none to drop.
+        let names = frames(&work, &["--decoder", "text"]);
+        assert_eq!(
+            kernel(&names) > 0,
+            want_kernel,
+            "{flag:?}: kernel frames: {:?}",
+            &names[..names.len().min(30)]
+        );
+        assert_eq!(
+            user(&names) > 0,
+            want_user,
+            "{flag:?}: user frames: {:?}",
+            &names[..names.len().min(30)]
+        );
+    }
+}
+
+/// sqlite3's shell, whose SQL engine is in a shared library (libsqlite3.so).
+const SQLITE: [&str; 3] = [
+    "sqlite3",
+    ":memory:",
+    "with recursive c(x) as (select 1 union all select x+1 from c where x<300000) select sum(x) from c;",
+];
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn require(program: &str) -> bool {
+    if have(program) {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{program} missing in CI");
+    eprintln!("!!!!!!!! SKIPPED: {program} not installed");
+    false
+}
+
+fn run_ptscope(args: &[&str], program: &[&str]) -> Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    Command::new(ptscope())
+        .arg("run")
+        .args(args)
+        .arg("-o")
+        .arg(dir.path().join("t.fxt.gz"))
+        .arg("--")
+        .args(program)
+        .output()
+        .expect("run ptscope")
+}
+
+#[test]
+fn run_trigger_finds_a_function_in_a_shared_library() {
+    if !perf_usable() || !require("sqlite3") {
+        return;
+    }
+    let out = ok(
+        run_ptscope(&["--trigger", "sqlite3_step"], &SQLITE),
+        "run --trigger",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("trigger hit (sqlite3_step"), "{err}");
+    assert!(err.contains("shared library"), "{err}");
+}
+
+#[test]
+fn a_trigger_never_hit_is_said() {
+    if !perf_usable() || !require("sqlite3") {
+        return;
+    }
+    // In libsqlite3, never called by this query.
+    let out = ok(
+        run_ptscope(&["--trigger", "sqlite3_backup_init"], &SQLITE),
+        "run --trigger",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`sqlite3_backup_init` was never hit"), "{err}");
+}
+
+#[test]
+fn a_filter_that_never_matches_names_similar_functions() {
+    if !perf_usable() || !have("/usr/bin/python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("perf.data");
+    ok(
+        Command::new("perf")
+            .args(["record", "-q", "-e", "cpu-clock", "-g", "-o"])
+            .arg(&data)
+            .args([
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                "print(sum(i * i for i in range(1500000)))",
+            ])
+            .output()
+            .expect("perf record"),
+        "perf record",
+    );
+    let decode = |filter: &str| {
+        let out = ok(
+            Command::new(ptscope())
+                .arg("decode")
+                .arg(&data)
+                .args(["--filter", filter, "-o"])
+                .arg(dir.path().join("t.fxt.gz"))
+                .output()
+                .expect("ptscope decode"),
+            "ptscope decode --filter",
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // A misspelt START: nothing is kept, and the real name is suggested.
+    let err = decode("PyEval_EvalFrameDefault,main");
+    assert!(
+        err.contains("no call to `PyEval_EvalFrameDefault` was seen")
+            && err.contains("`_PyEval_EvalFrameDefault`"),
+        "{err}"
+    );
+    // A STOP never called after START.
+    let err = decode("_PyEval_EvalFrameDefault,no_such_function_here");
+    assert!(
+        err.contains("`no_such_function_here` was never called"),
+        "{err}"
+    );
+    // A range that opens and closes says nothing.
+    let err = decode("_PyEval_EvalFrameDefault,_PyEval_EvalFrameDefault");
+    assert!(!err.contains("--filter"), "{err}");
+}
+
+#[test]
+fn high_timer_resolution_states_its_cost() {
+    if !perf_usable() {
+        return;
+    }
+    let out = ok(
+        run_ptscope(&["--timer-resolution", "high"], &["true"]),
+        "run --timer-resolution high",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("times slower"), "{err}");
+}
+
+/// Times (s) of `perf script` lines in `file`: samples, and the EXIT records.
+fn perf_times(file: &Path) -> (Vec<f64>, Vec<f64>) {
+    let out = ok(
+        Command::new("perf")
+            .args(["script", "--show-task-events", "-F", "tid,time", "-i"])
+            .arg(file)
+            .output()
+            .expect("perf script"),
+        "perf script",
+    );
+    let (mut samples, mut exits) = (Vec::new(), Vec::new());
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(t) = line
+            .split_whitespace()
+            .find_map(|w| w.strip_suffix(':').and_then(|t| t.parse::<f64>().ok()))
+        else {
+            continue;
+        };
+        if line.contains("PERF_RECORD_EXIT") {
+            exits.push(t);
+        } else if !line.contains("PERF_RECORD") {
+            samples.push(t);
+        }
+    }
+    (samples, exits)
+}
+
+#[test]
+fn sampling_keeps_the_last_moments_within_the_bound() {
+    if !perf_usable() || !have("gzip") {
+        return;
+    }
+    const BOUND: u64 = 16 << 20;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("rec");
+    // gzip compressing random bytes from a pipe: one busy process for ~10 s here.
+    let mut head = Command::new("head")
+        .args(["-c", "200M", "/dev/urandom"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("head");
+    let started = std::time::Instant::now();
+    let mut run = Command::new(ptscope())
+        .args(["run", "--snapshot-size", "16M", "--no-decode", "-w"])
+        .arg(&work)
+        .args(["--", "gzip", "-c"])
+        .stdin(Stdio::from(head.stdout.take().expect("pipe")))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ptscope run");
+    let disk = || -> u64 {
+        std::fs::read_dir(&work)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("perf.data"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let mut peak = 0;
+    let status = loop {
+        peak = peak.max(disk());
+        if let Some(s) = run.try_wait().expect("wait") {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = head.wait();
+    let wall = started.elapsed().as_secs_f64();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err).ok();
+    assert!(status.success(), "ptscope run failed: {err}");
+    assert!(err.contains("at most 16 MiB of disk"), "{err}");
+    assert!(
+        peak <= BOUND,
+        "perf.data files took {peak} bytes at once, over the 16 MiB bound"
+    );
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&work)
+        .expect("working dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("perf.data."))
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "no rotation: {files:?}");
+    let (first, _) = perf_times(&files[0]);
+    let (last, exits) = perf_times(files.last().expect("a file"));
+    let (first, last_sample) = (first[0], *last.last().expect("samples in the last file"));
+    let exit = *exits.last().expect("gzip's exit is in the last file");
+    // The end is there: samples up to gzip's exit ...
+    assert!(
+        exit - last_sample < 0.5,
+        "last sample {last_sample}, exit {exit}"
+    );
+    // ... and the beginning was let go (the run was much longer than what is kept).
+    assert!(
+        exit - first < wall - 2.0,
+        "kept {:.1} s of a {wall:.1} s run: nothing was dropped",
+        exit - first
+    );
+    // And the kept files decode to one trace.
+    let out = ok(
+        Command::new(ptscope())
+            .arg("decode")
+            .arg(&work)
+            .arg("-o")
+            .arg(dir.path().join("t.fxt.gz"))
+            .output()
+            .expect("decode"),
+        "ptscope decode",
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote"));
+    // The files are pieces of one recording: frames run on across their boundaries
+    // (read as separate snapshots, every open frame would end and begin again there).
+    let begins = |work: &Path| frames(work, &[]).len();
+    let joined = begins(&work);
+    std::fs::remove_file(work.join("rotated-perf-data")).expect("the rotation marker");
+    let cut = begins(&work);
+    assert!(
+        joined < cut,
+        "{joined} frames begun over the pieces, {cut} as snapshots"
+    );
+}
