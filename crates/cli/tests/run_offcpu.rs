@@ -152,18 +152,34 @@ fn record(dir: &Path, exe: &Path) -> Threads {
     t
 }
 
-/// The times (ns) of the samples in `rec/perf.data` whose stack holds `function`.
+/// The times (ns) of the samples in `rec/perf.data*` whose stack holds `function` (the
+/// sampling flight recorder keeps its recording as several rotated files).
 fn sample_times(dir: &Path, function: &str) -> Vec<i64> {
-    let o = Command::new("perf")
-        .arg("script")
-        .arg("-i")
-        .arg(dir.join("rec/perf.data"))
-        .args(["--ns", "-F", "time,ip,sym"])
-        .stderr(Stdio::null())
-        .output()
-        .expect("perf script");
-    assert!(o.status.success());
-    let text = String::from_utf8_lossy(&o.stdout);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("rec"))
+        .expect("rec")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("perf.data"))
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no perf.data in {}", dir.display());
+    let mut text = String::new();
+    for f in &files {
+        let o = Command::new("perf")
+            .arg("script")
+            .arg("-i")
+            .arg(f)
+            .args(["--ns", "-F", "time,ip,sym"])
+            .stderr(Stdio::null())
+            .output()
+            .expect("perf script");
+        assert!(o.status.success(), "perf script -i {}", f.display());
+        text.push_str(&String::from_utf8_lossy(&o.stdout));
+    }
     let mut times = Vec::new();
     let mut current = None;
     for line in text.lines() {

@@ -214,6 +214,9 @@ struct EventInfo {
     clean: bool,
 }
 
+/// Where x86-64 kernel addresses begin.
+const KERNEL_SPACE: u64 = 0xffff_8000_0000_0000;
+
 /// FxHash: callchain addresses are hashed millions of times, SipHash is too slow.
 #[derive(Default, Clone, Copy)]
 struct Fx(u64);
@@ -590,8 +593,11 @@ impl State {
         if resolve(ctx, ip, &mut al) != 0 {
             return None;
         }
-        // perf prints callchain addresses relative to their DSO.
-        let c = self.new_loc(al.addr, &al)?;
+        // perf prints callchain addresses relative to their DSO, but kernel addresses
+        // whole (its kernel map is identity-mapped) even when a damaged recording
+        // misnames the kernel's map and resolving the address alone makes it relative.
+        let printed = if ip >= KERNEL_SPACE { ip } else { al.addr };
+        let c = self.new_loc(printed, &al)?;
         let p = self.procs.entry(pid).or_default();
         if p.frames.len() >= MAX_CACHED {
             p.frames.clear();
