@@ -430,12 +430,26 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     // magic-trace adds --overwrite for sampling. We do not: with perf 6.1 an overwrite ring
     // loses the comm/mmap records when the program exits while recording, and every sample
     // then shows as `[unknown]`. Sampling data is small enough to keep whole.
+    let mut switching = false;
     if plan.multi_snapshot && !plan.full_execution {
         a.push("--switch-output=signal".into());
+        switching = true;
     }
     if let Some((file, files)) = plan.sampling_ring() {
         a.push(format!("--switch-output={}K", file >> 10).into());
         a.push(format!("--switch-max-files={files}").into());
+        switching = true;
+    }
+    if switching {
+        // perf drops the build-id table with --switch-output unless asked: without it a
+        // binary rebuilt since the recording could lend its names to the recorded code.
+        a.push("--no-no-buildid".into());
+    }
+    if plan.backend == Backend::Sample {
+        // Sampling decodes from the files in place; copying every binary it touched into
+        // ~/.debug (gigabytes over time, as root) buys nothing. PT keeps the cache: its
+        // decoder needs the exact code that ran.
+        a.push("--no-buildid-cache".into());
     }
     let pids = plan
         .pids
@@ -558,7 +572,7 @@ mod tests {
             ("kernel only, old perf", Box::new(|p| { p.scope = Scope::Kernel; p.kcore = false }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/k -p 42 --snapshot=e")),
             ("trigger", Box::new(|p| p.snapshot_when = SnapshotWhen::OnTrigger), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot")),
             ("perf < 5.4", Box::new(|p| p.snapshot_at_exit = false), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot")),
-            ("multi-snapshot", Box::new(|p| { p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --switch-output=signal -p 42 --snapshot")),
+            ("multi-snapshot", Box::new(|p| { p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --switch-output=signal --no-no-buildid -p 42 --snapshot")),
             ("single thread", Box::new(|p| { p.single_thread = true; p.pids = vec![42, 43] }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --per-thread -t 42,43 --snapshot=e")),
             ("several pids", Box::new(|p| p.pids = vec![7, 8]), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 7,8 --snapshot=e")),
             ("full execution", Box::new(|p| { p.full_execution = true; p.multi_snapshot = true }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42")),
@@ -569,7 +583,7 @@ mod tests {
                 p.scope = Scope::UserKernel; p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger;
                 p.snapshot_pages = Some(64); p.control = ControlChannel::Fifo { ctl: "c".into(), ack: "a".into() };
                 p.timer = TimerResolution::Low; p.callgraph = CallGraph::Fp;
-            }), format!("{base} --event=intel_pt//uk --switch-output=signal -p 42 --snapshot --control=fifo:c,a --kcore -m,64")),
+            }), format!("{base} --event=intel_pt//uk --switch-output=signal --no-no-buildid -p 42 --snapshot --control=fifo:c,a --kcore -m,64")),
         ];
         for (name, f, want) in cases {
             let mut p = pt();
@@ -587,19 +601,19 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=50585K --switch-max-files=4 -p 42 --call-graph dwarf,4976 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,4976 --switch-events"
         );
         // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
         p.snapshot_pages = Some(16384);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=12493K --switch-max-files=4 -p 42 --call-graph dwarf,2048 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=12493K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,2048 --switch-events"
         );
         p.snapshot_pages = None;
         p.full_execution = true;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u -p 42 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
         );
         p.full_execution = false;
         p.hardware_pmu = true;
@@ -607,7 +621,7 @@ mod tests {
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u --switch-output=50585K --switch-max-files=4 -p 42 --call-graph lbr --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph lbr --switch-events"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;
@@ -617,7 +631,7 @@ mod tests {
         p.scope = Scope::UserKernel;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk --per-thread -t 42 --call-graph fp --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk --no-buildid-cache --per-thread -t 42 --call-graph fp --switch-events"
         );
         p.full_execution = false;
         p.timer = TimerResolution::Sample(333);
@@ -629,7 +643,7 @@ mod tests {
         };
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --per-thread -t 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --no-no-buildid --no-buildid-cache --per-thread -t 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp --switch-events"
         );
     }
 
