@@ -325,6 +325,9 @@ fn single_thread_records_only_the_given_thread() {
         .arg(&out)
         .arg("--")
         .arg(&exe)
+        // A recording that decodes to nothing is kept for the user: here, in the test's
+        // own directory, removed with it.
+        .env("TMPDIR", d.path())
         .stdin(Stdio::null())
         .output()
         .unwrap();
