@@ -84,6 +84,12 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub no_demangle: bool,
 
+    /// Name each sampled frame by the function perf's symbol table puts it in, as
+    /// `perf report` does, instead of expanding it into the functions inlined there
+    /// (`perf script --no-inline`): self sample counts then compare with perf report's.
+    #[arg(long)]
+    pub no_inline: bool,
+
     /// The traced executable, for source positions of functions (DWARF) and OCaml
     /// exception traps (`.note.ocaml_eh`); PIE load addresses are found from the trace.
     #[arg(long, value_name = "PATH")]
@@ -403,7 +409,13 @@ impl InputSpec {
     }
 
     /// Opens the input, interning into `strings` so names stay valid across snapshots.
-    fn open(&self, perf: &Path, choice: Choice, strings: StringTable) -> Result<Source> {
+    fn open(
+        &self,
+        perf: &Path,
+        choice: Choice,
+        no_inline: bool,
+        strings: StringTable,
+    ) -> Result<Source> {
         match self {
             InputSpec::Text(p) if p == Path::new("-") => {
                 let r: Box<dyn Read + Send> = Box::new(io::stdin());
@@ -437,6 +449,9 @@ impl InputSpec {
                 // Jumps within a function change no stack, but their timestamps bound how
                 // far calls are spread in time: keep them so both paths give one trace.
                 opts.keep_jumps = kind == RecordingKind::IntelPt;
+                if no_inline {
+                    opts.extra_args.push("--no-inline".into());
+                }
                 let (script, notice) = ptscope_dlfilter_reader::open(&opts, strings, choice)
                     .with_context(|| format!("cannot decode {}", p.display()))?;
                 if let Some(n) = notice {
@@ -652,7 +667,7 @@ const BATCH: usize = 4096;
 fn decode_inputs(
     specs: Vec<InputSpec>,
     perf: PathBuf,
-    choice: Choice,
+    (choice, no_inline): (Choice, bool),
     quiet: bool,
     ctx: DecodeContext,
     naming: bool,
@@ -751,7 +766,7 @@ fn decode_inputs(
         // A failed open consumes the table it was given; keep a copy so the names
         // already sent stay in step.
         let backup = strings.clone();
-        let mut source = match spec.open(&perf, choice, std::mem::take(&mut strings)) {
+        let mut source = match spec.open(&perf, choice, no_inline, std::mem::take(&mut strings)) {
             Ok(s) => s,
             Err(e) => {
                 strings = backup;
@@ -879,9 +894,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         DecoderKind::Dlfilter => Choice::Dlfilter,
         DecoderKind::Text => Choice::Text,
     };
+    let reading = (choice, args.no_inline);
     let decoder = std::thread::Builder::new()
         .name("ptscope-decode".into())
-        .spawn(move || decode_inputs(specs, perf, choice, quiet, ctx, naming, tx))
+        .spawn(move || decode_inputs(specs, perf, reading, quiet, ctx, naming, tx))
         .context("cannot start the decoding thread")?;
     let mut writer: Option<W> = None;
     let mut pending = Some((sink, make_writer));

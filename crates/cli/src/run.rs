@@ -410,6 +410,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
             _ => None,
         },
         no_demangle: false,
+        no_inline: false,
         decoder: a.decoder,
         perf: Some(perf),
         quiet: a.quiet,

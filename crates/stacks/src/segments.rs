@@ -238,6 +238,10 @@ struct ThreadState<T> {
     gaps: [i64; GAPS],
     /// How many gaps were seen (the ring holds the last [`GAPS`]).
     gap_count: usize,
+    /// Frame -> how many samples had it as their leaf: its slice carries the count
+    /// (`samples`), so per-function self counts can be read from the trace. A map,
+    /// not a field of [`Frame`]: traced frames (most of them) never need it.
+    leaf_samples: FxHashMap<u32, u32>,
 }
 
 /// One interval a thread spent off CPU.
@@ -459,6 +463,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             sampled: false,
             gaps: [0; GAPS],
             gap_count: 0,
+            leaf_samples: FxHashMap::default(),
         };
         new_segment(&mut ts, time, Join::Never);
         self.threads.push(ts);
@@ -1363,6 +1368,10 @@ impl<T> Cx<'_, T> {
         for loc in &callstack[keep..] {
             self.push_as(loc, 0, Flow::Sampled);
         }
+        // An empty stack (everything out of scope) has no leaf to count it against.
+        if !callstack.is_empty() && !self.is_sentinel(self.ts.leaf) {
+            *self.ts.leaf_samples.entry(self.ts.leaf).or_insert(0) += 1;
+        }
     }
 }
 
@@ -1378,6 +1387,9 @@ struct Open {
     /// Carried across a gap without the stacks lining up (the segment after the
     /// gap never returned into a known frame): plausible, not proven.
     unverified: bool,
+    /// Leaf samples of frames this slice stood for before it continued under
+    /// another frame id (across a gap): the slice's count includes them.
+    samples: u32,
 }
 
 fn frame_path<T>(ts: &ThreadState<T>, leaf: u32, out: &mut Vec<u32>) {
@@ -1430,7 +1442,7 @@ impl<S: TraceSink> WriteCx<'_, S> {
                 }
             } else {
                 for o in open.iter().rev() {
-                    self.end(&frames[o.shown as usize], t, false, o.unverified);
+                    self.end(&frames[o.shown as usize], t, false, o.unverified, 0);
                 }
                 self.enabled = false;
             }
@@ -1475,13 +1487,19 @@ impl<S: TraceSink> WriteCx<'_, S> {
         }
     }
 
-    fn end(&mut self, frame: &Frame, time: i64, inferred: bool, unverified: bool) {
+    /// Ends `frame`'s slice; `samples` (leaf samples it held) goes on the end event,
+    /// which a viewer merges into the slice's args (its begin came before the count).
+    fn end(&mut self, frame: &Frame, time: i64, inferred: bool, unverified: bool, samples: u32) {
         if !self.enabled {
             return;
         }
         let name = display(self.locs, self.strings, frame);
-        let mut args = [Arg::new("", ArgValue::Int(0)); 2];
+        let mut args = [Arg::new("", ArgValue::Int(0)); 3];
         let mut n = 0;
+        if samples > 0 {
+            args[n] = Arg::new("samples", ArgValue::Int(samples as i64));
+            n += 1;
+        }
         if inferred {
             args[n] = Arg::new("inferred_end_time", ArgValue::Interned("true"));
             n += 1;
@@ -1682,6 +1700,11 @@ fn write_thread<S: TraceSink>(
     let mut region = 0usize;
     let mut open: Vec<Open> = Vec::new();
     let mut is_open = vec![false; ts.frames.len()];
+    // Taken as slices end, so a frame shown twice (reopened) counts its samples once.
+    let mut samples = ts.leaf_samples.clone();
+    let take = |samples: &mut FxHashMap<u32, u32>, o: &Open| {
+        o.samples + samples.remove(&o.frame).unwrap_or(0)
+    };
     let mut path = Vec::new();
     let mut times = Vec::new();
     let mut errors = ts.errors.iter().peekable();
@@ -1837,10 +1860,17 @@ fn write_thread<S: TraceSink>(
                 shown: 0,
                 at_gap: false,
                 unverified: false,
+                samples: 0,
             });
             is_open[o.frame as usize] = false;
             let t = prev_end.max(last_written);
-            cx.end(&ts.frames[o.shown as usize], t, o.at_gap, o.unverified);
+            cx.end(
+                &ts.frames[o.shown as usize],
+                t,
+                o.at_gap,
+                o.unverified,
+                take(&mut samples, &o),
+            );
             last_written = t;
         }
         if let Some(stack) = resumed.take().map(|p| p.frames) {
@@ -1862,6 +1892,7 @@ fn write_thread<S: TraceSink>(
                     shown: o.shown,
                     at_gap: false,
                     unverified: false,
+                    samples: 0,
                 });
             }
             last_written = t;
@@ -1879,6 +1910,7 @@ fn write_thread<S: TraceSink>(
             for k in 0..s.matched {
                 let o = &mut open[s.base + k];
                 is_open[o.frame as usize] = false;
+                o.samples += samples.remove(&o.frame).unwrap_or(0);
                 o.frame = path[k];
                 is_open[path[k] as usize] = true;
             }
@@ -1931,7 +1963,13 @@ fn write_thread<S: TraceSink>(
             while open.len() > keep {
                 if let Some(o) = open.pop() {
                     is_open[o.frame as usize] = false;
-                    cx.end(&ts.frames[o.shown as usize], t, false, o.unverified);
+                    cx.end(
+                        &ts.frames[o.shown as usize],
+                        t,
+                        false,
+                        o.unverified,
+                        take(&mut samples, &o),
+                    );
                 }
             }
             // A label root continued across a gap under its caller's name: the return
@@ -1944,9 +1982,17 @@ fn write_thread<S: TraceSink>(
                     && e.flow == Flow::Return
                     && ts.frames[o.frame as usize].flags & RETURN_LABEL != 0
             }) {
-                cx.end(&ts.frames[o.shown as usize], t, false, o.unverified);
+                // The label's own samples stay with the slice that goes on under it.
+                cx.end(
+                    &ts.frames[o.shown as usize],
+                    t,
+                    false,
+                    o.unverified,
+                    o.samples,
+                );
                 cx.begin(&ts.frames[o.frame as usize], t, false);
                 o.shown = o.frame;
+                o.samples = 0;
             }
             // After a decode error the frames the new segment knew from its start were,
             // as far as anyone can tell, running when the gap began: show them from the
@@ -1968,6 +2014,7 @@ fn write_thread<S: TraceSink>(
                     shown: f,
                     at_gap: false,
                     unverified: false,
+                    samples: 0,
                 });
                 is_open[f as usize] = true;
             }
@@ -1989,7 +2036,13 @@ fn write_thread<S: TraceSink>(
     counter(&mut cx, i64::MAX, &mut power);
     let t = prev_end.max(last_written);
     while let Some(o) = open.pop() {
-        cx.end(&ts.frames[o.shown as usize], t, false, o.unverified);
+        cx.end(
+            &ts.frames[o.shown as usize],
+            t,
+            false,
+            o.unverified,
+            take(&mut samples, &o),
+        );
     }
 }
 
