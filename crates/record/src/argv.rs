@@ -368,7 +368,9 @@ pub const DEFAULT_SAMPLING_BOUND: u64 = 256 << 20;
 /// perf.data files the sampling flight recorder rotates through.
 pub const SAMPLING_FILES: u32 = 4;
 /// Seconds of samples on one CPU the bound should hold, which sizes dwarf stack copies.
-const SAMPLING_SECONDS: u64 = 4;
+/// Two, not more: at the default bound that keeps perf's full 8 KiB copies, and smaller
+/// copies cut deep stacks (sqlite3's and git's lost their roots at 4976 bytes).
+const SAMPLING_SECONDS: u64 = 2;
 
 impl RecordPlan {
     /// Samples per second per thread.
@@ -601,13 +603,13 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,4976 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,8192 --switch-events"
         );
         // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
         p.snapshot_pages = Some(16384);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=12493K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,2048 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=12493K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,2352 --switch-events"
         );
         p.snapshot_pages = None;
         p.full_execution = true;
