@@ -1,0 +1,464 @@
+//! Exact call traces without Intel PT: the `emulate` backend.
+//!
+//! The program runs under `qemu-x86_64` (qemu-user) with ptscope's TCG plugin
+//! (`tools/ptsim-plugin`), which logs every executed translation block of every thread.
+//! [`ptsim::truth`] turns the block log into the exact branch sequence of each thread, and
+//! [`Events`] turns that sequence straight into [`ptscope_event::Event`]s — no Intel PT
+//! encoding and no perf decoding — named from the ELF files the program mapped. The stack
+//! writers then see every call and return that ran.
+//!
+//! Limits of this first version: user space only, x86-64 on x86-64, no attach; the whole
+//! execution is logged (no ring buffers yet); times are a virtual clock (one guest
+//! instruction = 1 ns), not the host clock.
+
+use anyhow::{bail, Context, Result};
+use ptscope_event::{
+    Event, EventData, Kind, Location, StringTable, Sym, Symbol, Thread, TraceStateChange,
+};
+use ptscope_symbols::{FunctionRanges, LoadSegment, MappedFile};
+use ptsim::blocklog::BlockLog;
+use ptsim::truth::{self, StepKind};
+use rustc_hash::FxHashMap;
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+/// The block log's file name inside a working directory: its presence makes the
+/// directory an emulate recording.
+pub const LOG_NAME: &str = "emulate-blocks.log";
+
+/// The plugin library's file name, as the workspace builds it.
+pub const PLUGIN_NAME: &str = "libptsim_plugin.so";
+
+/// The emulator binary.
+pub const QEMU: &str = "qemu-x86_64";
+
+/// Nanoseconds per guest instruction of the virtual clock (a nominal 1 GHz, one
+/// instruction per cycle).
+pub const NS_PER_INSN: u64 = 1;
+
+/// What the trace's clock is, for the user.
+pub const CLOCK_NOTICE: &str = "emulate backend: times are a virtual clock \
+    (1 guest instruction = 1 ns), not wall-clock time";
+
+/// Finds `qemu-x86_64` on `PATH`, or says which package provides it.
+pub fn find_qemu() -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let cand = dir.join(QEMU);
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    bail!(
+        "{QEMU} was not found on PATH: the emulate backend runs the program under qemu-user. \
+         Install it with `apt install qemu-user` (Debian/Ubuntu package qemu-user)"
+    )
+}
+
+/// True when `path` is owned by root or by us and nobody else can write it: a library
+/// loaded into the traced program must not be replaceable by another user.
+fn trusted(path: &Path) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc_geteuid() };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0,
+        Err(_) => false,
+    }
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+/// Finds the TCG plugin: `$PTSCOPE_EMULATE_PLUGIN`, else [`PLUGIN_NAME`] next to the running
+/// executable (where `cargo build -p ptsim-plugin` puts it beside `ptscope`). The file and
+/// its directory must be writable by nobody but root or the user.
+pub fn find_plugin() -> Result<PathBuf> {
+    let cand = match std::env::var_os("PTSCOPE_EMULATE_PLUGIN") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().context("cannot locate ptscope's own binary")?;
+            exe.parent()
+                .context("ptscope's binary has no directory")?
+                .join(PLUGIN_NAME)
+        }
+    };
+    if !cand.is_file() {
+        bail!(
+            "the emulate backend's qemu plugin {} is missing: build it with \
+             `cargo build -p ptsim-plugin` (it goes next to ptscope), or point \
+             PTSCOPE_EMULATE_PLUGIN at it",
+            cand.display()
+        );
+    }
+    let dir = cand.parent().unwrap_or(Path::new("/"));
+    if !trusted(&cand) || !trusted(dir) {
+        bail!(
+            "refusing to load the qemu plugin {}: it or its directory is writable by other \
+             users or owned by someone else",
+            cand.display()
+        );
+    }
+    Ok(cand)
+}
+
+/// Runs `argv` under qemu with the plugin, writing the block log to `dir/`[`LOG_NAME`].
+///
+/// `dir` must be private to the user (a working directory ptscope created or was given).
+pub fn record(argv: &[OsString], dir: &Path) -> Result<ExitStatus> {
+    let qemu = find_qemu()?;
+    let plugin = find_plugin()?;
+    let Some((prog, args)) = argv.split_first() else {
+        bail!("no program to run");
+    };
+    let log = dir.join(LOG_NAME);
+    // The plugin creates the file itself: make sure nothing (a link) is in its place.
+    match std::fs::symlink_metadata(&log) {
+        Ok(_) => std::fs::remove_file(&log)
+            .with_context(|| format!("cannot remove the old block log {}", log.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot check {}", log.display())),
+    }
+    let mut spec = OsString::from(plugin.as_os_str());
+    spec.push(",out=");
+    spec.push(log.as_os_str());
+    std::process::Command::new(&qemu)
+        .arg("-plugin")
+        .arg(spec)
+        .arg(prog)
+        .args(args)
+        .status()
+        .with_context(|| format!("cannot run {}", qemu.display()))
+}
+
+/// One ELF file's functions, by link-time address.
+struct FileSyms {
+    /// `(start, end, name)` from its symbol table, sorted by start.
+    funcs: Vec<(u64, u64, Sym)>,
+    /// Debug-file symbols and `.eh_frame` ranges, for stripped files.
+    ranges: Option<FunctionRanges>,
+    segments: Vec<LoadSegment>,
+    dso: Sym,
+}
+
+/// A code mapping of the traced process.
+#[derive(Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    path: String,
+}
+
+/// Names addresses from the files the program mapped, caching every answer.
+struct Resolver {
+    maps: Vec<Mapping>,
+    files: FxHashMap<String, Option<FileSyms>>,
+    cache: FxHashMap<u64, Location>,
+    /// Functions already named by an entry address, so a stripped function keeps one name.
+    unknown: Sym,
+}
+
+impl Resolver {
+    fn new(log: &BlockLog, strings: &mut StringTable) -> Self {
+        let mut maps: Vec<Mapping> = Vec::new();
+        // Later snapshots first: a reused range (dlclose + dlopen) names the newest file.
+        for snap in log.maps.iter().rev() {
+            for m in &snap.entries {
+                if !m.path.starts_with('/') {
+                    continue;
+                }
+                if maps
+                    .iter()
+                    .any(|o| o.start == m.start && o.end == m.end && o.path == m.path)
+                {
+                    continue;
+                }
+                maps.push(Mapping {
+                    start: m.start,
+                    end: m.end,
+                    pgoff: m.pgoff,
+                    path: m.path.clone(),
+                });
+            }
+        }
+        Resolver {
+            maps,
+            files: FxHashMap::default(),
+            cache: FxHashMap::default(),
+            unknown: strings.intern("[unknown]"),
+        }
+    }
+
+    fn load(path: &str, strings: &mut StringTable) -> Option<FileSyms> {
+        let file = MappedFile::open_regular(path).ok()?;
+        let elf = file.elf().ok()?;
+        let mut funcs = Vec::new();
+        if let Ok(syms) = elf.symbols() {
+            let fs = syms.functions();
+            for (i, f) in fs.iter().enumerate() {
+                if f.address() == 0 {
+                    continue;
+                }
+                let end = if f.size() > 0 {
+                    f.address().saturating_add(f.size())
+                } else {
+                    fs[i + 1..]
+                        .iter()
+                        .map(|g| g.address())
+                        .find(|&a| a > f.address())
+                        .unwrap_or(f.address().saturating_add(1))
+                };
+                funcs.push((f.address(), end, strings.intern(f.name())));
+            }
+        }
+        funcs.sort_by_key(|f| f.0);
+        Some(FileSyms {
+            funcs,
+            ranges: FunctionRanges::load(Path::new(path)).ok(),
+            segments: elf.load_segments(),
+            dso: strings.intern(path),
+        })
+    }
+
+    fn locate(&mut self, ip: u64, strings: &mut StringTable) -> Location {
+        if let Some(l) = self.cache.get(&ip) {
+            return *l;
+        }
+        let loc = self.resolve(ip, strings);
+        self.cache.insert(ip, loc);
+        loc
+    }
+
+    fn resolve(&mut self, ip: u64, strings: &mut StringTable) -> Location {
+        let Some(m) = self
+            .maps
+            .iter()
+            .find(|m| ip >= m.start && ip < m.end)
+            .cloned()
+        else {
+            // JIT code or code in an anonymous mapping: nothing names it.
+            return Location::new(ip, Symbol::FromPerf(self.unknown), 0);
+        };
+        if !self.files.contains_key(&m.path) {
+            let f = Self::load(&m.path, strings);
+            self.files.insert(m.path.clone(), f);
+        }
+        let dso = strings.intern(&m.path);
+        let Some(Some(f)) = self.files.get(&m.path) else {
+            let name = strings.intern(&format!("[unknown @ {ip:#x} ({})]", m.path));
+            return Location {
+                ip,
+                symbol: Symbol::FromPerf(name),
+                offset: 0,
+                dso: Some(dso),
+            };
+        };
+        let off = ip - m.start + m.pgoff;
+        let vaddr = f
+            .segments
+            .iter()
+            .find(|s| s.executable && off >= s.offset && off - s.offset < s.filesz.max(s.memsz))
+            .map(|s| s.vaddr.wrapping_add(off - s.offset));
+        let found = vaddr.and_then(|v| {
+            let i = f.funcs.partition_point(|x| x.0 <= v);
+            let hit = f.funcs[..i]
+                .iter()
+                .rev()
+                .take(16)
+                .filter(|x| v < x.1)
+                .min_by_key(|x| x.1 - x.0)
+                .map(|x| (x.0, x.2));
+            hit.or_else(|| {
+                let r = f.ranges.as_ref()?.function_at(v)?;
+                Some((r.start, strings.intern(&r.name)))
+            })
+            .map(|(start, name)| (v - start, name))
+        });
+        match found {
+            Some((offset, name)) => Location {
+                ip,
+                symbol: Symbol::FromPerf(name),
+                offset,
+                dso: Some(f.dso),
+            },
+            None => {
+                let name = strings.intern(&format!("[unknown @ {ip:#x} ({})]", m.path));
+                Location {
+                    ip,
+                    symbol: Symbol::FromPerf(name),
+                    offset: 0,
+                    dso: Some(f.dso),
+                }
+            }
+        }
+    }
+}
+
+/// Figures about one conversion.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    /// Guest instructions executed.
+    pub instructions: u64,
+    /// Block executions logged.
+    pub blocks: u64,
+    /// Threads traced.
+    pub threads: u64,
+    /// Branch events produced.
+    pub events: u64,
+}
+
+/// The events of an emulate recording, in time order.
+pub struct Events {
+    strings: StringTable,
+    events: std::vec::IntoIter<Event>,
+    stats: Stats,
+}
+
+impl Events {
+    /// Reads the block log at `log` and derives every thread's events; `comm` names the
+    /// threads (the program's file name). Names are interned into `strings`.
+    pub fn open(log: &Path, comm: &str, mut strings: StringTable) -> Result<Self> {
+        let blocks = BlockLog::read(log).with_context(|| {
+            format!(
+                "cannot read the emulate block log {} (did qemu die before the program \
+                 exited?)",
+                log.display()
+            )
+        })?;
+        let (traces, tstats) = truth::derive(&blocks, 0);
+        let mut res = Resolver::new(&blocks, &mut strings);
+        let comm = strings.intern(&comm.chars().take(15).collect::<String>());
+        let pid = blocks.pid;
+        let mut per_thread: Vec<Vec<Event>> = Vec::with_capacity(traces.len());
+        let null = Location::new(0, Symbol::Unknown, 0);
+        for t in &traces {
+            let thread = Thread {
+                pid: Some(pid),
+                tid: Some(t.tid),
+            };
+            let mut out = Vec::new();
+            let time = |clock: u64| clock.saturating_mul(NS_PER_INSN);
+            if let Some(first) = t.steps.first() {
+                out.push(Event::Ok {
+                    thread,
+                    time: time(first.clock),
+                    in_transaction: false,
+                    data: EventData::Comm {
+                        name: comm,
+                        exec: false,
+                    },
+                });
+            }
+            let mut push = |clock: u64, change, kind, src, dst| {
+                out.push(Event::Ok {
+                    thread,
+                    time: time(clock),
+                    in_transaction: false,
+                    data: EventData::Trace {
+                        change,
+                        kind,
+                        src,
+                        dst,
+                    },
+                })
+            };
+            for s in &t.steps {
+                match s.kind {
+                    StepKind::Start => {
+                        let dst = res.locate(s.to, &mut strings);
+                        push(s.clock, Some(TraceStateChange::Start), None, null, dst);
+                    }
+                    StepKind::Jcc { taken: false } => {}
+                    StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
+                        let src = res.locate(s.from, &mut strings);
+                        let dst = res.locate(s.to, &mut strings);
+                        // Jumps inside a function change no stack; across functions they
+                        // are tail calls (or PLT stubs) and must be seen.
+                        if src.symbol != dst.symbol || dst.offset == 0 {
+                            push(s.clock, None, Some(Kind::Jump), src, dst);
+                        }
+                    }
+                    StepKind::Call | StepKind::IndirectCall => {
+                        let src = res.locate(s.from, &mut strings);
+                        let dst = res.locate(s.to, &mut strings);
+                        push(s.clock, None, Some(Kind::Call), src, dst);
+                    }
+                    StepKind::Return => {
+                        let src = res.locate(s.from, &mut strings);
+                        let dst = res.locate(s.to, &mut strings);
+                        push(s.clock, None, Some(Kind::Return), src, dst);
+                    }
+                    StepKind::Syscall => {
+                        let src = res.locate(s.from, &mut strings);
+                        push(
+                            s.clock,
+                            Some(TraceStateChange::End),
+                            Some(Kind::Syscall),
+                            src,
+                            null,
+                        );
+                    }
+                    StepKind::Async { .. } => {
+                        let src = res.locate(s.from, &mut strings);
+                        push(
+                            s.clock,
+                            Some(TraceStateChange::End),
+                            Some(Kind::Async),
+                            src,
+                            null,
+                        );
+                    }
+                }
+            }
+            per_thread.push(out);
+        }
+        let mut all: Vec<Event> = per_thread.into_iter().flatten().collect();
+        // Stable: each thread's own order is kept at equal times.
+        all.sort_by_key(|e| e.time().unwrap_or(0));
+        let stats = Stats {
+            instructions: tstats.instructions,
+            blocks: tstats.blocks,
+            threads: traces.len() as u64,
+            events: all.len() as u64,
+        };
+        Ok(Events {
+            strings,
+            events: all.into_iter(),
+            stats,
+        })
+    }
+
+    /// The next event, in time order.
+    pub fn next_event(&mut self) -> Option<Event> {
+        self.events.next()
+    }
+
+    /// The names the events refer to.
+    pub fn strings(&self) -> &StringTable {
+        &self.strings
+    }
+
+    /// The names, for interning more (the naming step).
+    pub fn strings_mut(&mut self) -> &mut StringTable {
+        &mut self.strings
+    }
+
+    /// Figures about the recording.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Gives the names back, for the next input.
+    pub fn into_strings(self) -> StringTable {
+        self.strings
+    }
+
+    /// Events not yet handed out.
+    pub fn remaining(&self) -> usize {
+        self.events.len()
+    }
+}
