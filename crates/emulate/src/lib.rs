@@ -38,6 +38,10 @@ pub const QEMU: &str = "qemu-x86_64";
 /// instruction per cycle).
 pub const NS_PER_INSN: u64 = 1;
 
+/// Virtual instructions a syscall (or signal delivery) takes: the kernel's time is not
+/// seen by qemu-user; one instruction keeps the return from the syscall apart from it.
+pub const KERNEL_INSNS: u64 = 1;
+
 /// What the trace's clock is, for the user.
 pub const CLOCK_NOTICE: &str = "emulate backend: times are a virtual clock \
     (1 guest instruction = 1 ns), not wall-clock time";
@@ -105,13 +109,45 @@ pub fn find_plugin() -> Result<PathBuf> {
     Ok(cand)
 }
 
+/// Checks that `exe` is something qemu-user can run: an ELF file, not a script (the
+/// kernel runs `#!` interpreters, qemu-user does not).
+pub fn check_program(exe: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(exe)
+        .and_then(|mut f| f.read(&mut head))
+        .with_context(|| format!("cannot read the program {}", exe.display()))?;
+    let head = &head[..n];
+    if let Some(rest) = head.strip_prefix(b"#!") {
+        let line = rest.split(|&b| b == b'\n').next().unwrap_or_default();
+        bail!(
+            "{} is a script (#!{}): qemu-user runs only ELF programs; run its interpreter \
+             under the emulate backend instead, e.g. `ptscope run --backend emulate -- \
+             INTERPRETER {}`",
+            exe.display(),
+            String::from_utf8_lossy(line).trim(),
+            exe.display()
+        );
+    }
+    if !head.starts_with(b"\x7fELF") {
+        bail!(
+            "{} is not an ELF program: the emulate backend runs x86-64 ELF programs only",
+            exe.display()
+        );
+    }
+    Ok(())
+}
+
 /// Runs `argv` under qemu with the plugin, writing the block log to `dir/`[`LOG_NAME`].
+/// `exe` is the program's path (qemu does not search `PATH`); the program still sees
+/// `argv[0]` as given.
 ///
 /// `dir` must be private to the user (a working directory ptscope created or was given).
-pub fn record(argv: &[OsString], dir: &Path) -> Result<ExitStatus> {
+pub fn record(argv: &[OsString], exe: &Path, dir: &Path) -> Result<ExitStatus> {
     let qemu = find_qemu()?;
     let plugin = find_plugin()?;
-    let Some((prog, args)) = argv.split_first() else {
+    check_program(exe)?;
+    let Some((argv0, args)) = argv.split_first() else {
         bail!("no program to run");
     };
     let log = dir.join(LOG_NAME);
@@ -128,7 +164,9 @@ pub fn record(argv: &[OsString], dir: &Path) -> Result<ExitStatus> {
     std::process::Command::new(&qemu)
         .arg("-plugin")
         .arg(spec)
-        .arg(prog)
+        .arg("-0")
+        .arg(argv0)
+        .arg(exe)
         .args(args)
         .status()
         .with_context(|| format!("cannot run {}", qemu.display()))
@@ -142,6 +180,154 @@ struct FileSyms {
     ranges: Option<FunctionRanges>,
     segments: Vec<LoadSegment>,
     dso: Sym,
+}
+
+/// One candidate symbol at an address, with what perf's choice among aliases looks at.
+struct Candidate<'a> {
+    addr: u64,
+    size: u64,
+    weak: bool,
+    global: bool,
+    name: &'a str,
+}
+
+/// True when `a` is the better name than `b` for one address, by perf's rule: a sized
+/// symbol, then a non-weak one, then a global one, then fewer leading underscores, then
+/// the longer name, then the first seen.
+fn better(a: &Candidate<'_>, b: &Candidate<'_>) -> bool {
+    let under = |n: &str| n.len() - n.trim_start_matches('_').len();
+    if (a.size > 0) != (b.size > 0) {
+        return a.size > 0;
+    }
+    if a.weak != b.weak {
+        return !a.weak;
+    }
+    if a.global != b.global {
+        return a.global;
+    }
+    if under(a.name) != under(b.name) {
+        return under(a.name) < under(b.name);
+    }
+    a.name.len() > b.name.len()
+}
+
+/// The function symbols of one table (`.symtab`, or `.dynsym` when `dynamic`), one per
+/// address, as `(start, end, name)` sorted by start; a symbol without a size ends where
+/// the next one starts.
+fn function_symbols(
+    obj: &object::File<'_>,
+    dynamic: bool,
+    strings: &mut StringTable,
+) -> Vec<(u64, u64, Sym)> {
+    use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolKind};
+    let mut cands: Vec<Candidate<'_>> = Vec::new();
+    let table: Box<dyn Iterator<Item = object::Symbol<'_, '_>>> = if dynamic {
+        Box::new(obj.dynamic_symbols())
+    } else {
+        Box::new(obj.symbols())
+    };
+    for s in table {
+        // perf also takes labels (untyped symbols in code, such as ld.so's `_start`).
+        let label = s.kind() == SymbolKind::Unknown
+            && s
+                .section_index()
+                .and_then(|i| obj.section_by_index(i).ok())
+                // By flags: in a debug file `.text` holds no bytes (NOBITS).
+                .is_some_and(|sec| {
+                    matches!(sec.flags(), SectionFlags::Elf { sh_flags, .. } if sh_flags.0 & 0x4 != 0)
+                });
+        if !(s.kind() == SymbolKind::Text || label)
+            || s.section_index().is_none()
+            || s.address() == 0
+        {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        cands.push(Candidate {
+            addr: s.address(),
+            size: s.size(),
+            weak: s.is_weak(),
+            global: s.is_global(),
+            name,
+        });
+    }
+    cands.sort_by_key(|c| c.addr);
+    let mut best: Vec<Candidate<'_>> = Vec::new();
+    for c in cands {
+        match best.last_mut() {
+            Some(b) if b.addr == c.addr => {
+                if better(&c, b) {
+                    *b = c;
+                }
+            }
+            _ => best.push(c),
+        }
+    }
+    let mut out = Vec::with_capacity(best.len());
+    for (i, c) in best.iter().enumerate() {
+        let end = if c.size > 0 {
+            c.addr.saturating_add(c.size)
+        } else {
+            best.get(i + 1).map_or(c.addr.saturating_add(1), |n| n.addr)
+        };
+        out.push((c.addr, end, strings.intern(c.name)));
+    }
+    out
+}
+
+/// `NAME@plt` for each PLT entry, as perf names them: the `.rela.plt` relocations in
+/// order, one 16-byte entry each, in `.plt.sec` when the file has one (IBT), else in
+/// `.plt` after its 16-byte header.
+fn plt_symbols(obj: &object::File<'_>, strings: &mut StringTable) -> Vec<(u64, u64, Sym)> {
+    use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolIndex};
+    const ENTRY: u64 = 16;
+    let Some(rela) = obj.section_by_name(".rela.plt") else {
+        return Vec::new();
+    };
+    let Ok(data) = rela.data() else {
+        return Vec::new();
+    };
+    let (base, end) = match obj
+        .section_by_name(".plt.sec")
+        .map(|s| (s.address(), s.address() + s.size()))
+    {
+        Some(r) => r,
+        None => match obj.section_by_name(".plt") {
+            Some(s) => (s.address() + ENTRY, s.address() + s.size()),
+            None => return Vec::new(),
+        },
+    };
+    let Some(dynsym) = obj.dynamic_symbol_table() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, r) in data.chunks_exact(24).enumerate() {
+        let start = base + i as u64 * ENTRY;
+        if start + ENTRY > end {
+            break;
+        }
+        let mut info = [0u8; 8];
+        info.copy_from_slice(&r[8..16]);
+        let sym = (u64::from_le_bytes(info) >> 32) as usize;
+        // An IRELATIVE entry has no symbol: perf calls it plain `@plt`.
+        let name = if sym == 0 {
+            String::new()
+        } else {
+            match dynsym
+                .symbol_by_index(SymbolIndex(sym))
+                .ok()
+                .and_then(|s| s.name().ok().map(str::to_owned))
+            {
+                Some(n) => n,
+                None => continue,
+            }
+        };
+        out.push((start, start + ENTRY, strings.intern(&format!("{name}@plt"))));
+    }
+    out
 }
 
 /// A code mapping of the traced process.
@@ -196,26 +382,26 @@ impl Resolver {
     fn load(path: &str, strings: &mut StringTable) -> Option<FileSyms> {
         let file = MappedFile::open_regular(path).ok()?;
         let elf = file.elf().ok()?;
-        let mut funcs = Vec::new();
-        if let Ok(syms) = elf.symbols() {
-            let fs = syms.functions();
-            for (i, f) in fs.iter().enumerate() {
-                if f.address() == 0 {
-                    continue;
-                }
-                let end = if f.size() > 0 {
-                    f.address().saturating_add(f.size())
-                } else {
-                    fs[i + 1..]
-                        .iter()
-                        .map(|g| g.address())
-                        .find(|&a| a > f.address())
-                        .unwrap_or(f.address().saturating_add(1))
-                };
-                funcs.push((f.address(), end, strings.intern(f.name())));
-            }
+        // As perf does: a debug file's symbol table if one is installed, else the file's
+        // own `.symtab`, else its `.dynsym`.
+        let debug =
+            ptscope_symbols::find_debug_file(&elf).and_then(|d| MappedFile::open_regular(d).ok());
+        let mut funcs = debug
+            .as_ref()
+            .and_then(|d| d.elf().ok())
+            .map(|d| function_symbols(d.object(), false, strings))
+            .unwrap_or_default();
+        if funcs.is_empty() {
+            funcs = function_symbols(elf.object(), false, strings);
         }
-        funcs.sort_by_key(|f| f.0);
+        if funcs.is_empty() {
+            funcs = function_symbols(elf.object(), true, strings);
+        }
+        let plt = plt_symbols(elf.object(), strings);
+        if !plt.is_empty() {
+            funcs.extend(plt);
+            funcs.sort_by_key(|f| f.0);
+        }
         Some(FileSyms {
             funcs,
             ranges: FunctionRanges::load(Path::new(path)).ok(),
@@ -314,6 +500,7 @@ pub struct Stats {
 /// The events of an emulate recording, in time order.
 pub struct Events {
     strings: StringTable,
+    resolver: Resolver,
     events: std::vec::IntoIter<Event>,
     stats: Stats,
 }
@@ -321,7 +508,7 @@ pub struct Events {
 impl Events {
     /// Reads the block log at `log` and derives every thread's events; `comm` names the
     /// threads (the program's file name). Names are interned into `strings`.
-    pub fn open(log: &Path, comm: &str, mut strings: StringTable) -> Result<Self> {
+    pub fn open(log: &Path, comm: &str, strings: StringTable) -> Result<Self> {
         let blocks = BlockLog::read(log).with_context(|| {
             format!(
                 "cannot read the emulate block log {} (did qemu die before the program \
@@ -329,8 +516,22 @@ impl Events {
                 log.display()
             )
         })?;
-        let (traces, tstats) = truth::derive(&blocks, 0);
-        let mut res = Resolver::new(&blocks, &mut strings);
+        Ok(Self::from_log(&blocks, comm, strings, &|c| {
+            c.saturating_mul(NS_PER_INSN)
+        }))
+    }
+
+    /// The events of a block log already read, with `time` turning the global instruction
+    /// clock into nanoseconds (a syscall takes [`KERNEL_INSNS`]: `ptsim::truth::derive(log,
+    /// KERNEL_INSNS)` gives the same steps).
+    pub fn from_log(
+        blocks: &BlockLog,
+        comm: &str,
+        mut strings: StringTable,
+        time: &dyn Fn(u64) -> u64,
+    ) -> Self {
+        let (traces, tstats) = truth::derive(blocks, KERNEL_INSNS);
+        let mut res = Resolver::new(blocks, &mut strings);
         let comm = strings.intern(&comm.chars().take(15).collect::<String>());
         let pid = blocks.pid;
         let mut per_thread: Vec<Vec<Event>> = Vec::with_capacity(traces.len());
@@ -341,7 +542,6 @@ impl Events {
                 tid: Some(t.tid),
             };
             let mut out = Vec::new();
-            let time = |clock: u64| clock.saturating_mul(NS_PER_INSN);
             if let Some(first) = t.steps.first() {
                 out.push(Event::Ok {
                     thread,
@@ -425,11 +625,12 @@ impl Events {
             threads: traces.len() as u64,
             events: all.len() as u64,
         };
-        Ok(Events {
+        Events {
             strings,
+            resolver: res,
             events: all.into_iter(),
             stats,
-        })
+        }
     }
 
     /// The next event, in time order.
@@ -450,6 +651,13 @@ impl Events {
     /// Figures about the recording.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// The name the events give the function holding `ip` (e.g. to compare with names
+    /// from elsewhere).
+    pub fn function_name(&mut self, ip: u64) -> String {
+        let loc = self.resolver.locate(ip, &mut self.strings);
+        self.strings.display(loc.symbol).to_string()
     }
 
     /// Gives the names back, for the next input.
