@@ -598,6 +598,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         Some(p) => which(Path::new(p))?,
         None => bail!("no program to run"),
     };
+    ptscope_emulate::check_program(&exe)?;
     if !a.no_decode {
         check_output(&a.output)?;
     }
@@ -613,7 +614,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         "emulate backend: running the program under qemu-user (user space only, much \
          slower than native; forks are traced as far as qemu follows them, execs are not)",
     );
-    let status = ptscope_emulate::record(&argv, &working_dir)?;
+    let status = ptscope_emulate::record(&argv, &exe, &working_dir)?;
     let program_code = program_exit_code(status);
     if !status.success() {
         messages::warn(format!("the program {}", describe_exit(status)));
