@@ -111,7 +111,8 @@ Examples:
   ptscope run --trigger src/main.rs:120 -w rec -- ./server   # keep the recording in rec/
   ptscope decode rec -o again.fxt.gz            # decode a kept recording again
 
-Without Intel PT (AMD, most VMs) ptscope samples call stacks instead and says so.
+Without Intel PT (AMD, most VMs) ptscope samples call stacks instead and says so;
+`--backend emulate` shows every call exactly by running the program under qemu-user.
 Open the trace at https://ui.perfetto.dev.
 
 Ctrl-C (or SIGTERM/SIGHUP): the first stops recording and decodes; the second stops
