@@ -849,7 +849,11 @@ fn decode_inputs(
                 notices.extend(d.missing_fields().iter().map(|m| m.to_string()));
                 strings = d.into_strings()
             }
-            Source::Emulate(e) => strings = e.into_strings(),
+            Source::Emulate(e) => {
+                // A log cut short makes the trace incomplete: said, and the exit status shows it.
+                errors.extend(e.notices().iter().cloned());
+                strings = e.into_strings()
+            }
         }
         notices.extend(cut_notice(&namer));
         if tx

@@ -209,3 +209,69 @@ fn scripts_and_attach_are_refused_with_the_reason() {
     assert!(!out.status.success());
     assert!(err.contains("cannot attach"), "{err}");
 }
+
+/// Process ids whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmd).contains(needle) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn ctrl_c_leaves_no_qemu_behind_and_writes_the_trace() {
+    use std::os::unix::process::CommandExt;
+    let Some(plugin) = plugin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("spin.c"),
+        "__attribute__((noinline)) int f(int x) { __asm__ volatile(\"\"); return x + 1; }\n\
+         int main(void) { int s = 0; for (;;) s = f(s); }\n",
+    )
+    .expect("source");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o", "spin", "spin.c"])
+        .current_dir(dir.path())
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    let rec = dir.path().join("rec");
+    // Its own process group, as a terminal's foreground job: Ctrl-C reaches every member.
+    let child = Command::new(ptscope())
+        .env("PTSCOPE_EMULATE_PLUGIN", &plugin)
+        .current_dir(dir.path())
+        .args(["run", "--backend", "emulate", "-o", "spin.fxt", "-w"])
+        .arg(&rec)
+        .args(["--", "./spin"])
+        .process_group(0)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn ptscope");
+    let pgid = child.id() as i32;
+    let needle = rec.to_string_lossy().into_owned();
+    // Wait until qemu runs the program.
+    let t0 = std::time::Instant::now();
+    while processes_mentioning(&format!("out={needle}")).is_empty() {
+        assert!(t0.elapsed().as_secs() < 30, "qemu never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(-pgid, libc::SIGINT) };
+    let out = child.wait_with_output().expect("ptscope ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        processes_mentioning(&format!("out={needle}")).is_empty(),
+        "qemu is left behind: {err}"
+    );
+    assert!(dir.path().join("spin.fxt").is_file(), "{err}");
+    assert!(err.contains("SIGINT"), "{err}");
+}

@@ -499,6 +499,7 @@ pub struct Stats {
 
 /// The events of an emulate recording, in time order.
 pub struct Events {
+    notices: Vec<String>,
     strings: StringTable,
     resolver: Resolver,
     events: std::vec::IntoIter<Event>,
@@ -508,17 +509,43 @@ pub struct Events {
 impl Events {
     /// Reads the block log at `log` and derives every thread's events; `comm` names the
     /// threads (the program's file name). Names are interned into `strings`.
+    ///
+    /// A log cut short (qemu killed while writing, e.g. by a second Ctrl-C) is read up to
+    /// its last whole chunk, with a notice ([`Events::notices`]).
     pub fn open(log: &Path, comm: &str, strings: StringTable) -> Result<Self> {
-        let blocks = BlockLog::read(log).with_context(|| {
-            format!(
-                "cannot read the emulate block log {} (did qemu die before the program \
-                 exited?)",
-                log.display()
-            )
-        })?;
-        Ok(Self::from_log(&blocks, comm, strings, &|c| {
-            c.saturating_mul(NS_PER_INSN)
-        }))
+        let data = std::fs::read(log)
+            .with_context(|| format!("cannot read the emulate block log {}", log.display()))?;
+        let mut notices = Vec::new();
+        let blocks = match BlockLog::parse(&data) {
+            Ok(b) => b,
+            Err(ptsim::blocklog::LogError::Malformed { offset, what })
+                if offset > 0
+                    && (what.contains("past the end") || what.contains("truncated chunk")) =>
+            {
+                notices.push(format!(
+                    "the block log {} ends mid-write (qemu was stopped while writing it): \
+                     the trace keeps the {offset} bytes written whole; the last moments \
+                     of some threads are missing",
+                    log.display()
+                ));
+                BlockLog::parse(&data[..offset]).with_context(|| {
+                    format!("cannot read the emulate block log {}", log.display())
+                })?
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("cannot read the emulate block log {}", log.display())
+                })
+            }
+        };
+        let mut ev = Self::from_log(&blocks, comm, strings, &|c| c.saturating_mul(NS_PER_INSN));
+        ev.notices = notices;
+        Ok(ev)
+    }
+
+    /// What the user should know about this recording (a log cut short).
+    pub fn notices(&self) -> &[String] {
+        &self.notices
     }
 
     /// The events of a block log already read, with `time` turning the global instruction
@@ -626,6 +653,7 @@ impl Events {
             events: all.len() as u64,
         };
         Events {
+            notices: Vec::new(),
             strings,
             resolver: res,
             events: all.into_iter(),
