@@ -613,7 +613,8 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     let base = ptscope_interrupt::presses();
     messages::info(
         "emulate backend: running the program under qemu-user (user space only, much \
-         slower than native; forks are traced as far as qemu follows them, execs are not)",
+         slower than native); its threads are traced, child processes (fork) and programs \
+         it execs are not",
     );
     let status = ptscope_emulate::record(&argv, &exe, &working_dir)?;
     let program_code = program_exit_code(status);
