@@ -153,3 +153,53 @@ fn gzip_is_exact() {
     };
     assert_exact(&f);
 }
+
+/// Known gap: 83 % exact, no invented frames — the segments writer's stack runs ahead of
+/// the truth inside sqlite3's schema-reading recursion (`sqlite3_exec` → `sqlite3_prepare_v2`
+/// again); not yet understood. Run with `--ignored`.
+#[test]
+#[ignore = "known gap: 83 % exact on sqlite3 (issue 14 follow-up)"]
+fn sqlite3_is_exact() {
+    if !ptsim::testing::tools_available(&["sqlite3"]) {
+        return;
+    }
+    let sql = "create table t(a, b); insert into t values (1, 'x'), (2, 'y'), (3, 'z'); \
+               select b, sum(a) from t group by b order by 2 desc;";
+    let sq = Path::new("/usr/bin/sqlite3");
+    let Some((f, _)) = score_program("sqlite3", &[sq, Path::new(":memory:"), Path::new(sql)])
+    else {
+        return;
+    };
+    assert_exact(&f);
+}
+
+/// Known gap: 42–47 % exact (varies with scheduling), no invented frames — goroutine
+/// stack switches (`gogo`, `systemstack`) end frames without returns, and the segments
+/// writer infers callers from the start of the trace for them. Run with `--ignored`.
+#[test]
+#[ignore = "known gap: ~45 % exact on Go (issue 14 follow-up)"]
+fn go_program_is_exact() {
+    if !ptsim::testing::tools_available(&["go"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::write(
+        dir.path().join("main.go"),
+        "package main\nimport \"fmt\"\n//go:noinline\nfunc leaf(x int) int { return x + 1 }\n\
+         func main() { s := 0; for i := 0; i < 300; i++ { s = leaf(s) }; fmt.Println(s) }\n",
+    )
+    .expect("source");
+    std::fs::write(dir.path().join("go.mod"), "module leaf\ngo 1.19\n").expect("go.mod");
+    let st = std::process::Command::new("go")
+        .args(["build", "-o", "leaf", "."])
+        .current_dir(dir.path())
+        .status()
+        .expect("go build");
+    assert!(st.success());
+    let exe = dir.path().join("leaf");
+    let Some((f, d)) = score_program("go", &[&exe]) else {
+        return;
+    };
+    assert_exact(&f);
+    assert_eq!(calls_to(&d, "main.leaf"), 300);
+}
