@@ -182,6 +182,43 @@ struct FileSyms {
     dso: Sym,
 }
 
+/// A symbol's name as perf prints it: C++ names demangled without their parameter list
+/// (`std::error_category::error_category`), so traces match the other paths'.
+fn perf_name(raw: &str) -> std::borrow::Cow<'_, str> {
+    if !raw.starts_with("_Z") {
+        return raw.into();
+    }
+    let Some(d) = ptscope_symbols::demangle_cpp(raw) else {
+        return raw.into();
+    };
+    // Drop `[clone .cold]` suffixes (perf names a split-off part as its function), then
+    // the trailing `(…)` (and a `const` after it), matching parentheses from the end.
+    let mut body = d.as_str();
+    while let Some(i) = body.rfind(" [clone ").filter(|_| body.ends_with(']')) {
+        body = &body[..i];
+    }
+    let body = body.strip_suffix(" const").unwrap_or(body);
+    if body.ends_with(')') {
+        let mut depth = 0i32;
+        for (i, c) in body.char_indices().rev() {
+            match c {
+                ')' => depth += 1,
+                '(' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        if i > 0 {
+                            return body[..i].to_string().into();
+                        }
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    d.into()
+}
+
 /// One candidate symbol at an address, with what perf's choice among aliases looks at.
 struct Candidate<'a> {
     addr: u64,
@@ -273,7 +310,7 @@ fn function_symbols(
         } else {
             best.get(i + 1).map_or(c.addr.saturating_add(1), |n| n.addr)
         };
-        out.push((c.addr, end, strings.intern(c.name)));
+        out.push((c.addr, end, strings.intern(&perf_name(c.name))));
     }
     out
 }
@@ -325,6 +362,7 @@ fn plt_symbols(obj: &object::File<'_>, strings: &mut StringTable) -> Vec<(u64, u
                 None => continue,
             }
         };
+        let name = perf_name(&name);
         out.push((start, start + ENTRY, strings.intern(&format!("{name}@plt"))));
     }
     out

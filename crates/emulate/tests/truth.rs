@@ -203,3 +203,53 @@ fn go_program_is_exact() {
     assert_exact(&f);
     assert_eq!(calls_to(&d, "main.leaf"), 300);
 }
+
+#[test]
+fn threads_are_exact() {
+    if !ptsim::testing::tools_available(&["gcc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let src = r#"
+        #include <pthread.h>
+        #include <stdio.h>
+        __attribute__((noinline)) int work(int x) { __asm__ volatile(""); return x * 3; }
+        void *run(void *a) { long s = 0; for (int i = 0; i < 200; i++) s += work(i); return (void *)s; }
+        int main(void) {
+            pthread_t t[3];
+            for (int i = 0; i < 3; i++) pthread_create(&t[i], 0, run, 0);
+            for (int i = 0; i < 3; i++) pthread_join(t[i], 0);
+            puts("ok");
+            return 0;
+        }
+    "#;
+    let exe = ptsim::testing::compile(dir.path(), "thr", "thr.c", src, &["gcc", "-O2", "-pthread"])
+        .expect("compiling");
+    let Some((f, d)) = score_program("threads", &[&exe]) else {
+        return;
+    };
+    assert_exact(&f);
+    assert_eq!(calls_to(&d, "work"), 600);
+}
+
+#[test]
+fn cpp_exceptions_are_exact() {
+    if !ptsim::testing::tools_available(&["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let src = r#"
+        #include <stdexcept>
+        #include <cstdio>
+        __attribute__((noinline)) void thrower(int i) { if (i % 3 == 0) throw std::runtime_error("x"); }
+        __attribute__((noinline)) int catcher(int i) { try { thrower(i); return 0; } catch (const std::exception &) { return 1; } }
+        int main() { int n = 0; for (int i = 0; i < 30; i++) n += catcher(i); std::printf("%d\n", n); }
+    "#;
+    let exe = ptsim::testing::compile(dir.path(), "exc", "exc.cpp", src, &["g++", "-O2"])
+        .expect("compiling");
+    let Some((f, d)) = score_program("c++", &[&exe]) else {
+        return;
+    };
+    assert_exact(&f);
+    assert_eq!(calls_to(&d, "thrower"), 30);
+}
