@@ -339,6 +339,8 @@ fn parse_scope(s: &str) -> Result<TraceScope, String> {
 enum Source {
     Text(Box<Decoder<BufReader<Box<dyn Read + Send>>>>, u64),
     Perf(Box<AnyScript>),
+    /// An emulate recording: events derived from qemu's block log, no perf involved.
+    Emulate(Box<ptscope_emulate::Events>),
 }
 
 impl Source {
@@ -346,24 +348,31 @@ impl Source {
         match self {
             Source::Text(d, _) => d.next_event().map_err(|e| e.to_string()),
             Source::Perf(p) => p.next_event().map_err(|e| e.to_string()),
+            Source::Emulate(e) => Ok(e.next_event()),
         }
     }
     fn strings(&self) -> &StringTable {
         match self {
             Source::Text(d, _) => d.strings(),
             Source::Perf(p) => p.strings(),
+            Source::Emulate(e) => e.strings(),
         }
     }
     fn decoder_stats(&self) -> Stats {
         match self {
             Source::Text(d, _) => *d.stats(),
             Source::Perf(p) => p.stats(),
+            Source::Emulate(e) => Stats {
+                events: e.stats().events - e.remaining() as u64,
+                ..Stats::default()
+            },
         }
     }
     fn warnings(&self) -> Vec<Warning> {
         match self {
             Source::Text(d, _) => d.warnings().to_vec(),
             Source::Perf(p) => p.warnings(),
+            Source::Emulate(_) => Vec::new(),
         }
     }
     /// Runs the naming step on `event`, interning new names in the source's own table.
@@ -390,6 +399,7 @@ impl ptscope_symbols::NameTable for SourceNames<'_> {
         match &mut *self.0 {
             Source::Text(d, _) => d.intern(name),
             Source::Perf(p) => p.strings_mut().intern(name),
+            Source::Emulate(e) => e.strings_mut().intern(name),
         }
     }
 }
@@ -398,13 +408,17 @@ impl ptscope_symbols::NameTable for SourceNames<'_> {
 enum InputSpec {
     Text(PathBuf),
     PerfData(PathBuf),
+    /// An emulate working directory's block log, and the program's name for its threads.
+    Emulate(PathBuf, String),
 }
 
 impl InputSpec {
     fn name(&self) -> String {
         match self {
             InputSpec::Text(p) if p == Path::new("-") => "standard input".into(),
-            InputSpec::Text(p) | InputSpec::PerfData(p) => p.display().to_string(),
+            InputSpec::Text(p) | InputSpec::PerfData(p) | InputSpec::Emulate(p, _) => {
+                p.display().to_string()
+            }
         }
     }
 
@@ -459,6 +473,11 @@ impl InputSpec {
                 }
                 Ok(Source::Perf(Box::new(script)))
             }
+            InputSpec::Emulate(log, comm) => {
+                crate::messages::info(ptscope_emulate::CLOCK_NOTICE);
+                let events = ptscope_emulate::Events::open(log, comm, strings)?;
+                Ok(Source::Emulate(Box::new(events)))
+            }
         }
     }
 }
@@ -477,6 +496,18 @@ fn input_specs(args: &DecodeArgs) -> Result<Vec<InputSpec>> {
         .input
         .clone()
         .unwrap_or_else(|| PathBuf::from("perf.data"));
+    if input.is_dir() && input.join(ptscope_emulate::LOG_NAME).is_file() {
+        let comm = args
+            .executable
+            .as_deref()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "emulated".into());
+        return Ok(vec![InputSpec::Emulate(
+            input.join(ptscope_emulate::LOG_NAME),
+            comm,
+        )]);
+    }
     if input.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&input)
             .with_context(|| format!("cannot read directory {}", input.display()))?
@@ -832,6 +863,11 @@ fn decode_inputs(
                 // A field perf script was run without: say which, and how to get it.
                 notices.extend(d.missing_fields().iter().map(|m| m.to_string()));
                 strings = d.into_strings()
+            }
+            Source::Emulate(e) => {
+                // A log cut short makes the trace incomplete: said, and the exit status shows it.
+                errors.extend(e.notices().iter().cloned());
+                strings = e.into_strings()
             }
         }
         notices.extend(cut_notice(&namer));

@@ -21,6 +21,9 @@ pub enum BackendArg {
     Pt,
     /// Timer sampling with call stacks (works everywhere).
     Sample,
+    /// Run the program under qemu-user with ptscope's plugin: every call and return,
+    /// exactly, without Intel PT (user space only; much slower than native).
+    Emulate,
 }
 
 /// Sampling call-stack methods.
@@ -70,7 +73,7 @@ pub struct RecordArgs {
     /// Keep only what happens between calls to START and returns from STOP.
     #[arg(long, value_name = "START,STOP")]
     pub filter: Option<String>,
-    /// pt or sample; default: pt where the CPU has Intel PT, else sample.
+    /// pt, sample or emulate; default: pt where the CPU has Intel PT, else sample.
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
     /// How sampling gets call stacks (default dwarf).
@@ -108,7 +111,8 @@ Examples:
   ptscope run --trigger src/main.rs:120 -w rec -- ./server   # keep the recording in rec/
   ptscope decode rec -o again.fxt.gz            # decode a kept recording again
 
-Without Intel PT (AMD, most VMs) ptscope samples call stacks instead and says so.
+Without Intel PT (AMD, most VMs) ptscope samples call stacks instead and says so;
+`--backend emulate` shows every call exactly by running the program under qemu-user.
 Open the trace at https://ui.perfetto.dev.
 
 Ctrl-C (or SIGTERM/SIGHUP): the first stops recording and decodes; the second stops
@@ -267,6 +271,9 @@ fn program_exit_code(s: std::process::ExitStatus) -> Option<i32> {
 
 fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     messages::set_quiet(a.quiet);
+    if a.backend == Some(BackendArg::Emulate) {
+        return emulate_and_decode(a, target);
+    }
     let filter = match &a.filter {
         Some(f) => Some(
             f.split_once(',')
@@ -317,6 +324,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         backend: a.backend.map(|b| match b {
             BackendArg::Pt => Backend::Pt,
             BackendArg::Sample => Backend::Sample,
+            BackendArg::Emulate => unreachable!("the emulate backend returned above"),
         }),
         scope,
         timer: TimerResolution::parse(&a.timer_resolution)?,
@@ -543,6 +551,127 @@ fn pick_symbol(target: &Target) -> Result<String> {
 }
 
 /// Finds a command the way exec does (a path with `/`, else `$PATH`).
+/// `run --backend emulate`: the program runs under qemu-user with ptscope's plugin, and
+/// the block log is decoded into exact call stacks (no perf involved).
+fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
+    let Target::Run(argv) = target else {
+        bail!(
+            "the emulate backend cannot attach to a running process (qemu has to start the \
+             program): use `ptscope run --backend emulate -- PROGRAM ARGS`, or --backend sample"
+        );
+    };
+    if a.trace_include_kernel || a.kernel_only {
+        bail!("the emulate backend traces user space only (qemu-user runs no kernel code)");
+    }
+    if a.trigger.is_some() {
+        bail!(
+            "--trigger is not supported by the emulate backend yet: drop it to trace the \
+             whole execution, or use --backend sample"
+        );
+    }
+    for (set, flag) in [
+        (a.snapshot_size.is_some(), "--snapshot-size"),
+        (a.multi_snapshot, "--multi-snapshot"),
+        (a.callgraph.is_some(), "--callgraph"),
+        (a.single_thread, "--single-thread"),
+    ] {
+        if set {
+            messages::warn(format!(
+                "{flag} has no effect with the emulate backend yet: it traces the whole \
+                 execution of every thread"
+            ));
+        }
+    }
+    let filter = match &a.filter {
+        Some(f) => Some(
+            f.split_once(',')
+                .map(|(x, y)| (x.trim().to_string(), y.trim().to_string()))
+                .filter(|(x, y)| !x.is_empty() && !y.is_empty())
+                .with_context(|| {
+                    format!("--filter {f}: expected START,STOP (two function names)")
+                })?,
+        ),
+        None => None,
+    };
+    // Fail before running anything: no qemu, no plugin, or nowhere to write.
+    ptscope_emulate::find_qemu()?;
+    ptscope_emulate::find_plugin()?;
+    let exe = match argv.first() {
+        Some(p) => which(Path::new(p))?,
+        None => bail!("no program to run"),
+    };
+    ptscope_emulate::check_program(&exe)?;
+    if !a.no_decode {
+        check_output(&a.output)?;
+    }
+    let (working_dir, temp) = working_dir(a.working_directory.as_deref())?;
+    let kept_message = format!(
+        "the recording is kept in {d}; `ptscope decode {d} --executable {e}` decodes it",
+        d = working_dir.display(),
+        e = exe.display()
+    );
+    ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
+    let base = ptscope_interrupt::presses();
+    messages::info(
+        "emulate backend: running the program under qemu-user (user space only, much \
+         slower than native); its threads are traced, child processes (fork) and programs \
+         it execs are not",
+    );
+    let status = ptscope_emulate::record(&argv, &exe, &working_dir)?;
+    let program_code = program_exit_code(status);
+    if !status.success() {
+        messages::warn(format!("the program {}", describe_exit(status)));
+    }
+    let keep = |temp: Option<tempfile::TempDir>| {
+        if let Some(t) = temp {
+            let _ = t.keep();
+        }
+    };
+    if a.no_decode {
+        keep(temp);
+        messages::info(&kept_message);
+        return Ok(program_code.unwrap_or(0));
+    }
+    let pressed = ptscope_interrupt::presses() - base;
+    let stop_at = base + pressed.min(1) + 1;
+    ptscope_interrupt::set_quit(
+        stop_at + 1,
+        format!("ptscope: interrupted again: quitting; {kept_message}"),
+    );
+    let args = DecodeArgs {
+        input: Some(working_dir.clone()),
+        perf_script: None,
+        output: a.output.clone(),
+        scope: TraceScope::parse("u"),
+        writer: WriterKind::Segments,
+        format: Format::Fxt,
+        ocaml_exception_info: None,
+        executable: Some(exe),
+        filter,
+        missed_trigger: None,
+        no_demangle: false,
+        decoder: a.decoder,
+        perf: a.perf.clone(),
+        quiet: a.quiet,
+    };
+    let ctx = decode::DecodeContext {
+        executable_implied: true,
+        stop_at,
+        end_at: None,
+    };
+    let result = decode::run(&args, ctx);
+    let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
+    if a.working_directory.is_some() {
+        drop(temp);
+        messages::info(&kept_message);
+    } else if !whole {
+        keep(temp);
+        messages::warn(&kept_message);
+    }
+    let report = result?;
+    Ok(program_code.unwrap_or_else(|| decode::exit_status(&report)))
+}
+
 fn which(cmd: &Path) -> Result<PathBuf> {
     if cmd.components().count() > 1 {
         return Ok(cmd.to_path_buf());

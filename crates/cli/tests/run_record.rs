@@ -183,6 +183,8 @@ fn run_c_and_rust_demos_fall_back_to_sampling() {
         "{}",
         stderr(&o)
     );
+    // The fallback points at the exact alternative.
+    assert!(stderr(&o).contains("--backend emulate"), "{}", stderr(&o));
     let t = read_trace(&out);
     assert!(
         t.count("demo_leaf") + t.count("demo_after") > 0,

@@ -200,7 +200,8 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     let backend = match (opts.backend, &caps.intel_pt) {
         (Some(Backend::Pt), None) => bail!(
             "{}, so --backend pt cannot work here; use --backend sample (timer sampling with call \
-             stacks), or record on an Intel machine with PT (bare metal, or a VM with PT passthrough)",
+             stacks), --backend emulate (every call exactly, under qemu-user, much slower), or \
+             record on an Intel machine with PT (bare metal, or a VM with PT passthrough)",
             caps.why_no_pt()
         ),
         (Some(b), _) => b,
@@ -209,9 +210,14 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             say(
                 opts.quiet,
                 &format!(
-                    "{}; sampling with {} and call stacks instead (see --backend)",
+                    "{}; sampling with {} and call stacks instead (`--backend emulate` shows \
+                     every call exactly, running the program under qemu-user)",
                     caps.why_no_pt(),
-                    if caps.hardware_pmu { "cycles" } else { "cpu-clock" }
+                    if caps.hardware_pmu {
+                        "cycles"
+                    } else {
+                        "cpu-clock"
+                    }
                 ),
             );
             Backend::Sample

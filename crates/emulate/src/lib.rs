@@ -1,0 +1,738 @@
+//! Exact call traces without Intel PT: the `emulate` backend.
+//!
+//! The program runs under `qemu-x86_64` (qemu-user) with ptscope's TCG plugin
+//! (`tools/ptsim-plugin`), which logs every executed translation block of every thread.
+//! [`ptsim::truth`] turns the block log into the exact branch sequence of each thread, and
+//! [`Events`] turns that sequence straight into [`ptscope_event::Event`]s — no Intel PT
+//! encoding and no perf decoding — named from the ELF files the program mapped. The stack
+//! writers then see every call and return that ran.
+//!
+//! Limits of this first version: user space only, x86-64 on x86-64, no attach; the whole
+//! execution is logged (no ring buffers yet); times are a virtual clock (one guest
+//! instruction = 1 ns), not the host clock.
+
+use anyhow::{bail, Context, Result};
+use ptscope_event::{
+    Event, EventData, Kind, Location, StringTable, Sym, Symbol, Thread, TraceStateChange,
+};
+use ptscope_symbols::{FunctionRanges, LoadSegment, MappedFile};
+use ptsim::blocklog::BlockLog;
+use ptsim::truth::{self, StepKind};
+use rustc_hash::FxHashMap;
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+/// The block log's file name inside a working directory: its presence makes the
+/// directory an emulate recording.
+pub const LOG_NAME: &str = "emulate-blocks.log";
+
+/// The plugin library's file name, as the workspace builds it.
+pub const PLUGIN_NAME: &str = "libptsim_plugin.so";
+
+/// The emulator binary.
+pub const QEMU: &str = "qemu-x86_64";
+
+/// Nanoseconds per guest instruction of the virtual clock (a nominal 1 GHz, one
+/// instruction per cycle).
+pub const NS_PER_INSN: u64 = 1;
+
+/// Virtual instructions a syscall (or signal delivery) takes: the kernel's time is not
+/// seen by qemu-user; one instruction keeps the return from the syscall apart from it.
+pub const KERNEL_INSNS: u64 = 1;
+
+/// What the trace's clock is, for the user.
+pub const CLOCK_NOTICE: &str = "emulate backend: times are a virtual clock \
+    (1 guest instruction = 1 ns), not wall-clock time";
+
+/// Finds `qemu-x86_64` on `PATH`, or says which package provides it.
+pub fn find_qemu() -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let cand = dir.join(QEMU);
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    bail!(
+        "{QEMU} was not found on PATH: the emulate backend runs the program under qemu-user. \
+         Install it with `apt install qemu-user` (Debian/Ubuntu package qemu-user)"
+    )
+}
+
+/// True when `path` is owned by root or by us and nobody else can write it: a library
+/// loaded into the traced program must not be replaceable by another user.
+fn trusted(path: &Path) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc_geteuid() };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0,
+        Err(_) => false,
+    }
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+/// Finds the TCG plugin: `$PTSCOPE_EMULATE_PLUGIN`, else [`PLUGIN_NAME`] next to the running
+/// executable (where `cargo build -p ptsim-plugin` puts it beside `ptscope`). The file and
+/// its directory must be writable by nobody but root or the user.
+pub fn find_plugin() -> Result<PathBuf> {
+    let cand = match std::env::var_os("PTSCOPE_EMULATE_PLUGIN") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().context("cannot locate ptscope's own binary")?;
+            exe.parent()
+                .context("ptscope's binary has no directory")?
+                .join(PLUGIN_NAME)
+        }
+    };
+    if !cand.is_file() {
+        bail!(
+            "the emulate backend's qemu plugin {} is missing: build it with \
+             `cargo build -p ptsim-plugin` (it goes next to ptscope), or point \
+             PTSCOPE_EMULATE_PLUGIN at it",
+            cand.display()
+        );
+    }
+    let dir = cand.parent().unwrap_or(Path::new("/"));
+    if !trusted(&cand) || !trusted(dir) {
+        bail!(
+            "refusing to load the qemu plugin {}: it or its directory is writable by other \
+             users or owned by someone else",
+            cand.display()
+        );
+    }
+    Ok(cand)
+}
+
+/// Checks that `exe` is something qemu-user can run: an ELF file, not a script (the
+/// kernel runs `#!` interpreters, qemu-user does not).
+pub fn check_program(exe: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(exe)
+        .and_then(|mut f| f.read(&mut head))
+        .with_context(|| format!("cannot read the program {}", exe.display()))?;
+    let head = &head[..n];
+    if let Some(rest) = head.strip_prefix(b"#!") {
+        let line = rest.split(|&b| b == b'\n').next().unwrap_or_default();
+        bail!(
+            "{} is a script (#!{}): qemu-user runs only ELF programs; run its interpreter \
+             under the emulate backend instead, e.g. `ptscope run --backend emulate -- \
+             INTERPRETER {}`",
+            exe.display(),
+            String::from_utf8_lossy(line).trim(),
+            exe.display()
+        );
+    }
+    if !head.starts_with(b"\x7fELF") {
+        bail!(
+            "{} is not an ELF program: the emulate backend runs x86-64 ELF programs only",
+            exe.display()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `argv` under qemu with the plugin, writing the block log to `dir/`[`LOG_NAME`].
+/// `exe` is the program's path (qemu does not search `PATH`); the program still sees
+/// `argv[0]` as given.
+///
+/// `dir` must be private to the user (a working directory ptscope created or was given).
+pub fn record(argv: &[OsString], exe: &Path, dir: &Path) -> Result<ExitStatus> {
+    let qemu = find_qemu()?;
+    let plugin = find_plugin()?;
+    check_program(exe)?;
+    let Some((argv0, args)) = argv.split_first() else {
+        bail!("no program to run");
+    };
+    let log = dir.join(LOG_NAME);
+    // The plugin creates the file itself: make sure nothing (a link) is in its place.
+    match std::fs::symlink_metadata(&log) {
+        Ok(_) => std::fs::remove_file(&log)
+            .with_context(|| format!("cannot remove the old block log {}", log.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot check {}", log.display())),
+    }
+    let mut spec = OsString::from(plugin.as_os_str());
+    spec.push(",out=");
+    spec.push(log.as_os_str());
+    std::process::Command::new(&qemu)
+        .arg("-plugin")
+        .arg(spec)
+        .arg("-0")
+        .arg(argv0)
+        .arg(exe)
+        .args(args)
+        .status()
+        .with_context(|| format!("cannot run {}", qemu.display()))
+}
+
+/// One ELF file's functions, by link-time address.
+struct FileSyms {
+    /// `(start, end, name)` from its symbol table, sorted by start.
+    funcs: Vec<(u64, u64, Sym)>,
+    /// Debug-file symbols and `.eh_frame` ranges, for stripped files.
+    ranges: Option<FunctionRanges>,
+    segments: Vec<LoadSegment>,
+    dso: Sym,
+}
+
+/// A symbol's name as perf prints it: C++ names demangled without their parameter list
+/// (`std::error_category::error_category`), so traces match the other paths'.
+fn perf_name(raw: &str) -> std::borrow::Cow<'_, str> {
+    if !raw.starts_with("_Z") {
+        return raw.into();
+    }
+    let Some(d) = ptscope_symbols::demangle_cpp(raw) else {
+        return raw.into();
+    };
+    // Drop `[clone .cold]` suffixes (perf names a split-off part as its function), then
+    // the trailing `(…)` (and a `const` after it), matching parentheses from the end.
+    let mut body = d.as_str();
+    while let Some(i) = body.rfind(" [clone ").filter(|_| body.ends_with(']')) {
+        body = &body[..i];
+    }
+    let body = body.strip_suffix(" const").unwrap_or(body);
+    if body.ends_with(')') {
+        let mut depth = 0i32;
+        for (i, c) in body.char_indices().rev() {
+            match c {
+                ')' => depth += 1,
+                '(' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        if i > 0 {
+                            return body[..i].to_string().into();
+                        }
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    d.into()
+}
+
+/// One candidate symbol at an address, with what perf's choice among aliases looks at.
+struct Candidate<'a> {
+    addr: u64,
+    size: u64,
+    weak: bool,
+    global: bool,
+    name: &'a str,
+}
+
+/// True when `a` is the better name than `b` for one address, by perf's rule: a sized
+/// symbol, then a non-weak one, then a global one, then fewer leading underscores, then
+/// the longer name, then the first seen.
+fn better(a: &Candidate<'_>, b: &Candidate<'_>) -> bool {
+    let under = |n: &str| n.len() - n.trim_start_matches('_').len();
+    if (a.size > 0) != (b.size > 0) {
+        return a.size > 0;
+    }
+    if a.weak != b.weak {
+        return !a.weak;
+    }
+    if a.global != b.global {
+        return a.global;
+    }
+    if under(a.name) != under(b.name) {
+        return under(a.name) < under(b.name);
+    }
+    a.name.len() > b.name.len()
+}
+
+/// The function symbols of one table (`.symtab`, or `.dynsym` when `dynamic`), one per
+/// address, as `(start, end, name)` sorted by start; a symbol without a size ends where
+/// the next one starts.
+fn function_symbols(
+    obj: &object::File<'_>,
+    dynamic: bool,
+    strings: &mut StringTable,
+) -> Vec<(u64, u64, Sym)> {
+    use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolKind};
+    let mut cands: Vec<Candidate<'_>> = Vec::new();
+    let table: Box<dyn Iterator<Item = object::Symbol<'_, '_>>> = if dynamic {
+        Box::new(obj.dynamic_symbols())
+    } else {
+        Box::new(obj.symbols())
+    };
+    for s in table {
+        // perf also takes labels (untyped symbols in code, such as ld.so's `_start`).
+        let label = s.kind() == SymbolKind::Unknown
+            && s
+                .section_index()
+                .and_then(|i| obj.section_by_index(i).ok())
+                // By flags: in a debug file `.text` holds no bytes (NOBITS).
+                .is_some_and(|sec| {
+                    matches!(sec.flags(), SectionFlags::Elf { sh_flags, .. } if sh_flags.0 & 0x4 != 0)
+                });
+        if !(s.kind() == SymbolKind::Text || label)
+            || s.section_index().is_none()
+            || s.address() == 0
+        {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        cands.push(Candidate {
+            addr: s.address(),
+            size: s.size(),
+            weak: s.is_weak(),
+            global: s.is_global(),
+            name,
+        });
+    }
+    cands.sort_by_key(|c| c.addr);
+    let mut best: Vec<Candidate<'_>> = Vec::new();
+    for c in cands {
+        match best.last_mut() {
+            Some(b) if b.addr == c.addr => {
+                if better(&c, b) {
+                    *b = c;
+                }
+            }
+            _ => best.push(c),
+        }
+    }
+    let mut out = Vec::with_capacity(best.len());
+    for (i, c) in best.iter().enumerate() {
+        let end = if c.size > 0 {
+            c.addr.saturating_add(c.size)
+        } else {
+            best.get(i + 1).map_or(c.addr.saturating_add(1), |n| n.addr)
+        };
+        out.push((c.addr, end, strings.intern(&perf_name(c.name))));
+    }
+    out
+}
+
+/// `NAME@plt` for each PLT entry, as perf names them: the `.rela.plt` relocations in
+/// order, one 16-byte entry each, in `.plt.sec` when the file has one (IBT), else in
+/// `.plt` after its 16-byte header.
+fn plt_symbols(obj: &object::File<'_>, strings: &mut StringTable) -> Vec<(u64, u64, Sym)> {
+    use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SymbolIndex};
+    const ENTRY: u64 = 16;
+    let Some(rela) = obj.section_by_name(".rela.plt") else {
+        return Vec::new();
+    };
+    let Ok(data) = rela.data() else {
+        return Vec::new();
+    };
+    let (base, end) = match obj
+        .section_by_name(".plt.sec")
+        .map(|s| (s.address(), s.address() + s.size()))
+    {
+        Some(r) => r,
+        None => match obj.section_by_name(".plt") {
+            Some(s) => (s.address() + ENTRY, s.address() + s.size()),
+            None => return Vec::new(),
+        },
+    };
+    let Some(dynsym) = obj.dynamic_symbol_table() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, r) in data.chunks_exact(24).enumerate() {
+        let start = base + i as u64 * ENTRY;
+        if start + ENTRY > end {
+            break;
+        }
+        let mut info = [0u8; 8];
+        info.copy_from_slice(&r[8..16]);
+        let sym = (u64::from_le_bytes(info) >> 32) as usize;
+        // An IRELATIVE entry has no symbol: perf calls it plain `@plt`.
+        let name = if sym == 0 {
+            String::new()
+        } else {
+            match dynsym
+                .symbol_by_index(SymbolIndex(sym))
+                .ok()
+                .and_then(|s| s.name().ok().map(str::to_owned))
+            {
+                Some(n) => n,
+                None => continue,
+            }
+        };
+        let name = perf_name(&name);
+        out.push((start, start + ENTRY, strings.intern(&format!("{name}@plt"))));
+    }
+    out
+}
+
+/// A code mapping of the traced process.
+#[derive(Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    path: String,
+}
+
+/// Names addresses from the files the program mapped, caching every answer.
+struct Resolver {
+    maps: Vec<Mapping>,
+    files: FxHashMap<String, Option<FileSyms>>,
+    cache: FxHashMap<u64, Location>,
+    /// Functions already named by an entry address, so a stripped function keeps one name.
+    unknown: Sym,
+}
+
+impl Resolver {
+    fn new(log: &BlockLog, strings: &mut StringTable) -> Self {
+        let mut maps: Vec<Mapping> = Vec::new();
+        // Later snapshots first: a reused range (dlclose + dlopen) names the newest file.
+        for snap in log.maps.iter().rev() {
+            for m in &snap.entries {
+                if !m.path.starts_with('/') {
+                    continue;
+                }
+                if maps
+                    .iter()
+                    .any(|o| o.start == m.start && o.end == m.end && o.path == m.path)
+                {
+                    continue;
+                }
+                maps.push(Mapping {
+                    start: m.start,
+                    end: m.end,
+                    pgoff: m.pgoff,
+                    path: m.path.clone(),
+                });
+            }
+        }
+        Resolver {
+            maps,
+            files: FxHashMap::default(),
+            cache: FxHashMap::default(),
+            unknown: strings.intern("[unknown]"),
+        }
+    }
+
+    fn load(path: &str, strings: &mut StringTable) -> Option<FileSyms> {
+        let file = MappedFile::open_regular(path).ok()?;
+        let elf = file.elf().ok()?;
+        // As perf does: a debug file's symbol table if one is installed, else the file's
+        // own `.symtab`, else its `.dynsym`.
+        let debug =
+            ptscope_symbols::find_debug_file(&elf).and_then(|d| MappedFile::open_regular(d).ok());
+        let mut funcs = debug
+            .as_ref()
+            .and_then(|d| d.elf().ok())
+            .map(|d| function_symbols(d.object(), false, strings))
+            .unwrap_or_default();
+        if funcs.is_empty() {
+            funcs = function_symbols(elf.object(), false, strings);
+        }
+        if funcs.is_empty() {
+            funcs = function_symbols(elf.object(), true, strings);
+        }
+        let plt = plt_symbols(elf.object(), strings);
+        if !plt.is_empty() {
+            funcs.extend(plt);
+            funcs.sort_by_key(|f| f.0);
+        }
+        Some(FileSyms {
+            funcs,
+            ranges: FunctionRanges::load(Path::new(path)).ok(),
+            segments: elf.load_segments(),
+            dso: strings.intern(path),
+        })
+    }
+
+    fn locate(&mut self, ip: u64, strings: &mut StringTable) -> Location {
+        if let Some(l) = self.cache.get(&ip) {
+            return *l;
+        }
+        let loc = self.resolve(ip, strings);
+        self.cache.insert(ip, loc);
+        loc
+    }
+
+    fn resolve(&mut self, ip: u64, strings: &mut StringTable) -> Location {
+        let Some(m) = self
+            .maps
+            .iter()
+            .find(|m| ip >= m.start && ip < m.end)
+            .cloned()
+        else {
+            // JIT code or code in an anonymous mapping: nothing names it.
+            return Location::new(ip, Symbol::FromPerf(self.unknown), 0);
+        };
+        if !self.files.contains_key(&m.path) {
+            let f = Self::load(&m.path, strings);
+            self.files.insert(m.path.clone(), f);
+        }
+        let dso = strings.intern(&m.path);
+        let Some(Some(f)) = self.files.get(&m.path) else {
+            let name = strings.intern(&format!("[unknown @ {ip:#x} ({})]", m.path));
+            return Location {
+                ip,
+                symbol: Symbol::FromPerf(name),
+                offset: 0,
+                dso: Some(dso),
+            };
+        };
+        let off = ip - m.start + m.pgoff;
+        let vaddr = f
+            .segments
+            .iter()
+            .find(|s| s.executable && off >= s.offset && off - s.offset < s.filesz.max(s.memsz))
+            .map(|s| s.vaddr.wrapping_add(off - s.offset));
+        let found = vaddr.and_then(|v| {
+            let i = f.funcs.partition_point(|x| x.0 <= v);
+            let hit = f.funcs[..i]
+                .iter()
+                .rev()
+                .take(16)
+                .filter(|x| v < x.1)
+                .min_by_key(|x| x.1 - x.0)
+                .map(|x| (x.0, x.2));
+            hit.or_else(|| {
+                let r = f.ranges.as_ref()?.function_at(v)?;
+                Some((r.start, strings.intern(&r.name)))
+            })
+            .map(|(start, name)| (v - start, name))
+        });
+        match found {
+            Some((offset, name)) => Location {
+                ip,
+                symbol: Symbol::FromPerf(name),
+                offset,
+                dso: Some(f.dso),
+            },
+            None => {
+                let name = strings.intern(&format!("[unknown @ {ip:#x} ({})]", m.path));
+                Location {
+                    ip,
+                    symbol: Symbol::FromPerf(name),
+                    offset: 0,
+                    dso: Some(f.dso),
+                }
+            }
+        }
+    }
+}
+
+/// Figures about one conversion.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    /// Guest instructions executed.
+    pub instructions: u64,
+    /// Block executions logged.
+    pub blocks: u64,
+    /// Threads traced.
+    pub threads: u64,
+    /// Branch events produced.
+    pub events: u64,
+}
+
+/// The events of an emulate recording, in time order.
+pub struct Events {
+    notices: Vec<String>,
+    strings: StringTable,
+    resolver: Resolver,
+    events: std::vec::IntoIter<Event>,
+    stats: Stats,
+}
+
+impl Events {
+    /// Reads the block log at `log` and derives every thread's events; `comm` names the
+    /// threads (the program's file name). Names are interned into `strings`.
+    ///
+    /// A log cut short (qemu killed while writing, e.g. by a second Ctrl-C) is read up to
+    /// its last whole chunk, with a notice ([`Events::notices`]).
+    pub fn open(log: &Path, comm: &str, strings: StringTable) -> Result<Self> {
+        let data = std::fs::read(log)
+            .with_context(|| format!("cannot read the emulate block log {}", log.display()))?;
+        let mut notices = Vec::new();
+        let blocks = match BlockLog::parse(&data) {
+            Ok(b) => b,
+            Err(ptsim::blocklog::LogError::Malformed { offset, what })
+                if offset > 0
+                    && (what.contains("past the end") || what.contains("truncated chunk")) =>
+            {
+                notices.push(format!(
+                    "the block log {} ends mid-write (qemu was stopped while writing it): \
+                     the trace keeps the {offset} bytes written whole; the last moments \
+                     of some threads are missing",
+                    log.display()
+                ));
+                BlockLog::parse(&data[..offset]).with_context(|| {
+                    format!("cannot read the emulate block log {}", log.display())
+                })?
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("cannot read the emulate block log {}", log.display())
+                })
+            }
+        };
+        let mut ev = Self::from_log(&blocks, comm, strings, &|c| c.saturating_mul(NS_PER_INSN));
+        ev.notices = notices;
+        Ok(ev)
+    }
+
+    /// What the user should know about this recording (a log cut short).
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+
+    /// The events of a block log already read, with `time` turning the global instruction
+    /// clock into nanoseconds (a syscall takes [`KERNEL_INSNS`]: `ptsim::truth::derive(log,
+    /// KERNEL_INSNS)` gives the same steps).
+    pub fn from_log(
+        blocks: &BlockLog,
+        comm: &str,
+        mut strings: StringTable,
+        time: &dyn Fn(u64) -> u64,
+    ) -> Self {
+        let (traces, tstats) = truth::derive(blocks, KERNEL_INSNS);
+        let mut res = Resolver::new(blocks, &mut strings);
+        let comm = strings.intern(&comm.chars().take(15).collect::<String>());
+        let pid = blocks.pid;
+        let mut per_thread: Vec<Vec<Event>> = Vec::with_capacity(traces.len());
+        let null = Location::new(0, Symbol::Unknown, 0);
+        for t in &traces {
+            let thread = Thread {
+                pid: Some(pid),
+                tid: Some(t.tid),
+            };
+            let mut out = Vec::new();
+            if let Some(first) = t.steps.first() {
+                out.push(Event::Ok {
+                    thread,
+                    time: time(first.clock),
+                    in_transaction: false,
+                    data: EventData::Comm {
+                        name: comm,
+                        exec: false,
+                    },
+                });
+            }
+            let mut push = |clock: u64, change, kind, src, dst| {
+                out.push(Event::Ok {
+                    thread,
+                    time: time(clock),
+                    in_transaction: false,
+                    data: EventData::Trace {
+                        change,
+                        kind,
+                        src,
+                        dst,
+                    },
+                })
+            };
+            for s in &t.steps {
+                match s.kind {
+                    StepKind::Start => {
+                        let dst = res.locate(s.to, &mut strings);
+                        push(s.clock, Some(TraceStateChange::Start), None, null, dst);
+                    }
+                    StepKind::Jcc { taken: false } => {}
+                    StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
+                        let src = res.locate(s.from, &mut strings);
+                        let dst = res.locate(s.to, &mut strings);
+                        // Jumps inside a function change no stack; across functions they
+                        // are tail calls (or PLT stubs) and must be seen.
+                        if src.symbol != dst.symbol || dst.offset == 0 {
+                            push(s.clock, None, Some(Kind::Jump), src, dst);
+                        }
+                    }
+                    StepKind::Call | StepKind::IndirectCall => {
+                        let src = res.locate(s.from, &mut strings);
+                        let dst = res.locate(s.to, &mut strings);
+                        push(s.clock, None, Some(Kind::Call), src, dst);
+                    }
+                    StepKind::Return => {
+                        let src = res.locate(s.from, &mut strings);
+                        let dst = res.locate(s.to, &mut strings);
+                        push(s.clock, None, Some(Kind::Return), src, dst);
+                    }
+                    StepKind::Syscall => {
+                        let src = res.locate(s.from, &mut strings);
+                        push(
+                            s.clock,
+                            Some(TraceStateChange::End),
+                            Some(Kind::Syscall),
+                            src,
+                            null,
+                        );
+                    }
+                    StepKind::Async { .. } => {
+                        let src = res.locate(s.from, &mut strings);
+                        push(
+                            s.clock,
+                            Some(TraceStateChange::End),
+                            Some(Kind::Async),
+                            src,
+                            null,
+                        );
+                    }
+                }
+            }
+            per_thread.push(out);
+        }
+        let mut all: Vec<Event> = per_thread.into_iter().flatten().collect();
+        // Stable: each thread's own order is kept at equal times.
+        all.sort_by_key(|e| e.time().unwrap_or(0));
+        let stats = Stats {
+            instructions: tstats.instructions,
+            blocks: tstats.blocks,
+            threads: traces.len() as u64,
+            events: all.len() as u64,
+        };
+        Events {
+            notices: Vec::new(),
+            strings,
+            resolver: res,
+            events: all.into_iter(),
+            stats,
+        }
+    }
+
+    /// The next event, in time order.
+    pub fn next_event(&mut self) -> Option<Event> {
+        self.events.next()
+    }
+
+    /// The names the events refer to.
+    pub fn strings(&self) -> &StringTable {
+        &self.strings
+    }
+
+    /// The names, for interning more (the naming step).
+    pub fn strings_mut(&mut self) -> &mut StringTable {
+        &mut self.strings
+    }
+
+    /// Figures about the recording.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The name the events give the function holding `ip` (e.g. to compare with names
+    /// from elsewhere).
+    pub fn function_name(&mut self, ip: u64) -> String {
+        let loc = self.resolver.locate(ip, &mut self.strings);
+        self.strings.display(loc.symbol).to_string()
+    }
+
+    /// Gives the names back, for the next input.
+    pub fn into_strings(self) -> StringTable {
+        self.strings
+    }
+
+    /// Events not yet handed out.
+    pub fn remaining(&self) -> usize {
+        self.events.len()
+    }
+}
