@@ -650,6 +650,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         filter,
         missed_trigger: None,
         no_demangle: false,
+        no_inline: false,
         decoder: a.decoder,
         perf: a.perf.clone(),
         quiet: a.quiet,
