@@ -96,7 +96,7 @@ fn open(file: &Path) -> anyhow::Result<FileReader> {
 /// Prints what the reader skipped, as the reference tools do on stderr.
 fn report_notes(file: &Path, r: &FileReader) {
     for n in r.notes() {
-        eprintln!("ptscope: {}: {n}", file.display());
+        crate::messages::note(format!("{}: {n}", file.display()));
     }
 }
 

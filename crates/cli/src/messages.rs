@@ -30,6 +30,12 @@ pub fn info(msg: impl Display) {
     }
 }
 
+/// What an input's reader had to skip, as the reference tools report it (`ptscope: FILE:
+/// what`): shown even under `-q`, without a `warning:` label, so it reads as theirs does.
+pub fn note(msg: impl Display) {
+    emit(format_args!("ptscope: {msg}"));
+}
+
 /// Something the user should know even under `-q`: the trace is usable but not whole.
 pub fn warn(msg: impl Display) {
     emit(format_args!("ptscope: warning: {msg}"));

@@ -94,10 +94,10 @@ pub fn convert(input: &Path, output: &Path, opts: &Options) -> anyhow::Result<()
     })();
     // A damaged trace still converts up to the damage.
     if let Err(e) = pass1 {
-        eprintln!(
-            "ptscope: {}: {e}; converting the events before it",
+        crate::messages::note(format!(
+            "{}: {e}; converting the events before it",
             input.display()
-        );
+        ));
     }
     let info = r.info().clone();
     let mut top: Vec<(u64, Site)> = sites.into_iter().collect();
@@ -167,7 +167,7 @@ pub fn convert(input: &Path, output: &Path, opts: &Options) -> anyhow::Result<()
         Ok(())
     })();
     if let Err(e) = pass2 {
-        eprintln!("ptscope: {}: {e}", input.display());
+        crate::messages::note(format!("{}: {e}", input.display()));
     }
 
     let out = ptscope_output::open_trace_output(output)
