@@ -423,19 +423,42 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         perf: Some(perf),
         quiet: a.quiet,
     };
+    decode_keeping_the_recording(
+        &args,
+        stop_at,
+        temp,
+        a.working_directory.is_some(),
+        &kept_message,
+        program_code,
+    )
+}
+
+/// Decodes what `run`/`attach` recorded. A temporary recording is removed once decoded
+/// whole, and kept (and named) when the decode failed or was cut short; one the user
+/// placed with `-w` is always kept. The program's failure status wins over ptscope's.
+fn decode_keeping_the_recording(
+    args: &DecodeArgs,
+    stop_at: usize,
+    temp: Option<tempfile::TempDir>,
+    user_dir: bool,
+    kept_message: &str,
+    program_code: Option<i32>,
+) -> Result<i32> {
     let ctx = decode::DecodeContext {
         executable_implied: true,
         stop_at,
         end_at: None,
     };
-    let result = decode::run(&args, ctx);
+    let result = decode::run(args, ctx);
     let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
-    if a.working_directory.is_some() {
+    if user_dir {
         drop(temp);
-        messages::info(&kept_message);
+        messages::info(kept_message);
     } else if !whole {
-        keep(temp);
-        messages::warn(&kept_message);
+        if let Some(t) = temp {
+            let _ = t.keep();
+        }
+        messages::warn(kept_message);
     }
     let report = result?;
     Ok(program_code.unwrap_or_else(|| decode::exit_status(&report)))
@@ -655,22 +678,14 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         perf: a.perf.clone(),
         quiet: a.quiet,
     };
-    let ctx = decode::DecodeContext {
-        executable_implied: true,
+    decode_keeping_the_recording(
+        &args,
         stop_at,
-        end_at: None,
-    };
-    let result = decode::run(&args, ctx);
-    let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
-    if a.working_directory.is_some() {
-        drop(temp);
-        messages::info(&kept_message);
-    } else if !whole {
-        keep(temp);
-        messages::warn(&kept_message);
-    }
-    let report = result?;
-    Ok(program_code.unwrap_or_else(|| decode::exit_status(&report)))
+        temp,
+        a.working_directory.is_some(),
+        &kept_message,
+        program_code,
+    )
 }
 
 fn which(cmd: &Path) -> Result<PathBuf> {
