@@ -701,12 +701,13 @@ fn decode_inputs(
     (choice, no_inline): (Choice, bool),
     quiet: bool,
     ctx: DecodeContext,
-    naming: bool,
+    (naming, fold_kernel): (bool, bool),
     tx: std::sync::mpsc::SyncSender<Msg>,
 ) {
     let mut strings = StringTable::new();
     // One for the whole run: its caches and counts span the snapshots.
     let mut namer = ptscope_symbols::Namer::new(naming, naming);
+    namer.set_fold_kernel(fold_kernel);
     let last = specs.len().saturating_sub(1);
     let mut sent = 0usize;
     let flush = |strings: &StringTable, sent: &mut usize, events: Vec<Event>| Msg::Batch {
@@ -893,7 +894,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     make_writer: impl FnOnce(S, u64, Extras) -> W,
     on_end_of_input: impl FnOnce(&mut S),
     totals: &mut Totals,
-    ctx: DecodeContext,
+    (ctx, scope): (DecodeContext, TraceScope),
 ) -> Result<(S, StringTable)> {
     let exe = match &args.executable {
         Some(p) => Some(crate::exe::ExeInfo::load(p)?),
@@ -910,6 +911,8 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     let demangle = !args.no_demangle && args.format == Format::Fxt;
     // Transcripts stay comparable with magic-trace's: perf's names and stacks as printed.
     let naming = args.format == Format::Fxt;
+    // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.
+    let fold_kernel = naming && scope == TraceScope::Userspace;
     let mut range = args.filter.as_ref().map(|(start, stop)| RangeFilter {
         start: start.clone(),
         stop: stop.clone(),
@@ -933,7 +936,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     let reading = (choice, args.no_inline);
     let decoder = std::thread::Builder::new()
         .name("ptscope-decode".into())
-        .spawn(move || decode_inputs(specs, perf, reading, quiet, ctx, naming, tx))
+        .spawn(move || decode_inputs(specs, perf, reading, quiet, ctx, (naming, fold_kernel), tx))
         .context("cannot start the decoding thread")?;
     let mut writer: Option<W> = None;
     let mut pending = Some((sink, make_writer));
@@ -1142,6 +1145,7 @@ fn run_writer<S: TraceSink>(
         _ => None,
     };
     let ctx = DecodeContext { end_at, ..ctx };
+    let scope = config.scope;
     // Both writers take the same options; what only the input knows is added per input.
     let config_for = move |earliest_time, x: Extras| LegacyConfig {
         earliest_time,
@@ -1160,7 +1164,7 @@ fn run_writer<S: TraceSink>(
             |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
             on_end,
             totals,
-            ctx,
+            (ctx, scope),
         ),
         WriterKind::Segments => drive(
             specs,
@@ -1171,7 +1175,7 @@ fn run_writer<S: TraceSink>(
             },
             on_end,
             totals,
-            ctx,
+            (ctx, scope),
         ),
     }
 }

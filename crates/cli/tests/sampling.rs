@@ -136,8 +136,14 @@ fn decode_scope_keeps_only_its_frames_of_a_perf_record_g() {
             .expect("perf record"),
         "perf record",
     );
-    // Unasked, the scope is what was recorded: both.
-    let all = frames(&data, &[]);
+    // Unasked, a recording without a `k` modifier is a trace of user space (the time
+    // in the kernel is a `[kernel: …]` frame in an FXT trace); `--scope uk` shows both.
+    let unasked = frames(&data, &[]);
+    assert!(
+        kernel(&unasked) == 0 && user(&unasked) > 0,
+        "user space only expected: {unasked:?}"
+    );
+    let all = frames(&data, &["--scope", "uk"]);
     assert!(
         kernel(&all) > 0 && user(&all) > 0,
         "both levels expected: {all:?}"

@@ -266,10 +266,12 @@ pub fn detect_recording_kind(perf: &Path, input: &Path) -> Result<RecordingKind,
     Ok(RecordingKind::Sampling)
 }
 
-/// The privilege levels a sampling recording's first event counted, from its
-/// modifier as `perf evlist` prints it (`cpu-clock:k`, `cycles/freq=1000/u`; none means
-/// both). `None` for Intel PT recordings (their scope is a decoding choice) or when perf
-/// cannot tell.
+/// The scope a sampling recording asks for, from its first event's modifier as `perf
+/// evlist` prints it: `cpu-clock:k` → k, `cycles/freq=1000/uk` → uk, `…:u` → u. None
+/// (perf's default, both levels counted) means u: a trace of user space in which a
+/// sample's time in the kernel is one `[kernel: …]` frame; `ptscope run` records its
+/// default so, and its `--trace-include-kernel` with an explicit `uk`. `None` for Intel
+/// PT recordings (their scope is a decoding choice) or when perf cannot tell.
 pub fn recorded_scope(perf: &Path, input: &Path) -> Option<ptscope_event::TraceScope> {
     let out = Command::new(perf)
         .arg("evlist")
@@ -306,9 +308,9 @@ pub fn scope_of_event_name(name: &str) -> Option<ptscope_event::TraceScope> {
         return Some(TraceScope::UserspaceAndKernel);
     }
     Some(match (mods.contains('u'), mods.contains('k')) {
-        (true, false) => TraceScope::Userspace,
         (false, true) => TraceScope::Kernel,
-        _ => TraceScope::UserspaceAndKernel,
+        (true, true) => TraceScope::UserspaceAndKernel,
+        _ => TraceScope::Userspace,
     })
 }
 
@@ -336,7 +338,30 @@ fn pmu_maps_intel_pt(header: &str, types: &[&str]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::pmu_maps_intel_pt;
+    use super::{pmu_maps_intel_pt, scope_of_event_name};
+    use ptscope_event::TraceScope;
+
+    #[test]
+    fn a_recording_asks_for_the_kernel_only_with_a_k_modifier() {
+        let u = Some(TraceScope::Userspace);
+        let uk = Some(TraceScope::UserspaceAndKernel);
+        let k = Some(TraceScope::Kernel);
+        for (name, want) in [
+            // What `ptscope run` records: default, --trace-include-kernel, --kernel-only.
+            ("cpu-clock/freq=10000/", u),
+            ("cpu-clock/freq=10000/uk", uk),
+            ("cpu-clock/freq=10000/k", k),
+            ("cpu-clock/freq=10000/u", u),
+            // perf's own names.
+            ("cpu-clock", u),
+            ("cycles:pp", u),
+            ("cycles:ukpp", uk),
+            ("cpu-clock:k", k),
+            ("intel_pt//u", None),
+        ] {
+            assert_eq!(scope_of_event_name(name), want, "{name}");
+        }
+    }
 
     #[test]
     fn intel_pt_is_found_in_the_pmu_table() {

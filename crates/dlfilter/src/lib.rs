@@ -206,6 +206,10 @@ const STDOUT_BUF: usize = 64 << 10;
 
 /// Callchain entries at or above this are `PERF_CONTEXT_*` markers, not addresses.
 const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
+/// The marker before a callchain's user-space part.
+const PERF_CONTEXT_USER: u64 = -512i64 as u64;
+/// `cpumode` of a sample taken in the kernel (`PERF_RECORD_MISC_KERNEL`).
+const CPUMODE_KERNEL: u8 = 1;
 
 /// What is known about one event name.
 #[derive(Copy, Clone)]
@@ -747,6 +751,12 @@ impl State {
             return Some(true);
         }
         let chain = std::slice::from_raw_parts(s.raw_callchain, s.raw_callchain_nr as usize);
+        // A DWARF-unwound recording holds only the kernel's part of a kernel sample's
+        // callchain; perf unwinds the user part from the stack copy when it prints it, so
+        // such a sample is left to the text path, which gets the whole stack.
+        if s.cpumode == CPUMODE_KERNEL && !chain.contains(&PERF_CONTEXT_USER) {
+            return None;
+        }
         let (ptrs, hit) = if self.sideband {
             // The caches are known to be current: no need to resolve anything on a hit.
             let hit = self

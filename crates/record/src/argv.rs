@@ -357,6 +357,14 @@ impl RecordPlan {
                 } else {
                     "cpu-clock"
                 };
+                // A user-space trace still samples in the kernel (no modifier: both
+                // levels), so time in system calls has a user stack and a `[kernel: …]`
+                // frame, as samply shows it; the kernel's own frames are shown only when
+                // asked for, with an explicit `uk` (or `k`) that `ptscope decode` reads back.
+                let sel = match self.scope {
+                    Scope::User => "",
+                    _ => sel,
+                };
                 format!("{name}/freq={freq}/{sel}")
             }
         }
@@ -603,19 +611,19 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,8192 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,8192 --switch-events"
         );
         // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
         p.snapshot_pages = Some(16384);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --switch-output=12493K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,2352 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12493K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,2352 --switch-events"
         );
         p.snapshot_pages = None;
         p.full_execution = true;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/u --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
         );
         p.full_execution = false;
         p.hardware_pmu = true;
@@ -623,7 +631,7 @@ mod tests {
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/u --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph lbr --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph lbr --switch-events"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;

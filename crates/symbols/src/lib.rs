@@ -54,7 +54,10 @@ pub use error::{Error, Result};
 pub use functions::{
     eh_frame_ranges, find_debug_file, FoundFunction, FunctionRanges, NameSource, DEBUG_ROOT,
 };
-pub use naming::{NameTable, Namer, NamingStats, CALLER_LOST, STACK_CUT, STACK_CUT_UNWOUND};
+pub use naming::{
+    kernel_frame_name, NameTable, Namer, NamingStats, CALLER_LOST, IN_KERNEL, IN_SYSCALL,
+    STACK_CUT, STACK_CUT_UNWOUND,
+};
 pub use ocaml::OcamlTraps;
 pub use perfdata::Mappings;
 pub use perfmap::{

@@ -16,6 +16,11 @@
 //! finds such an address in no mapping of the process and prints it `[unknown]` with no
 //! DSO. Everything from the first such caller outwards is invented, so the stack is cut
 //! there and one [`STACK_CUT`] frame stands for what was lost.
+//!
+//! **Time in the kernel.** A trace of user space still shows the samples a thread spent
+//! in a system call or a page fault: their kernel frames become one `[kernel: read]`-style
+//! frame (see [`kernel_frame_name`]) on top of the user stack that entered the kernel, so
+//! that time has a caller and a name instead of vanishing or showing kernel internals.
 
 use std::path::Path;
 
@@ -35,6 +40,14 @@ pub const STACK_CUT_UNWOUND: &str = "[stack cut: unwinding went astray]";
 /// Stands between a sampled leaf and the frame a frame-pointer walk found next when the
 /// leaf had not set up its own frame: its caller is missing there.
 pub const CALLER_LOST: &str = "[caller lost: no frame pointer here]";
+
+/// Stands for the kernel part of a sampled stack in a user-space trace when the kernel
+/// frames say nothing more specific (see [`kernel_frame_name`]).
+pub const IN_KERNEL: &str = "[kernel]";
+
+/// Stands for the kernel part of a sampled stack in a system call whose handler's name
+/// does not say which.
+pub const IN_SYSCALL: &str = "[kernel: system call]";
 
 /// What perf calls a DSO it could not find (the address is in no mapping).
 const NO_DSO: &str = "[unknown]";
@@ -72,6 +85,8 @@ pub struct NamingStats {
     pub unnamed: u64,
     /// Leaves sampled before they set up their frame: [`CALLER_LOST`] put above them.
     pub caller_lost: u64,
+    /// Stacks sampled in the kernel whose kernel frames became one `[kernel: …]` frame.
+    pub kernel_folded: u64,
 }
 
 /// A function's interned name and where it starts (file offset or address).
@@ -96,6 +111,14 @@ pub struct Namer {
     marker: Option<Sym>,
     unwind_marker: Option<Sym>,
     lost_marker: Option<Sym>,
+    /// Fold kernel frames into one (a user-space trace of sampled stacks).
+    fold_kernel: bool,
+    /// A kernel frame's name → the `[kernel: …]` frame it gives (or `None`: it says nothing).
+    kernel_names: FxHashMap<Sym, Option<Sym>>,
+    /// The plain [`IN_KERNEL`] frame, interned.
+    in_kernel: Option<Sym>,
+    /// The [`IN_SYSCALL`] frame, interned.
+    in_syscall: Option<Sym>,
     /// (DSO, file offset of a leaf) → its frame was not set up there.
     frameless: FxHashMap<(Sym, u64), bool>,
     kinds: Vec<NameKind>,
@@ -120,6 +143,10 @@ impl Namer {
             marker: None,
             unwind_marker: None,
             lost_marker: None,
+            fold_kernel: false,
+            kernel_names: FxHashMap::default(),
+            in_kernel: None,
+            in_syscall: None,
             frameless: FxHashMap::default(),
             kinds: Vec::new(),
             files: FxHashMap::default(),
@@ -138,6 +165,12 @@ impl Namer {
     pub fn set_mappings(&mut self, mappings: Option<Mappings>) {
         self.mappings = mappings;
         self.found_abs.clear();
+    }
+
+    /// Whether sampled stacks' kernel frames become one `[kernel: …]` frame: for a trace
+    /// of user space, which still shows where a thread's time in the kernel went.
+    pub fn set_fold_kernel(&mut self, fold: bool) {
+        self.fold_kernel = fold;
     }
 
     fn grouping(&self) -> bool {
@@ -188,6 +221,9 @@ impl Namer {
             _ => return,
         };
         self.stats.stacks += 1;
+        if self.fold_kernel {
+            self.fold_kernel_frames(callstack, strings);
+        }
         if self.cut {
             self.cut_stack(callstack, strings);
         }
@@ -243,6 +279,56 @@ impl Namer {
         callstack.drain(..bad);
         callstack[0] = Location::new(0, Symbol::FromPerf(marker), 0);
         self.stats.cut += 1;
+    }
+
+    /// Replaces a sampled stack's kernel frames by one frame named after what the kernel
+    /// was doing for the thread (see [`kernel_frame_name`]), kept where the first of them
+    /// was: above the user frame that entered the kernel.
+    fn fold_kernel_frames(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+        let kernel = |l: &Location| !ptscope_event::TraceScope::Userspace.includes_address(l.ip);
+        let Some(first) = callstack.iter().position(kernel) else {
+            return;
+        };
+        let mut marker = None;
+        for loc in callstack[first..].iter().filter(|l| kernel(l)) {
+            let Symbol::FromPerf(sym) = loc.symbol else {
+                continue;
+            };
+            let named = *self
+                .kernel_names
+                .entry(sym)
+                .or_insert_with(|| kernel_frame_name(strings.get(sym)).map(|n| strings.intern(&n)));
+            // The outermost telling frame: the system call, not a fault taken inside it.
+            if named.is_some() {
+                marker = named;
+                break;
+            }
+        }
+        let marker = match marker {
+            Some(m) => m,
+            None => {
+                // A system call whose handler has no telling name.
+                let syscall = callstack[first..].iter().any(|l| {
+                    kernel(l)
+                        && matches!(l.symbol, Symbol::FromPerf(sym)
+                            if strings.get(sym).starts_with("do_syscall_64")
+                                || strings.get(sym).starts_with("entry_SYSCALL"))
+                });
+                if syscall {
+                    *self
+                        .in_syscall
+                        .get_or_insert_with(|| strings.intern(IN_SYSCALL))
+                } else {
+                    *self
+                        .in_kernel
+                        .get_or_insert_with(|| strings.intern(IN_KERNEL))
+                }
+            }
+        };
+        callstack.retain(|l| !kernel(l));
+        let at = first.min(callstack.len());
+        callstack.insert(at, Location::new(0, Symbol::FromPerf(marker), 0));
+        self.stats.kernel_folded += 1;
     }
 
     /// True unless the recording says its stacks were unwound another way (perf script
@@ -403,6 +489,40 @@ impl Namer {
 }
 
 /// True for a frame perf found in no mapping of the process.
+/// The `[kernel: …]` name a kernel function gives the time under it, if it tells what
+/// the kernel was doing for the thread: `__x64_sys_read` → `[kernel: read]` (a system
+/// call), `asm_exc_page_fault` → `[kernel: page fault]`, `asm_sysvec_apic_timer_interrupt`
+/// → `[kernel: interrupt]`.
+pub fn kernel_frame_name(function: &str) -> Option<String> {
+    // perf may print a kernel symbol with an offset or module suffix: keep the name.
+    let f = function.split(['+', ' ', '\t']).next().unwrap_or(function);
+    for prefix in [
+        "__x64_sys_",
+        "__ia32_sys_",
+        "__se_sys_",
+        "__do_sys_",
+        "__arm64_sys_",
+        // The handler itself, when the kernel calls it without the wrapper (`ksys_read`).
+        "ksys_",
+    ] {
+        if let Some(call) = f.strip_prefix(prefix) {
+            if !call.is_empty() {
+                return Some(format!("[kernel: {call}]"));
+            }
+        }
+    }
+    if matches!(
+        f,
+        "asm_exc_page_fault" | "exc_page_fault" | "do_user_addr_fault"
+    ) {
+        return Some("[kernel: page fault]".into());
+    }
+    if f.starts_with("asm_sysvec_") || f.starts_with("asm_common_interrupt") {
+        return Some("[kernel: interrupt]".into());
+    }
+    None
+}
+
 fn is_unmapped(loc: &Location, strings: &impl NameTable) -> bool {
     // Only perf's explicit `[unknown]` DSO: without a DSO field (perf script text
     // printed without `dso`) nothing is known about the mapping.
@@ -510,5 +630,85 @@ mod tests {
             "{:?}",
             n.cut_notice()
         );
+    }
+
+    #[test]
+    fn kernel_frames_fold_into_one_named_after_the_system_call() {
+        let mut s = StringTable::new();
+        let mut n = Namer::new(false, true);
+        n.set_fold_kernel(true);
+        let kernel_sample = |s: &mut StringTable, frames: &[&str]| {
+            let mut e = sample(s, &[("main", Some("/x")), ("__libc_read", Some("/libc"))]);
+            if let Event::Ok {
+                data: EventData::StackSample { callstack },
+                ..
+            } = &mut e
+            {
+                for (i, f) in frames.iter().enumerate() {
+                    callstack.push(Location {
+                        ip: 0xffff_ffff_8100_0000 + i as u64,
+                        symbol: Symbol::FromPerf(s.intern(f)),
+                        offset: 0,
+                        dso: Some(s.intern("[kernel.kallsyms]")),
+                    });
+                }
+            }
+            e
+        };
+        // Root first: the syscall entry, then the system call, a fault taken inside it.
+        let mut e = kernel_sample(
+            &mut s,
+            &[
+                "entry_SYSCALL_64_after_hwframe",
+                "do_syscall_64",
+                "__x64_sys_read",
+                "ksys_read",
+                "asm_exc_page_fault",
+                "_copy_to_iter",
+            ],
+        );
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["main", "__libc_read", "[kernel: read]"]);
+        let mut e = kernel_sample(&mut s, &["asm_exc_page_fault", "handle_mm_fault"]);
+        n.apply(&mut e, &mut s);
+        assert_eq!(
+            names(&e, &s),
+            ["main", "__libc_read", "[kernel: page fault]"]
+        );
+        let mut e = kernel_sample(&mut s, &["[unknown]", "[unknown]"]);
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["main", "__libc_read", IN_KERNEL]);
+        // Entered by a system call whose handler is not named for it.
+        let mut e = kernel_sample(&mut s, &["do_syscall_64", "x64_sys_call", "vfs_read"]);
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["main", "__libc_read", IN_SYSCALL]);
+        // A user-mode sample is untouched.
+        let mut e = kernel_sample(&mut s, &[]);
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["main", "__libc_read"]);
+        assert_eq!(n.stats().kernel_folded, 4);
+        // Without the fold (a trace with the kernel) nothing changes.
+        let mut n = Namer::new(false, true);
+        let mut e = kernel_sample(&mut s, &["__x64_sys_read"]);
+        n.apply(&mut e, &mut s);
+        assert_eq!(names(&e, &s), ["main", "__libc_read", "__x64_sys_read"]);
+    }
+
+    #[test]
+    fn kernel_frame_names() {
+        assert_eq!(
+            kernel_frame_name("__x64_sys_futex").as_deref(),
+            Some("[kernel: futex]")
+        );
+        assert_eq!(kernel_frame_name("__x64_sys_").as_deref(), None);
+        assert_eq!(
+            kernel_frame_name("asm_sysvec_apic_timer_interrupt").as_deref(),
+            Some("[kernel: interrupt]")
+        );
+        assert_eq!(
+            kernel_frame_name("ksys_read+0x66").as_deref(),
+            Some("[kernel: read]")
+        );
+        assert_eq!(kernel_frame_name("vfs_read"), None);
     }
 }

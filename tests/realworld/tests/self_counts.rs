@@ -1,7 +1,8 @@
 //! Against perf itself: on the same perf.data, the per-function self sample counts a
 //! sampled trace carries (the `samples` arg of each slice: samples with that frame as the
 //! leaf, summed per function name) equal `perf report --no-children` for every function
-//! perf names. Three programs compiled here (C with named threads, C++ exceptions, Rust
+//! perf names, and the samples taken in the kernel (perf names their kernel function, a
+//! user-space trace shows one `[kernel: …]` frame) sum to the same. Three programs compiled here (C with named threads, C++ exceptions, Rust
 //! without frame pointers), recorded by `ptscope run -w` with its default DWARF stacks.
 
 use ptscope_fxt::reader::{ArgValue, EventKind, Reader, Record};
@@ -29,10 +30,19 @@ fn trace_counts(t: &Trace) -> BTreeMap<String, u64> {
             Some(ArgValue::UInt32(n)) => n as u64,
             _ => continue,
         };
-        *counts.entry(e.name.to_string()).or_insert(0) += n;
+        let name = if e.name.starts_with("[kernel") {
+            KERNEL
+        } else {
+            &e.name
+        };
+        *counts.entry(name.to_string()).or_insert(0) += n;
     }
     counts
 }
+
+/// Every sample taken in the kernel, summed: perf's `[k]` lines, the trace's `[kernel: …]`
+/// frames.
+const KERNEL: &str = "(in the kernel)";
 
 /// Symbol → self samples from `perf report --no-children --sort sym` on every perf.data
 /// file of the working directory (the flight recorder may rotate through several).
@@ -80,6 +90,12 @@ fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64) {
             total += n;
             let rest = rest.trim_start();
             let sym = match rest.split_once("] ") {
+                // perf names the kernel function a sample was in; a user-space trace has
+                // one `[kernel: …]` frame over the user stack instead: compared summed.
+                Some(("[k", _)) => {
+                    *counts.entry(KERNEL.to_string()).or_insert(0) += n;
+                    continue;
+                }
                 Some((_level, s)) => s.trim(),
                 None => continue,
             };

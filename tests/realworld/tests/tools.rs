@@ -336,3 +336,82 @@ fn shell_pipeline_records_the_forked_processes() {
     t.assert_process_named("wc");
     assert_exe_nested(&t, &gzip, |k| k.process_name.contains("gzip"));
 }
+
+/// Time a program spends in system calls is sampled too (samply shows it; a user-mode
+/// timer would not): with the default scope, under the user stack that made the call,
+/// as one `[kernel: read]` frame, and the kernel's own frames only when asked for.
+#[test]
+fn dd_time_in_system_calls_shows_under_its_callers() {
+    let test = "dd_time_in_system_calls_shows_under_its_callers";
+    if !can_record(test) {
+        return;
+    }
+    let Some(dd) = need_tool(test, "dd", "coreutils") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("rec");
+    // Reading /dev/zero is all kernel work (clearing the buffer), writing /dev/null none.
+    let command: [&dyn AsRef<std::ffi::OsStr>; 5] = [
+        &dd,
+        &"if=/dev/zero",
+        &"of=/dev/null",
+        &"bs=256k",
+        &"count=8000",
+    ];
+    let (run, t) = record(dir.path(), "dd", &["-w", work.to_str().unwrap()], &command);
+    let code = in_exe(&dd);
+    let read = |n: &str| same_function(n, "read") || same_function(n, "__GI___libc_read");
+    let start = |n: &str| n == "__libc_start_call_main";
+    let n = t.assert_under_on(
+        "[kernel: read] over libc's read, under dd's code",
+        |_| true,
+        |n| n == "[kernel: read]",
+        &[&read, &code, &start],
+    );
+    assert!(
+        n >= 3,
+        "only {n} stretches of time in read(2):\n{}",
+        t.summary()
+    );
+    // No kernel function of its own in a user-space trace.
+    for track in t.tracks.values() {
+        for s in &track.slices {
+            assert!(
+                !s.name.contains("clear_user") && !s.name.contains("do_syscall_64"),
+                "kernel frame {} in a user-space trace",
+                s.name
+            );
+        }
+    }
+    // Both decoders agree, kernel samples included (the dlfilter leaves DWARF-unwound
+    // kernel samples to perf's text, which has their user part).
+    let text = decode(
+        &work,
+        &dir.path().join("text.fxt.gz"),
+        &["--decoder", "text"],
+        &run,
+    );
+    let dl = decode(
+        &work,
+        &dir.path().join("dl.fxt.gz"),
+        &["--decoder", "dlfilter"],
+        &run,
+    );
+    text.assert_same_slices(&dl, "dd: --decoder text vs --decoder dlfilter");
+    // Asked for, the kernel's frames are there, under the same user stack.
+    let uk = decode(
+        &work,
+        &dir.path().join("uk.fxt.gz"),
+        &["--scope", "uk"],
+        &run,
+    );
+    let sys_read = |n: &str| n.starts_with("__x64_sys_read") || n.starts_with("ksys_read");
+    uk.assert_under_on(
+        "the kernel's read path under libc's read with --scope uk",
+        |_| true,
+        sys_read,
+        &[&read, &code],
+    );
+    assert!(!uk.has("[kernel: read]"));
+}
