@@ -33,7 +33,7 @@ fn trace_counts(t: &Trace) -> BTreeMap<String, u64> {
         let name = if e.name.starts_with("[kernel") {
             KERNEL
         } else {
-            &e.name
+            e.name
         };
         *counts.entry(name.to_string()).or_insert(0) += n;
     }
