@@ -1334,7 +1334,16 @@ impl<T> Cx<'_, T> {
         let mut keep = 0;
         for (i, (&fr, loc)) in cur.iter().zip(callstack).enumerate() {
             let known = self.locs.list[self.ts.frames[fr as usize].loc as usize];
-            let at_a_leaf = i + 1 == cur_len || i + 1 == callstack.len();
+            // The user-space leaf under a sample's `[kernel: …]` frame (the naming step's
+            // one synthetic last frame, at address 0) is a leaf too: its pc is where it
+            // entered the kernel, and another pc there is not another call of it.
+            let under_kernel_cur = i + 2 == cur_len
+                && self.locs.list[self.ts.frames[cur[i + 1] as usize].loc as usize].ip == 0;
+            let under_kernel_new = i + 2 == callstack.len() && callstack[i + 1].ip == 0;
+            let at_a_leaf = i + 1 == cur_len
+                || i + 1 == callstack.len()
+                || under_kernel_cur
+                || under_kernel_new;
             // Callers are matched by call site; a leaf moves within its function.
             if known.symbol != loc.symbol || (!at_a_leaf && known.ip != loc.ip) {
                 break;

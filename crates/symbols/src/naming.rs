@@ -221,11 +221,11 @@ impl Namer {
             _ => return,
         };
         self.stats.stacks += 1;
-        if self.fold_kernel {
-            self.fold_kernel_frames(callstack, strings);
-        }
+        // The frames after the user-space leaf (the `[kernel: …]` frame): the checks below
+        // are about the user stack, whose leaf is the sampled user pc.
+        let tail = usize::from(self.fold_kernel && self.fold_kernel_frames(callstack, strings));
         if self.cut {
-            self.cut_stack(callstack, strings);
+            self.cut_stack(callstack, tail, strings);
         }
         if self.grouping()
             && self
@@ -233,7 +233,7 @@ impl Namer {
                 .as_ref()
                 .is_some_and(Mappings::frame_pointer_stacks)
         {
-            self.mark_lost_caller(callstack, strings);
+            self.mark_lost_caller(callstack, tail, strings);
         }
         if self.grouping() {
             for loc in callstack.iter_mut() {
@@ -244,7 +244,13 @@ impl Namer {
 
     /// Replaces the callers from the first one outside every mapping (root first: the
     /// last such frame before the leaf's side) by one [`STACK_CUT`] frame.
-    fn cut_stack(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+    /// `tail` frames after the user-space leaf are left alone.
+    fn cut_stack(
+        &mut self,
+        callstack: &mut Vec<Location>,
+        tail: usize,
+        strings: &mut impl NameTable,
+    ) {
         // perf ends a walk that reached the true root with a 0 or -1 "return address"
         // (DWARF unwinding past `_start`; `rbp` zeroed by `_start`): the end of the
         // stack, not a break in it.
@@ -254,7 +260,7 @@ impl Namer {
         {
             callstack.remove(0);
         }
-        let n = callstack.len();
+        let n = callstack.len().saturating_sub(tail);
         if n < 2 {
             return;
         }
@@ -284,10 +290,15 @@ impl Namer {
     /// Replaces a sampled stack's kernel frames by one frame named after what the kernel
     /// was doing for the thread (see [`kernel_frame_name`]), kept where the first of them
     /// was: above the user frame that entered the kernel.
-    fn fold_kernel_frames(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+    /// True if it did (the stack then ends with that frame).
+    fn fold_kernel_frames(
+        &mut self,
+        callstack: &mut Vec<Location>,
+        strings: &mut impl NameTable,
+    ) -> bool {
         let kernel = |l: &Location| !ptscope_event::TraceScope::Userspace.includes_address(l.ip);
         let Some(first) = callstack.iter().position(kernel) else {
-            return;
+            return false;
         };
         let mut marker = None;
         for loc in callstack[first..].iter().filter(|l| kernel(l)) {
@@ -329,6 +340,7 @@ impl Namer {
         let at = first.min(callstack.len());
         callstack.insert(at, Location::new(0, Symbol::FromPerf(marker), 0));
         self.stats.kernel_folded += 1;
+        at + 1 == callstack.len()
     }
 
     /// True unless the recording says its stacks were unwound another way (perf script
@@ -342,8 +354,13 @@ impl Namer {
     /// Inserts [`CALLER_LOST`] above a leaf sampled where it had no frame of its own
     /// (see [`FunctionRanges::frame_set_up_at`]): the frame found next is its caller's
     /// caller.
-    fn mark_lost_caller(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
-        let n = callstack.len();
+    fn mark_lost_caller(
+        &mut self,
+        callstack: &mut Vec<Location>,
+        tail: usize,
+        strings: &mut impl NameTable,
+    ) {
+        let n = callstack.len().saturating_sub(tail);
         if n < 2 {
             return;
         }
@@ -687,6 +704,33 @@ mod tests {
         n.apply(&mut e, &mut s);
         assert_eq!(names(&e, &s), ["main", "__libc_read"]);
         assert_eq!(n.stats().kernel_folded, 4);
+        // The user-space leaf under the `[kernel: …]` frame is the sampled user pc, never
+        // read from a frame: an unmapped one is no broken chain.
+        let mut e = sample(
+            &mut s,
+            &[
+                ("main", Some("/x")),
+                ("[unknown @ 0x10 ([unknown])]", Some("[unknown]")),
+            ],
+        );
+        if let Event::Ok {
+            data: EventData::StackSample { callstack },
+            ..
+        } = &mut e
+        {
+            callstack.push(Location {
+                ip: 0xffff_ffff_8100_0000,
+                symbol: Symbol::FromPerf(s.intern("__x64_sys_read")),
+                offset: 0,
+                dso: Some(s.intern("[kernel.kallsyms]")),
+            });
+        }
+        n.apply(&mut e, &mut s);
+        assert_eq!(
+            names(&e, &s),
+            ["main", "[unknown @ 0x10 ([unknown])]", "[kernel: read]"]
+        );
+        assert_eq!(n.stats().cut, 0);
         // Without the fold (a trace with the kernel) nothing changes.
         let mut n = Namer::new(false, true);
         let mut e = kernel_sample(&mut s, &["__x64_sys_read"]);
