@@ -6,7 +6,9 @@ use crate::messages;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use ptscope_event::TraceScope;
-use ptscope_record::argv::{parse_snapshot_size, Backend, CallGraph, Scope, TimerResolution};
+use ptscope_record::argv::{
+    parse_snapshot_bound, Backend, CallGraph, Scope, SnapshotBound, TimerResolution,
+};
 use ptscope_record::process::describe_exit;
 use ptscope_record::session::{self, EndReason, Options, Target};
 use ptscope_record::trigger::TriggerSpec;
@@ -47,9 +49,10 @@ pub struct RecordArgs {
     /// Take a snapshot at every trigger hit (each its own snapshot in the trace).
     #[arg(long)]
     pub multi_snapshot: bool,
-    /// Snapshot size: a power of two, e.g. 4M, 256K. PT: the trace buffer per CPU. Sampling:
-    /// the disk the last moments may take (default 256M; with --multi-snapshot, the sample ring).
-    #[arg(long, value_name = "SIZE")]
+    /// How much of the last moments to keep. PT: the trace buffer per CPU, a power of two
+    /// (e.g. 4M, 256K). Sampling: the disk they may take (default 256M; with
+    /// --multi-snapshot, perf's sample buffer), or how long they last, in seconds (e.g. 10s).
+    #[arg(long, value_name = "SIZE|SECONDS")]
     pub snapshot_size: Option<String>,
     /// low, normal, high, sample:FREQ (Hz) or custom:cyc=1,cyc_thresh=1,mtc_period=0,….
     #[arg(long, value_name = "RES", default_value = "normal")]
@@ -111,8 +114,11 @@ Examples:
   ptscope run --trigger src/main.rs:120 -w rec -- ./server   # keep the recording in rec/
   ptscope decode rec -o again.fxt.gz            # decode a kept recording again
 
-Without Intel PT (AMD, most VMs) ptscope samples call stacks instead and says so;
-`--backend emulate` shows every call exactly by running the program under qemu-user.
+Without Intel PT (AMD, most VMs) ptscope samples call stacks instead and says so:
+the trace keeps the last 256 MiB of samples (`--snapshot-size 64M` or `--snapshot-size
+10s` for the last 10 seconds), shows time off CPU as [off-cpu] and time in system calls
+as [kernel: read]-style frames under their callers. `--backend emulate` shows every call
+exactly by running the program under qemu-user.
 Open the trace at https://ui.perfetto.dev.
 
 Ctrl-C (or SIGTERM/SIGHUP): the first stops recording and decodes; the second stops
@@ -317,6 +323,11 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         base + 3,
         format!("ptscope: interrupted three times: quitting; {kept_message}"),
     );
+    let bound = a
+        .snapshot_size
+        .as_deref()
+        .map(parse_snapshot_bound)
+        .transpose()?;
     let opts = Options {
         perf: perf.clone(),
         target,
@@ -331,11 +342,14 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         single_thread: a.single_thread,
         multi_snapshot: a.multi_snapshot,
         full_execution: a.full_execution,
-        snapshot_pages: a
-            .snapshot_size
-            .as_deref()
-            .map(parse_snapshot_size)
-            .transpose()?,
+        snapshot_pages: match bound {
+            Some(SnapshotBound::Pages(p)) => Some(p),
+            _ => None,
+        },
+        snapshot_seconds: match bound {
+            Some(SnapshotBound::Seconds(s)) => Some(s),
+            _ => None,
+        },
         callgraph: a.callgraph.map(|c| match c {
             CallGraphArg::Fp => CallGraph::Fp,
             CallGraphArg::Dwarf => CallGraph::Dwarf,

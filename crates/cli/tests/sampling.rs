@@ -455,3 +455,68 @@ fn sampling_keeps_the_last_moments_within_the_bound() {
         "{joined} frames begun over the pieces, {cut} as snapshots"
     );
 }
+
+#[test]
+fn sampling_keeps_the_last_seconds_when_given_a_duration() {
+    if !perf_usable() || !have("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("rec");
+    // python3 busy for 6 s of wall time (it spins on the clock, so it ends on time
+    // however slowly it is sampled).
+    let out = ok(
+        Command::new(ptscope())
+            .args(["run", "--snapshot-size", "2s", "--no-decode", "-w"])
+            .arg(&work)
+            .args([
+                "--",
+                "python3",
+                "-c",
+                "import time\nt = time.time()\nwhile time.time() - t < 6: pass",
+            ])
+            .output()
+            .expect("ptscope run"),
+        "ptscope run",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at least the last 2 s"), "{err}");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&work)
+        .expect("working dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("perf.data."))
+        })
+        .collect();
+    files.sort();
+    // Two files of one second each, and the one being written when python3 exited.
+    assert!((2..=3).contains(&files.len()), "files kept: {files:?}");
+    let (first, _) = perf_times(&files[0]);
+    let (last, exits) = perf_times(files.last().expect("a file"));
+    let exit = *exits.last().expect("python3's exit is in the last file");
+    let kept = exit - first[0];
+    let last_sample = *last.last().expect("samples in the last file");
+    assert!(
+        exit - last_sample < 0.5,
+        "last sample {last_sample}, exit {exit}"
+    );
+    // At least the 2 s asked for, at most one file's second more (and some slack for a
+    // loaded machine's timers), and not the 6 s run.
+    assert!(
+        (1.9..=3.5).contains(&kept),
+        "kept {kept:.2} s of samples before the exit for --snapshot-size 2s"
+    );
+    let out = ok(
+        Command::new(ptscope())
+            .arg("decode")
+            .arg(&work)
+            .arg("-o")
+            .arg(dir.path().join("t.fxt.gz"))
+            .output()
+            .expect("decode"),
+        "ptscope decode",
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote"));
+}

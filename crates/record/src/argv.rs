@@ -201,6 +201,8 @@ pub struct RecordPlan {
     pub snapshot_when: SnapshotWhen,
     /// Ring size in 4 KiB pages (a power of two).
     pub snapshot_pages: Option<u32>,
+    /// Sampling: keep (at least) the last this many seconds instead of a size.
+    pub snapshot_seconds: Option<u32>,
     /// Sampling call stacks.
     pub callgraph: CallGraph,
     /// How perf is controlled.
@@ -234,6 +236,7 @@ impl RecordPlan {
             full_execution: false,
             snapshot_when: SnapshotWhen::AtExit,
             snapshot_pages: None,
+            snapshot_seconds: None,
             callgraph: CallGraph::Dwarf,
             control: ControlChannel::Signals,
             snapshot_at_exit: true,
@@ -281,6 +284,21 @@ impl RecordPlan {
                 }
             ));
         }
+        if let Some((secs, files)) = self.sampling_time_ring() {
+            // Each sample: the stack copy (dwarf), registers, callchain and header.
+            let per_sample: u64 = match self.callgraph {
+                CallGraph::Dwarf => 8192 + 300,
+                _ => 300,
+            };
+            let rate = u64::from(self.sample_rate()) * per_sample;
+            v.push(format!(
+                "sampling keeps at least the last {} s ({files} perf.data files of {secs} s each, \
+                 and the one being written); the disk that takes grows with the threads running: \
+                 about {:.0} MB per second of CPU time at this sample rate",
+                self.snapshot_seconds.unwrap_or(0),
+                rate as f64 / 1e6
+            ));
+        }
         if self.backend == Backend::Sample && self.timer == TimerResolution::High {
             // Measured (BENCHMARKS.md): gzip of 20 MB on a 2-core KVM guest took 0.77 s
             // alone, 0.9-1.0 s sampled at 10 kHz, 15-21 s at 100 kHz.
@@ -310,6 +328,26 @@ impl RecordPlan {
                 "sample:FREQ applies to sampling only; with Intel PT use low, normal, high or custom:…"
             ),
             _ => {}
+        }
+        if let Some(secs) = self.snapshot_seconds {
+            if self.backend == Backend::Pt {
+                bail!(
+                    "with Intel PT the snapshot is a trace buffer of a size, not a duration \
+                     (`{secs}s`); give e.g. --snapshot-size 4M"
+                );
+            }
+            if self.full_execution {
+                bail!("--full-execution keeps everything: a snapshot duration does not apply");
+            }
+            if self.multi_snapshot {
+                bail!(
+                    "with --multi-snapshot the sampling ring is bounded by a size; give e.g. \
+                     --snapshot-size 64M"
+                );
+            }
+            if secs == 0 {
+                bail!("a snapshot duration must be at least 1 s");
+            }
         }
         if let Some(p) = self.snapshot_pages {
             if !p.is_power_of_two() {
@@ -407,9 +445,32 @@ impl RecordPlan {
         Some((file.max(256 << 10), SAMPLING_FILES))
     }
 
+    /// The sampling flight recorder bounded by time, `(seconds per perf.data file, files
+    /// kept)`: perf starts a new file every so many seconds (`--switch-output=Ns`, whole
+    /// seconds only) and keeps enough files to span the seconds asked for; with the file
+    /// being written, the disk holds between that and one file's time more.
+    pub fn sampling_time_ring(&self) -> Option<(u32, u32)> {
+        let secs = self.snapshot_seconds?.max(1);
+        if self.backend != Backend::Sample || self.full_execution || self.multi_snapshot {
+            return None;
+        }
+        let per_file = secs.div_ceil(SAMPLING_FILES).max(1);
+        Some((per_file, secs.div_ceil(per_file)))
+    }
+
+    /// Whether the perf.data files perf writes are pieces of one recording (a flight
+    /// recorder's ring), not one snapshot each.
+    pub fn rotates(&self) -> bool {
+        self.sampling_ring().is_some() || self.sampling_time_ring().is_some()
+    }
+
     /// The disk the sampling flight recorder may take (`None` when it is not used).
     pub fn sampling_bound(&self) -> Option<u64> {
-        if self.backend != Backend::Sample || self.full_execution || self.multi_snapshot {
+        if self.backend != Backend::Sample
+            || self.full_execution
+            || self.multi_snapshot
+            || self.snapshot_seconds.is_some()
+        {
             return None;
         }
         Some(
@@ -447,6 +508,11 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     }
     if let Some((file, files)) = plan.sampling_ring() {
         a.push(format!("--switch-output={}K", file >> 10).into());
+        a.push(format!("--switch-max-files={files}").into());
+        switching = true;
+    }
+    if let Some((secs, files)) = plan.sampling_time_ring() {
+        a.push(format!("--switch-output={secs}s").into());
         a.push(format!("--switch-max-files={files}").into());
         switching = true;
     }
@@ -530,6 +596,28 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
         a.push("--switch-events".into());
     }
     a
+}
+
+/// What `--snapshot-size` bounds the last moments by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotBound {
+    /// A size, in 4 KiB pages (a power of two).
+    Pages(u32),
+    /// A duration in whole seconds (sampling only).
+    Seconds(u32),
+}
+
+/// Parses a `--snapshot-size`: a size (see [`parse_snapshot_size`]) or, for sampling, a
+/// duration in seconds (`10s`).
+pub fn parse_snapshot_bound(s: &str) -> Result<SnapshotBound> {
+    let t = s.trim();
+    if let Some(n) = t.strip_suffix('s').or_else(|| t.strip_suffix("sec")) {
+        return match n.trim().parse::<u32>() {
+            Ok(v) if v > 0 => Ok(SnapshotBound::Seconds(v)),
+            _ => bail!("`{s}` is not a duration in whole seconds; write e.g. 10s"),
+        };
+    }
+    parse_snapshot_size(t).map(SnapshotBound::Pages)
 }
 
 /// Parses a `--snapshot-size` (`4M`, `256K`, `1G`, or a page count with `p`) into 4 KiB pages.
@@ -620,6 +708,19 @@ mod tests {
             "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12493K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,2352 --switch-events"
         );
         p.snapshot_pages = None;
+        // A duration: files of whole seconds, enough of them to span it; full stack copies.
+        p.snapshot_seconds = Some(10);
+        assert_eq!(
+            s(perf_record_argv(&p)),
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
+        );
+        assert!(p.rotates() && p.validate().is_ok());
+        p.snapshot_seconds = Some(1);
+        assert_eq!(p.sampling_time_ring(), Some((1, 1)));
+        p.backend = Backend::Pt;
+        assert!(p.validate().is_err(), "a duration with Intel PT");
+        p.backend = Backend::Sample;
+        p.snapshot_seconds = None;
         p.full_execution = true;
         assert_eq!(
             s(perf_record_argv(&p)),
@@ -697,5 +798,15 @@ mod tests {
         assert!(parse_snapshot_size("3M").is_err());
         assert!(parse_snapshot_size("1000").is_err());
         assert!(parse_snapshot_size("big").is_err());
+        assert_eq!(
+            parse_snapshot_bound("10s").unwrap(),
+            SnapshotBound::Seconds(10)
+        );
+        assert_eq!(
+            parse_snapshot_bound("4M").unwrap(),
+            SnapshotBound::Pages(1024)
+        );
+        assert!(parse_snapshot_bound("0s").is_err());
+        assert!(parse_snapshot_bound("1.5s").is_err());
     }
 }

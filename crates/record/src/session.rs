@@ -49,6 +49,8 @@ pub struct Options {
     pub full_execution: bool,
     /// Ring size in pages.
     pub snapshot_pages: Option<u32>,
+    /// Sampling: keep the last this many seconds instead of a size.
+    pub snapshot_seconds: Option<u32>,
     /// Sampling call stacks; `None` = dwarf.
     pub callgraph: Option<CallGraph>,
     /// The trigger.
@@ -307,6 +309,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         SnapshotWhen::OnTrigger
     };
     plan.snapshot_pages = opts.snapshot_pages;
+    plan.snapshot_seconds = opts.snapshot_seconds;
     plan.callgraph = opts.callgraph.unwrap_or(CallGraph::Dwarf);
     plan.control = match &fifos {
         Some(f) => ControlChannel::Fifo {
@@ -335,7 +338,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    if plan.sampling_ring().is_some() {
+    if plan.rotates() {
         // The perf.data files will be one recording cut in pieces, not snapshots.
         process::create_private(&dir.join(ROTATED_FILES_MARKER))?;
     }

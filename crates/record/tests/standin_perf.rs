@@ -116,6 +116,7 @@ fn options(d: &Path, perf: &Path, argv: Vec<&str>, trigger: Option<TriggerSpec>)
         multi_snapshot: false,
         full_execution: false,
         snapshot_pages: None,
+        snapshot_seconds: None,
         callgraph: None,
         trigger,
         caps: Some(Capabilities {
