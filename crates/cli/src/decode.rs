@@ -906,8 +906,30 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         _ => Some(0),
     };
     let mut held: Vec<Event> = Vec::new();
-    let rotated = matches!(&args.input, Some(d) if d.is_dir()
-        && d.join(ptscope_record::session::ROTATED_FILES_MARKER).exists());
+    let marker = args
+        .input
+        .as_ref()
+        .filter(|d| d.is_dir())
+        .map(|d| d.join(ptscope_record::session::ROTATED_FILES_MARKER));
+    let rotated = marker.as_ref().is_some_and(|m| m.exists());
+    // With --multi-snapshot sampling the marker names the files that end a snapshot.
+    let ends_snapshot: Vec<bool> = {
+        let ends = marker
+            .as_ref()
+            .and_then(|m| std::fs::read_to_string(m).ok())
+            .unwrap_or_default();
+        let ends: std::collections::HashSet<&str> = ends.lines().collect();
+        specs
+            .iter()
+            .map(|s| match s {
+                InputSpec::PerfData(p) => p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| ends.contains(n)),
+                _ => false,
+            })
+            .collect()
+    };
     let demangle = !args.no_demangle && args.format == Format::Fxt;
     // Transcripts stay comparable with magic-trace's: perf's names and stacks as printed.
     let naming = args.format == Format::Fxt;
@@ -1030,8 +1052,9 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                 }
                 done += 1;
                 // Each perf.data file is one snapshot: close its frames before the next,
-                // unless the files are the pieces of one rotated sampling recording.
-                if done < inputs && !rotated {
+                // unless the files are the pieces of one rotated sampling recording (and
+                // this one does not end one of its snapshots).
+                if done < inputs && (!rotated || ends_snapshot[done - 1]) {
                     if let Some(w) = writer.as_mut() {
                         w.end_snapshot(&strings);
                     }

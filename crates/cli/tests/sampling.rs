@@ -520,3 +520,136 @@ fn sampling_keeps_the_last_seconds_when_given_a_duration() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("wrote"));
 }
+
+/// The files of a working directory, sorted, cut into the snapshots the rotation marker
+/// says end there (the last group ends with the recording).
+fn snapshot_groups(work: &Path) -> Vec<Vec<PathBuf>> {
+    let ends = std::fs::read_to_string(work.join("rotated-perf-data")).expect("marker");
+    let ends: Vec<&str> = ends.lines().collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(work)
+        .expect("working dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("perf.data."))
+        })
+        .collect();
+    files.sort();
+    let mut groups = vec![Vec::new()];
+    for f in files {
+        let end = ends.contains(&f.file_name().unwrap().to_string_lossy().as_ref());
+        groups.last_mut().unwrap().push(f);
+        if end {
+            groups.push(Vec::new());
+        }
+    }
+    groups.retain(|g| !g.is_empty());
+    groups
+}
+
+#[test]
+fn multi_snapshot_sampling_keeps_each_snapshot_within_the_bound() {
+    if !perf_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("marks.c");
+    std::fs::write(
+        &src,
+        "#include <time.h>\n\
+         static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }\n\
+         volatile unsigned long sink;\n\
+         __attribute__((noinline)) void spin(double s) { double e = now() + s; while (now() < e) sink++; }\n\
+         __attribute__((noinline)) void mark(int i) { sink += i; }\n\
+         int main(void) { for (int i = 0; i < 3; i++) { spin(1.2); mark(i); } spin(0.4); return 0; }\n",
+    )
+    .expect("write source");
+    let exe = dir.path().join("marks");
+    ok(
+        Command::new("gcc")
+            .args(["-O1", "-g", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .expect("gcc"),
+        "gcc",
+    );
+    let work = dir.path().join("rec");
+    const BOUND: u64 = 4 << 20;
+    let mut run = Command::new(ptscope())
+        .args(["run", "--multi-snapshot", "--trigger", "mark"])
+        .args(["--snapshot-size", "4M", "--no-decode", "-w"])
+        .arg(&work)
+        .arg("--")
+        .arg(&exe)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ptscope run");
+    let disk = || -> u64 {
+        std::fs::read_dir(&work)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("perf.data"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let mut peak = 0;
+    let status = loop {
+        peak = peak.max(disk());
+        if let Some(s) = run.try_wait().expect("wait") {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err).ok();
+    assert!(status.success(), "ptscope run failed: {err}");
+    assert!(err.contains("each snapshot keeps"), "{err}");
+    assert_eq!(err.matches("trigger hit: snapshot").count(), 3, "{err}");
+    // Three hits 1.2 s apart, each a snapshot of the moments before it, and the end.
+    let groups = snapshot_groups(&work);
+    assert_eq!(groups.len(), 4, "snapshots: {groups:?}");
+    for g in &groups {
+        let bytes: u64 = g.iter().map(|f| std::fs::metadata(f).unwrap().len()).sum();
+        // perf empties its buffers into a file before a rotation takes effect: a piece
+        // can overshoot by that much.
+        assert!(
+            bytes <= BOUND + (2 << 20),
+            "a snapshot took {bytes} bytes for a 4 MiB bound: {g:?}"
+        );
+        let (first, _) = perf_times(&g[0]);
+        let (last, _) = perf_times(g.last().unwrap());
+        let span = last.last().unwrap() - first[0];
+        // 1.2 s of spinning between hits: a bounded snapshot holds only its last part.
+        assert!(span < 0.9, "a snapshot spans {span:.2} s: {g:?}");
+    }
+    // The disk held at most the bound per snapshot (those taken and the one filling).
+    assert!(
+        peak <= 4 * (BOUND + (2 << 20)),
+        "perf.data files took {peak} bytes at once"
+    );
+    let out = ok(
+        Command::new(ptscope())
+            .arg("decode")
+            .arg(&work)
+            .arg("-o")
+            .arg(dir.path().join("t.fxt.gz"))
+            .output()
+            .expect("decode"),
+        "ptscope decode",
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote"));
+    // Read as one recording the snapshots' frames would run on across the gaps between
+    // them: the marker's ends close every frame there, so more frames begin.
+    let separate = frames(&work, &[]).len();
+    std::fs::write(work.join("rotated-perf-data"), "").expect("marker");
+    let joined = frames(&work, &[]).len();
+    assert!(
+        joined < separate,
+        "{separate} frames begun as snapshots, {joined} as one recording"
+    );
+}

@@ -284,6 +284,14 @@ impl RecordPlan {
                 }
             ));
         }
+        if let Some((piece, files)) = self.snapshot_ring() {
+            v.push(format!(
+                "each snapshot keeps the last moments before its trigger hit in at most {:.0} MiB \
+                 of disk ({files} pieces of {:.1} MiB); --snapshot-size sets that bound",
+                self.sampling_bound().unwrap_or(0) as f64 / f64::from(1 << 20),
+                piece as f64 / f64::from(1 << 20)
+            ));
+        }
         if let Some((secs, files)) = self.sampling_time_ring() {
             // Each sample: the stack copy (dwarf), registers, callchain and header.
             let per_sample: u64 = match self.callgraph {
@@ -432,8 +440,27 @@ impl RecordPlan {
     /// The sampling flight recorder, `(bytes per perf.data file, files kept)`: perf
     /// starts a new file at each size (`--switch-output`) and deletes the oldest beyond
     /// the count (`--switch-max-files`), so the disk holds the last moments within the
-    /// bound. `None` when everything is kept (`--full-execution`, PT, `--multi-snapshot`).
+    /// bound. `None` when everything is kept (`--full-execution`, PT), when the bound is
+    /// a duration, and with `--multi-snapshot` (see [`RecordPlan::snapshot_ring`]).
     pub fn sampling_ring(&self) -> Option<(u64, u32)> {
+        if self.multi_snapshot {
+            return None;
+        }
+        self.pieces()
+    }
+
+    /// The sampling flight recorder of `--multi-snapshot`, `(bytes per piece, pieces
+    /// kept)`: ptscope rotates perf's file itself (see `crate::ring`), so a hit can end
+    /// a snapshot; each snapshot then takes at most the bound.
+    pub fn snapshot_ring(&self) -> Option<(u64, u32)> {
+        if !self.multi_snapshot {
+            return None;
+        }
+        self.pieces()
+    }
+
+    /// Pieces of a sampling recording bounded by size.
+    fn pieces(&self) -> Option<(u64, u32)> {
         let bound = self.sampling_bound()?;
         // perf checks a file's size only after emptying every CPU's ring into it, so the
         // file being written can overshoot by that much (perf's default ring for root is
@@ -466,10 +493,7 @@ impl RecordPlan {
 
     /// The disk the sampling flight recorder may take (`None` when it is not used).
     pub fn sampling_bound(&self) -> Option<u64> {
-        if self.backend != Backend::Sample
-            || self.full_execution
-            || self.multi_snapshot
-            || self.snapshot_seconds.is_some()
+        if self.backend != Backend::Sample || self.full_execution || self.snapshot_seconds.is_some()
         {
             return None;
         }
@@ -483,7 +507,7 @@ impl RecordPlan {
     /// 8 KiB unless the flight recorder's bound would then hold less than a few seconds
     /// of samples on one CPU; deep stacks unwind less far with less.
     pub fn dwarf_stack_size(&self) -> Option<u32> {
-        let (file, n) = self.sampling_ring()?;
+        let (file, n) = self.pieces()?;
         // What is kept at the end (the files perf keeps, the last one partly written).
         let bound = file * u64::from(n);
         let per_sample = bound / (u64::from(self.sample_rate().max(1)) * SAMPLING_SECONDS);
@@ -577,7 +601,7 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
             Backend::Pt => a.push(format!("-m,{p}").into()),
             // Sampling has no AUX buffer: size the sample ring instead, unless the
             // size bounds the flight recorder's files.
-            Backend::Sample if plan.sampling_ring().is_none() => {
+            Backend::Sample if plan.sampling_bound().is_none() => {
                 a.push(format!("--mmap-pages={p}").into())
             }
             Backend::Sample => {}
@@ -754,8 +778,12 @@ mod tests {
         };
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --no-no-buildid --no-buildid-cache --per-thread -t 42 --control=fifo:c,a --mmap-pages=256 --call-graph fp --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --no-no-buildid --no-buildid-cache --per-thread -t 42 --control=fifo:c,a --call-graph fp --switch-events"
         );
+        // With --multi-snapshot the size bounds each snapshot: ptscope rotates pieces of
+        // it itself (perf's own rotation cannot also cut at a hit).
+        assert_eq!(p.sampling_ring(), None);
+        assert_eq!(p.snapshot_ring(), Some((256 << 10, SAMPLING_FILES)));
     }
 
     #[test]

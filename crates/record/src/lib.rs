@@ -16,5 +16,6 @@ pub mod caps;
 pub mod control;
 pub mod hits;
 pub mod process;
+pub mod ring;
 pub mod session;
 pub mod trigger;

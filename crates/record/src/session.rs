@@ -338,10 +338,14 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    if plan.rotates() {
-        // The perf.data files will be one recording cut in pieces, not snapshots.
+    if plan.rotates() || plan.snapshot_ring().is_some() {
+        // The perf.data files will be one recording cut in pieces, not snapshots (with
+        // --multi-snapshot, except where the marker says a snapshot ends).
         process::create_private(&dir.join(ROTATED_FILES_MARKER))?;
     }
+    let mut ring = plan
+        .snapshot_ring()
+        .map(|(piece, keep)| crate::ring::SnapshotRing::new(dir, piece, keep));
     let argv = perf_record_argv(&plan);
     if std::env::var_os("PTSCOPE_PRINT_PERF_COMMANDS").is_some() {
         let _ = writeln!(
@@ -451,7 +455,22 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             }
         }
         if fired {
-            if opts.multi_snapshot {
+            if let Some(r) = ring.as_mut() {
+                // Sampling: the hit's rotation ends the pieces held, which become its
+                // snapshot (see `crate::ring`).
+                r.settle();
+                perf.signal(libc::SIGUSR2);
+                if r.seal() {
+                    write_snapshot_ends(dir, r.snapshot_ends())?;
+                    say(opts.quiet, &format!("trigger hit: snapshot {}", hits.len()));
+                } else {
+                    say(
+                        opts.quiet,
+                        "trigger hit, but perf did not start a new file in time: the moments \
+                         before it stay in the next snapshot",
+                    );
+                }
+            } else if opts.multi_snapshot {
                 // SIGUSR2 both snapshots and switches to a new perf.data file.
                 perf.signal(libc::SIGUSR2);
                 say(opts.quiet, &format!("trigger hit: snapshot {}", hits.len()));
@@ -484,6 +503,9 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             // What perf wrote before it stopped is still worth decoding.
             break EndReason::PerfStopped(s);
         }
+        if ring.as_mut().is_some_and(|r| r.poll()) {
+            perf.signal(libc::SIGUSR2);
+        }
         wait_for(&bps, Duration::from_millis(20));
     };
 
@@ -497,6 +519,9 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     drop(bps);
     drop(ctl);
     let perf_status = perf.finish(Duration::from_secs(30));
+    if let Some(r) = ring.as_mut() {
+        r.finish();
+    }
     finish?;
     let mut warnings = perf_log_warnings(dir);
     if let EndReason::PerfStopped(s) = ended_by {
@@ -603,6 +628,19 @@ fn wait_program(p: &mut Program, base: usize) -> Option<ExitStatus> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Rewrites the rotation marker with the files that end a snapshot, one name per line.
+fn write_snapshot_ends(dir: &Path, ends: &[std::ffi::OsString]) -> Result<()> {
+    let mut text = String::new();
+    for e in ends {
+        text.push_str(&e.to_string_lossy());
+        text.push('\n');
+    }
+    let path = dir.join(ROTATED_FILES_MARKER);
+    process::create_private(&path)?
+        .write_all(text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn wait_for(bps: &[Breakpoint], timeout: Duration) {

@@ -1,0 +1,236 @@
+//! The sampling flight recorder of `--multi-snapshot`: perf writes samples continuously,
+//! so between two trigger hits its file would grow without bound. perf's own rotation
+//! (`--switch-output=SIZE --switch-max-files`) cannot also cut a file at a hit, so with
+//! `--switch-output=signal` ptscope rotates instead: it sends `SIGUSR2` whenever the file
+//! being written passes a piece's size, deletes the oldest pieces beyond the count kept,
+//! and at a hit rotates once more and *seals* the pieces it holds: they are that hit's
+//! snapshot and are never deleted.
+//!
+//! Which finished file ends a snapshot is written, one name per line, into the working
+//! directory's [`ROTATED_FILES_MARKER`](crate::session::ROTATED_FILES_MARKER): the files
+//! are pieces of one recording, except across those ends (`ptscope decode` reads it).
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a rotation may take perf before the ring stops waiting for its file.
+const ROTATION_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The pieces of the current ring and the snapshots sealed so far.
+#[derive(Debug)]
+pub struct SnapshotRing {
+    dir: PathBuf,
+    piece: u64,
+    keep: usize,
+    /// Finished files not yet part of a snapshot, oldest first.
+    ring: Vec<PathBuf>,
+    /// Every finished file seen (perf names them `perf.data.<timestamp>`).
+    seen: HashSet<OsString>,
+    /// The last file of each sealed snapshot.
+    ends: Vec<OsString>,
+    /// A rotation was asked for at this time and its file has not appeared yet.
+    pending: Option<Instant>,
+    /// Pieces deleted to stay within the bound.
+    deleted: u64,
+}
+
+impl SnapshotRing {
+    /// A ring in `dir` (where perf writes `perf.data`) of `keep` pieces of `piece` bytes.
+    pub fn new(dir: &Path, piece: u64, keep: u32) -> Self {
+        SnapshotRing {
+            dir: dir.to_owned(),
+            piece,
+            keep: keep.max(1) as usize,
+            ring: Vec::new(),
+            seen: HashSet::new(),
+            ends: Vec::new(),
+            pending: None,
+            deleted: 0,
+        }
+    }
+
+    /// Looks at the working directory: takes in the files perf finished, deletes the
+    /// oldest pieces beyond the count, and returns true when perf should be asked to
+    /// start a new piece (send it `SIGUSR2`).
+    pub fn poll(&mut self) -> bool {
+        if self.collect() > 0 {
+            self.pending = None;
+        }
+        self.trim();
+        if let Some(since) = self.pending {
+            if since.elapsed() < ROTATION_TIMEOUT {
+                return false;
+            }
+            // perf did not rotate (busy, or the signal was merged with another): ask again.
+            self.pending = None;
+        }
+        let size = std::fs::metadata(self.dir.join("perf.data")).map_or(0, |m| m.len());
+        if size >= self.piece {
+            self.pending = Some(Instant::now());
+            return true;
+        }
+        false
+    }
+
+    /// Before a hit's rotation: waits (a little) for a rotation already asked for, so the
+    /// hit's own file is the next one to appear.
+    pub fn settle(&mut self) {
+        while let Some(since) = self.pending {
+            if self.collect() > 0 || since.elapsed() >= ROTATION_TIMEOUT {
+                self.pending = None;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// After the hit's rotation was asked for: waits for its file, then makes the pieces
+    /// held (the moments before the hit) a snapshot. False if perf never finished the
+    /// file (the pieces then stay in the ring).
+    pub fn seal(&mut self) -> bool {
+        let start = Instant::now();
+        while self.collect() == 0 {
+            if start.elapsed() >= ROTATION_TIMEOUT {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.trim();
+        if let Some(last) = self.ring.last().and_then(|p| p.file_name()) {
+            self.ends.push(last.to_owned());
+        }
+        self.ring.clear();
+        true
+    }
+
+    /// At the end of recording (perf has exited and renamed its last file): the pieces
+    /// left are the last snapshot, within the bound too.
+    pub fn finish(&mut self) {
+        self.collect();
+        self.trim();
+    }
+
+    /// The last file of every sealed snapshot, for the marker file.
+    pub fn snapshot_ends(&self) -> &[OsString] {
+        &self.ends
+    }
+
+    /// Pieces deleted to keep within the bound.
+    pub fn deleted(&self) -> u64 {
+        self.deleted
+    }
+
+    /// Adds the finished files not seen before to the ring, oldest first; returns how many.
+    fn collect(&mut self) -> usize {
+        let mut new: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                n.to_str()
+                    .is_some_and(|s| s.starts_with("perf.data.") && !s.ends_with(".old"))
+                    && !self.seen.contains(&n)
+            })
+            .map(|e| e.path())
+            .collect();
+        new.sort();
+        for p in &new {
+            if let Some(n) = p.file_name() {
+                self.seen.insert(n.to_owned());
+            }
+        }
+        let n = new.len();
+        self.ring.extend(new);
+        n
+    }
+
+    fn trim(&mut self) {
+        while self.ring.len() > self.keep {
+            let old = self.ring.remove(0);
+            if std::fs::remove_file(&old).is_ok() {
+                self.deleted += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(dir: &Path, name: &str, len: usize) {
+        std::fs::write(dir.join(name), vec![0u8; len]).unwrap();
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn keeps_the_last_pieces_and_seals_them_at_a_hit() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let mut r = SnapshotRing::new(dir, 100, 2);
+        touch(dir, "perf.data", 50);
+        assert!(!r.poll(), "under a piece: no rotation");
+        touch(dir, "perf.data", 150);
+        assert!(r.poll(), "over a piece: rotate");
+        assert!(!r.poll(), "one rotation at a time");
+        // perf rotates three times: the oldest piece goes.
+        for t in ["01", "02", "03"] {
+            touch(dir, &format!("perf.data.20260101000000{t}"), 150);
+            touch(dir, "perf.data", 0);
+            r.poll();
+        }
+        assert_eq!(
+            names(dir),
+            [
+                "perf.data",
+                "perf.data.2026010100000002",
+                "perf.data.2026010100000003"
+            ]
+        );
+        assert_eq!(r.deleted(), 1);
+        // A hit: its file appears, and the pieces held become a snapshot.
+        r.settle();
+        touch(dir, "perf.data.2026010100000004", 10);
+        assert!(r.seal());
+        assert_eq!(r.snapshot_ends(), ["perf.data.2026010100000004"]);
+        // Sealed pieces are never deleted, however many pieces follow.
+        for t in ["05", "06", "07"] {
+            touch(dir, &format!("perf.data.20260101000000{t}"), 150);
+            r.poll();
+        }
+        r.finish();
+        assert_eq!(
+            names(dir),
+            [
+                "perf.data",
+                "perf.data.2026010100000003",
+                "perf.data.2026010100000004",
+                "perf.data.2026010100000006",
+                "perf.data.2026010100000007"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hit_whose_file_never_appears_seals_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = SnapshotRing::new(d.path(), 100, 2);
+        r.pending = None;
+        let start = Instant::now();
+        assert!(!r.seal());
+        assert!(start.elapsed() >= ROTATION_TIMEOUT);
+        assert!(r.snapshot_ends().is_empty());
+    }
+}
