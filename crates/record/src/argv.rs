@@ -211,6 +211,8 @@ pub struct RecordPlan {
     pub snapshot_at_exit: bool,
     /// perf supports `--kcore`.
     pub kcore: bool,
+    /// perf supports `--buildid-mmap`.
+    pub buildid_mmap: bool,
     /// The PT PMU has `psb_cyc` (else Normal/High fall back to Low).
     pub psb_cyc: bool,
     /// A hardware PMU exists (`cycles`); else sampling uses `cpu-clock`.
@@ -241,6 +243,7 @@ impl RecordPlan {
             control: ControlChannel::Signals,
             snapshot_at_exit: true,
             kcore: true,
+            buildid_mmap: true,
             psb_cyc: true,
             hardware_pmu: true,
             max_sample_rate: 100_000,
@@ -543,7 +546,14 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     if switching {
         // perf drops the build-id table with --switch-output unless asked: without it a
         // binary rebuilt since the recording could lend its names to the recorded code.
-        a.push("--no-no-buildid".into());
+        // Sampling puts the build ids in the mmap records instead: perf's table is built
+        // by reading back each finished file, and while it reads at a switch its buffers
+        // overflow (gzip sampled with dwarf stacks lost 13-19 % of its samples so).
+        if plan.backend == Backend::Sample && plan.buildid_mmap {
+            a.push("--buildid-mmap".into());
+        } else {
+            a.push("--no-no-buildid".into());
+        }
     }
     if plan.backend == Backend::Sample {
         // Sampling decodes from the files in place; copying every binary it touched into
@@ -723,22 +733,26 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,8192 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=50585K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph dwarf,8192 --switch-events"
         );
         // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
         p.snapshot_pages = Some(16384);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12493K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf,2352 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12493K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph dwarf,2352 --switch-events"
         );
         p.snapshot_pages = None;
         // A duration: files of whole seconds, enough of them to span it; full stack copies.
         p.snapshot_seconds = Some(10);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
         );
         assert!(p.rotates() && p.validate().is_ok());
+        // A perf older than 5.12 keeps its build-id table instead.
+        p.buildid_mmap = false;
+        assert!(s(perf_record_argv(&p)).contains(" --no-no-buildid "));
+        p.buildid_mmap = true;
         p.snapshot_seconds = Some(1);
         assert_eq!(p.sampling_time_ring(), Some((1, 1)));
         p.backend = Backend::Pt;
@@ -756,7 +770,7 @@ mod tests {
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=50585K --switch-max-files=4 --no-no-buildid --no-buildid-cache -p 42 --call-graph lbr --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=50585K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph lbr --switch-events"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;
@@ -778,7 +792,7 @@ mod tests {
         };
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --no-no-buildid --no-buildid-cache --per-thread -t 42 --control=fifo:c,a --call-graph fp --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=333/uk --switch-output=signal --buildid-mmap --no-buildid-cache --per-thread -t 42 --control=fifo:c,a --call-graph fp --switch-events"
         );
         // With --multi-snapshot the size bounds each snapshot: ptscope rotates pieces of
         // it itself (perf's own rotation cannot also cut at a hit).

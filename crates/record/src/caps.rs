@@ -43,6 +43,11 @@ impl PerfVersion {
         self.at_least(5, 10)
     }
 
+    /// `perf record --buildid-mmap`: build ids in the mmap records (perf ≥ 5.12).
+    pub fn buildid_mmap(self) -> bool {
+        self.at_least(5, 12)
+    }
+
     /// `perf script --dlfilter` (perf ≥ 5.14).
     pub fn dlfilter(self) -> bool {
         self.at_least(5, 14)

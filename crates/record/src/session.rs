@@ -320,6 +320,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     };
     plan.snapshot_at_exit = caps.perf_version.snapshot_at_exit();
     plan.kcore = caps.perf_version.kcore();
+    plan.buildid_mmap = caps.perf_version.buildid_mmap();
     plan.psb_cyc = caps.intel_pt.as_ref().is_some_and(|c| c.psb_cyc);
     plan.hardware_pmu = caps.hardware_pmu;
     plan.max_sample_rate = caps.max_sample_rate.unwrap_or(100_000);

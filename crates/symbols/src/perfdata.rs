@@ -29,6 +29,9 @@ const SAMPLE_STACK_USER: u64 = 1 << 13;
 const SAMPLE_BRANCH_STACK: u64 = 1 << 11;
 /// `HEADER_BUILD_ID`: the feature section listing the build ids of the DSOs with samples.
 const FEAT_BUILD_ID: usize = 2;
+/// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an `MMAP2` record holds a build id, not a device
+/// and inode.
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 /// `PERF_RECORD_MISC_BUILD_ID_SIZE`: the build id's length is given (else it is 20).
 const MISC_BUILD_ID_SIZE: u16 = 1 << 15;
 
@@ -115,6 +118,17 @@ impl Mappings {
                         rec.get(name_at..),
                     ) {
                         let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+                        // `--buildid-mmap`: the build id is in the record itself.
+                        if kind == REC_MMAP2 && misc & MISC_MMAP_BUILD_ID != 0 && exec {
+                            let n = usize::from(rec.get(40).copied().unwrap_or(0)).min(20);
+                            if let (Some(id), Ok(path)) =
+                                (rec.get(44..44 + n), std::str::from_utf8(name))
+                            {
+                                if n > 0 && !maps.build_ids.contains_key(path) {
+                                    maps.build_ids.insert(path.into(), id.to_vec());
+                                }
+                            }
+                        }
                         if exec && name.first() == Some(&b'/') {
                             maps.by_pid.entry(pid).or_default().push(Mapping {
                                 start,
