@@ -179,22 +179,24 @@ fn run_scopes_reach_the_sampled_stacks() {
         cmd.args(["-o"]).arg(dir.path().join("t.fxt.gz"));
         cmd.arg("--").args(DD);
         ok(cmd.output().expect("run ptscope"), "ptscope run");
-        // `decode DIR` keeps the recording's scope. The text decoder: perf script
-        // unwinds the user part of a kernel sample's dwarf stack, the dlfilter's raw
-        // callchain has none to drop.
-        let names = frames(&work, &["--decoder", "text"]);
-        assert_eq!(
-            kernel(&names) > 0,
-            want_kernel,
-            "{flag:?}: kernel frames: {:?}",
-            &names[..names.len().min(30)]
-        );
-        assert_eq!(
-            user(&names) > 0,
-            want_user,
-            "{flag:?}: user frames: {:?}",
-            &names[..names.len().min(30)]
-        );
+        // `decode DIR` keeps the recording's scope, through both decoders: perf script
+        // unwinds the user part of a kernel sample's dwarf stack, and the dlfilter
+        // leaves such samples (its raw callchain has only the kernel part) to that text.
+        for decoder in ["text", "dlfilter"] {
+            let names = frames(&work, &["--decoder", decoder]);
+            assert_eq!(
+                kernel(&names) > 0,
+                want_kernel,
+                "{flag:?} ({decoder}): kernel frames: {:?}",
+                &names[..names.len().min(30)]
+            );
+            assert_eq!(
+                user(&names) > 0,
+                want_user,
+                "{flag:?} ({decoder}): user frames: {:?}",
+                &names[..names.len().min(30)]
+            );
+        }
     }
 }
 
