@@ -1047,13 +1047,14 @@ fn write_ok<S: TraceSink>(
         EventData::Comm { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
         EventData::StackSample { callstack } => {
             // Keep the common prefix (by address) of the old and new stacks; return out
-            // of the rest and call into the new frames.
+            // of the rest and call into the new frames. Synthetic frames share address 0
+            // (`[kernel: read]`, `[kernel: openat]`): their names tell them apart.
             let matching = ti
                 .callstack
                 .stack
                 .iter()
                 .zip(callstack.iter())
-                .take_while(|(a, b)| a.ip == b.ip)
+                .take_while(|(a, b)| a.ip == b.ip && a.symbol == b.symbol)
                 .count();
             let how_many_ret = ti.callstack.stack.len() - matching;
             for _ in 0..how_many_ret {
