@@ -37,6 +37,11 @@ pub const STACK_CUT: &str = "[stack cut: frame pointers lost]";
 /// branch records (`--callgraph dwarf`/`lbr`) into an address in no mapping.
 pub const STACK_CUT_UNWOUND: &str = "[stack cut: unwinding went astray]";
 
+/// Stands for the callers of a sample taken in the kernel whose user stack perf could not
+/// copy (the kernel records a 0-byte copy when it cannot read the stack at that moment:
+/// seen for gzip writing into a pipe), so DWARF unwinding found only the user pc.
+pub const STACK_CUT_NO_COPY: &str = "[stack cut: no user stack copied]";
+
 /// Stands between a sampled leaf and the frame a frame-pointer walk found next when the
 /// leaf had not set up its own frame: its caller is missing there.
 pub const CALLER_LOST: &str = "[caller lost: no frame pointer here]";
@@ -119,6 +124,8 @@ pub struct Namer {
     in_kernel: Option<Sym>,
     /// The [`IN_SYSCALL`] frame, interned.
     in_syscall: Option<Sym>,
+    /// The [`STACK_CUT_NO_COPY`] frame, interned.
+    no_copy_marker: Option<Sym>,
     /// (DSO, file offset of a leaf) → its frame was not set up there.
     frameless: FxHashMap<(Sym, u64), bool>,
     kinds: Vec<NameKind>,
@@ -147,6 +154,7 @@ impl Namer {
             kernel_names: FxHashMap::default(),
             in_kernel: None,
             in_syscall: None,
+            no_copy_marker: None,
             frameless: FxHashMap::default(),
             kinds: Vec::new(),
             files: FxHashMap::default(),
@@ -224,6 +232,9 @@ impl Namer {
         // The frames after the user-space leaf (the `[kernel: …]` frame): the checks below
         // are about the user stack, whose leaf is the sampled user pc.
         let tail = usize::from(self.fold_kernel && self.fold_kernel_frames(callstack, strings));
+        if tail == 1 {
+            self.mark_missing_copy(callstack, strings);
+        }
         if self.cut {
             self.cut_stack(callstack, tail, strings);
         }
@@ -341,6 +352,30 @@ impl Namer {
         callstack.insert(at, Location::new(0, Symbol::FromPerf(marker), 0));
         self.stats.kernel_folded += 1;
         at + 1 == callstack.len()
+    }
+
+    /// Puts [`STACK_CUT_NO_COPY`] under a kernel sample of a DWARF recording whose user
+    /// part is the user pc alone: its callers were not lost to a gap but never copied,
+    /// and the pc is no root of the thread.
+    fn mark_missing_copy(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+        let dwarf = self
+            .mappings
+            .as_ref()
+            .is_some_and(|m| !m.frame_pointer_stacks());
+        if !dwarf || callstack.len() != 2 {
+            return;
+        }
+        if let Symbol::FromPerf(sym) = callstack[0].symbol {
+            let name = strings.get(sym);
+            if name.starts_with("_start") || name.starts_with('[') {
+                return;
+            }
+        }
+        let m = *self
+            .no_copy_marker
+            .get_or_insert_with(|| strings.intern(STACK_CUT_NO_COPY));
+        callstack.insert(0, Location::new(0, Symbol::FromPerf(m), 0));
+        self.stats.cut += 1;
     }
 
     /// True unless the recording says its stacks were unwound another way (perf script
