@@ -56,7 +56,7 @@ pub use functions::{
 };
 pub use naming::{
     kernel_frame_name, NameTable, Namer, NamingStats, CALLER_LOST, IN_KERNEL, IN_SYSCALL,
-    STACK_CUT, STACK_CUT_NO_COPY, STACK_CUT_UNWOUND,
+    STACK_CUT, STACK_CUT_NO_COPY, STACK_CUT_STOPPED, STACK_CUT_UNWOUND,
 };
 pub use ocaml::OcamlTraps;
 pub use perfdata::Mappings;

@@ -42,6 +42,10 @@ pub const STACK_CUT_UNWOUND: &str = "[stack cut: unwinding went astray]";
 /// seen for gzip writing into a pipe), so DWARF unwinding found only the user pc.
 pub const STACK_CUT_NO_COPY: &str = "[stack cut: no user stack copied]";
 
+/// Stands for the callers of a user-space sample of a DWARF recording whose unwinding
+/// stopped at the sampled pc (in a function no thread starts in).
+pub const STACK_CUT_STOPPED: &str = "[stack cut: unwinding stopped]";
+
 /// Stands between a sampled leaf and the frame a frame-pointer walk found next when the
 /// leaf had not set up its own frame: its caller is missing there.
 pub const CALLER_LOST: &str = "[caller lost: no frame pointer here]";
@@ -126,6 +130,8 @@ pub struct Namer {
     in_syscall: Option<Sym>,
     /// The [`STACK_CUT_NO_COPY`] frame, interned.
     no_copy_marker: Option<Sym>,
+    /// The [`STACK_CUT_STOPPED`] frame, interned.
+    stopped_marker: Option<Sym>,
     /// (DSO, file offset of a leaf) → its frame was not set up there.
     frameless: FxHashMap<(Sym, u64), bool>,
     kinds: Vec<NameKind>,
@@ -155,6 +161,7 @@ impl Namer {
             in_kernel: None,
             in_syscall: None,
             no_copy_marker: None,
+            stopped_marker: None,
             frameless: FxHashMap::default(),
             kinds: Vec::new(),
             files: FxHashMap::default(),
@@ -232,9 +239,7 @@ impl Namer {
         // The frames after the user-space leaf (the `[kernel: …]` frame): the checks below
         // are about the user stack, whose leaf is the sampled user pc.
         let tail = usize::from(self.fold_kernel && self.fold_kernel_frames(callstack, strings));
-        if tail == 1 {
-            self.mark_missing_copy(callstack, strings);
-        }
+        self.mark_missing_copy(callstack, tail, strings);
         if self.cut {
             self.cut_stack(callstack, tail, strings);
         }
@@ -354,26 +359,49 @@ impl Namer {
         at + 1 == callstack.len()
     }
 
-    /// Puts [`STACK_CUT_NO_COPY`] under a kernel sample of a DWARF recording whose user
-    /// part is the user pc alone: its callers were not lost to a gap but never copied,
-    /// and the pc is no root of the thread.
-    fn mark_missing_copy(&mut self, callstack: &mut Vec<Location>, strings: &mut impl NameTable) {
+    /// Puts a cut marker under a sample of a DWARF recording whose user part is the pc
+    /// alone, in no function a thread starts in: its callers are unknown, not absent.
+    /// Taken in the kernel (`tail` is its `[kernel: …]` frame), the stack was not copied
+    /// ([`STACK_CUT_NO_COPY`]); in user space, unwinding stopped at once
+    /// ([`STACK_CUT_STOPPED`]: a 0-byte copy too, or code without unwind tables).
+    fn mark_missing_copy(
+        &mut self,
+        callstack: &mut Vec<Location>,
+        tail: usize,
+        strings: &mut impl NameTable,
+    ) {
         let dwarf = self
             .mappings
             .as_ref()
             .is_some_and(|m| !m.frame_pointer_stacks());
-        if !dwarf || callstack.len() != 2 {
+        if !dwarf || callstack.len() != 1 + tail {
             return;
         }
         if let Symbol::FromPerf(sym) = callstack[0].symbol {
             let name = strings.get(sym);
-            if name.starts_with("_start") || name.starts_with('[') {
+            let root = [
+                "_start",
+                "_dl_start",
+                "clone",
+                "__clone",
+                "start_thread",
+                "thread_start",
+            ]
+            .iter()
+            .any(|r| name.starts_with(r));
+            if root || name.starts_with('[') {
                 return;
             }
         }
-        let m = *self
-            .no_copy_marker
-            .get_or_insert_with(|| strings.intern(STACK_CUT_NO_COPY));
+        let m = if tail == 1 {
+            *self
+                .no_copy_marker
+                .get_or_insert_with(|| strings.intern(STACK_CUT_NO_COPY))
+        } else {
+            *self
+                .stopped_marker
+                .get_or_insert_with(|| strings.intern(STACK_CUT_STOPPED))
+        };
         callstack.insert(0, Location::new(0, Symbol::FromPerf(m), 0));
         self.stats.cut += 1;
     }

@@ -343,7 +343,11 @@ fn shell_pipeline_records_the_forked_processes() {
             .iter()
             .any(|w| same_function(n, w))
     };
-    for k in t.tracks.values().filter(|k| k.process_name.contains("gzip")) {
+    for k in t
+        .tracks
+        .values()
+        .filter(|k| k.process_name.contains("gzip"))
+    {
         for (i, s) in k.slices.iter().enumerate() {
             assert!(
                 !(s.parent.is_none() && wrapper(&s.name)),
