@@ -303,9 +303,9 @@ impl RecordPlan {
             };
             let rate = u64::from(self.sample_rate()) * per_sample;
             v.push(format!(
-                "sampling keeps at least the last {} s ({files} perf.data files of {secs} s each, \
-                 and the one being written); the disk that takes grows with the threads running: \
-                 about {:.0} MB per second of CPU time at this sample rate",
+                "sampling keeps at least the last {} s (up to {files} perf.data files of {secs} s \
+                 each, the newest partly filled); the disk that takes grows with the threads \
+                 running: about {:.0} MB per second of CPU time at this sample rate",
                 self.snapshot_seconds.unwrap_or(0),
                 rate as f64 / 1e6
             ));
@@ -477,15 +477,17 @@ impl RecordPlan {
 
     /// The sampling flight recorder bounded by time, `(seconds per perf.data file, files
     /// kept)`: perf starts a new file every so many seconds (`--switch-output=Ns`, whole
-    /// seconds only) and keeps enough files to span the seconds asked for; with the file
-    /// being written, the disk holds between that and one file's time more.
+    /// seconds only) and keeps that many files. The last one is partly filled when the
+    /// recording ends (perf's final file counts among those it keeps), so one file more
+    /// than the seconds need is kept: the disk holds between the seconds asked for and
+    /// one file's time more.
     pub fn sampling_time_ring(&self) -> Option<(u32, u32)> {
         let secs = self.snapshot_seconds?.max(1);
         if self.backend != Backend::Sample || self.full_execution || self.multi_snapshot {
             return None;
         }
         let per_file = secs.div_ceil(SAMPLING_FILES).max(1);
-        Some((per_file, secs.div_ceil(per_file)))
+        Some((per_file, secs.div_ceil(per_file) + 1))
     }
 
     /// Whether the perf.data files perf writes are pieces of one recording (a flight
@@ -746,7 +748,7 @@ mod tests {
         p.snapshot_seconds = Some(10);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=5 --buildid-mmap --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
         );
         assert!(p.rotates() && p.validate().is_ok());
         // A perf older than 5.12 keeps its build-id table instead.
@@ -754,7 +756,7 @@ mod tests {
         assert!(s(perf_record_argv(&p)).contains(" --no-no-buildid "));
         p.buildid_mmap = true;
         p.snapshot_seconds = Some(1);
-        assert_eq!(p.sampling_time_ring(), Some((1, 1)));
+        assert_eq!(p.sampling_time_ring(), Some((1, 2)));
         p.backend = Backend::Pt;
         assert!(p.validate().is_err(), "a duration with Intel PT");
         p.backend = Backend::Sample;
