@@ -1,9 +1,11 @@
 /* Helpers for scripts/bench-emulate (built by the script with `cc -O2`).
  *
- *   helper run CMD ARGS...     runs CMD, then prints "WALL_SECONDS PEAK_RSS_KB" on fd 3
- *                              (wall from fork to wait4 on CLOCK_MONOTONIC; peak RSS is
- *                              wait4's ru_maxrss: the largest of CMD and the descendants it
- *                              waited for, e.g. qemu under ptscope).
+ *   helper run CMD ARGS...     runs CMD, then prints "WALL_SECONDS PEAK_RSS_KB CPU_SECONDS"
+ *                              on fd 3 (wall from fork to wait4 on CLOCK_MONOTONIC; peak
+ *                              RSS is wait4's ru_maxrss: the largest of CMD and the
+ *                              descendants it waited for, e.g. qemu under ptscope; CPU is
+ *                              user + system time of CMD and those descendants, which a
+ *                              busy shared machine inflates less than wall time).
  *                              Exits with CMD's status.
  *   helper fxt [NAME...]       reads an uncompressed FXT stream on stdin; prints
  *                              "SLICES DISTINCT_NAMES PLT_SLICES" (PLT_SLICES: slices named
@@ -65,7 +67,9 @@ static int run(char **argv) {
     FILE *out = fdopen(tfd, "w");
     if (!out)
         die("cannot write the timing to fd 3");
-    fprintf(out, "%.6f %ld\n", wall, ru.ru_maxrss);
+    double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+                 ru.ru_stime.tv_usec / 1e6;
+    fprintf(out, "%.6f %ld %.6f\n", wall, ru.ru_maxrss, cpu);
     fclose(out);
     if (WIFEXITED(status))
         return WEXITSTATUS(status);
