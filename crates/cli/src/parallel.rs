@@ -142,10 +142,8 @@ fn remap_sym(s: &mut Sym, map: &[Sym]) {
 }
 
 fn remap_location(l: &mut Location, map: &[Sym]) {
-    match &mut l.symbol {
-        Symbol::FromPerf(s) => remap_sym(s, map),
-        Symbol::FromPerfMap { name, .. } => remap_sym(name, map),
-        _ => {}
+    if let Symbol::FromPerf(s) = &mut l.symbol {
+        remap_sym(s, map);
     }
     if let Some(d) = &mut l.dso {
         remap_sym(d, map);

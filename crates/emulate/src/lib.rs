@@ -540,8 +540,81 @@ pub struct Events {
     notices: Vec<String>,
     strings: StringTable,
     resolver: Resolver,
-    events: std::vec::IntoIter<Event>,
+    pid: u32,
+    comm: Sym,
+    threads: Vec<ThreadSteps>,
+    /// `(time of a thread's next event, thread index)`, smallest first.
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
+    produced: u64,
     stats: Stats,
+}
+
+/// One thread's steps that become events (clocks already in nanoseconds), and how far
+/// they were handed out.
+struct ThreadSteps {
+    tid: u32,
+    steps: Vec<truth::Step>,
+    next: usize,
+    comm_sent: bool,
+}
+
+/// The event one step (kept by [`Events::from_log`]) becomes.
+fn step_event(
+    res: &mut Resolver,
+    strings: &mut StringTable,
+    thread: Thread,
+    s: &truth::Step,
+) -> Event {
+    let null = Location::new(0, Symbol::Unknown, 0);
+    let (change, kind, src, dst) = match s.kind {
+        StepKind::Start => (
+            Some(TraceStateChange::Start),
+            None,
+            null,
+            res.locate(s.to, strings),
+        ),
+        StepKind::Jcc { .. } | StepKind::Jmp | StepKind::IndirectJmp => (
+            None,
+            Some(Kind::Jump),
+            res.locate(s.from, strings),
+            res.locate(s.to, strings),
+        ),
+        StepKind::Call | StepKind::IndirectCall => (
+            None,
+            Some(Kind::Call),
+            res.locate(s.from, strings),
+            res.locate(s.to, strings),
+        ),
+        StepKind::Return => (
+            None,
+            Some(Kind::Return),
+            res.locate(s.from, strings),
+            res.locate(s.to, strings),
+        ),
+        StepKind::Syscall => (
+            Some(TraceStateChange::End),
+            Some(Kind::Syscall),
+            res.locate(s.from, strings),
+            null,
+        ),
+        StepKind::Async { .. } => (
+            Some(TraceStateChange::End),
+            Some(Kind::Async),
+            res.locate(s.from, strings),
+            null,
+        ),
+    };
+    Event::Ok {
+        thread,
+        time: s.clock,
+        in_transaction: false,
+        data: EventData::Trace {
+            change,
+            kind,
+            src,
+            dst,
+        },
+    }
 }
 
 impl Events {
@@ -589,119 +662,108 @@ impl Events {
     /// The events of a block log already read, with `time` turning the global instruction
     /// clock into nanoseconds (a syscall takes [`KERNEL_INSNS`]: `ptsim::truth::derive(log,
     /// KERNEL_INSNS)` gives the same steps).
+    ///
+    /// Each thread's steps are cut down, as soon as they are derived, to those that become
+    /// events (calls, returns, jumps between functions, stops and starts); the events are
+    /// made one at a time from those, merged across threads in time order. A step is 40
+    /// bytes against an event's 136, and most steps (conditional branches, jumps inside a
+    /// function) make no event: the whole trace is never held as events.
     pub fn from_log(
         blocks: &BlockLog,
         comm: &str,
         mut strings: StringTable,
         time: &dyn Fn(u64) -> u64,
     ) -> Self {
-        let (traces, tstats) = truth::derive(blocks, KERNEL_INSNS);
         let mut res = Resolver::new(blocks, &mut strings);
         let comm = strings.intern(&comm.chars().take(15).collect::<String>());
-        let pid = blocks.pid;
-        let mut per_thread: Vec<Vec<Event>> = Vec::with_capacity(traces.len());
-        let null = Location::new(0, Symbol::Unknown, 0);
-        for t in &traces {
-            let thread = Thread {
-                pid: Some(pid),
-                tid: Some(t.tid),
-            };
-            let mut out = Vec::new();
-            if let Some(first) = t.steps.first() {
-                out.push(Event::Ok {
-                    thread,
-                    time: time(first.clock),
-                    in_transaction: false,
-                    data: EventData::Comm {
-                        name: comm,
-                        exec: false,
-                    },
+        let mut threads: Vec<ThreadSteps> = Vec::new();
+        let tstats = truth::derive_each(blocks, KERNEL_INSNS, |t| {
+            let mut steps = t.steps;
+            steps.retain(|s| match s.kind {
+                StepKind::Jcc { taken: false } => false,
+                StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
+                    // Jumps inside a function change no stack; across functions they are
+                    // tail calls (or PLT stubs) and must be seen.
+                    let src = res.locate(s.from, &mut strings);
+                    let dst = res.locate(s.to, &mut strings);
+                    src.symbol != dst.symbol || dst.offset == 0
+                }
+                _ => true,
+            });
+            steps.shrink_to_fit();
+            if !steps.is_empty() {
+                threads.push(ThreadSteps {
+                    tid: t.tid,
+                    steps,
+                    next: 0,
+                    comm_sent: false,
                 });
             }
-            let mut push = |clock: u64, change, kind, src, dst| {
-                out.push(Event::Ok {
-                    thread,
-                    time: time(clock),
-                    in_transaction: false,
-                    data: EventData::Trace {
-                        change,
-                        kind,
-                        src,
-                        dst,
-                    },
-                })
-            };
-            for s in &t.steps {
-                match s.kind {
-                    StepKind::Start => {
-                        let dst = res.locate(s.to, &mut strings);
-                        push(s.clock, Some(TraceStateChange::Start), None, null, dst);
-                    }
-                    StepKind::Jcc { taken: false } => {}
-                    StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
-                        let src = res.locate(s.from, &mut strings);
-                        let dst = res.locate(s.to, &mut strings);
-                        // Jumps inside a function change no stack; across functions they
-                        // are tail calls (or PLT stubs) and must be seen.
-                        if src.symbol != dst.symbol || dst.offset == 0 {
-                            push(s.clock, None, Some(Kind::Jump), src, dst);
-                        }
-                    }
-                    StepKind::Call | StepKind::IndirectCall => {
-                        let src = res.locate(s.from, &mut strings);
-                        let dst = res.locate(s.to, &mut strings);
-                        push(s.clock, None, Some(Kind::Call), src, dst);
-                    }
-                    StepKind::Return => {
-                        let src = res.locate(s.from, &mut strings);
-                        let dst = res.locate(s.to, &mut strings);
-                        push(s.clock, None, Some(Kind::Return), src, dst);
-                    }
-                    StepKind::Syscall => {
-                        let src = res.locate(s.from, &mut strings);
-                        push(
-                            s.clock,
-                            Some(TraceStateChange::End),
-                            Some(Kind::Syscall),
-                            src,
-                            null,
-                        );
-                    }
-                    StepKind::Async { .. } => {
-                        let src = res.locate(s.from, &mut strings);
-                        push(
-                            s.clock,
-                            Some(TraceStateChange::End),
-                            Some(Kind::Async),
-                            src,
-                            null,
-                        );
-                    }
-                }
+        });
+        // The clock conversion is applied once per step, up front: it may be any function.
+        for t in &mut threads {
+            for s in &mut t.steps {
+                s.clock = time(s.clock);
             }
-            per_thread.push(out);
         }
-        let mut all: Vec<Event> = per_thread.into_iter().flatten().collect();
-        // Stable: each thread's own order is kept at equal times.
-        all.sort_by_key(|e| e.time().unwrap_or(0));
+        let total: u64 = threads.iter().map(|t| t.steps.len() as u64 + 1).sum();
+        let mut heap = std::collections::BinaryHeap::with_capacity(threads.len());
+        for (i, t) in threads.iter().enumerate() {
+            heap.push(std::cmp::Reverse((t.steps[0].clock, i)));
+        }
         let stats = Stats {
             instructions: tstats.instructions,
             blocks: tstats.blocks,
-            threads: traces.len() as u64,
-            events: all.len() as u64,
+            threads: threads.len() as u64,
+            events: total,
         };
         Events {
             notices: Vec::new(),
             strings,
             resolver: res,
-            events: all.into_iter(),
+            pid: blocks.pid,
+            comm,
+            threads,
+            heap,
+            produced: 0,
             stats,
         }
     }
 
-    /// The next event, in time order.
+    /// The next event, in time order (a thread's own order kept at equal times, the
+    /// threads in log order).
     pub fn next_event(&mut self) -> Option<Event> {
-        self.events.next()
+        let std::cmp::Reverse((_, i)) = self.heap.pop()?;
+        let t = &mut self.threads[i];
+        let thread = Thread {
+            pid: Some(self.pid),
+            tid: Some(t.tid),
+        };
+        let event = if !t.comm_sent {
+            t.comm_sent = true;
+            Event::Ok {
+                thread,
+                time: t.steps[0].clock,
+                in_transaction: false,
+                data: EventData::Comm {
+                    name: self.comm,
+                    exec: false,
+                },
+            }
+        } else {
+            let s = t.steps[t.next];
+            t.next += 1;
+            step_event(&mut self.resolver, &mut self.strings, thread, &s)
+        };
+        let t = &self.threads[i];
+        if let Some(s) = t.steps.get(t.next) {
+            self.heap.push(std::cmp::Reverse((s.clock, i)));
+        } else {
+            // Done with this thread: give its steps back.
+            self.threads[i].steps = Vec::new();
+        }
+        self.produced += 1;
+        Some(event)
     }
 
     /// The names the events refer to.
@@ -733,6 +795,6 @@ impl Events {
 
     /// Events not yet handed out.
     pub fn remaining(&self) -> usize {
-        self.events.len()
+        (self.stats.events - self.produced) as usize
     }
 }

@@ -323,7 +323,6 @@ pub fn thread_truths(timelines: &[StackTimeline], d: &Decoded) -> Vec<ThreadTrut
 fn same_symbol(a: Symbol, b: Symbol) -> bool {
     match (a, b) {
         (Symbol::FromPerf(x), Symbol::FromPerf(y)) => x == y,
-        (Symbol::FromPerfMap { name: x, .. }, Symbol::FromPerfMap { name: y, .. }) => x == y,
         _ => false,
     }
 }

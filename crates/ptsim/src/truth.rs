@@ -190,6 +190,18 @@ pub struct TruthStats {
 /// Derives every thread's branch trace from a block log; `kernel_cycles` is the nominal
 /// time a syscall or signal delivery spends in the kernel.
 pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthStats) {
+    let mut out = Vec::with_capacity(log.threads.len());
+    let stats = derive_each(log, kernel_cycles, |t| out.push(t));
+    (out, stats)
+}
+
+/// [`derive`], handing each thread's trace to `each` as soon as it is derived, so a
+/// caller that keeps only part of it never holds every thread's steps at once.
+pub fn derive_each(
+    log: &BlockLog,
+    kernel_cycles: u64,
+    mut each: impl FnMut(ThreadTrace),
+) -> TruthStats {
     let flows: Vec<Flow> = log
         .tbs
         .iter()
@@ -203,7 +215,6 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
         .filter(|&(_, i)| i != Interrupted::Other)
         .collect();
     let mut stats = TruthStats::default();
-    let mut out = Vec::with_capacity(log.threads.len());
     for t in &log.threads {
         let mut steps = Vec::with_capacity(t.execs.len() + 16);
         crate::advise_huge(&steps);
@@ -385,9 +396,9 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
                 }
             }
         }
-        out.push(ThreadTrace { tid: t.tid, steps });
+        each(ThreadTrace { tid: t.tid, steps });
     }
-    (out, stats)
+    stats
 }
 
 /// A frame of the true call stack.

@@ -611,10 +611,7 @@ fn write_pending_as<S: TraceSink>(
             args[n] = Arg::new("address", ArgValue::Pointer(addr));
             n += 1;
             let base_address = addr.wrapping_sub(offset);
-            let debug = match ev.symbol {
-                Symbol::FromPerfMap { .. } => None,
-                _ => ctx.config.debug_info.get(&base_address),
-            };
+            let debug = ctx.config.debug_info.get(&base_address);
             if let Some(pos) = debug {
                 args[n] = Arg::new("line", ArgValue::Int(pos.line));
                 args[n + 1] = Arg::new("col", ArgValue::Int(pos.col));

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use ptscope_event::{Event, EventData, Location, StringTable, Symbol};
+use ptscope_event::{Event, EventData, Location, StringTable};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -117,10 +117,7 @@ impl Drop for ProbeGuard {
 
 fn loc(l: &Location, s: &StringTable) -> String {
     let dso = l.dso.map_or("-", |d| s.get(d));
-    let sym = match l.symbol {
-        Symbol::FromPerfMap { name, start, size } => format!("{}@{start:x}+{size}", s.get(name)),
-        other => s.display(other).to_string(),
-    };
+    let sym = s.display(l.symbol).to_string();
     format!("{:x} {sym}+{:x} ({dso})", l.ip, l.offset)
 }
 

@@ -250,7 +250,7 @@ fn event_line(e: &ptscope_event::Event, strings: &ptscope_event::StringTable) ->
     use ptscope_event::{Event, EventData, Location, Symbol};
     let loc = |l: &Location| {
         let name = match l.symbol {
-            Symbol::FromPerf(s) | Symbol::FromPerfMap { name: s, .. } => strings.get(s),
+            Symbol::FromPerf(s) => strings.get(s),
             Symbol::Unknown => "?",
             Symbol::Untraced => "[untraced]",
             Symbol::Returned => "[returned]",
