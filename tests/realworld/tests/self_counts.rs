@@ -48,8 +48,9 @@ const KERNEL: &str = "(in the kernel)";
 /// file of the working directory (the flight recorder may rotate through several).
 /// Lines for code perf cannot name (`[unknown]`, a bare address) are left out of the
 /// map (ptscope names such code `FILE+0xOFF`, per function) but counted in the total.
-fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64) {
+fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64, Vec<String>) {
     let mut counts = BTreeMap::new();
+    let mut unnamed = Vec::new();
     let mut total = 0;
     let mut files: Vec<_> = std::fs::read_dir(work)
         .unwrap()
@@ -100,12 +101,13 @@ fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64) {
                 None => continue,
             };
             if sym.starts_with("0x") || sym.contains("[unknown]") {
+                unnamed.push(line.to_string());
                 continue;
             }
             *counts.entry(sym.to_string()).or_insert(0) += n;
         }
     }
-    (counts, total)
+    (counts, total, unnamed)
 }
 
 /// The comparison table (for the failure message and `--nocapture`).
@@ -129,7 +131,7 @@ fn compare(test: &str, command: &[&dyn AsRef<OsStr>]) {
     let work = dir.path().join("rec");
     let w = work.to_str().unwrap();
     let (run, t) = record(dir.path(), test, &["-w", w], command);
-    let (theirs, perf_total) = perf_counts(&perf, &work);
+    let (theirs, perf_total, unnamed) = perf_counts(&perf, &work);
     assert!(
         perf_total > 100,
         "perf saw too few samples ({perf_total}) to compare"
@@ -149,7 +151,8 @@ fn compare(test: &str, command: &[&dyn AsRef<OsStr>]) {
     );
     assert_eq!(
         run_total, perf_total,
-        "{test}: the run's trace holds {run_total} samples, perf report {perf_total}"
+        "{test}: the run's trace holds {run_total} samples, perf report {perf_total}; \
+         perf's lines without a name: {unnamed:?}"
     );
     // …and decoded with `--no-inline`, every function perf names has perf's count,
     // through both decoders. The functions perf cannot name (`[unknown]`) are named by
