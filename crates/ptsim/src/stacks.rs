@@ -9,7 +9,7 @@
 //! asynchronous stop.
 
 use crate::perfscript::Symbols;
-use crate::truth::{StepKind, ThreadTrace};
+use crate::truth::{Step, StepKind, ThreadTrace};
 use std::io::Write;
 use std::path::Path;
 
@@ -78,81 +78,13 @@ pub fn timeline_at(
     syms: &Symbols,
     dso: DsoOf<'_>,
 ) -> StackTimeline {
-    let mut frames: Vec<Frame> = Vec::new();
-    let mut overlay: Option<&'static str> = None;
+    let mut replay = Replay::new(syms, dso);
     let mut pieces: Vec<(u64, u64, Vec<String>)> = Vec::new();
     let mut last: Option<(u64, Vec<String>)> = None;
-    let mut after_stop: Option<(StepKind, u64)> = None;
-
-    let snapshot = |frames: &[Frame], overlay: Option<&str>| -> Vec<String> {
-        let mut v: Vec<String> = frames.iter().map(|f| f.name.clone()).collect();
-        if let Some(o) = overlay {
-            v.push(o.to_string());
-        }
-        v
-    };
-
     for (i, s) in t.steps.iter().enumerate() {
         let now = times.get(i).copied().unwrap_or(0);
-        match s.kind {
-            StepKind::Start => {
-                overlay = None;
-                let (name, entry) = function(syms, dso, s.to);
-                match after_stop {
-                    // A signal handler runs on top of the interrupted code.
-                    Some((StepKind::Async { .. }, at)) if !frames.is_empty() => {
-                        if frames.last().is_none_or(|f| f.entry != entry) {
-                            frames.push(Frame {
-                                entry,
-                                name,
-                                ret: at,
-                            });
-                        }
-                    }
-                    _ => {
-                        // rt_sigreturn back into interrupted code pops the handler.
-                        if let Some(i) = frames.iter().rposition(|f| f.ret == s.to) {
-                            frames.truncate(i);
-                        }
-                        land(&mut frames, entry, name, true);
-                    }
-                }
-                after_stop = None;
-            }
-            StepKind::Call | StepKind::IndirectCall => {
-                let (name, entry) = function(syms, dso, s.to);
-                frames.push(Frame {
-                    entry,
-                    name,
-                    ret: s.from + s.len as u64,
-                });
-            }
-            StepKind::Return => {
-                if let Some(i) = frames.iter().rposition(|f| f.ret == s.to) {
-                    frames.truncate(i);
-                } else {
-                    frames.pop();
-                }
-                let (name, entry) = function(syms, dso, s.to);
-                land(&mut frames, entry, name, false);
-            }
-            StepKind::Jmp | StepKind::IndirectJmp | StepKind::Jcc { taken: true } => {
-                let (name, entry) = function(syms, dso, s.to);
-                if frames.last().is_none_or(|f| f.entry != entry) {
-                    land(&mut frames, entry, name, s.to == entry);
-                }
-            }
-            StepKind::Jcc { taken: false } => {}
-            StepKind::Syscall => {
-                overlay = Some("[syscall]");
-                after_stop = Some((s.kind, s.from));
-            }
-            StepKind::Async { .. } => {
-                overlay = Some("[untraced]");
-                after_stop = Some((s.kind, s.from));
-            }
-        }
-        let stack = snapshot(&frames, overlay);
+        replay.apply(s);
+        let stack = replay.names();
         match &last {
             Some((_, prev)) if *prev == stack => {}
             _ => {
@@ -181,6 +113,107 @@ pub fn timeline_at(
     StackTimeline {
         tid: t.tid,
         pieces: merged,
+    }
+}
+
+/// The true stack replayed step by step: what [`timeline_at`] records after each step.
+pub struct Replay<'a, 'b> {
+    syms: &'a Symbols,
+    dso: DsoOf<'b>,
+    frames: Vec<Frame>,
+    overlay: Option<&'static str>,
+    after_stop: Option<(StepKind, u64)>,
+}
+
+impl<'a, 'b> Replay<'a, 'b> {
+    /// An empty stack, naming functions with `syms` (and `dso` where perf has no symbol).
+    pub fn new(syms: &'a Symbols, dso: DsoOf<'b>) -> Self {
+        Replay {
+            syms,
+            dso,
+            frames: Vec::new(),
+            overlay: None,
+            after_stop: None,
+        }
+    }
+
+    /// The frames' return addresses, root first (0 for a frame nothing called).
+    pub fn rets(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.frames.iter().map(|f| f.ret)
+    }
+
+    /// The stack's names, root first, with `[syscall]` or `[untraced]` on top while
+    /// tracing is stopped.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.frames.iter().map(|f| f.name.clone()).collect();
+        if let Some(o) = self.overlay {
+            v.push(o.to_string());
+        }
+        v
+    }
+
+    /// Applies one step.
+    pub fn apply(&mut self, s: &Step) {
+        let (syms, dso) = (self.syms, self.dso);
+        let frames = &mut self.frames;
+        match s.kind {
+            StepKind::Start => {
+                self.overlay = None;
+                let (name, entry) = function(syms, dso, s.to);
+                match self.after_stop {
+                    // A signal handler runs on top of the interrupted code.
+                    Some((StepKind::Async { .. }, at)) if !frames.is_empty() => {
+                        if frames.last().is_none_or(|f| f.entry != entry) {
+                            frames.push(Frame {
+                                entry,
+                                name,
+                                ret: at,
+                            });
+                        }
+                    }
+                    _ => {
+                        // rt_sigreturn back into interrupted code pops the handler.
+                        if let Some(i) = frames.iter().rposition(|f| f.ret == s.to) {
+                            frames.truncate(i);
+                        }
+                        land(frames, entry, name, true);
+                    }
+                }
+                self.after_stop = None;
+            }
+            StepKind::Call | StepKind::IndirectCall => {
+                let (name, entry) = function(syms, dso, s.to);
+                frames.push(Frame {
+                    entry,
+                    name,
+                    ret: s.from + s.len as u64,
+                });
+            }
+            StepKind::Return => {
+                if let Some(i) = frames.iter().rposition(|f| f.ret == s.to) {
+                    frames.truncate(i);
+                } else {
+                    frames.pop();
+                }
+                let (name, entry) = function(syms, dso, s.to);
+                land(frames, entry, name, false);
+            }
+            StepKind::Jmp | StepKind::IndirectJmp | StepKind::Jcc { taken: true } => {
+                let (name, entry) = function(syms, dso, s.to);
+                if frames.last().is_none_or(|f| f.entry != entry) {
+                    land(frames, entry, name, s.to == entry);
+                }
+            }
+            StepKind::Jcc { taken: false } => {}
+            StepKind::Syscall => {
+                self.overlay = Some("[syscall]");
+                self.after_stop = Some((s.kind, s.from));
+            }
+            StepKind::Async { .. } => {
+                self.overlay = Some("[untraced]");
+                self.after_stop = Some((s.kind, s.from));
+            }
+        }
     }
 }
 
