@@ -10,9 +10,14 @@
 //!   nothing when no call pushed that address;
 //! - after a `Syscall` at `a` (resume address `a + len`) or an `Async` stop at `a` (resume
 //!   address `a`), a `Start` at the resume address changes nothing; a `Start` after a
-//!   syscall at the resume address of a signal entry is `rt_sigreturn` and pops down to
-//!   that entry (included); any other `Start` is a signal delivered there: the handler is
-//!   pushed with the resume address as its return address;
+//!   syscall at the resume address of a signal entry (else, at the return address of any
+//!   entry: a signal delivered between a return and its destination is invisible in the
+//!   block log, so its handler seems to be that return's destination) is `rt_sigreturn`
+//!   and pops down to that entry (included); any other `Start` is a signal delivered there: the handler is
+//!   pushed with the resume address as its return address — except after a syscall made
+//!   while the top entry is a signal entry whose handler returned (to an address no call
+//!   pushed: the trampoline), which was that handler's `rt_sigreturn`: the new handler
+//!   takes its place and resume address;
 //! - jumps change nothing.
 //!
 //! The replay's frames must then have exactly the shadow stack's return addresses at every
@@ -42,6 +47,8 @@ pub struct ShadowStats {
     pub signals: usize,
     /// `rt_sigreturn`s back into an interrupted frame.
     pub sigreturns: usize,
+    /// Signals delivered as a handler's `rt_sigreturn` returned (counted in `signals` too).
+    pub chained: usize,
     /// Steps after which the replay dropped frames the shadow stack still held.
     pub cuts: usize,
     /// Returns to an address no call pushed.
@@ -52,7 +59,8 @@ pub struct ShadowStats {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "thread {tid}, step {step} ({kind}): the true stack's return addresses {replay} differ \
-     from the shadow stack's {shadow} ({why})"
+     from the shadow stack's {shadow} ({why}; last frames dropped by a non-local exit: \
+     {last_cut}); steps before it: {recent}"
 )]
 pub struct ShadowMismatch {
     /// Thread id.
@@ -67,12 +75,18 @@ pub struct ShadowMismatch {
     pub shadow: String,
     /// Which rule was broken.
     pub why: &'static str,
+    /// The last step after which the replay dropped frames, printed ("none" if none).
+    pub last_cut: String,
+    /// The steps before the mismatch, printed, for a look at what led to it.
+    pub recent: String,
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     ret: u64,
     signal: bool,
+    /// A signal entry whose handler returned (to an address no call pushed: the trampoline).
+    restoring: bool,
     dead: bool,
 }
 
@@ -93,7 +107,7 @@ pub fn check(
     t: &ThreadTrace,
     syms: &Symbols,
     dso: DsoOf<'_>,
-) -> Result<ShadowStats, ShadowMismatch> {
+) -> Result<ShadowStats, Box<ShadowMismatch>> {
     let mut replay = Replay::new(syms, dso);
     let mut shadow: Vec<Entry> = Vec::new();
     // (after a syscall, resume address) while tracing is stopped.
@@ -101,10 +115,12 @@ pub fn check(
     let mut stats = ShadowStats::default();
     let mut got: Vec<u64> = Vec::new();
     let mut live: Vec<u64> = Vec::new();
+    let mut last_cut: Option<usize> = None;
     let push = |shadow: &mut Vec<Entry>, ret: u64, signal: bool| {
         shadow.push(Entry {
             ret,
             signal,
+            restoring: false,
             dead: false,
         })
     };
@@ -125,6 +141,7 @@ pub fn check(
                     let back = shadow
                         .iter()
                         .rposition(|e| !e.dead && e.signal && e.ret == s.to)
+                        .or_else(|| shadow.iter().rposition(|e| !e.dead && e.ret == s.to))
                         .filter(|_| syscall);
                     match back {
                         Some(k) => {
@@ -132,8 +149,17 @@ pub fn check(
                             stats.sigreturns += 1;
                         }
                         None => {
-                            push(&mut shadow, resume, true);
                             stats.signals += 1;
+                            let top = shadow.iter_mut().rev().find(|e| !e.dead);
+                            match top {
+                                // The restoring handler's rt_sigreturn returned into a new
+                                // signal: it takes the old one's place and resume address.
+                                Some(e) if syscall && e.signal && e.restoring => {
+                                    e.restoring = false;
+                                    stats.chained += 1;
+                                }
+                                _ => push(&mut shadow, resume, true),
+                            }
                         }
                     }
                 }
@@ -145,6 +171,9 @@ pub fn check(
                 Some(k) => shadow.truncate(k),
                 None => {
                     stats.unmatched_returns += 1;
+                    if let Some(e) = shadow.iter_mut().rev().find(|e| !e.dead) {
+                        e.restoring |= e.signal;
+                    }
                     if shadow.iter().any(|e| e.dead && e.ret == s.to) {
                         why = "a return went into a frame the true stack had dropped";
                         into_dead = true;
@@ -167,6 +196,7 @@ pub fn check(
         if got != live || into_dead {
             if !into_dead && may_cut && got.len() < live.len() && live.starts_with(&got) {
                 stats.cuts += 1;
+                last_cut = Some(i);
                 let keep = got.len();
                 for e in shadow.iter_mut().filter(|e| !e.dead).skip(keep) {
                     e.dead = true;
@@ -179,14 +209,26 @@ pub fn check(
                         "a step that cannot unwind changed the depth differently"
                     };
                 }
-                return Err(ShadowMismatch {
+                return Err(Box::new(ShadowMismatch {
                     tid: t.tid,
                     step: i,
                     kind: format!("{:?} {:#x} -> {:#x}", s.kind, s.from, s.to),
                     replay: tail(&got),
                     shadow: tail(&live),
                     why,
-                });
+                    last_cut: match last_cut {
+                        Some(k) => {
+                            let c = &t.steps[k];
+                            format!("step {k}, {:?} {:#x} -> {:#x}", c.kind, c.from, c.to)
+                        }
+                        None => "none".into(),
+                    },
+                    recent: t.steps[i.saturating_sub(40)..i]
+                        .iter()
+                        .map(|c| format!("{:?} {:#x}->{:#x}", c.kind, c.from, c.to))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }));
             }
         }
         stats.max_depth = stats.max_depth.max(got.len());
