@@ -126,7 +126,6 @@ fn signals_at_syscall_return_nested_and_longjmp() {
     // them from the rt_sigreturn of the handler that raised it); all but the one left by
     // siglongjmp and the one whose rt_sigreturn delivered the next return through
     // rt_sigreturn.
-    eprintln!("main thread: {:?}", stats[0]);
     assert_eq!(
         (stats[0].signals, stats[0].chained, stats[0].sigreturns),
         (13, 1, 11),
@@ -296,6 +295,8 @@ fn stripped_recursion() {
     assert!(stats[0].max_depth >= 16, "{:?}", stats[0]);
 }
 
+/// Debian's bc (stripped). GNU bc runs user functions on its own stack, without C
+/// recursion: this checks stripped code, not recursive frames.
 #[test]
 fn debian_bc_recursive_function() {
     if !tools() || !tools_available(&["bc"]) {
@@ -315,4 +316,60 @@ fn debian_bc_recursive_function() {
     assert!(out.status.success());
     let stats = check_true_stacks(&dir, &out.sim).unwrap();
     assert!(stats[0].steps > 10_000, "{:?}", stats[0]);
+}
+
+/// Debian's dash (stripped) runs a command substitution: a child's SIGCHLD arrives in the
+/// parent's wait.
+#[test]
+fn debian_dash_child_signals() {
+    if !tools() || !tools_available(&["dash"]) {
+        return;
+    }
+    let tmp = scratch_dir("truedash").unwrap();
+    let dir = tmp.path().to_owned();
+    let out_file = dir.join("out");
+    let script = format!(
+        "x=$(/bin/echo abc | tr a b); echo \"$x\" > {}",
+        out_file.display()
+    );
+    let sh = Path::new("/bin/dash");
+    let c = Path::new("-c");
+    let out = record(&dir, &[sh, c, Path::new(&script)], &SimConfig::default()).unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "bbc\n");
+    // dash's SIGCHLD handler runs when its child exits, typically delivered as wait4
+    // returns; every one returns through rt_sigreturn.
+    let stats = check_true_stacks(&dir, &out.sim).unwrap();
+    assert!(stats[0].signals >= 1, "{:?}", stats[0]);
+    assert_eq!(stats[0].sigreturns, stats[0].signals, "{:?}", stats[0]);
+}
+
+/// Debian's python3.11, stripped to its exported symbols: the whole run, start-up
+/// included (FIDELITY.md had its truth losing `_start … Py_BytesMain` for good).
+#[test]
+fn debian_python3_recursion() {
+    if !tools() || !tools_available(&["python3"]) {
+        return;
+    }
+    let tmp = scratch_dir("truepy").unwrap();
+    let dir = tmp.path().to_owned();
+    let script = dir.join("fib.py");
+    std::fs::write(
+        &script,
+        "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nx = [fib(k) for k in range(12)]\n",
+    )
+    .unwrap();
+    let py = Path::new("/usr/bin/python3");
+    let out = record(
+        &dir,
+        &[py, Path::new("-I"), Path::new("-S"), &script],
+        &SimConfig::default(),
+    )
+    .unwrap();
+    assert!(out.status.success());
+    // The whole interpreter run (~4.7 M steps) follows the shadow stack; no jump or
+    // unmatched return drops frames there.
+    let stats = check_true_stacks(&dir, &out.sim).unwrap();
+    assert!(stats[0].steps > 1_000_000, "{:?}", stats[0]);
+    assert_eq!(stats[0].cuts, 0, "{:?}", stats[0]);
 }
