@@ -32,6 +32,8 @@ struct Frame {
     signal: bool,
     /// A signal frame whose handler returned: the trampoline's rt_sigreturn is next.
     restoring: bool,
+    /// Return addresses of the calls this frame made: code of its own, whatever names say.
+    sites: Vec<u64>,
 }
 
 impl Frame {
@@ -43,6 +45,7 @@ impl Frame {
             ret,
             signal: false,
             restoring: false,
+            sites: Vec::new(),
         }
     }
 }
@@ -198,8 +201,10 @@ impl<'a, 'b> Replay<'a, 'b> {
     /// a transfer no call explains (a jump out of the top function, a return to an address
     /// no call pushed) consults symbols: landing inside an ancestor's function (by perf's
     /// symbol, never a per-address name) unwinds to that ancestor (`longjmp`, an OCaml
-    /// raise, a C++ landing pad); otherwise the top frame continues there (a tail call,
-    /// or a signal handler returning into the signal trampoline).
+    /// raise, a C++ landing pad), as does, without a symbol, an indirect jump to the
+    /// return address of a call an ancestor made (`longjmp` to its `setjmp`); otherwise
+    /// the top frame continues there (a tail call, or a signal handler returning into the
+    /// signal trampoline).
     pub fn apply(&mut self, s: &Step) {
         let (syms, dso) = (self.syms, self.dso);
         let frames = &mut self.frames;
@@ -251,7 +256,13 @@ impl<'a, 'b> Replay<'a, 'b> {
             }
             StepKind::Call | StepKind::IndirectCall => {
                 let f = function(syms, dso, s.to);
-                frames.push(Frame::new(f, s.from + s.len as u64));
+                let ret = s.from + s.len as u64;
+                if let Some(top) = frames.last_mut() {
+                    if !top.sites.contains(&ret) {
+                        top.sites.push(ret);
+                    }
+                }
+                frames.push(Frame::new(f, ret));
             }
             StepKind::Return => {
                 let f = function(syms, dso, s.to);
@@ -276,8 +287,29 @@ impl<'a, 'b> Replay<'a, 'b> {
             StepKind::Jmp | StepKind::IndirectJmp | StepKind::Jcc { taken: true } => {
                 let f = function(syms, dso, s.to);
                 if frames.last().is_none_or(|fr| fr.entry != f.entry) {
-                    let at_entry = s.to == f.entry;
-                    leave(frames, f, at_entry);
+                    // Without a symbol, an indirect jump to where a call made by a frame
+                    // below returns lands in that frame (`longjmp` to its `setjmp`'s
+                    // return address), unless the top frame made such a call itself.
+                    let owner = match frames.split_last() {
+                        Some((top, below))
+                            if s.kind == StepKind::IndirectJmp
+                                && !f.known
+                                && !top.sites.contains(&s.to) =>
+                        {
+                            below.iter().rposition(|fr| fr.sites.contains(&s.to))
+                        }
+                        _ => None,
+                    };
+                    match owner {
+                        Some(i) => {
+                            frames.truncate(i + 1);
+                            rename_top(frames, f);
+                        }
+                        None => {
+                            let at_entry = s.to == f.entry;
+                            leave(frames, f, at_entry);
+                        }
+                    }
                 }
             }
             StepKind::Jcc { taken: false } => {}
@@ -324,7 +356,8 @@ fn rename_top(frames: &mut Vec<Frame>, f: Func) {
 }
 
 /// Control left the top frame's function by a jump, or by a return to an address no call
-/// pushed: inside an ancestor's (symbolised) function that is a non-local exit to the
+/// pushed (see also the return-site rule for indirect jumps in `apply`): inside an
+/// ancestor's (symbolised) function that is a non-local exit to the
 /// innermost such ancestor; at a function's entry (`at_entry`) or anywhere else the top
 /// frame continues there (a tail call, a trampoline).
 fn leave(frames: &mut Vec<Frame>, f: Func, at_entry: bool) {

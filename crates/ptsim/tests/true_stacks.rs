@@ -373,3 +373,62 @@ fn debian_python3_recursion() {
     assert!(stats[0].steps > 1_000_000, "{:?}", stats[0]);
     assert_eq!(stats[0].cuts, 0, "{:?}", stats[0]);
 }
+
+/// The signals program stripped: `longjmp` and `siglongjmp` land in `main`, which has no
+/// symbol, so only the return address of the `setjmp` call says which frame they land
+/// in. Addresses come from an unstripped copy (`-no-pie`: the same layout).
+#[test]
+fn stripped_longjmp_unwinds_to_the_setjmp_caller() {
+    if !tools() {
+        return;
+    }
+    let tmp = scratch_dir("truestripjmp").unwrap();
+    let dir = tmp.path().to_owned();
+    let flags = [
+        "cc",
+        "-O1",
+        "-no-pie",
+        "-pthread",
+        "-fno-optimize-sibling-calls",
+    ];
+    let exe = compile(&dir, "sigs", "sigs.c", SIGNALS_C, &flags).unwrap();
+    let nm = symbols(&exe).unwrap();
+    let stripped = dir.join("sigs-stripped");
+    std::fs::copy(&exe, &stripped).unwrap();
+    assert!(std::process::Command::new("strip")
+        .arg(&stripped)
+        .status()
+        .unwrap()
+        .success());
+    let out = record(&dir, &[&stripped], &SimConfig::default()).unwrap();
+    assert!(out.status.success());
+    let sim = &out.sim;
+    let stats = check_true_stacks(&dir, sim).unwrap();
+    assert_eq!(stats[0].cuts, 2, "{:?}", stats[0]);
+    let syms = names(&dir, sim);
+    let stacks = replay_names(sim, &syms);
+    let steps = &sim.traces[0].steps;
+    let (main, recurse) = (nm["main"], nm["recurse"]);
+    let main_end = nm.values().copied().filter(|&a| a > main).min().unwrap();
+    // The stack main runs on: its depth when it first calls recurse.
+    let call = steps
+        .iter()
+        .position(|s| s.kind == StepKind::Call && s.to == recurse)
+        .unwrap();
+    let depth = stacks[call].len() - 1;
+    let landings: Vec<usize> = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            s.kind == StepKind::IndirectJmp
+                && (main..main_end).contains(&s.to)
+                && !(main..main_end).contains(&s.from)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(landings.len(), 2, "longjmp and siglongjmp land in main");
+    for i in landings {
+        assert_eq!(stacks[i].len(), depth, "{:?}", stacks[i]);
+        assert_eq!(stacks[i][..depth - 1], stacks[call][..depth - 1]);
+    }
+}
