@@ -9,15 +9,19 @@
 //! - `Return` pops down to the innermost live entry holding its destination, and changes
 //!   nothing when no call pushed that address;
 //! - after a `Syscall` at `a` (resume address `a + len`) or an `Async` stop at `a` (resume
-//!   address `a`), a `Start` at the resume address changes nothing; a `Start` after a
-//!   syscall at the resume address of a signal entry (else, at the return address of any
-//!   entry: a signal delivered between a return and its destination is invisible in the
-//!   block log, so its handler seems to be that return's destination) is `rt_sigreturn`
-//!   and pops down to that entry (included); any other `Start` is a signal delivered there: the handler is
-//!   pushed with the resume address as its return address — except after a syscall made
-//!   while the top entry is a signal entry whose handler returned (to an address no call
-//!   pushed: the trampoline), which was that handler's `rt_sigreturn`: the new handler
-//!   takes its place and resume address;
+//!   address `a`), a `Start` at the resume address changes nothing;
+//! - a `Start` after a syscall at the resume address of a signal entry (else at the return
+//!   address of any entry: a signal delivered between a return and its destination is
+//!   invisible in the block log, so its handler seems to be that return's destination) is
+//!   `rt_sigreturn`: it pops down to that entry, included;
+//! - any other `Start` is a signal delivered there: the handler is pushed with the resume
+//!   address as its return address, except after a syscall right after a return to an
+//!   address no call pushed (a handler returning into the trampoline): that syscall was
+//!   `rt_sigreturn`, and nothing changes. If the top entry is a signal entry, a new signal
+//!   was delivered as it returned and its handler takes the old one's place and resume
+//!   address; if not, the handler's own delivery was hidden (between an indirect call or
+//!   jump and its target, which then seemed to be the handler) and the entry it ran in
+//!   continues at the interrupted target;
 //! - jumps change nothing.
 //!
 //! The replay's frames must then have exactly the shadow stack's return addresses at every
@@ -49,6 +53,8 @@ pub struct ShadowStats {
     pub sigreturns: usize,
     /// Signals delivered as a handler's `rt_sigreturn` returned (counted in `signals` too).
     pub chained: usize,
+    /// `rt_sigreturn`s of handlers whose delivery the block log hid (counted in `signals`).
+    pub hidden: usize,
     /// Steps after which the replay dropped frames the shadow stack still held.
     pub cuts: usize,
     /// Returns to an address no call pushed.
@@ -85,8 +91,6 @@ pub struct ShadowMismatch {
 struct Entry {
     ret: u64,
     signal: bool,
-    /// A signal entry whose handler returned (to an address no call pushed: the trampoline).
-    restoring: bool,
     dead: bool,
 }
 
@@ -120,12 +124,14 @@ pub fn check(
         shadow.push(Entry {
             ret,
             signal,
-            restoring: false,
             dead: false,
         })
     };
+    // The previous step was a return to an address no call pushed (a trampoline).
+    let mut after_unmatched = false;
     for (i, s) in t.steps.iter().enumerate() {
         replay.apply(s);
+        let trampoline = std::mem::take(&mut after_unmatched);
         let mut may_cut = false;
         let mut why = "the stacks differ";
         let mut into_dead = false;
@@ -150,14 +156,16 @@ pub fn check(
                         }
                         None => {
                             stats.signals += 1;
-                            let top = shadow.iter_mut().rev().find(|e| !e.dead);
+                            let top = shadow.iter().rev().find(|e| !e.dead);
                             match top {
-                                // The restoring handler's rt_sigreturn returned into a new
-                                // signal: it takes the old one's place and resume address.
-                                Some(e) if syscall && e.signal && e.restoring => {
-                                    e.restoring = false;
+                                // A handler's rt_sigreturn returned into a new signal: it
+                                // takes the old one's place and resume address.
+                                Some(e) if syscall && trampoline && e.signal => {
                                     stats.chained += 1;
                                 }
+                                // The rt_sigreturn of a handler whose delivery the block log
+                                // hid: the entry it ran in continues.
+                                Some(_) if syscall && trampoline => stats.hidden += 1,
                                 _ => push(&mut shadow, resume, true),
                             }
                         }
@@ -171,9 +179,7 @@ pub fn check(
                 Some(k) => shadow.truncate(k),
                 None => {
                     stats.unmatched_returns += 1;
-                    if let Some(e) = shadow.iter_mut().rev().find(|e| !e.dead) {
-                        e.restoring |= e.signal;
-                    }
+                    after_unmatched = true;
                     if shadow.iter().any(|e| e.dead && e.ret == s.to) {
                         why = "a return went into a frame the true stack had dropped";
                         into_dead = true;
@@ -186,7 +192,10 @@ pub fn check(
                 may_cut = true;
             }
             StepKind::Jcc { taken: false } => {}
-            StepKind::Syscall => stop = Some((true, s.from + s.len as u64)),
+            StepKind::Syscall => {
+                stop = Some((true, s.from + s.len as u64));
+                after_unmatched = trampoline;
+            }
             StepKind::Async { .. } => stop = Some((false, s.from)),
         }
         got.clear();

@@ -30,8 +30,6 @@ struct Frame {
     ret: u64,
     /// A signal handler's frame: `ret` is where the interrupted code resumes.
     signal: bool,
-    /// A signal frame whose handler returned: the trampoline's rt_sigreturn is next.
-    restoring: bool,
     /// Return addresses of the calls this frame made: code of its own, whatever names say.
     sites: Vec<u64>,
 }
@@ -44,7 +42,6 @@ impl Frame {
             name: f.name,
             ret,
             signal: false,
-            restoring: false,
             sites: Vec::new(),
         }
     }
@@ -165,6 +162,9 @@ pub struct Replay<'a, 'b> {
     frames: Vec<Frame>,
     overlay: Option<&'static str>,
     stop: Option<Stop>,
+    /// The last step was a return to an address no call pushed: a handler returning into
+    /// the signal trampoline, whose next step is the `rt_sigreturn` syscall.
+    trampoline: bool,
 }
 
 impl<'a, 'b> Replay<'a, 'b> {
@@ -176,6 +176,7 @@ impl<'a, 'b> Replay<'a, 'b> {
             frames: Vec::new(),
             overlay: None,
             stop: None,
+            trampoline: false,
         }
     }
 
@@ -208,6 +209,7 @@ impl<'a, 'b> Replay<'a, 'b> {
     pub fn apply(&mut self, s: &Step) {
         let (syms, dso) = (self.syms, self.dso);
         let frames = &mut self.frames;
+        let trampoline = std::mem::take(&mut self.trampoline);
         match s.kind {
             StepKind::Start => {
                 self.overlay = None;
@@ -238,12 +240,17 @@ impl<'a, 'b> Replay<'a, 'b> {
                                 // The syscall was a finished handler's rt_sigreturn: the
                                 // kernel restored the interrupted code, then delivered this
                                 // signal there, so this handler replaces that one.
-                                Some(top) if top.signal && top.restoring && stop.syscall => {
+                                Some(top) if top.signal && trampoline && stop.syscall => {
                                     *top = Frame {
                                         signal: true,
                                         ..Frame::new(f, top.ret)
                                     };
                                 }
+                                // rt_sigreturn of a handler whose delivery the block log
+                                // hid (between an indirect call or jump and its target,
+                                // which then seemed to be the handler): the frame it ran in
+                                // continues at the interrupted target.
+                                Some(_) if trampoline && stop.syscall => rename_top(frames, f),
                                 _ => frames.push(Frame {
                                     signal: true,
                                     ..Frame::new(f, stop.resume)
@@ -277,11 +284,12 @@ impl<'a, 'b> Replay<'a, 'b> {
                     // returned), which must not look like a non-local exit.
                     None if frames.last().is_some_and(|fr| fr.signal) => {
                         rename_top(frames, f);
-                        if let Some(top) = frames.last_mut() {
-                            top.restoring = true;
-                        }
+                        self.trampoline = true;
                     }
-                    None => leave(frames, f, false),
+                    None => {
+                        leave(frames, f, false);
+                        self.trampoline = true;
+                    }
                 }
             }
             StepKind::Jmp | StepKind::IndirectJmp | StepKind::Jcc { taken: true } => {
@@ -314,6 +322,7 @@ impl<'a, 'b> Replay<'a, 'b> {
             }
             StepKind::Jcc { taken: false } => {}
             StepKind::Syscall => {
+                self.trampoline = trampoline;
                 self.overlay = Some("[syscall]");
                 self.stop = Some(Stop {
                     syscall: true,
