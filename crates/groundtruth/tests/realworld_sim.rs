@@ -44,23 +44,34 @@ const FULL: Floor = Floor {
     below_legacy: None,
 };
 
-/// sort and sqlite3 (Debian, stripped PIE): measured segments 0.66 % / 0.12 % exact (and
-/// root) against legacy's 70.6 % / 75.3 %, identical over runs. Code without a symbol is
-/// named per address (`[unknown @ ADDR (DSO)]`), so each return renames the caller's frame
-/// after its return address. In a recursion (sort's merge sort, sqlite's tree code) the
-/// same return address then names several frames, and a later return landing there
-/// matches an *outer* one: segments takes it as a long return (exception, `longjmp`) and
-/// drops the frames between. The returns that follow go above the segment's root and are
-/// learnt as callers of the whole segment: the main thread shows
-/// `__libc_start_call_main > [unknown …] ×13 > _start > _dl_start` from the first
-/// instruction. No frame is invented (each name is on some true stack), so the phantom
+/// sort and sqlite3 (Debian, stripped PIE): measured segments 0.00 % exact (1.2 % / 2.2 %
+/// suffix) against legacy's 99.1 % / 99.5 %, identical over runs (before ptsim's truth
+/// followed call/return pairing in stripped recursion, issue 15: segments 0.66 % / 0.12 %,
+/// legacy 70.6 % / 75.3 %). Code without a symbol is named per address
+/// (`[unknown @ ADDR (DSO)]`), so each return renames the caller's frame after its return
+/// address. In a recursion (sort's merge sort, sqlite's tree code) the same return address
+/// then names several frames, and a later return landing there matches an *outer* one:
+/// segments takes it as a long return (exception, `longjmp`) and drops the frames between.
+/// The returns that follow go above the segment's root and are learnt as callers of the
+/// whole segment. No frame is invented (each name is on some true stack), so the phantom
 /// check passes. gzip, stripped too but without recursion in what ran, is exact. A writer
 /// weakness, held as found (not fixed by this test).
 const STRIPPED_LATE_CALLERS: Floor = Floor {
-    exact: 0.001,
-    suffix: 0.001,
-    root: 0.001,
+    exact: 0.0,
+    suffix: 0.005,
+    root: 0.0,
     below_legacy: Some("stripped recursion: a return matched to an outer same-named frame"),
+};
+
+/// dash: its SIGCHLD handler, delivered as `wait4` returns, runs on top of `wait4` in the
+/// truth (issue 15) but replaces it in both writers, which also miss `wait4` under the
+/// trampoline's `rt_sigreturn`: measured 94.9-95.4 % segments exact (legacy 93.7-94.3 %)
+/// when the signal lands at the syscall's return. A writer weakness, held as found.
+const SIGNAL_AT_SYSCALL_RETURN: Floor = Floor {
+    exact: 0.94,
+    suffix: 0.94,
+    root: 0.999,
+    below_legacy: None,
 };
 
 /// A snapshot of the last `bytes` of each thread's trace (PSB every 4 KiB).
@@ -272,18 +283,18 @@ fn python3_script() {
         ],
         "snapshot",
         &snapshot(64 << 10),
-        // Measured 0.3 % exact / suffix / root for both writers, and no floor held: the
-        // *truth* is wrong here. python3.11 is stripped to its exported symbols; ptsim's
-        // replay names static functions per address (a jump renames the frame), so its
-        // "land in an ancestor" rule likely matches a wrong frame, and returns then stop
-        // matching replayed frames and pop the outer ones: after ~725 k stack changes
-        // `_start > … > Py_BytesMain > …` is gone from the truth, for good. Pipeline checks
-        // (decode, text = dlfilter, phantoms) still hold.
+        // Measured 0 % exact and root (a snapshot: its root is before the buffer), ~2 %
+        // suffix for both writers, and no floor held. The truth is right since issue 15
+        // (ptsim's `debian_python3_recursion` checks it against a shadow stack; before,
+        // it lost `_start > … > Py_BytesMain` for good and both writers scored 0.3 %):
+        // python3.11 is stripped to its exported symbols and the writers' per-address
+        // names meet the same recursion weakness as sort's. Pipeline checks (decode,
+        // text = dlfilter, phantoms) still hold.
         Floor {
             exact: 0.0,
             suffix: 0.0,
             root: 0.0,
-            below_legacy: Some("ptsim's true stacks lose their root on stripped python3"),
+            below_legacy: Some("stripped recursion in the writers (as sort)"),
         },
     );
 }
@@ -554,10 +565,10 @@ fn sh_forks_and_execs() {
         "x=$(/bin/echo abc | /usr/bin/tr a b); echo \"$x\" > '{}'",
         out.display()
     );
-    // The shell waits for its children and takes SIGCHLD wherever it lands; when it lands
-    // at a syscall return ptsim's truth is wrong (issue 15: "signal delivered at a syscall
-    // return"), and aligning perf's branches with it fails now and then (1 run in ~4
-    // here). Until ptsim models that, a run is retried; a failure in 3 fresh recordings
+    // The shell waits for its children and takes SIGCHLD wherever it lands (at a syscall
+    // return, see SIGNAL_AT_SYSCALL_RETURN). Aligning perf's branches with the truth has
+    // failed now and then here (1 run in ~4, before ptsim's truth modelled signals at a
+    // syscall's return, issue 15), so a run is retried; a failure in 3 fresh recordings
     // is a real one.
     let argv = [Path::new("/bin/dash"), Path::new("-c"), Path::new(&script)];
     let mut attempt = 0;
@@ -570,7 +581,7 @@ fn sh_forks_and_execs() {
                 &argv,
                 "full",
                 &SimConfig::default(),
-                FULL,
+                SIGNAL_AT_SYSCALL_RETURN,
             )
         }));
         match r {

@@ -12,6 +12,7 @@ pub mod expected;
 pub mod perfdata;
 pub mod perfscript;
 pub mod pt;
+pub mod shadow;
 pub mod stacks;
 pub mod testing;
 pub mod truth;
@@ -606,18 +607,11 @@ pub fn write_outputs(sim: &Simulation, out: &Path, tsv: bool) -> Result<()> {
     Ok(())
 }
 
-/// The true stacks of every thread of `sim`, named by perf.
-///
-/// Names come from perf's decode of a full recording of the same execution (written to a
-/// temporary `symbols.perf.data` beside `out` when `sim` is a snapshot or has faults), so
-/// frames entered before a snapshot are named too. With `perf_clock`, times are those perf
-/// prints for the recording at `out` ([`stacks::perf_clock_times`]) instead of true times.
-pub fn true_stacks(
-    sim: &Simulation,
-    log: &BlockLog,
-    out: &Path,
-    perf_clock: bool,
-) -> Result<Vec<stacks::StackTimeline>> {
+/// The symbols naming the true stacks of `sim`, recorded at `out`: from perf's decode of
+/// `out`, or of a full recording of the same execution (a temporary `symbols.perf.data`
+/// beside `out`) when `sim` is a snapshot or has faults, so frames entered before a
+/// snapshot or inside a gap are named too.
+pub fn truth_symbols(sim: &Simulation, log: &BlockLog, out: &Path) -> Result<perfscript::Symbols> {
     let full = sim.recording.snapshot || sim.stats.pt_bytes == 0 || {
         let g: usize = sim
             .expected
@@ -631,7 +625,7 @@ pub fn true_stacks(
             .sum();
         g > 0
     };
-    let syms = if full {
+    if full {
         let dir = out
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -648,10 +642,25 @@ pub fn true_stacks(
             .with_context(|| format!("cannot write {}", path.display()))?;
         let syms = perfscript::Symbols::from_perf(&path);
         let _ = std::fs::remove_file(&path);
-        syms?
+        syms
     } else {
-        perfscript::Symbols::from_perf(out)?
-    };
+        perfscript::Symbols::from_perf(out)
+    }
+}
+
+/// The true stacks of every thread of `sim`, named by perf.
+///
+/// Names come from perf's decode of a full recording of the same execution (written to a
+/// temporary `symbols.perf.data` beside `out` when `sim` is a snapshot or has faults), so
+/// frames entered before a snapshot are named too. With `perf_clock`, times are those perf
+/// prints for the recording at `out` ([`stacks::perf_clock_times`]) instead of true times.
+pub fn true_stacks(
+    sim: &Simulation,
+    log: &BlockLog,
+    out: &Path,
+    perf_clock: bool,
+) -> Result<Vec<stacks::StackTimeline>> {
+    let syms = truth_symbols(sim, log, out)?;
     let ns = |c| sim.ns(c);
     let dso = |a: u64| {
         sim.recording

@@ -2,23 +2,57 @@
 //! shape the project's fidelity scoring uses (`ptscope-groundtruth`'s `ThreadTruth`
 //! timeline): contiguous pieces `(start_ns, end_ns, stack root first)`.
 //!
-//! Conventions follow FIDELITY.md: a frame is a function; a jump to another function's
-//! entry is a tail call (the top frame changes function); a jump or return landing inside
-//! an ancestor's function unwinds to it (exceptions, OCaml raise, `longjmp`); `[syscall]`
-//! sits on top between a syscall and the restart of tracing, `[untraced]` after an
-//! asynchronous stop.
+//! Conventions follow FIDELITY.md: a frame is a function; a return pops to the frame whose
+//! call pushed its destination (call/return pairing, never names); a jump to another
+//! function's entry is a tail call (the top frame changes function); a jump, or a return
+//! to an address no call pushed, landing inside an ancestor's symbolised function unwinds
+//! to it (exceptions, OCaml raise, `longjmp`); a signal handler is a frame on top of the
+//! code it interrupted (delivered asynchronously or on the way back from a syscall), and
+//! `rt_sigreturn` pops back to that code; `[syscall]` sits on top between a syscall and
+//! the restart of tracing, `[untraced]` after an asynchronous stop. Code without a symbol
+//! is named per address, and those names never decide the stack's shape.
+//! [`crate::shadow`] checks the shape against a name-free shadow stack.
 
 use crate::perfscript::Symbols;
-use crate::truth::{StepKind, ThreadTrace};
+use crate::truth::{Step, StepKind, ThreadTrace};
 use std::io::Write;
 use std::path::Path;
 
 /// One frame: the function and the address its call returns to (0 if not called).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Frame {
+    /// The function's entry: perf's symbol's, else the address the frame's code was
+    /// reached at (such entries name a frame but never decide the stack's shape).
     entry: u64,
+    /// `entry` is a symbol's.
+    known: bool,
     name: String,
     ret: u64,
+    /// A signal handler's frame: `ret` is where the interrupted code resumes.
+    signal: bool,
+    /// Return addresses of the calls this frame made: code of its own, whatever names say.
+    sites: Vec<u64>,
+}
+
+impl Frame {
+    fn new(f: Func, ret: u64) -> Self {
+        Frame {
+            entry: f.entry,
+            known: f.known,
+            name: f.name,
+            ret,
+            signal: false,
+            sites: Vec::new(),
+        }
+    }
+}
+
+/// The function holding an address, as perf names it.
+struct Func {
+    name: String,
+    entry: u64,
+    /// Perf has a symbol for it (else `entry` is the address itself).
+    known: bool,
 }
 
 /// A thread's true stacks over time.
@@ -44,18 +78,23 @@ impl StackTimeline {
 /// Names code perf has no symbol for.
 pub type DsoOf<'a> = &'a dyn Fn(u64) -> Option<&'a str>;
 
-fn function(syms: &Symbols, dso: DsoOf<'_>, addr: u64) -> (String, u64) {
+fn function(syms: &Symbols, dso: DsoOf<'_>, addr: u64) -> Func {
     match syms.function(addr) {
-        Some((name, entry)) => (name.to_string(), entry),
+        Some((name, entry)) => Func {
+            name: name.to_string(),
+            entry,
+            known: true,
+        },
         // ptscope names a location perf calls `[unknown]` after its address and DSO; a
         // function without a symbol is named after its entry the same way.
-        None => (
-            format!(
+        None => Func {
+            name: format!(
                 "[unknown @ {addr:#x} ({})]",
                 dso(addr).unwrap_or("[unknown]")
             ),
-            addr,
-        ),
+            entry: addr,
+            known: false,
+        },
     }
 }
 
@@ -78,81 +117,13 @@ pub fn timeline_at(
     syms: &Symbols,
     dso: DsoOf<'_>,
 ) -> StackTimeline {
-    let mut frames: Vec<Frame> = Vec::new();
-    let mut overlay: Option<&'static str> = None;
+    let mut replay = Replay::new(syms, dso);
     let mut pieces: Vec<(u64, u64, Vec<String>)> = Vec::new();
     let mut last: Option<(u64, Vec<String>)> = None;
-    let mut after_stop: Option<(StepKind, u64)> = None;
-
-    let snapshot = |frames: &[Frame], overlay: Option<&str>| -> Vec<String> {
-        let mut v: Vec<String> = frames.iter().map(|f| f.name.clone()).collect();
-        if let Some(o) = overlay {
-            v.push(o.to_string());
-        }
-        v
-    };
-
     for (i, s) in t.steps.iter().enumerate() {
         let now = times.get(i).copied().unwrap_or(0);
-        match s.kind {
-            StepKind::Start => {
-                overlay = None;
-                let (name, entry) = function(syms, dso, s.to);
-                match after_stop {
-                    // A signal handler runs on top of the interrupted code.
-                    Some((StepKind::Async { .. }, at)) if !frames.is_empty() => {
-                        if frames.last().is_none_or(|f| f.entry != entry) {
-                            frames.push(Frame {
-                                entry,
-                                name,
-                                ret: at,
-                            });
-                        }
-                    }
-                    _ => {
-                        // rt_sigreturn back into interrupted code pops the handler.
-                        if let Some(i) = frames.iter().rposition(|f| f.ret == s.to) {
-                            frames.truncate(i);
-                        }
-                        land(&mut frames, entry, name, true);
-                    }
-                }
-                after_stop = None;
-            }
-            StepKind::Call | StepKind::IndirectCall => {
-                let (name, entry) = function(syms, dso, s.to);
-                frames.push(Frame {
-                    entry,
-                    name,
-                    ret: s.from + s.len as u64,
-                });
-            }
-            StepKind::Return => {
-                if let Some(i) = frames.iter().rposition(|f| f.ret == s.to) {
-                    frames.truncate(i);
-                } else {
-                    frames.pop();
-                }
-                let (name, entry) = function(syms, dso, s.to);
-                land(&mut frames, entry, name, false);
-            }
-            StepKind::Jmp | StepKind::IndirectJmp | StepKind::Jcc { taken: true } => {
-                let (name, entry) = function(syms, dso, s.to);
-                if frames.last().is_none_or(|f| f.entry != entry) {
-                    land(&mut frames, entry, name, s.to == entry);
-                }
-            }
-            StepKind::Jcc { taken: false } => {}
-            StepKind::Syscall => {
-                overlay = Some("[syscall]");
-                after_stop = Some((s.kind, s.from));
-            }
-            StepKind::Async { .. } => {
-                overlay = Some("[untraced]");
-                after_stop = Some((s.kind, s.from));
-            }
-        }
-        let stack = snapshot(&frames, overlay);
+        replay.apply(s);
+        let stack = replay.names();
         match &last {
             Some((_, prev)) if *prev == stack => {}
             _ => {
@@ -184,29 +155,235 @@ pub fn timeline_at(
     }
 }
 
-/// Execution continues in function `entry`: unwind to an ancestor running it, else the
-/// top frame becomes it (a tail call when `at_entry`, or code reached some other way).
-fn land(frames: &mut Vec<Frame>, entry: u64, name: String, at_entry: bool) {
-    if frames.last().is_some_and(|f| f.entry == entry) {
+/// The true stack replayed step by step: what [`timeline_at`] records after each step.
+pub struct Replay<'a, 'b> {
+    syms: &'a Symbols,
+    dso: DsoOf<'b>,
+    frames: Vec<Frame>,
+    overlay: Option<&'static str>,
+    stop: Option<Stop>,
+    /// The last step was a return to an address no call pushed: a handler returning into
+    /// the signal trampoline, whose next step is the `rt_sigreturn` syscall.
+    trampoline: bool,
+}
+
+impl<'a, 'b> Replay<'a, 'b> {
+    /// An empty stack, naming functions with `syms` (and `dso` where perf has no symbol).
+    pub fn new(syms: &'a Symbols, dso: DsoOf<'b>) -> Self {
+        Replay {
+            syms,
+            dso,
+            frames: Vec::new(),
+            overlay: None,
+            stop: None,
+            trampoline: false,
+        }
+    }
+
+    /// The frames' return addresses, root first (0 for a frame nothing called).
+    pub fn rets(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.frames.iter().map(|f| f.ret)
+    }
+
+    /// The stack's names, root first, with `[syscall]` or `[untraced]` on top while
+    /// tracing is stopped.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.frames.iter().map(|f| f.name.clone()).collect();
+        if let Some(o) = self.overlay {
+            v.push(o.to_string());
+        }
+        v
+    }
+
+    /// Applies one step.
+    ///
+    /// The shape follows call/return pairing (the return address each call pushed), never
+    /// names: a return pops to the innermost frame whose return address it targets. Only
+    /// a transfer no call explains (a jump out of the top function, a return to an address
+    /// no call pushed) consults symbols: landing inside an ancestor's function (by perf's
+    /// symbol, never a per-address name) unwinds to that ancestor (`longjmp`, an OCaml
+    /// raise, a C++ landing pad), as does, without a symbol, an indirect jump to the
+    /// return address of a call an ancestor made (`longjmp` to its `setjmp`); otherwise
+    /// the top frame continues there (a tail call, or a signal handler returning into the
+    /// signal trampoline).
+    pub fn apply(&mut self, s: &Step) {
+        let (syms, dso) = (self.syms, self.dso);
+        let frames = &mut self.frames;
+        let trampoline = std::mem::take(&mut self.trampoline);
+        match s.kind {
+            StepKind::Start => {
+                self.overlay = None;
+                let f = function(syms, dso, s.to);
+                match self.stop.take() {
+                    // Tracing resumes where it stopped.
+                    Some(stop) if stop.resume == s.to => rename_top(frames, f),
+                    Some(stop) => {
+                        // rt_sigreturn resumes the code a signal interrupted: pop its handler.
+                        // A signal delivered between a return and its destination leaves
+                        // no trace in the block log (the return seems to go to the
+                        // handler), so the handler can run in the returning frame's place:
+                        // its rt_sigreturn then goes to that frame's return address.
+                        let back = frames
+                            .iter()
+                            .rposition(|fr| fr.signal && fr.ret == s.to)
+                            .or_else(|| frames.iter().rposition(|fr| fr.ret == s.to))
+                            .filter(|_| stop.syscall);
+                        match back {
+                            Some(i) => {
+                                frames.truncate(i);
+                                rename_top(frames, f);
+                            }
+                            // A signal delivered on the way back from the kernel: its
+                            // handler runs on top of the interrupted code and returns,
+                            // through the trampoline and rt_sigreturn, to where it stopped.
+                            None => match frames.last_mut() {
+                                // The syscall was a finished handler's rt_sigreturn: the
+                                // kernel restored the interrupted code, then delivered this
+                                // signal there, so this handler replaces that one.
+                                Some(top) if top.signal && trampoline && stop.syscall => {
+                                    *top = Frame {
+                                        signal: true,
+                                        ..Frame::new(f, top.ret)
+                                    };
+                                }
+                                // rt_sigreturn of a handler whose delivery the block log
+                                // hid (between an indirect call or jump and its target,
+                                // which then seemed to be the handler): the frame it ran in
+                                // continues at the interrupted target.
+                                Some(_) if trampoline && stop.syscall => rename_top(frames, f),
+                                _ => frames.push(Frame {
+                                    signal: true,
+                                    ..Frame::new(f, stop.resume)
+                                }),
+                            },
+                        }
+                    }
+                    None => rename_top(frames, f),
+                }
+            }
+            StepKind::Call | StepKind::IndirectCall => {
+                let f = function(syms, dso, s.to);
+                let ret = s.from + s.len as u64;
+                if let Some(top) = frames.last_mut() {
+                    if !top.sites.contains(&ret) {
+                        top.sites.push(ret);
+                    }
+                }
+                frames.push(Frame::new(f, ret));
+            }
+            StepKind::Return => {
+                let f = function(syms, dso, s.to);
+                match frames.iter().rposition(|fr| fr.ret == s.to) {
+                    Some(i) => {
+                        frames.truncate(i);
+                        rename_top(frames, f);
+                    }
+                    // A handler returns into the signal trampoline (`sa_restorer`), which
+                    // runs in its frame's place until rt_sigreturn; the trampoline's code
+                    // can be an ancestor's (a signal delivered as an earlier rt_sigreturn
+                    // returned), which must not look like a non-local exit.
+                    None if frames.last().is_some_and(|fr| fr.signal) => {
+                        rename_top(frames, f);
+                        self.trampoline = true;
+                    }
+                    None => {
+                        leave(frames, f, false);
+                        self.trampoline = true;
+                    }
+                }
+            }
+            StepKind::Jmp | StepKind::IndirectJmp | StepKind::Jcc { taken: true } => {
+                let f = function(syms, dso, s.to);
+                if frames.last().is_none_or(|fr| fr.entry != f.entry) {
+                    // Without a symbol, an indirect jump to where a call made by a frame
+                    // below returns lands in that frame (`longjmp` to its `setjmp`'s
+                    // return address), unless the top frame made such a call itself.
+                    let owner = match frames.split_last() {
+                        Some((top, below))
+                            if s.kind == StepKind::IndirectJmp
+                                && !f.known
+                                && !top.sites.contains(&s.to) =>
+                        {
+                            below.iter().rposition(|fr| fr.sites.contains(&s.to))
+                        }
+                        _ => None,
+                    };
+                    match owner {
+                        Some(i) => {
+                            frames.truncate(i + 1);
+                            rename_top(frames, f);
+                        }
+                        None => {
+                            let at_entry = s.to == f.entry;
+                            leave(frames, f, at_entry);
+                        }
+                    }
+                }
+            }
+            StepKind::Jcc { taken: false } => {}
+            StepKind::Syscall => {
+                self.trampoline = trampoline;
+                self.overlay = Some("[syscall]");
+                self.stop = Some(Stop {
+                    syscall: true,
+                    resume: s.from + s.len as u64,
+                });
+            }
+            StepKind::Async { .. } => {
+                self.overlay = Some("[untraced]");
+                self.stop = Some(Stop {
+                    syscall: false,
+                    resume: s.from,
+                });
+            }
+        }
+    }
+}
+
+/// Where tracing stopped and would resume if nothing intervened.
+#[derive(Copy, Clone, Debug)]
+struct Stop {
+    /// Stopped at a syscall (only a syscall can be `rt_sigreturn`).
+    syscall: bool,
+    /// The instruction after the syscall, or the one an asynchronous stop interrupted.
+    resume: u64,
+}
+
+/// The top frame now runs `f`'s code (its name follows; the stack's shape does not).
+fn rename_top(frames: &mut Vec<Frame>, f: Func) {
+    match frames.last_mut() {
+        Some(top) => {
+            if top.entry != f.entry {
+                top.entry = f.entry;
+                top.known = f.known;
+                top.name = f.name;
+            }
+        }
+        // The thread's root, or code reached after everything known was left.
+        None => frames.push(Frame::new(f, 0)),
+    }
+}
+
+/// Control left the top frame's function by a jump, or by a return to an address no call
+/// pushed (see also the return-site rule for indirect jumps in `apply`): inside an
+/// ancestor's (symbolised) function that is a non-local exit to the
+/// innermost such ancestor; at a function's entry (`at_entry`) or anywhere else the top
+/// frame continues there (a tail call, a trampoline).
+fn leave(frames: &mut Vec<Frame>, f: Func, at_entry: bool) {
+    if frames.last().is_some_and(|top| top.entry == f.entry) {
         return;
     }
-    if !at_entry {
-        if let Some(i) = frames.iter().rposition(|f| f.entry == entry) {
+    if f.known && !at_entry {
+        let below = frames.len().saturating_sub(1);
+        if let Some(i) = frames[..below]
+            .iter()
+            .rposition(|fr| fr.known && fr.entry == f.entry)
+        {
             frames.truncate(i + 1);
             return;
         }
     }
-    match frames.last_mut() {
-        Some(top) => {
-            top.entry = entry;
-            top.name = name;
-        }
-        None => frames.push(Frame {
-            entry,
-            name,
-            ret: 0,
-        }),
-    }
+    rename_top(frames, f);
 }
 
 /// Writes timelines as TSV: `tid start_ns end_ns frame;frame;…` (root first).

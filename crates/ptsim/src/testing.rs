@@ -1,6 +1,8 @@
 //! Helpers for tests that record programs: tool checks, the plugin, temporary directories.
 
-use crate::{run_with_plugin, RunOutput, SimConfig};
+use crate::blocklog::BlockLog;
+use crate::shadow::ShadowStats;
+use crate::{run_with_plugin, RunOutput, SimConfig, Simulation};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -100,7 +102,28 @@ pub fn compile(dir: &Path, name: &str, file: &str, source: &str, cmd: &[&str]) -
 pub fn record(dir: &Path, argv: &[&Path], cfg: &SimConfig) -> Result<RunOutput> {
     let plugin = plugin()?;
     let argv: Vec<OsString> = argv.iter().map(|p| p.as_os_str().to_owned()).collect();
-    run_with_plugin(&plugin, &argv, &dir.join("perf.data"), cfg, false)
+    let out = run_with_plugin(&plugin, &argv, &dir.join("perf.data"), cfg, false)?;
+    check_true_stacks(dir, &out.sim)?;
+    Ok(out)
+}
+
+/// Checks the true stacks of every thread of a recording in `dir` against a name-free
+/// shadow stack ([`crate::shadow::check`]); every recording [`record`] makes is checked.
+pub fn check_true_stacks(dir: &Path, sim: &Simulation) -> Result<Vec<ShadowStats>> {
+    let log = BlockLog::read(&dir.join("ptsim-blocks.log"))?;
+    let syms = crate::truth_symbols(sim, &log, &dir.join("perf.data"))?;
+    let dso = |a: u64| {
+        sim.recording
+            .mmaps
+            .iter()
+            .find(|m| a >= m.start && a < m.start + m.len)
+            .map(|m| m.path.as_str())
+    };
+    let mut all = Vec::with_capacity(sim.traces.len());
+    for t in &sim.traces {
+        all.push(crate::shadow::check(t, &syms, &dso).context("the true stacks are wrong")?);
+    }
+    Ok(all)
 }
 
 /// Function addresses from `nm` for a non-PIE executable, by name.
