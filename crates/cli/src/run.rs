@@ -606,16 +606,34 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
              whole execution, or use --backend sample"
         );
     }
+    // The plugin keeps each thread's last moments (a flight recorder) unless everything
+    // is asked for.
+    let ring = if a.full_execution {
+        None
+    } else {
+        match a
+            .snapshot_size
+            .as_deref()
+            .map(parse_snapshot_bound)
+            .transpose()?
+        {
+            Some(SnapshotBound::Pages(p)) => Some(u64::from(p) * 4096),
+            Some(SnapshotBound::Seconds(s)) => bail!(
+                "the emulate backend keeps each thread's last moments by size, not by time \
+                 (`{s}s`): give e.g. --snapshot-size 64M, or --full-execution"
+            ),
+            None => Some(ptscope_emulate::DEFAULT_RING),
+        }
+    };
     for (set, flag) in [
-        (a.snapshot_size.is_some(), "--snapshot-size"),
         (a.multi_snapshot, "--multi-snapshot"),
         (a.callgraph.is_some(), "--callgraph"),
         (a.single_thread, "--single-thread"),
     ] {
         if set {
             messages::warn(format!(
-                "{flag} has no effect with the emulate backend yet: it traces the whole \
-                 execution of every thread"
+                "{flag} has no effect with the emulate backend yet: it traces every thread \
+                 until the program ends"
             ));
         }
     }
@@ -649,12 +667,20 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     );
     ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
     let base = ptscope_interrupt::presses();
-    messages::info(
+    messages::info(format!(
         "emulate backend: running the program under qemu-user (user space only, much \
          slower than native); its threads are traced, child processes (fork) and programs \
-         it execs are not",
-    );
-    let status = ptscope_emulate::record(&argv, &exe, &working_dir)?;
+         it execs are not; {}",
+        match ring {
+            Some(b) => format!(
+                "each thread's last {} MiB of executed blocks are kept (--snapshot-size sets \
+                 that, --full-execution keeps everything)",
+                b >> 20
+            ),
+            None => "everything is kept (--full-execution)".to_string(),
+        }
+    ));
+    let status = ptscope_emulate::record(&argv, &exe, &working_dir, ring)?;
     let program_code = program_exit_code(status);
     if !status.success() {
         messages::warn(format!("the program {}", describe_exit(status)));

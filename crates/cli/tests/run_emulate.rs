@@ -275,3 +275,87 @@ fn ctrl_c_leaves_no_qemu_behind_and_writes_the_trace() {
     assert!(dir.path().join("spin.fxt").is_file(), "{err}");
     assert!(err.contains("SIGINT"), "{err}");
 }
+
+/// A loop of 4 M calls, then a function that crashes the program: under the flight
+/// recorder (a small per-thread ring) the block log stays within the ring, the trace
+/// holds the last calls and the crash site, and the ring files (mapped, so they survive
+/// a program killed by a signal) are folded into the log and removed.
+const CRASH: &str = r#"
+#include <signal.h>
+__attribute__((noinline)) int leaf(int x) { __asm__ volatile(""); return x + 1; }
+__attribute__((noinline)) void crash_here(int s) { if (s) raise(SIGSEGV); }
+int main(void) { int s = 0; for (int i = 0; i < 4000000; i++) s = leaf(s); crash_here(s); return 0; }
+"#;
+
+#[test]
+fn the_flight_recorder_keeps_the_last_moments_of_a_crashing_program() {
+    let Some(plugin) = plugin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("crash.c"), CRASH).expect("source");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o", "crash", "crash.c"])
+        .current_dir(dir.path())
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    let out = run(
+        &plugin,
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "emulate",
+            "--snapshot-size",
+            "1M",
+            "-w",
+            "rec",
+            "-o",
+            "crash.fxt",
+            "--",
+            "./crash",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SIGSEGV"), "{err}");
+    assert!(err.contains("last 1 MiB"), "{err}");
+    assert!(dir.path().join("crash.fxt").is_file(), "{err}");
+    let rec = dir.path().join("rec");
+    let leftovers: Vec<_> = std::fs::read_dir(&rec)
+        .expect("working dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("ring-"))
+        .collect();
+    assert!(leftovers.is_empty(), "ring files left: {leftovers:?}");
+    // The whole run is ~4 M blocks (16 MB of executions): the ring kept about 1 MiB.
+    let log = std::fs::metadata(rec.join("emulate-blocks.log"))
+        .expect("log")
+        .len();
+    assert!(
+        log < 3 << 20,
+        "the block log holds {log} bytes for a 1 MiB ring"
+    );
+    let t = transcript(&plugin, dir.path(), "rec", "crash");
+    let leaves = t.matches("BEGIN leaf").count();
+    assert!(
+        (50_000..1_000_000).contains(&leaves),
+        "{leaves} calls of leaf kept of 4 M"
+    );
+    // The crash site is the end of the trace, under main.
+    let crash = t
+        .lines()
+        .rfind(|l| l.contains("BEGIN crash_here"))
+        .unwrap_or_else(|| {
+            panic!(
+                "crash_here not in the trace:\n{}",
+                &t[t.len().saturating_sub(2000)..]
+            )
+        });
+    assert!(crash.contains("crash_here"));
+    assert!(
+        t.contains("BEGIN raise")
+            || t.contains("BEGIN __GI_raise")
+            || t.contains("BEGIN __pthread_kill"),
+        "the signal's path is missing"
+    );
+}

@@ -7,9 +7,10 @@
 //! encoding and no perf decoding — named from the ELF files the program mapped. The stack
 //! writers then see every call and return that ran.
 //!
-//! Limits of this first version: user space only, x86-64 on x86-64, no attach; the whole
-//! execution is logged (no ring buffers yet); times are a virtual clock (one guest
-//! instruction = 1 ns), not the host clock.
+//! Limits of this first version: user space only, x86-64 on x86-64, no attach; each
+//! thread's last moments are kept in a ring in the plugin (or everything), but there are
+//! no triggers yet; times are a virtual clock (one guest instruction = 1 ns), not the host
+//! clock.
 
 use anyhow::{bail, Context, Result};
 use ptscope_event::{
@@ -41,6 +42,10 @@ pub const NS_PER_INSN: u64 = 1;
 /// Virtual instructions a syscall (or signal delivery) takes: the kernel's time is not
 /// seen by qemu-user; one instruction keeps the return from the syscall apart from it.
 pub const KERNEL_INSNS: u64 = 1;
+
+/// Bytes of executed blocks each thread keeps by default (4 bytes a block: about 16 M
+/// blocks, e.g. the last 6 M calls of a call-heavy loop, or half a second of gzip).
+pub const DEFAULT_RING: u64 = 64 << 20;
 
 /// What the trace's clock is, for the user.
 pub const CLOCK_NOTICE: &str = "emulate backend: times are a virtual clock \
@@ -143,7 +148,9 @@ pub fn check_program(exe: &Path) -> Result<()> {
 /// `argv[0]` as given.
 ///
 /// `dir` must be private to the user (a working directory ptscope created or was given).
-pub fn record(argv: &[OsString], exe: &Path, dir: &Path) -> Result<ExitStatus> {
+/// With `ring`, each thread keeps only its last `ring` bytes of executions (4 per block),
+/// written when it ends: a flight recorder; without, everything is written.
+pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> Result<ExitStatus> {
     let qemu = find_qemu()?;
     let plugin = find_plugin()?;
     check_program(exe)?;
@@ -161,7 +168,10 @@ pub fn record(argv: &[OsString], exe: &Path, dir: &Path) -> Result<ExitStatus> {
     let mut spec = OsString::from(plugin.as_os_str());
     spec.push(",out=");
     spec.push(log.as_os_str());
-    std::process::Command::new(&qemu)
+    if let Some(r) = ring {
+        spec.push(format!(",ring={}", r.max(4096)));
+    }
+    let status = std::process::Command::new(&qemu)
         .arg("-plugin")
         .arg(spec)
         .arg("-0")
@@ -169,7 +179,100 @@ pub fn record(argv: &[OsString], exe: &Path, dir: &Path) -> Result<ExitStatus> {
         .arg(exe)
         .args(args)
         .status()
-        .with_context(|| format!("cannot run {}", qemu.display()))
+        .with_context(|| format!("cannot run {}", qemu.display()))?;
+    if let Some(r) = ring {
+        append_rings(dir, &log, r.max(4096))?;
+    }
+    Ok(status)
+}
+
+/// Bytes of executions per ring slot for a ring of `ring` bytes (as the plugin sizes it).
+fn ring_chunk(ring: u64) -> u64 {
+    (ring / 8).clamp(1024, 1 << 18)
+}
+
+/// Header of a ring slot in a `ring-TID.bin` file: `seq u64`, `used u32`, padding.
+const SLOT_HEADER: u64 = 16;
+
+/// After qemu has exited (however: a Ctrl-C or a crash runs no plugin exit code), moves
+/// every thread's ring file into the block log: its used slots, oldest first, become the
+/// thread's exec chunks. The log is first cut back to its last whole chunk (qemu may have
+/// died while writing one), so what follows still parses. The ring files are removed.
+fn append_rings(dir: &Path, log: &Path, ring: u64) -> Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let chunk = ring_chunk(ring);
+    let slot_size = SLOT_HEADER + chunk;
+    let mut rings: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let tid = name
+                .strip_prefix("ring-")?
+                .strip_suffix(".bin")?
+                .parse()
+                .ok()?;
+            Some((tid, e.path()))
+        })
+        .collect();
+    rings.sort();
+    if rings.is_empty() {
+        return Ok(());
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(log)
+        .with_context(|| format!("cannot open the block log {}", log.display()))?;
+    let data = std::fs::read(log).with_context(|| format!("cannot read {}", log.display()))?;
+    let mut whole = 0usize;
+    while let Some(len) = data
+        .get(whole + 8..whole + 16)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    {
+        match usize::try_from(len)
+            .ok()
+            .and_then(|l| whole.checked_add(16 + l))
+        {
+            Some(end) if end <= data.len() => whole = end,
+            _ => break,
+        }
+    }
+    out.set_len(whole as u64)
+        .and_then(|_| out.seek(SeekFrom::End(0)))
+        .with_context(|| format!("cannot write {}", log.display()))?;
+    let mut w = std::io::BufWriter::new(out);
+    for (tid, path) in &rings {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read the ring file {}", path.display()))?;
+        let mut slots: Vec<(u64, &[u8])> = bytes
+            .chunks_exact(slot_size as usize)
+            .filter_map(|s| {
+                let seq = u64::from_le_bytes(s[..8].try_into().ok()?);
+                let used = u32::from_le_bytes(s[8..12].try_into().ok()?) as usize;
+                let data = s.get(SLOT_HEADER as usize..SLOT_HEADER as usize + used)?;
+                (seq > 0 && used > 0).then_some((seq, data))
+            })
+            .collect();
+        slots.sort_by_key(|s| s.0);
+        for (_, data) in slots {
+            let mut head = [0u8; 16];
+            head[0] = 2; // KIND_EXEC
+            head[4..8].copy_from_slice(&tid.to_le_bytes());
+            head[8..16].copy_from_slice(&(data.len() as u64).to_le_bytes());
+            w.write_all(&head)
+                .and_then(|_| w.write_all(data))
+                .with_context(|| format!("cannot write {}", log.display()))?;
+        }
+    }
+    w.flush()
+        .with_context(|| format!("cannot write {}", log.display()))?;
+    for (_, path) in rings {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// One ELF file's functions, by link-time address.

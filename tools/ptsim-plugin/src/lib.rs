@@ -18,6 +18,15 @@
 //!
 //! The global clock counts guest instructions over all threads: the nominal time base.
 //!
+//! With `ring=BYTES` the plugin is a flight recorder: each thread writes its executions
+//! into a ring of slots in its own file `ring-TID.bin` beside the log, mapped shared, so
+//! what it holds survives however the process ends (a Ctrl-C or a crash kills qemu-user
+//! without running plugin exit callbacks). Each slot is `[seq u64][used u32][0u32]` and
+//! `used` bytes of the exec stream, starting with a clock `MARKER`; the slot with the
+//! lowest `seq` is reused. The recorder (ptscope) appends the slots, in `seq` order, to
+//! the log as `KIND_EXEC` chunks once qemu has exited. Block and maps chunks are written
+//! to the log at once, unbuffered, for the same reason.
+//!
 //! QEMU ships no plugin header in Debian, so the few API functions used are declared here
 //! from the QEMU 7.2 `qemu-plugin.h` prototypes.
 
@@ -73,8 +82,16 @@ extern "C" {
 /// `QEMU_PLUGIN_CB_NO_REGS`: the exec callback reads no guest registers.
 const CB_NO_REGS: c_int = 0;
 
+/// Header of a ring slot: `seq u64`, `used u32`, padding.
+const SLOT_HEADER: usize = 16;
+
 /// State shared by all threads.
 struct Shared {
+    /// Flight recorder: `(directory of the ring files, slots per thread)`; `None`: the
+    /// exec stream is written to the log.
+    ring: Option<(std::path::PathBuf, usize)>,
+    /// Bytes of executions per chunk (a ring slot's data).
+    chunk: usize,
     /// The process the log belongs to: a forked child must not write into it.
     pid: u32,
     out: Mutex<BufWriter<File>>,
@@ -94,6 +111,107 @@ struct ThreadBuf {
     /// Clock value the next block starts at if no other thread runs first.
     expected: u64,
     buf: Vec<u8>,
+    /// Flight recorder: the thread's mapped ring file, if it could be made.
+    ring: Option<Ring>,
+}
+
+/// A thread's ring file, mapped shared: writes land in the page cache at once.
+struct Ring {
+    base: *mut u8,
+    slots: usize,
+    chunk: usize,
+    /// Slot being filled, its sequence number and fill level.
+    slot: usize,
+    seq: u64,
+    used: usize,
+}
+
+// SAFETY: the mapping is only touched by the thread owning the ring, under its mutex.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Creates `dir/ring-TID.bin` (new, private, not following links) and maps it.
+    fn create(dir: &std::path::Path, tid: u32, slots: usize, chunk: usize) -> Option<Ring> {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::io::AsRawFd;
+        let size = slots * (SLOT_HEADER + chunk);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir.join(format!("ring-{tid}.bin")))
+            .ok()?;
+        f.set_len(size as u64).ok()?;
+        // SAFETY: a fresh shared mapping of a file we just sized; unmapped never (it
+        // must outlive every write, and the process ends anyway).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        let mut r = Ring {
+            base: base as *mut u8,
+            slots,
+            chunk,
+            slot: 0,
+            seq: 0,
+            used: 0,
+        };
+        r.begin_slot();
+        Some(r)
+    }
+
+    fn slot_ptr(&self, slot: usize) -> *mut u8 {
+        // SAFETY: `slot < slots`, inside the mapping.
+        unsafe { self.base.add(slot * (SLOT_HEADER + self.chunk)) }
+    }
+
+    /// Starts the current slot: a new sequence number, nothing used yet.
+    fn begin_slot(&mut self) {
+        self.seq += 1;
+        self.used = 0;
+        let p = self.slot_ptr(self.slot);
+        // SAFETY: the header lies inside the mapping; written with unaligned stores.
+        unsafe {
+            std::ptr::write_unaligned(p as *mut u64, self.seq);
+            std::ptr::write_unaligned(p.add(8) as *mut u32, 0);
+        }
+    }
+
+    /// Appends exec-stream bytes; false when the slot is full (nothing written).
+    fn append(&mut self, bytes: &[u8]) -> bool {
+        if self.used + bytes.len() > self.chunk {
+            return false;
+        }
+        let p = self.slot_ptr(self.slot);
+        // SAFETY: `used + len <= chunk`: inside this slot's data.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                p.add(SLOT_HEADER + self.used),
+                bytes.len(),
+            );
+            self.used += bytes.len();
+            std::ptr::write_unaligned(p.add(8) as *mut u32, self.used as u32);
+        }
+        true
+    }
+
+    /// Moves to the next slot, overwriting the oldest.
+    fn next_slot(&mut self) {
+        self.slot = (self.slot + 1) % self.slots;
+        self.begin_slot();
+    }
 }
 
 /// Owner of a thread's buffer: flushes it when the guest thread exits.
@@ -126,6 +244,8 @@ fn write_chunk<W: Write + ?Sized>(out: &mut W, kind: u8, tid: u32, payload: &[u8
     let _ = out.write_all(payload);
 }
 
+/// Writes the thread's pending executions to the log (not with a ring: its file holds
+/// them already).
 fn flush_thread(shared: &Shared, tb: &mut ThreadBuf) {
     if tb.buf.is_empty() {
         return;
@@ -136,6 +256,14 @@ fn flush_thread(shared: &Shared, tb: &mut ThreadBuf) {
         }
     }
     tb.buf.clear();
+}
+
+/// True in a child created by `fork` (set by a `pthread_atfork` handler): it must touch
+/// neither the log nor the rings it inherited (they are shared with the parent).
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn in_child() {
+    FORKED.store(true, Ordering::Relaxed);
 }
 
 /// False in a child created by `fork`: it inherits the log's buffers and must drop them,
@@ -157,10 +285,19 @@ extern "C" {
 }
 
 fn new_slot(shared: &Shared) -> ThreadSlot {
+    let tid = gettid();
+    let ring = shared
+        .ring
+        .as_ref()
+        .and_then(|(dir, slots)| Ring::create(dir, tid, *slots, shared.chunk));
+    if shared.ring.is_some() && ring.is_none() {
+        say(&format!("ptsim-plugin: cannot create the ring file of thread {tid}; its executions are written to the log\n"));
+    }
     let buf = Arc::new(Mutex::new(ThreadBuf {
-        tid: gettid(),
+        tid,
         expected: u64::MAX,
-        buf: Vec::with_capacity(FLUSH_AT + 16),
+        buf: Vec::with_capacity(shared.chunk + 16),
+        ring,
     }));
     if let Ok(mut threads) = shared.threads.lock() {
         threads.push(buf.clone());
@@ -170,6 +307,9 @@ fn new_slot(shared: &Shared) -> ThreadSlot {
 
 extern "C" fn on_exec(_vcpu: c_uint, userdata: *mut c_void) {
     let Some(shared) = SHARED.get() else { return };
+    if FORKED.load(Ordering::Relaxed) {
+        return;
+    }
     let ud = userdata as usize as u64;
     let id = (ud >> 16) as u32;
     let n = ud & 0xffff;
@@ -178,14 +318,39 @@ extern "C" fn on_exec(_vcpu: c_uint, userdata: *mut c_void) {
         let mut slot = slot.borrow_mut();
         let slot = slot.get_or_insert_with(|| new_slot(shared));
         let Ok(mut tb) = slot.0.lock() else { return };
+        let tb = &mut *tb;
+        if let Some(r) = tb.ring.as_mut() {
+            // Every slot starts with the clock, so the slots left after older ones were
+            // overwritten still say when their first block ran.
+            let clocked = start == tb.expected && r.used > 0;
+            let mut word = [0u8; 16];
+            let len = if clocked {
+                word[..4].copy_from_slice(&id.to_le_bytes());
+                4
+            } else {
+                word[..4].copy_from_slice(&MARKER.to_le_bytes());
+                word[4..12].copy_from_slice(&start.to_le_bytes());
+                word[12..16].copy_from_slice(&id.to_le_bytes());
+                16
+            };
+            if !r.append(&word[..len]) {
+                r.next_slot();
+                word[..4].copy_from_slice(&MARKER.to_le_bytes());
+                word[4..12].copy_from_slice(&start.to_le_bytes());
+                word[12..16].copy_from_slice(&id.to_le_bytes());
+                r.append(&word);
+            }
+            tb.expected = start + n;
+            return;
+        }
         if start != tb.expected {
             tb.buf.extend_from_slice(&MARKER.to_le_bytes());
             tb.buf.extend_from_slice(&start.to_le_bytes());
         }
         tb.buf.extend_from_slice(&id.to_le_bytes());
         tb.expected = start + n;
-        if tb.buf.len() >= FLUSH_AT {
-            flush_thread(shared, &mut tb);
+        if tb.buf.len() >= shared.chunk {
+            flush_thread(shared, tb);
         }
     });
 }
@@ -268,6 +433,11 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             }
         }
         write_chunk(&mut *out, KIND_TBS, 0, &rec);
+        // With a ring, the log must be complete however qemu ends (no exit callback runs
+        // when a signal kills the program): every block description goes out at once.
+        if shared.ring.is_some() {
+            let _ = out.flush();
+        }
     }
     // The block id and instruction count travel in the callback's user-data word.
     let ud = ((id as u64) << 16) | (n as u64 & 0xffff);
@@ -313,11 +483,21 @@ pub unsafe extern "C" fn qemu_plugin_install(
     argv: *const *const c_char,
 ) -> c_int {
     let mut out_path = None;
+    let mut ring_bytes = None;
     for i in 0..argc.max(0) as usize {
         // SAFETY: QEMU passes `argc` valid C strings.
         let arg = unsafe { CStr::from_ptr(*argv.add(i)) }.to_string_lossy();
         match arg.split_once('=') {
             Some(("out", path)) => out_path = Some(path.to_string()),
+            Some(("ring", bytes)) => match bytes.parse::<usize>() {
+                Ok(b) if b >= 4096 => ring_bytes = Some(b),
+                _ => {
+                    say(&format!(
+                        "ptsim-plugin: ring={bytes:?} is not a size of at least 4096 bytes\n"
+                    ));
+                    return -1;
+                }
+            },
             _ => {
                 say(&format!("ptsim-plugin: unknown argument {arg:?}\n"));
                 return -1;
@@ -341,7 +521,17 @@ pub unsafe extern "C" fn qemu_plugin_install(
     head.extend_from_slice(&pid.to_le_bytes());
     head.extend_from_slice(&MAGIC.to_le_bytes());
     write_chunk(&mut file, KIND_HEADER, 0, &head);
+    // A ring of several slots at least, so reusing one loses little.
+    let chunk = ring_bytes.map_or(FLUSH_AT, |r| (r / 8).clamp(1024, FLUSH_AT));
+    let ring = ring_bytes.map(|r| {
+        let dir = std::path::Path::new(&out_path)
+            .parent()
+            .map_or_else(|| std::path::PathBuf::from("."), |d| d.to_path_buf());
+        (dir, (r / chunk).max(2))
+    });
     let shared = Shared {
+        ring,
+        chunk,
         pid,
         out: Mutex::new(BufWriter::with_capacity(1 << 20, file)),
         exec_ranges: Mutex::new(Vec::new()),
@@ -350,6 +540,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
     if SHARED.set(shared).is_err() {
         return -1;
     }
+    // SAFETY: registering a fork handler with no preconditions.
+    unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
     // SAFETY: registering callbacks with the id QEMU gave us.
     unsafe {
         qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
