@@ -28,6 +28,18 @@ fn run(plugin: &Path, dir: &Path, args: &[&str]) -> Output {
         .expect("run ptscope")
 }
 
+/// Builds `dir/NAME` from the C source `src` (`gcc -O2`).
+fn compile(dir: &Path, name: &str, src: &str) {
+    let file = format!("{name}.c");
+    std::fs::write(dir.join(&file), src).expect("write source");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o", name, &file])
+        .current_dir(dir)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed on {file}");
+}
+
 fn transcript(plugin: &Path, dir: &Path, rec: &str, exe: &str) -> String {
     let out = run(
         plugin,
@@ -62,14 +74,7 @@ int main(void) { printf("%d\n", caller(777)); return 0; }
 fn every_call_of_a_tiny_leaf_is_a_slice_under_its_caller() {
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let src = dir.path().join("leaf.c");
-    std::fs::write(&src, LEAF).expect("write source");
-    let st = Command::new("gcc")
-        .args(["-O2", "-o", "leaf", "leaf.c"])
-        .current_dir(dir.path())
-        .status()
-        .expect("gcc");
-    assert!(st.success());
+    compile(dir.path(), "leaf", LEAF);
     let out = run(
         &plugin,
         dir.path(),
@@ -231,18 +236,12 @@ fn ctrl_c_leaves_no_qemu_behind_and_writes_the_trace() {
     use std::os::unix::process::CommandExt;
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("spin.c"),
+    compile(
+        dir.path(),
+        "spin",
         "__attribute__((noinline)) int f(int x) { __asm__ volatile(\"\"); return x + 1; }\n\
          int main(void) { int s = 0; for (;;) s = f(s); }\n",
-    )
-    .expect("source");
-    let st = Command::new("gcc")
-        .args(["-O2", "-o", "spin", "spin.c"])
-        .current_dir(dir.path())
-        .status()
-        .expect("gcc");
-    assert!(st.success());
+    );
     let rec = dir.path().join("rec");
     // Its own process group, as a terminal's foreground job: Ctrl-C reaches every member.
     let child = Command::new(ptscope())
@@ -291,13 +290,7 @@ int main(void) { int s = 0; for (int i = 0; i < 4000000; i++) s = leaf(s); crash
 fn the_flight_recorder_keeps_the_last_moments_of_a_crashing_program() {
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("crash.c"), CRASH).expect("source");
-    let st = Command::new("gcc")
-        .args(["-O2", "-o", "crash", "crash.c"])
-        .current_dir(dir.path())
-        .status()
-        .expect("gcc");
-    assert!(st.success());
+    compile(dir.path(), "crash", CRASH);
     let out = run(
         &plugin,
         dir.path(),

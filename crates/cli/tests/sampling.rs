@@ -3,7 +3,7 @@
 //! loudly otherwise (fails in CI).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 
 fn ptscope() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
@@ -356,6 +356,32 @@ fn perf_times(file: &Path) -> (Vec<f64>, Vec<f64>) {
     (samples, exits)
 }
 
+/// Waits for `run` (a `ptscope run` with piped stderr), polling how much its perf.data
+/// files in `work` take on disk at once: `(status, peak bytes, stderr)`.
+fn wait_watching_disk(run: &mut std::process::Child, work: &Path) -> (ExitStatus, u64, String) {
+    let disk = || -> u64 {
+        std::fs::read_dir(work)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("perf.data"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let mut peak = 0;
+    let status = loop {
+        peak = peak.max(disk());
+        if let Some(s) = run.try_wait().expect("wait") {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err).ok();
+    (status, peak, err)
+}
+
 #[test]
 fn sampling_keeps_the_last_moments_within_the_bound() {
     if !perf_usable() || !have("gzip") {
@@ -380,28 +406,9 @@ fn sampling_keeps_the_last_moments_within_the_bound() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("ptscope run");
-    let disk = || -> u64 {
-        std::fs::read_dir(&work)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("perf.data"))
-            .filter_map(|e| e.metadata().ok())
-            .map(|m| m.len())
-            .sum()
-    };
-    let mut peak = 0;
-    let status = loop {
-        peak = peak.max(disk());
-        if let Some(s) = run.try_wait().expect("wait") {
-            break s;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let (status, peak, err) = wait_watching_disk(&mut run, &work);
     let _ = head.wait();
     let wall = started.elapsed().as_secs_f64();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err).ok();
     assert!(status.success(), "ptscope run failed: {err}");
     assert!(err.contains("at most 16 MiB of disk"), "{err}");
     assert!(
@@ -590,26 +597,7 @@ fn multi_snapshot_sampling_keeps_each_snapshot_within_the_bound() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("ptscope run");
-    let disk = || -> u64 {
-        std::fs::read_dir(&work)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("perf.data"))
-            .filter_map(|e| e.metadata().ok())
-            .map(|m| m.len())
-            .sum()
-    };
-    let mut peak = 0;
-    let status = loop {
-        peak = peak.max(disk());
-        if let Some(s) = run.try_wait().expect("wait") {
-            break s;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err).ok();
+    let (status, peak, err) = wait_watching_disk(&mut run, &work);
     assert!(status.success(), "ptscope run failed: {err}");
     assert!(err.contains("each snapshot keeps"), "{err}");
     assert_eq!(err.matches("trigger hit: snapshot").count(), 3, "{err}");

@@ -213,13 +213,7 @@ pub fn perf_clock_stacks(
     reported: &[Branch],
 ) -> Result<Vec<StackTimeline>> {
     let ns = |c| sim.ns(c);
-    let dso = |a: u64| {
-        sim.recording
-            .mmaps
-            .iter()
-            .find(|m| a >= m.start && a < m.start + m.len)
-            .map(|m| m.path.as_str())
-    };
+    let dso = |a: u64| sim.dso_at(a);
     let mut out = Vec::with_capacity(sim.traces.len());
     for t in &sim.traces {
         let Some(exp) = sim.expected.iter().find(|e| e.tid == t.tid) else {

@@ -164,6 +164,15 @@ pub struct Simulation {
 }
 
 impl Simulation {
+    /// The file mapped at address `a` when the recording was made, if any.
+    pub fn dso_at(&self, a: u64) -> Option<&str> {
+        self.recording
+            .mmaps
+            .iter()
+            .find(|m| a >= m.start && a < m.start + m.len)
+            .map(|m| m.path.as_str())
+    }
+
     /// Perf time in ns of an instruction clock value.
     pub fn ns(&self, clock: u64) -> u64 {
         self.time.tsc_to_ns(self.tsc_offset + clock)
@@ -662,13 +671,7 @@ pub fn true_stacks(
 ) -> Result<Vec<stacks::StackTimeline>> {
     let syms = truth_symbols(sim, log, out)?;
     let ns = |c| sim.ns(c);
-    let dso = |a: u64| {
-        sim.recording
-            .mmaps
-            .iter()
-            .find(|m| a >= m.start && a < m.start + m.len)
-            .map(|m| m.path.as_str())
-    };
+    let dso = |a: u64| sim.dso_at(a);
     if !perf_clock {
         return Ok(sim
             .traces

@@ -112,13 +112,7 @@ pub fn record(dir: &Path, argv: &[&Path], cfg: &SimConfig) -> Result<RunOutput> 
 pub fn check_true_stacks(dir: &Path, sim: &Simulation) -> Result<Vec<ShadowStats>> {
     let log = BlockLog::read(&dir.join("ptsim-blocks.log"))?;
     let syms = crate::truth_symbols(sim, &log, &dir.join("perf.data"))?;
-    let dso = |a: u64| {
-        sim.recording
-            .mmaps
-            .iter()
-            .find(|m| a >= m.start && a < m.start + m.len)
-            .map(|m| m.path.as_str())
-    };
+    let dso = |a: u64| sim.dso_at(a);
     let mut all = Vec::with_capacity(sim.traces.len());
     for t in &sim.traces {
         all.push(crate::shadow::check(t, &syms, &dso).context("the true stacks are wrong")?);

@@ -69,13 +69,7 @@ fn names(dir: &Path, sim: &Simulation) -> Symbols {
 
 /// The stack's names after each step of the main thread, innermost last.
 fn replay_names(sim: &Simulation, syms: &Symbols) -> Vec<Vec<String>> {
-    let dso = |a: u64| {
-        sim.recording
-            .mmaps
-            .iter()
-            .find(|m| a >= m.start && a < m.start + m.len)
-            .map(|m| m.path.as_str())
-    };
+    let dso = |a: u64| sim.dso_at(a);
     let mut r = Replay::new(syms, &dso);
     sim.traces[0]
         .steps

@@ -369,6 +369,29 @@ pub fn decode(work: &Path, out: &Path, extra: &[&str], recorded: &Finished) -> T
     load_checked(out, recorded)
 }
 
+/// Decodes the working directory `work` with `--decoder text` and `--decoder dlfilter`
+/// (into `dir`) and panics unless both traces hold the same slices; returns the text one.
+/// Both decoders must give one trace: `what` names the recording in the message.
+pub fn assert_decoders_agree(work: &Path, dir: &Path, recorded: &Finished, what: &str) -> Trace {
+    let text = decode(
+        work,
+        &dir.join("text.fxt.gz"),
+        &["--decoder", "text"],
+        recorded,
+    );
+    let dl = decode(
+        work,
+        &dir.join("dl.fxt.gz"),
+        &["--decoder", "dlfilter"],
+        recorded,
+    );
+    text.assert_same_slices(
+        &dl,
+        &format!("{what}: --decoder text vs --decoder dlfilter"),
+    );
+    text
+}
+
 /// Runs `tests/fxt_check.py` (PyPI `fxt`) on the file when `PTSCOPE_FXT_PYTHON` is set.
 pub fn python_check(path: &Path) {
     let Some(py) = std::env::var_os("PTSCOPE_FXT_PYTHON") else {

@@ -1,7 +1,9 @@
 //! Debian's python3 running `programs/hot.py`: directly (both decoders, both writers,
 //! DWARF and frame-pointer call graphs, a trigger) and through a pyenv-style exec shim.
 
-use ptscope_realworld::harness::{can_record, decode, load_checked, programs, skip, Ptscope};
+use ptscope_realworld::harness::{
+    assert_decoders_agree, can_record, decode, load_checked, programs, skip, Ptscope,
+};
 use ptscope_realworld::trace::Trace;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -73,19 +75,7 @@ fn python3_run_dwarf_text_and_dlfilter_decoders_and_both_writers() {
     let t = load_checked(&out, &run);
     check_python_stacks(&t);
 
-    let text = decode(
-        &work,
-        &dir.path().join("text.fxt"),
-        &["--decoder", "text"],
-        &run,
-    );
-    let dl = decode(
-        &work,
-        &dir.path().join("dl.fxt.gz"),
-        &["--decoder", "dlfilter"],
-        &run,
-    );
-    text.assert_same_slices(&dl, "python3: --decoder text vs --decoder dlfilter");
+    let text = assert_decoders_agree(&work, dir.path(), &run, "python3");
     check_python_stacks(&text);
 
     let legacy = decode(

@@ -3,7 +3,8 @@
 //! ran into data are cut with one marker frame instead of showing invented callers.
 
 use ptscope_realworld::harness::{
-    can_record, decode, need_tool, record, record_with, system_tool, Finished,
+    assert_decoders_agree, can_record, decode, need_tool, record, record_with, system_tool,
+    Finished,
 };
 use ptscope_realworld::programs;
 use ptscope_realworld::trace::Trace;
@@ -249,19 +250,7 @@ fn gzip_intel_pt_branches_named_per_function() {
         },
         elapsed: started.elapsed(),
     };
-    let text = decode(
-        &work,
-        &dir.path().join("text.fxt.gz"),
-        &["--decoder", "text"],
-        &recorded,
-    );
-    let dl = decode(
-        &work,
-        &dir.path().join("dl.fxt.gz"),
-        &["--decoder", "dlfilter"],
-        &recorded,
-    );
-    text.assert_same_slices(&dl, "gzip PT: --decoder text vs --decoder dlfilter");
+    let text = assert_decoders_agree(&work, dir.path(), &recorded, "gzip PT");
     let all = names(&text);
     let tag = format!("({})]", gzip.display());
     // Only code no FDE covers keeps its address: crt's register_tm_clones & co.
