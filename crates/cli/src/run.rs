@@ -280,17 +280,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     if a.backend == Some(BackendArg::Emulate) {
         return emulate_and_decode(a, target);
     }
-    let filter = match &a.filter {
-        Some(f) => Some(
-            f.split_once(',')
-                .map(|(x, y)| (x.trim().to_string(), y.trim().to_string()))
-                .filter(|(x, y)| !x.is_empty() && !y.is_empty())
-                .with_context(|| {
-                    format!("--filter {f}: expected START,STOP (two function names)")
-                })?,
-        ),
-        None => None,
-    };
+    let filter = filter_range(a)?;
     let perf = a
         .perf
         .clone()
@@ -588,6 +578,19 @@ fn pick_symbol(target: &Target) -> Result<String> {
 }
 
 /// Finds a command the way exec does (a path with `/`, else `$PATH`).
+/// `--filter START,STOP` as two function names.
+fn filter_range(a: &RecordArgs) -> Result<Option<(String, String)>> {
+    a.filter
+        .as_deref()
+        .map(|f| {
+            f.split_once(',')
+                .map(|(x, y)| (x.trim().to_string(), y.trim().to_string()))
+                .filter(|(x, y)| !x.is_empty() && !y.is_empty())
+                .with_context(|| format!("--filter {f}: expected START,STOP (two function names)"))
+        })
+        .transpose()
+}
+
 /// `run --backend emulate`: the program runs under qemu-user with ptscope's plugin, and
 /// the block log is decoded into exact call stacks (no perf involved).
 fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
@@ -637,17 +640,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
             ));
         }
     }
-    let filter = match &a.filter {
-        Some(f) => Some(
-            f.split_once(',')
-                .map(|(x, y)| (x.trim().to_string(), y.trim().to_string()))
-                .filter(|(x, y)| !x.is_empty() && !y.is_empty())
-                .with_context(|| {
-                    format!("--filter {f}: expected START,STOP (two function names)")
-                })?,
-        ),
-        None => None,
-    };
+    let filter = filter_range(a)?;
     // Fail before running anything: no qemu, no plugin, or nowhere to write.
     ptscope_emulate::find_qemu()?;
     ptscope_emulate::find_plugin()?;

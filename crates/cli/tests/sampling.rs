@@ -356,6 +356,21 @@ fn perf_times(file: &Path) -> (Vec<f64>, Vec<f64>) {
     (samples, exits)
 }
 
+/// The perf.data files a flight recorder kept in `work` (`perf.data.<time>`), oldest first.
+fn kept_files(work: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(work)
+        .expect("working dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("perf.data."))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
 /// Waits for `run` (a `ptscope run` with piped stderr), polling how much its perf.data
 /// files in `work` take on disk at once: `(status, peak bytes, stderr)`.
 fn wait_watching_disk(run: &mut std::process::Child, work: &Path) -> (ExitStatus, u64, String) {
@@ -430,16 +445,7 @@ fn sampling_keeps_the_last_moments_within_the_bound() {
         peak <= BOUND,
         "perf.data files took {peak} bytes at once, over the 16 MiB bound"
     );
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&work)
-        .expect("working dir")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("perf.data."))
-        })
-        .collect();
-    files.sort();
+    let files = kept_files(&work);
     assert!(files.len() >= 2, "no rotation: {files:?}");
     // Over every kept file: the final one can be a sliver whose records all went into the
     // file before it (perf rotated right at the end).
@@ -519,16 +525,7 @@ fn sampling_keeps_the_last_seconds_when_given_a_duration() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("at least the last 2 s"), "{err}");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&work)
-        .expect("working dir")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("perf.data."))
-        })
-        .collect();
-    files.sort();
+    let files = kept_files(&work);
     // Two files of one second each, and the one being written when python3 exited (perf
     // counts its final file among the files it keeps).
     assert_eq!(files.len(), 3, "files kept: {files:?}");
@@ -555,16 +552,7 @@ fn sampling_keeps_the_last_seconds_when_given_a_duration() {
 fn snapshot_groups(work: &Path) -> Vec<Vec<PathBuf>> {
     let ends = std::fs::read_to_string(work.join("rotated-perf-data")).expect("marker");
     let ends: Vec<&str> = ends.lines().collect();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(work)
-        .expect("working dir")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("perf.data."))
-        })
-        .collect();
-    files.sort();
+    let files = kept_files(work);
     let mut groups = vec![Vec::new()];
     for f in files {
         let end = ends.contains(&f.file_name().unwrap().to_string_lossy().as_ref());

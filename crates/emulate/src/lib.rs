@@ -180,29 +180,45 @@ pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> R
         .args(args)
         .status()
         .with_context(|| format!("cannot run {}", qemu.display()))?;
-    if let Some(r) = ring {
-        append_rings(dir, &log, r.max(4096))?;
+    if ring.is_some() {
+        append_rings(dir, &log)?;
     }
     Ok(status)
 }
 
-/// Bytes of executions per ring slot for a ring of `ring` bytes (as the plugin sizes it).
-fn ring_chunk(ring: u64) -> u64 {
-    (ring / 8).clamp(1024, 1 << 18)
-}
+/// Header of a ring slot in a `ring-TID.bin` file: `seq u64`, `used u32`, `size u32`
+/// (the data bytes of every slot of the file).
+const SLOT_HEADER: usize = 16;
 
-/// Header of a ring slot in a `ring-TID.bin` file: `seq u64`, `used u32`, padding.
-const SLOT_HEADER: u64 = 16;
+/// A ring file's used slots, oldest first; empty if the file is not one the plugin wrote.
+fn ring_slots(bytes: &[u8]) -> Vec<&[u8]> {
+    let size = bytes.get(12..16).map_or(0, |b| {
+        u32::from_le_bytes(b.try_into().unwrap_or([0; 4])) as usize
+    });
+    if size == 0 || !bytes.len().is_multiple_of(SLOT_HEADER + size) {
+        return Vec::new();
+    }
+    let mut slots: Vec<(u64, &[u8])> = bytes
+        .chunks_exact(SLOT_HEADER + size)
+        .filter_map(|s| {
+            let seq = u64::from_le_bytes(s[..8].try_into().ok()?);
+            let used = u32::from_le_bytes(s[8..12].try_into().ok()?) as usize;
+            let data = s.get(SLOT_HEADER..SLOT_HEADER + used)?;
+            (seq > 0 && used > 0).then_some((seq, data))
+        })
+        .collect();
+    slots.sort_by_key(|s| s.0);
+    slots.into_iter().map(|s| s.1).collect()
+}
 
 /// After qemu has exited (however: a Ctrl-C or a crash runs no plugin exit code), moves
 /// every thread's ring file into the block log: its used slots, oldest first, become the
 /// thread's exec chunks. The log is first cut back to its last whole chunk (qemu may have
 /// died while writing one), so what follows still parses. The ring files are removed.
-fn append_rings(dir: &Path, log: &Path, ring: u64) -> Result<()> {
+fn append_rings(dir: &Path, log: &Path) -> Result<()> {
+    use ptsim::blocklog::{chunk_header, whole_chunks_len, KIND_EXEC};
     use std::io::{Seek, SeekFrom, Write};
     use std::os::unix::fs::OpenOptionsExt;
-    let chunk = ring_chunk(ring);
-    let slot_size = SLOT_HEADER + chunk;
     let mut rings: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
         .flatten()
@@ -227,42 +243,15 @@ fn append_rings(dir: &Path, log: &Path, ring: u64) -> Result<()> {
         .open(log)
         .with_context(|| format!("cannot open the block log {}", log.display()))?;
     let data = std::fs::read(log).with_context(|| format!("cannot read {}", log.display()))?;
-    let mut whole = 0usize;
-    while let Some(len) = data
-        .get(whole + 8..whole + 16)
-        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-    {
-        match usize::try_from(len)
-            .ok()
-            .and_then(|l| whole.checked_add(16 + l))
-        {
-            Some(end) if end <= data.len() => whole = end,
-            _ => break,
-        }
-    }
-    out.set_len(whole as u64)
+    out.set_len(whole_chunks_len(&data) as u64)
         .and_then(|_| out.seek(SeekFrom::End(0)))
         .with_context(|| format!("cannot write {}", log.display()))?;
     let mut w = std::io::BufWriter::new(out);
     for (tid, path) in &rings {
         let bytes = std::fs::read(path)
             .with_context(|| format!("cannot read the ring file {}", path.display()))?;
-        let mut slots: Vec<(u64, &[u8])> = bytes
-            .chunks_exact(slot_size as usize)
-            .filter_map(|s| {
-                let seq = u64::from_le_bytes(s[..8].try_into().ok()?);
-                let used = u32::from_le_bytes(s[8..12].try_into().ok()?) as usize;
-                let data = s.get(SLOT_HEADER as usize..SLOT_HEADER as usize + used)?;
-                (seq > 0 && used > 0).then_some((seq, data))
-            })
-            .collect();
-        slots.sort_by_key(|s| s.0);
-        for (_, data) in slots {
-            let mut head = [0u8; 16];
-            head[0] = 2; // KIND_EXEC
-            head[4..8].copy_from_slice(&tid.to_le_bytes());
-            head[8..16].copy_from_slice(&(data.len() as u64).to_le_bytes());
-            w.write_all(&head)
+        for data in ring_slots(&bytes) {
+            w.write_all(&chunk_header(KIND_EXEC, *tid, data.len() as u64))
                 .and_then(|_| w.write_all(data))
                 .with_context(|| format!("cannot write {}", log.display()))?;
         }

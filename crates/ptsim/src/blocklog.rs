@@ -9,7 +9,7 @@ const KIND_HEADER: u8 = 0;
 /// Chunk kind: translated-block descriptions.
 const KIND_TBS: u8 = 1;
 /// Chunk kind: one thread's block executions.
-const KIND_EXEC: u8 = 2;
+pub const KIND_EXEC: u8 = 2;
 /// Chunk kind: a `/proc/self/maps` snapshot.
 const KIND_MAPS: u8 = 3;
 /// Exec-stream word announcing a clock value.
@@ -183,6 +183,31 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
     out
 }
 
+/// The length of the longest prefix of a log made of whole chunks: what a log cut
+/// mid-write (qemu killed) can be truncated to before more chunks are appended.
+pub fn whole_chunks_len(d: &[u8]) -> usize {
+    let mut at = 0usize;
+    while let Some(len) = u64_at(d, at + 8) {
+        match usize::try_from(len)
+            .ok()
+            .and_then(|l| at.checked_add(16)?.checked_add(l))
+        {
+            Some(end) if end <= d.len() => at = end,
+            _ => break,
+        }
+    }
+    at
+}
+
+/// A chunk's 16-byte header: `[kind u8][0u8; 3][tid u32][len u64]`.
+pub fn chunk_header(kind: u8, tid: u32, len: u64) -> [u8; 16] {
+    let mut head = [0u8; 16];
+    head[0] = kind;
+    head[4..8].copy_from_slice(&tid.to_le_bytes());
+    head[8..16].copy_from_slice(&len.to_le_bytes());
+    head
+}
+
 impl BlockLog {
     /// Reads and parses a log file.
     pub fn read(path: &Path) -> Result<Self, LogError> {
@@ -344,5 +369,22 @@ impl BlockLog {
     /// Total number of block executions over all threads.
     pub fn total_execs(&self) -> usize {
         self.threads.iter().map(|t| t.execs.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_chunks_stop_before_a_cut_one() {
+        let mut d = chunk_header(KIND_EXEC, 7, 4).to_vec();
+        d.extend_from_slice(&[1, 0, 0, 0]);
+        let whole = d.len();
+        d.extend_from_slice(&chunk_header(KIND_EXEC, 7, 8));
+        d.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(whole_chunks_len(&d), whole);
+        assert_eq!(whole_chunks_len(&d[..whole]), whole);
+        assert_eq!(whole_chunks_len(&d[..5]), 0);
     }
 }

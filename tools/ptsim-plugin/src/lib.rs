@@ -21,7 +21,8 @@
 //! With `ring=BYTES` the plugin is a flight recorder: each thread writes its executions
 //! into a ring of slots in its own file `ring-TID.bin` beside the log, mapped shared, so
 //! what it holds survives however the process ends (a Ctrl-C or a crash kills qemu-user
-//! without running plugin exit callbacks). Each slot is `[seq u64][used u32][0u32]` and
+//! without running plugin exit callbacks). Each slot is `[seq u64][used u32][size u32]`
+//! (`size`: the slot's data capacity, so the file describes itself) and
 //! `used` bytes of the exec stream, starting with a clock `MARKER`; the slot with the
 //! lowest `seq` is reused. The recorder (ptscope) appends the slots, in `seq` order, to
 //! the log as `KIND_EXEC` chunks once qemu has exited. Block and maps chunks are written
@@ -82,7 +83,7 @@ extern "C" {
 /// `QEMU_PLUGIN_CB_NO_REGS`: the exec callback reads no guest registers.
 const CB_NO_REGS: c_int = 0;
 
-/// Header of a ring slot: `seq u64`, `used u32`, padding.
+/// Header of a ring slot: `seq u64`, `used u32`, `size u32` (data bytes per slot).
 const SLOT_HEADER: usize = 16;
 
 /// State shared by all threads.
@@ -185,6 +186,7 @@ impl Ring {
         unsafe {
             std::ptr::write_unaligned(p as *mut u64, self.seq);
             std::ptr::write_unaligned(p.add(8) as *mut u32, 0);
+            std::ptr::write_unaligned(p.add(12) as *mut u32, self.chunk as u32);
         }
     }
 
