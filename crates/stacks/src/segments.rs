@@ -195,8 +195,9 @@ enum Join {
     Unwound,
     /// After the C++ unwinder jumped to a landing pad in a function the segment never
     /// saw (see [`unwind`]): joined where its outermost frames line up with open ones,
-    /// never a tail jump.
-    Landed,
+    /// never a tail jump. The innermost `skip` frames open before it (the unwinder and
+    /// the frames its caller rules out) are not candidates.
+    Landed { skip: u32 },
 }
 
 #[derive(Clone, Debug)]
@@ -1790,11 +1791,15 @@ fn write_thread<S: TraceSink>(
         };
         let mut resumed: Option<Parked> = None;
         let mut stitch = if si > 0 && seg.join != Join::Never && config.stitch {
-            let found = find_stitch(ts, locs, &open, &path).filter(|st| {
+            let candidates = match seg.join {
+                Join::Landed { skip } => &open[..open.len().saturating_sub(skip as usize)],
+                _ => &open[..],
+            };
+            let found = find_stitch(ts, locs, candidates, &path).filter(|st| {
                 // After a goroutine switch, a lone `runtime.gopark` proves nothing:
                 // every goroutine resumes there. A caller must line up too.
                 seg.join == Join::Any
-                    || (matches!(seg.join, Join::Unwound | Join::Landed) && !st.unverified)
+                    || (matches!(seg.join, Join::Unwound | Join::Landed { .. }) && !st.unverified)
                     || (seg.join == Join::Verified
                         && !st.unverified
                         && resumes_here(&open, st)

@@ -76,8 +76,15 @@ impl<T> Cx<'_, T> {
             return true;
         }
         // The pad's frame is below the segment's known root: only the frames a later
-        // return reveals, or those open before a gap, can say where it sits.
-        self.split(Join::Landed);
+        // return reveals, or those open before a gap, can say where it sits; the frames
+        // from the leaf up to where the search began cannot be it.
+        let mut skip = 0;
+        let mut f = self.ts.leaf;
+        while f != from && !self.is_sentinel(f) {
+            skip += 1;
+            f = self.ts.frames[f as usize].parent;
+        }
+        self.split(Join::Landed { skip });
         self.ensure_current(dst);
         true
     }
