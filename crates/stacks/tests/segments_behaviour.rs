@@ -722,3 +722,40 @@ fn a_snapshot_starting_mid_unwind_never_puts_a_caller_on_its_callee() {
         s.done
     );
 }
+
+/// A snapshot that starts inside a signal handler: its delivery is not in the trace.
+/// The handler's return onto the trampoline's first byte names no caller; the trampoline's
+/// `rt_sigreturn` shows which frame the signal interrupted, and that frame (not the
+/// trampoline) is the handler's caller from the start.
+#[test]
+fn a_snapshot_starting_in_a_handler_finds_the_interrupted_frame() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x410, "on_usr1"), (0x500, "note"));
+    b.k(5, Kind::Return, (0x510, "note"), (0x415, "on_usr1"));
+    b.k_to(
+        10,
+        Kind::Return,
+        (0x420, "on_usr1"),
+        (0x600, "__restore_rt", 0),
+    );
+    syscall_stop(&mut b, 15, (0x607, "__restore_rt"));
+    trace_start(&mut b, 20, (0x322, "raise"));
+    b.k(30, Kind::Return, (0x330, "raise"), (0x215, "main"));
+    b.k(40, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 40, 1, "main"),
+        (0, 30, 2, "raise"),
+        (0, 10, 3, "on_usr1"),
+        (0, 5, 4, "note"),
+        (10, 20, 3, "__restore_rt"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(
+        s.done.iter().filter(|d| d.3 == "raise").count(),
+        1,
+        "{:?}",
+        s.done
+    );
+}

@@ -16,7 +16,7 @@
 //! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
 //! on the stack.
 
-use super::{Cx, Flow, SENTINEL, SIGNAL};
+use super::{Cx, Flow, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
 use ptscope_event::{Kind, Location, TraceStateChange};
 
 /// Longest syscall instruction: `syscall`, `sysenter` and `int 0x80` are all 2 bytes.
@@ -54,6 +54,10 @@ pub(super) struct Signals {
     /// the trampoline's syscall): a signal delivered as that syscall returns replaces the
     /// handler instead of interrupting the trampoline.
     trampoline: bool,
+    /// The last branch was a return onto the first byte of a symbol (kept across the
+    /// syscall that follows): a return address follows a call, so that is a handler
+    /// returning into the trampoline, maybe one whose delivery the trace did not hold.
+    label_return: bool,
 }
 
 impl Signals {
@@ -86,12 +90,14 @@ impl<T> Cx<'_, T> {
                 });
                 if !syscall {
                     sig.trampoline = false;
+                    sig.label_return = false;
                 }
             }
             Some(TraceStateChange::Start) => {}
             None => {
                 sig.stop = None;
                 sig.trampoline = false;
+                sig.label_return = false;
             }
         }
     }
@@ -101,6 +107,7 @@ impl<T> Cx<'_, T> {
     pub(super) fn signal_start(&mut self, dst: &Location) -> bool {
         let sig = &mut self.ts.signals;
         let trampoline = std::mem::take(&mut sig.trampoline);
+        let label_return = std::mem::take(&mut sig.label_return);
         let Some(stop) = sig.stop.take() else {
             return false;
         };
@@ -108,6 +115,9 @@ impl<T> Cx<'_, T> {
             return false;
         }
         if stop.syscall && self.sigreturn(dst) {
+            return true;
+        }
+        if stop.syscall && label_return && self.unseen_sigreturn(dst) {
             return true;
         }
         let leaf = self.ts.leaf;
@@ -171,11 +181,69 @@ impl<T> Cx<'_, T> {
         false
     }
 
+    /// The `rt_sigreturn` of a handler whose delivery is not in the segment (a snapshot
+    /// or a decode gap began inside it): the handler's return onto the trampoline's
+    /// first byte was learnt as the segment's root, named after the trampoline. That
+    /// root is the interrupted frame, which `dst` names: the trampoline becomes its own
+    /// frame on top of it, from the handler's return on. True when handled so.
+    fn unseen_sigreturn(&mut self, dst: &Location) -> bool {
+        let root = self.ts.leaf;
+        let fr = self.ts.frames[root as usize];
+        if fr.flags & (SENTINEL | RETURN_LABEL) != RETURN_LABEL || !self.is_sentinel(fr.parent) {
+            return false;
+        }
+        let trampoline = self.ts.frames.len() as u32;
+        self.ts.frames.push(super::Frame {
+            loc: fr.loc,
+            parent: root,
+            flags: SIGNAL,
+        });
+        // Since the return onto the trampoline: the root's entries (the return, the end
+        // of the syscall) are the trampoline's, as is the syscall's synthetic frame.
+        let first = self.ts.segments.last().map_or(0, |s| s.first);
+        let mut i = self.ts.entries.len();
+        while i > first + 1 {
+            i -= 1;
+            let leaf = self.ts.entries[i].leaf;
+            if leaf == root {
+                self.ts.entries[i].leaf = trampoline;
+                let before = self.ts.entries[i - 1].leaf;
+                if before != root && self.ts.frames[before as usize].parent != root {
+                    break;
+                }
+            } else if self.ts.frames[leaf as usize].parent == root
+                && self.ts.frames[leaf as usize].loc != fr.loc
+                && self.leaf_is_synthetic_frame(leaf)
+            {
+                self.ts.frames[leaf as usize].parent = trampoline;
+            } else {
+                break;
+            }
+        }
+        let l = self.locs.intern(dst);
+        let r = &mut self.ts.frames[root as usize];
+        r.loc = l;
+        r.flags = INFERRED_START;
+        self.ts.leaf = root;
+        self.record(Flow::Return);
+        true
+    }
+
+    /// Is `frame` a synthetic `[syscall]`, `[untraced]` or `[returned]` frame?
+    fn leaf_is_synthetic_frame(&self, frame: u32) -> bool {
+        use ptscope_event::Symbol;
+        matches!(
+            self.symbol(frame),
+            Some(Symbol::Untraced | Symbol::Syscall | Symbol::Returned)
+        )
+    }
+
     /// A return from a signal handler's frame goes to the signal trampoline, which runs
     /// in the handler's place until its `rt_sigreturn`: true when handled so.
     pub(super) fn handler_return(&mut self, dst: &Location) -> bool {
         let leaf = self.ts.leaf;
         if self.ts.frames[leaf as usize].flags & SIGNAL == 0 {
+            self.ts.signals.label_return = dst.offset == 0 && dst.ip != 0;
             return false;
         }
         self.replace_signal_frame(dst);
