@@ -745,32 +745,48 @@ int main() {
 }
 "#;
 
-/// Decode errors in a recording: 2 overflows of 50 branches and 2 corrupt packets.
+/// 8 decode errors in a recording: 4 overflows of 50 branches and 4 corrupt packets.
 fn faults() -> SimConfig {
     SimConfig {
-        faults: ptsim::FaultSpec::parse("overflow=2,corrupt=2,overflow-len=50")
+        faults: ptsim::FaultSpec::parse("overflow=4,corrupt=4,overflow-len=50")
             .expect("valid faults"),
         ..SimConfig::default()
     }
 }
 
+/// 8 decode errors (4 overflows of 50 branches, 4 corrupt packets) spread over the last
+/// 60 % of the main thread's `main_steps` steps, where a program's own work (signals,
+/// unwinding) runs rather than the dynamic loader's start-up.
+fn late_faults(main_steps: usize) -> SimConfig {
+    let at = |k: usize| main_steps * (40 + 15 * k / 2) / 100;
+    SimConfig {
+        main_faults: Some(ptsim::pt::Faults {
+            overflows: (0..4).map(|k| (at(2 * k), 50)).collect(),
+            corruptions: (0..4).map(|k| at(2 * k + 1)).collect(),
+        }),
+        ..SimConfig::default()
+    }
+}
+
 /// What a program with signals or C++ unwinding must reach, per variant: exact on a full
-/// recording, exact outside the gaps with decode errors, and in a snapshot of the last
-/// `snapshot_bytes` (whose root is before the buffer) every stack a true suffix for
-/// `suffix` of the time.
-fn unwinding_floors(snapshot_bytes: usize, suffix: f64) -> [(&'static str, SimConfig, Floor); 3] {
+/// recording, exact outside the gaps with decode errors (spread over the whole run, and
+/// over its last 60 %), and in a snapshot of the last `snapshot_bytes` (whose root is
+/// before the buffer) every stack a true suffix for `suffix` of the time.
+fn unwinding_floors(
+    main_steps: usize,
+    snapshot_bytes: usize,
+    suffix: f64,
+) -> [(&'static str, SimConfig, Floor); 4] {
+    let with_errors = Floor {
+        exact: 0.95,
+        suffix: 0.0,
+        root: 0.0,
+        below_legacy: None,
+    };
     [
         ("full", SimConfig::default(), FULL),
-        (
-            "faults",
-            faults(),
-            Floor {
-                exact: 0.95,
-                suffix: 0.0,
-                root: 0.0,
-                below_legacy: None,
-            },
-        ),
+        ("faults", faults(), with_errors),
+        ("late faults", late_faults(main_steps), with_errors),
         (
             "snapshot",
             snapshot(snapshot_bytes),
@@ -800,7 +816,7 @@ fn c_signals_longjmp_threads() {
     .unwrap();
     let prog = SimProgram::record("c signals", d.path(), &[&exe])
         .unwrap_or_else(|e| panic!("recording failed: {e:#}"));
-    for s in check_variants(&prog, &unwinding_floors(8 << 10, 1.0)) {
+    for s in check_variants(&prog, &unwinding_floors(prog.main_steps, 8 << 10, 1.0)) {
         assert_eq!(threads(&s), 5, "main thread and four workers");
         // Every variant holds the signal handlers (a snapshot's too).
         let handled = s.text.truth.iter().any(|t| {
@@ -828,5 +844,5 @@ fn cpp_exceptions_through_string_frames() {
     .unwrap();
     let prog = SimProgram::record("c++ string frames", d.path(), &[&exe])
         .unwrap_or_else(|e| panic!("recording failed: {e:#}"));
-    check_variants(&prog, &unwinding_floors(32 << 10, 1.0));
+    check_variants(&prog, &unwinding_floors(prog.main_steps, 32 << 10, 1.0));
 }
