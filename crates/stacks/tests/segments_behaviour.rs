@@ -759,3 +759,58 @@ fn a_snapshot_starting_in_a_handler_finds_the_interrupted_frame() {
         s.done
     );
 }
+
+/// An asynchronous stop (an interrupt) resumes at the instruction it interrupted; when
+/// tracing starts at a handler instead, a signal was delivered there, and the handler's
+/// `rt_sigreturn` resumes that instruction.
+#[test]
+fn a_signal_interrupting_a_loop_runs_on_the_interrupted_frame() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, "spin"));
+    // An interrupt with nothing delivered: tracing resumes where it stopped.
+    b.br(
+        20,
+        Some(Kind::Async),
+        Some(TraceStateChange::End),
+        (0x320, "spin"),
+        (0, ""),
+        false,
+    );
+    trace_start(&mut b, 25, (0x320, "spin"));
+    // A timer signal delivered at the next interrupt.
+    b.br(
+        30,
+        Some(Kind::Async),
+        Some(TraceStateChange::End),
+        (0x330, "spin"),
+        (0, ""),
+        false,
+    );
+    trace_start(&mut b, 40, (0x400, "on_alarm"));
+    b.k_to(
+        50,
+        Kind::Return,
+        (0x420, "on_alarm"),
+        (0x600, "__restore_rt", 0),
+    );
+    syscall_stop(&mut b, 55, (0x607, "__restore_rt"));
+    trace_start(&mut b, 60, (0x330, "spin"));
+    b.k(70, Kind::Return, (0x340, "spin"), (0x215, "main"));
+    b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 80, 1, "main"),
+        (10, 70, 2, "spin"),
+        (40, 50, 3, "on_alarm"),
+        (50, 60, 3, "__restore_rt"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(
+        s.done.iter().filter(|d| d.3 == "main").count(),
+        1,
+        "{:?}",
+        s.done
+    );
+}

@@ -80,7 +80,15 @@ impl<T> Cx<'_, T> {
         match change {
             Some(TraceStateChange::End) => {
                 let syscall = kind == Some(Kind::Syscall);
-                sig.stop = (src.ip != 0).then(|| Stop {
+                // Only user space resumes by the kernel's choice: in a kernel trace every
+                // `tr strt` is a kernel entry, and a branch that leaves a traced range
+                // (a call or return out of an address filter) comes back anywhere.
+                let resumable = matches!(
+                    kind,
+                    None | Some(Kind::Syscall | Kind::Async | Kind::Interrupt)
+                );
+                let user = src.ip != 0 && !super::is_kernel(src.ip);
+                sig.stop = (resumable && user).then(|| Stop {
                     resume: if syscall {
                         src.ip + SYSCALL_LEN
                     } else {
@@ -111,7 +119,7 @@ impl<T> Cx<'_, T> {
         let Some(stop) = sig.stop.take() else {
             return false;
         };
-        if dst.ip == 0 || dst.ip == stop.resume {
+        if dst.ip == 0 || dst.ip == stop.resume || super::is_kernel(dst.ip) {
             return false;
         }
         if stop.syscall && self.sigreturn(dst) {
