@@ -254,7 +254,8 @@ pub fn thread_truths(timelines: &[StackTimeline], d: &Decoded) -> Vec<ThreadTrut
         let (mut windows, mut order_windows, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
         let mut last: Option<u64> = None;
         let mut open_gap: Option<u64> = None;
-        for e in d.events.iter().filter(|e| e.thread() == th) {
+        // Task events (a COMM at exec) are sideband: a snapshot's trace starts long after.
+        for e in d.events.iter().filter(|e| e.thread() == th && !e.is_task()) {
             let Some(time) = e.time().map(|t| t * SCALE).or(last) else {
                 continue;
             };
