@@ -22,13 +22,13 @@ use ptscope_event::{Event, EventData, Kind, StringTable, Symbol, Thread};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_symbols::{Mappings, Namer};
-use rustc_hash::FxHashMap;
 use ptsim::blocklog::BlockLog;
 use ptsim::expected::{Branch, BranchKind, ThreadExpectation};
 use ptsim::perfscript::Symbols;
 use ptsim::stacks::StackTimeline;
 use ptsim::truth::{StepKind, ThreadTrace};
 use ptsim::{SimConfig, Simulation};
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 
 /// How ptscope reads a `perf.data`.
