@@ -1,8 +1,10 @@
 //! Issue 11's real-world corpus on simulated Intel PT: programs nobody here wrote (Debian's
-//! python3, gzip, sort, sqlite3, git, dash) and programs built here in C, C++, Rust and Go,
-//! each run once under `ptsim` (QEMU + a genuine PT `perf.data`), decoded by ptscope
-//! through `perf script` text *and* through the dlfilter, fed to both stack writers
-//! (legacy and segments) and scored against the true stacks (`ptscope_groundtruth::sim`).
+//! python3, gzip, grep, sort, sqlite3, git, dash) and programs built here in C, C++, Rust
+//! and Go, each run once under `ptsim` (QEMU + a genuine PT `perf.data`), decoded by
+//! ptscope through `perf script` text *and* through the dlfilter (then named as `ptscope
+//! decode` names stripped code: per function), fed to both stack writers (legacy and
+//! segments) and scored against the true stacks (`ptscope_groundtruth::sim`). Stripped
+//! programs are also scored with 8 decode errors (issue 15).
 //!
 //! Every run is kept small (short inputs, or the last bytes of the trace as a snapshot
 //! where a program's startup alone is millions of branches): the scorer holds a stack of
