@@ -399,14 +399,37 @@ fn sort_text() {
     let d = scratch();
     let input = write(d.path(), "in.txt", &text(8 << 10));
     let out = d.path().join("sorted.txt");
-    check(
+    let prog = SimProgram::record(
         "sort",
         d.path(),
         &[Path::new("/usr/bin/sort"), Path::new("-o"), &out, &input],
-        "full",
-        &SimConfig::default(),
-        FULL,
+    )
+    .unwrap_or_else(|e| panic!("sort: recording failed: {e:#}"));
+    check_variant(&prog, "full", &SimConfig::default(), FULL);
+    check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
+}
+
+#[test]
+fn bc_recursive_function() {
+    if !qemu_perf() || !files_available(&["/usr/bin/bc"]) {
+        return;
+    }
+    let d = scratch();
+    // GNU bc runs its functions on a stack of its own (no C recursion for `f`), but its
+    // parser and printer recurse; stripped like sort.
+    let script = write(
+        d.path(),
+        "fib.bc",
+        "define f(n){if(n<2)return n;return f(n-1)+f(n-2)}\nf(12)\nquit\n",
     );
+    let prog = SimProgram::record(
+        "bc",
+        d.path(),
+        &[Path::new("/usr/bin/bc"), Path::new("-q"), &script],
+    )
+    .unwrap_or_else(|e| panic!("bc: recording failed: {e:#}"));
+    check_variant(&prog, "full", &SimConfig::default(), FULL);
+    check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
 }
 
 #[test]
@@ -416,7 +439,7 @@ fn sqlite3_queries() {
     }
     let d = scratch();
     let db = d.path().join("t.db");
-    check(
+    let prog = SimProgram::record(
         "sqlite3",
         d.path(),
         &[
@@ -428,10 +451,10 @@ fn sqlite3_queries() {
                  select count(*), max(k) from t where v like 'row1%';",
             ),
         ],
-        "full",
-        &SimConfig::default(),
-        FULL,
-    );
+    )
+    .unwrap_or_else(|e| panic!("sqlite3: recording failed: {e:#}"));
+    check_variant(&prog, "full", &SimConfig::default(), FULL);
+    check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
 }
 
 #[test]
