@@ -21,12 +21,14 @@ use ptscope_dlfilter_reader::{Choice, DlfilterOptions};
 use ptscope_event::{Event, EventData, Kind, StringTable, Symbol, Thread};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_symbols::{Mappings, Namer};
 use ptsim::blocklog::BlockLog;
 use ptsim::expected::{Branch, BranchKind, ThreadExpectation};
 use ptsim::perfscript::Symbols;
 use ptsim::stacks::StackTimeline;
 use ptsim::truth::{StepKind, ThreadTrace};
 use ptsim::{SimConfig, Simulation};
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 
 /// How ptscope reads a `perf.data`.
@@ -58,10 +60,9 @@ pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
                 events.push(e);
             }
             s.finish()?;
-            Ok(Decoded {
-                events,
-                strings: s.take_strings(),
-            })
+            let mut strings = s.take_strings();
+            name_functions(perf_data, &mut events, &mut strings);
+            Ok(Decoded { events, strings })
         }
         DecodePath::Dlfilter => {
             let mut o = DlfilterOptions::new(perf_data);
@@ -75,12 +76,65 @@ pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
                 events.push(e);
             }
             s.finish()?;
-            Ok(Decoded {
-                events,
-                strings: s.take_strings(),
-            })
+            let mut strings = s.take_strings();
+            name_functions(perf_data, &mut events, &mut strings);
+            Ok(Decoded { events, strings })
         }
     }
+}
+
+/// The naming step `ptscope decode` runs between decoding and its writers, for the
+/// recording at `perf_data`: code perf has no symbol for is named per function (a debug
+/// file's symbol, else the `.eh_frame` FDE holding it) instead of per address.
+fn namer(perf_data: &Path) -> Namer {
+    let mut n = Namer::new(true, true);
+    n.set_mappings(Mappings::read(perf_data).ok());
+    n
+}
+
+/// Runs [`namer`] over decoded `events`, as `ptscope decode` does.
+fn name_functions(perf_data: &Path, events: &mut [Event], strings: &mut StringTable) {
+    let mut n = namer(perf_data);
+    for e in events {
+        n.apply(e, strings);
+    }
+}
+
+/// Names the true stacks' code without symbols as the naming step names the trace's.
+///
+/// ptsim names a frame in such code after the address it was entered at,
+/// `[unknown @ ADDR (DSO)]`; the trace names the function holding an address. The
+/// truth's entry lies in the function it names, so renaming it after that function
+/// gives the name the trace shows for the same frame.
+fn name_truth(timelines: &mut [StackTimeline], perf_data: &Path, pid: u32) {
+    let mut n = namer(perf_data);
+    let mut strings = StringTable::new();
+    let mut renamed: FxHashMap<String, Option<String>> = FxHashMap::default();
+    for tl in timelines {
+        for piece in &mut tl.pieces {
+            for name in &mut piece.2 {
+                if !name.starts_with("[unknown @ 0x") {
+                    continue;
+                }
+                let new = renamed.entry(name.clone()).or_insert_with(|| {
+                    let (ip, dso) = parse_unknown(name)?;
+                    let dso = strings.intern(dso);
+                    let (f, _) = n.function_at_address(Some(pid), dso, ip, &mut strings)?;
+                    Some(strings.get(f).to_string())
+                });
+                if let Some(new) = new {
+                    name.clone_from(new);
+                }
+            }
+        }
+    }
+}
+
+/// The address and DSO of a `[unknown @ 0xADDR (DSO)]` name.
+fn parse_unknown(name: &str) -> Option<(u64, &str)> {
+    let rest = name.strip_prefix("[unknown @ 0x")?.strip_suffix(")]")?;
+    let (hex, dso) = rest.split_once(" (")?;
+    Some((u64::from_str_radix(hex, 16).ok()?, dso))
 }
 
 /// Whether a step is a branch perf reports (everything but a not-taken conditional).
@@ -254,8 +308,19 @@ pub fn thread_truths(timelines: &[StackTimeline], d: &Decoded) -> Vec<ThreadTrut
         let (mut windows, mut order_windows, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
         let mut last: Option<u64> = None;
         let mut open_gap: Option<u64> = None;
-        // Task events (a COMM at exec) are sideband: a snapshot's trace starts long after.
-        for e in d.events.iter().filter(|e| e.thread() == th && !e.is_task()) {
+        // A thread's name (perf's COMM and FORK side-band, printed for the task events)
+        // is no trace of its stack: a snapshot's COMM from the exec long before the
+        // buffer would stretch the scored span over time no writer saw.
+        let traced = |e: &&Event| {
+            !matches!(
+                e,
+                Event::Ok {
+                    data: EventData::Comm { .. } | EventData::Fork { .. },
+                    ..
+                }
+            )
+        };
+        for e in d.events.iter().filter(|e| e.thread() == th).filter(traced) {
             let Some(time) = e.time().map(|t| t * SCALE).or(last) else {
                 continue;
             };
@@ -510,8 +575,9 @@ impl SimProgram {
         let data = sub.join("perf.data");
         ptsim::write_outputs(&sim, &data, false)?;
         let reported = ptsim::perfscript::decode(&data)?;
-        let timelines = perf_clock_stacks(&sim, &self.syms, &reported)
+        let mut timelines = perf_clock_stacks(&sim, &self.syms, &reported)
             .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
+        name_truth(&mut timelines, &data, sim.recording.pid);
         Ok((timelines, data))
     }
 }

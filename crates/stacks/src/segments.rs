@@ -1630,7 +1630,13 @@ fn find_stitch<T>(
         {
             run += 1;
         }
-        let cost = open.len() - (i + run);
+        // What the gap must have done for this alignment: return from the open frames
+        // above the matched ones, then call the new segment's frames above them. The
+        // head is open more than once only in a recursion; counting the returns alone
+        // there always chose its innermost occurrence, however many calls that meant
+        // within a gap of a few dozen branches, and a recursion at a steady depth grew
+        // a level that never returns at every gap (python3.11: 58 % suffix-correct).
+        let cost = (open.len() - (i + run)) + (after.len() - run);
         if best.is_none_or(|(c, r, _)| cost < c || (cost == c && run > r)) {
             best = Some((cost, run, i));
         }
