@@ -392,6 +392,9 @@ impl<S: TraceSink> SegmentsWriter<S> {
                 let process_names = &self.config.process_names;
                 self.tracks
                     .observe(&mut self.sink, *thread, data, strings, process_names);
+                if matches!(data, EventData::Comm { exec: true, .. }) {
+                    self.exec(event, *thread);
+                }
                 return;
             }
             if matches!(data, EventData::Switch { .. }) {
@@ -628,6 +631,23 @@ impl<S: TraceSink> SegmentsWriter<S> {
                 EventData::Switch { out, preempt } => cx.switch(*out, *preempt),
             },
         }
+    }
+
+    /// `execve` replaced `thread`'s program: its syscall never returns, so the old
+    /// program's frames end here, and the new program's first `tr strt` (the loader's
+    /// entry) starts a segment of its own rather than passing for a signal delivery on
+    /// top of `execve`.
+    fn exec(&mut self, event: &Event, thread: Thread) {
+        let Some(&slot) = self.index.get(&thread) else {
+            return;
+        };
+        let base = self.base_time;
+        let ts = &mut self.threads[slot];
+        let time = event.time().map_or(ts.last_time, |t| {
+            (t.wrapping_sub(base) as i64).max(ts.last_time)
+        });
+        ts.last_time = time;
+        new_segment(ts, time, Join::Never);
     }
 
     /// Ends a snapshot: every thread continues in a new segment that is never stitched.

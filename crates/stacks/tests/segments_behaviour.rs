@@ -814,3 +814,50 @@ fn a_signal_interrupting_a_loop_runs_on_the_interrupted_frame() {
         s.done
     );
 }
+
+/// `execve` replaces the program: its syscall never returns, and tracing starts again at
+/// the new program's entry. That `tr strt` is neither a resume nor a signal delivery:
+/// the old program's frames end at the exec, and the new program's start as roots.
+#[test]
+fn an_exec_ends_the_old_program_and_starts_the_new_one_as_root() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, "execve"));
+    syscall_stop(&mut b, 20, (0x320, "execve"));
+    let name = b.s.intern("echo");
+    b.events.push(Event::Ok {
+        thread: Thread {
+            pid: Some(1),
+            tid: Some(1),
+        },
+        time: 25,
+        in_transaction: false,
+        data: EventData::Comm { name, exec: true },
+    });
+    // The dynamic loader's entry, then its first call.
+    trace_start(&mut b, 30, (0x7000, "_dl_entry"));
+    b.k(40, Kind::Call, (0x7010, "_dl_entry"), (0x7100, "_dl_start"));
+    b.k(
+        50,
+        Kind::Return,
+        (0x7110, "_dl_start"),
+        (0x7015, "_dl_entry"),
+    );
+    b.k(
+        60,
+        Kind::Call,
+        (0x7020, "_dl_entry"),
+        (0x7200, "user_entry"),
+    );
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 25, 1, "main"),
+        (10, 25, 2, "execve"),
+        (20, 25, 3, "[syscall]"),
+        (30, 60, 0, "_dl_entry"),
+        (40, 50, 1, "_dl_start"),
+        (60, 60, 1, "user_entry"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+}
