@@ -1,0 +1,570 @@
+//! The scorer and the sink replay as they were before frames and stacks were interned
+//! (strings everywhere), kept as the oracle the interned ones must agree with exactly.
+
+#![allow(dead_code)]
+
+use crate::gen::ThreadTruth;
+use crate::score::{Fidelity, Mismatch};
+use crate::sink::{ReconThread, Slice};
+use std::collections::HashMap;
+
+/// A sink record with its name resolved, as the old sink stored it.
+#[derive(Clone, Debug)]
+pub enum Rec {
+    Begin {
+        name: String,
+        time: i64,
+        inferred: bool,
+    },
+    End {
+        time: i64,
+    },
+    Complete {
+        name: String,
+        start: i64,
+        end: i64,
+    },
+}
+
+#[derive(Default)]
+struct Acc {
+    total: u64,
+    exact: u64,
+    root: u64,
+    out_total: u64,
+    out_exact: u64,
+    out_root: u64,
+    strict: u64,
+    order: u64,
+    suffix: u64,
+}
+
+type Pieces = [(u64, u64, Vec<u32>)];
+
+/// Timestamp windows: window k is `[starts[k], starts[k+1])` (the last ends at the
+/// covered interval's end); `pieces[k]` is the range of truth pieces overlapping it.
+struct Windows {
+    starts: Vec<u64>,
+    pieces: Vec<std::ops::Range<usize>>,
+}
+
+impl Windows {
+    fn new(times: &[u64], lo: u64, hi: u64, truth: &Pieces) -> Self {
+        let mut starts: Vec<u64> = times
+            .iter()
+            .copied()
+            .filter(|w| *w >= lo && *w < hi)
+            .collect();
+        if starts.first() != Some(&lo) {
+            starts.insert(0, lo);
+        }
+        let mut pieces = Vec::with_capacity(starts.len());
+        let mut p = 0;
+        for k in 0..starts.len() {
+            let (a, b) = (starts[k], starts.get(k + 1).copied().unwrap_or(hi));
+            while p < truth.len() && truth[p].1 <= a {
+                p += 1;
+            }
+            let mut q = p;
+            while q < truth.len() && truth[q].0 < b {
+                q += 1;
+            }
+            pieces.push(p..q);
+        }
+        Windows { starts, pieces }
+    }
+
+    /// The truth pieces of the window containing `a`; `k` is a cursor for increasing `a`.
+    fn at<'t>(&self, k: &mut usize, a: u64, truth: &'t Pieces) -> &'t Pieces {
+        while *k + 1 < self.starts.len() && self.starts[*k + 1] <= a {
+            *k += 1;
+        }
+        &truth[self.pieces[*k].clone()]
+    }
+
+    /// Index of the window containing `x`.
+    fn index(&self, x: u64) -> usize {
+        self.starts.partition_point(|w| *w <= x).saturating_sub(1)
+    }
+}
+
+/// Frame names as ids; `names` maps ids back (a mismatch is reported by name, and
+/// looking an id up by scanning the map made scoring quadratic where most time mismatches,
+/// e.g. a snapshot).
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Interner {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.ids.insert(s.to_string(), id);
+        self.names.push(s.to_string());
+        id
+    }
+    fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map_or("?", String::as_str)
+    }
+    fn stack(&mut self, v: &[String]) -> Vec<u32> {
+        v.iter().map(|s| self.id(s)).collect()
+    }
+}
+
+/// Scores every thread of `truth` against the matching reconstructed thread.
+pub fn score(truth: &[ThreadTruth], recon: &[ReconThread]) -> Fidelity {
+    let mut acc = Acc::default();
+    let mut f = Fidelity::default();
+    for t in truth {
+        match recon.iter().find(|r| r.thread == t.thread) {
+            Some(r) => score_thread(t, r, &mut acc, &mut f),
+            None => {
+                f.missing_threads += 1;
+                let empty = ReconThread::default();
+                score_thread(t, &empty, &mut acc, &mut f);
+            }
+        }
+    }
+    let share = |n: u64, d: u64| if d == 0 { 1.0 } else { n as f64 / d as f64 };
+    f.covered_ns = acc.total;
+    f.exact = share(acc.exact, acc.total);
+    f.root_correct = share(acc.root, acc.total);
+    f.exact_outside_gaps = share(acc.out_exact, acc.out_total);
+    f.root_outside_gaps = share(acc.out_root, acc.out_total);
+    f.exact_strict = share(acc.strict, acc.total);
+    f.exact_order = share(acc.order, acc.total);
+    f.suffix_correct = share(acc.suffix, acc.total);
+    f
+}
+
+/// The first `limit` non-exact intervals of one thread, to see *why* a writer scores low.
+pub fn mismatches(t: &ThreadTruth, r: &ReconThread, limit: usize) -> Vec<Mismatch> {
+    let mut acc = Acc::default();
+    let mut f = Fidelity::default();
+    let mut out = Vec::new();
+    score_thread_inner(
+        t,
+        r,
+        &mut acc,
+        &mut f,
+        Some(&mut |m| {
+            if out.len() < limit {
+                out.push(m)
+            }
+        }),
+    );
+    out
+}
+
+fn score_thread(t: &ThreadTruth, r: &ReconThread, acc: &mut Acc, f: &mut Fidelity) {
+    score_thread_inner(t, r, acc, f, None)
+}
+
+fn score_thread_inner(
+    t: &ThreadTruth,
+    r: &ReconThread,
+    acc: &mut Acc,
+    f: &mut Fidelity,
+    mut report: Option<&mut dyn FnMut(Mismatch)>,
+) {
+    let mut names = Interner::default();
+    let (lo, hi) = (t.start(), t.end());
+    let truth: Vec<(u64, u64, Vec<u32>)> = t
+        .timeline
+        .iter()
+        .map(|(a, b, s)| (*a, *b, names.stack(s)))
+        .collect();
+    let recon: Vec<(u64, u64, Vec<u32>)> = r
+        .timeline
+        .iter()
+        .filter(|(a, b, _)| *b > 0 && a < b)
+        .map(|(a, b, s)| ((*a).max(0) as u64, *b as u64, names.stack(s)))
+        .collect();
+    let tight = Windows::new(&t.windows, lo, hi, &truth);
+    let order = Windows::new(&t.order_windows, lo, hi, &truth);
+    let windows = &tight.starts;
+
+    // Sweep the elementary intervals between all boundaries.
+    let mut cuts: Vec<u64> = Vec::with_capacity(truth.len() + recon.len() * 2 + windows.len());
+    cuts.extend(truth.iter().map(|x| x.0));
+    cuts.extend(recon.iter().flat_map(|x| [x.0, x.1]));
+    cuts.extend(windows.iter().copied());
+    cuts.extend(order.starts.iter().copied());
+    cuts.extend(t.gaps.iter().flat_map(|g| [g.0, g.1]));
+    cuts.push(hi);
+    cuts.retain(|c| *c >= lo && *c <= hi);
+    cuts.sort_unstable();
+    cuts.dedup();
+    let empty: Vec<u32> = Vec::new();
+    let (mut ti, mut ri, mut gi) = (0, 0, 0);
+    let (mut wi, mut oi) = (0, 0);
+    // A window can hold a whole snapshot's truth (timing unknown within it), and the same
+    // reconstructed stack recurs interval after interval: its verdict against one window is
+    // computed once (comparing it with every candidate each time was quadratic).
+    let mut verdicts: HashMap<(usize, *const Vec<u32>), (bool, bool, bool)> = HashMap::new();
+    let mut order_verdicts: HashMap<(usize, *const Vec<u32>), bool> = HashMap::new();
+    let mut stack_ids: HashMap<&[u32], *const Vec<u32>> = HashMap::new();
+    let (mut memo_wi, mut memo_oi) = (usize::MAX, usize::MAX);
+    for pair in cuts.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let len = b - a;
+        while ti + 1 < truth.len() && truth[ti].1 <= a {
+            ti += 1;
+        }
+        while ri < recon.len() && recon[ri].1 <= a {
+            ri += 1;
+        }
+        let candidates = tight.at(&mut wi, a, &truth);
+        let order_candidates = order.at(&mut oi, a, &truth);
+        while gi < t.gaps.len() && t.gaps[gi].1 <= a {
+            gi += 1;
+        }
+        let rs = match recon.get(ri) {
+            Some(x) if x.0 <= a => &x.2,
+            _ => &empty,
+        };
+        let ts = truth.get(ti).map_or(&empty, |x| &x.2);
+        if memo_wi != wi {
+            verdicts.clear();
+            memo_wi = wi;
+        }
+        if memo_oi != oi {
+            order_verdicts.clear();
+            memo_oi = oi;
+        }
+        // Equal stacks share one key (the first vector seen with those frames).
+        let key = *stack_ids
+            .entry(rs.as_slice())
+            .or_insert(rs as *const Vec<u32>);
+        let (exact, suffix, root) = *verdicts.entry((wi, key)).or_insert_with(|| {
+            (
+                candidates.iter().any(|c| &c.2 == rs),
+                !rs.is_empty() && candidates.iter().any(|c| c.2.ends_with(rs)),
+                !rs.is_empty() && candidates.iter().any(|c| c.2.first() == rs.first()),
+            )
+        });
+        let in_order = *order_verdicts
+            .entry((oi, key))
+            .or_insert_with(|| order_candidates.iter().any(|c| &c.2 == rs));
+        if let (false, Some(report)) = (exact, report.as_mut()) {
+            let name = |v: &[u32]| -> Vec<String> {
+                v.iter().map(|&id| names.name(id).to_string()).collect()
+            };
+            report(Mismatch {
+                start: a,
+                end: b,
+                truth: name(ts),
+                recon: name(rs),
+                suffix,
+                root,
+            });
+        }
+        let in_gap = t.gaps.get(gi).is_some_and(|g| g.0 <= a);
+        acc.total += len;
+        acc.exact += if exact { len } else { 0 };
+        acc.root += if root { len } else { 0 };
+        acc.strict += if rs == ts { len } else { 0 };
+        acc.order += if in_order { len } else { 0 };
+        acc.suffix += if suffix { len } else { 0 };
+        if !in_gap {
+            acc.out_total += len;
+            acc.out_exact += if exact { len } else { 0 };
+            acc.out_root += if root { len } else { 0 };
+        }
+    }
+
+    // Phantoms: a frame is real if its name is on some true stack during the (order)
+    // windows its interval touches.
+    // Zero-length slices are invisible in a viewer, so they are not counted.
+    for s in r.slices.iter().filter(|s| s.end > s.start) {
+        f.frames += 1;
+        if s.inferred {
+            f.inferred_frames += 1;
+        }
+        let (a, b) = (s.start.max(0) as u64, s.end.max(0) as u64);
+        if b < lo || a > hi {
+            continue;
+        }
+        // The end is exclusive: a frame closed at a window's start did not reach it.
+        // Order windows, so a real frame merely smeared in time is not a phantom.
+        let (ka, kb) = (order.index(a.max(lo)), order.index((b - 1).min(hi).max(a)));
+        let range = order.pieces[ka].start..order.pieces[kb].end.max(order.pieces[ka].start);
+        let id = names.ids.get(&s.name).copied();
+        let real = id.is_some_and(|id| truth[range].iter().any(|p| p.2.contains(&id)));
+        if !real {
+            f.phantom_frames += 1;
+            f.phantoms.push(s.clone());
+        }
+    }
+}
+
+enum Op<'a> {
+    Open {
+        name: &'a str,
+        inferred: bool,
+        id: usize,
+    },
+    CloseTop,
+    CloseId(usize),
+}
+
+pub fn replay(recs: &[Rec]) -> ReconThread {
+    let mut ops: Vec<(i64, Op<'_>)> = Vec::with_capacity(recs.len() + 16);
+    for (id, r) in recs.iter().enumerate() {
+        match r {
+            Rec::Begin {
+                name,
+                time,
+                inferred,
+            } => ops.push((
+                *time,
+                Op::Open {
+                    name,
+                    inferred: *inferred,
+                    id,
+                },
+            )),
+            Rec::End { time } => ops.push((*time, Op::CloseTop)),
+            Rec::Complete { name, start, end } => {
+                ops.push((
+                    *start,
+                    Op::Open {
+                        name,
+                        inferred: false,
+                        id,
+                    },
+                ));
+                ops.push((*end.max(start), Op::CloseId(id)));
+            }
+        }
+    }
+    // Stable: ties keep arrival order, as a viewer's stable sort does.
+    ops.sort_by_key(|(t, _)| *t);
+
+    let mut out = ReconThread::default();
+    // (name, start, inferred, id)
+    let mut stack: Vec<(&str, i64, bool, usize)> = Vec::new();
+    let close = |out: &mut ReconThread, e: (&str, i64, bool, usize), depth: usize, t: i64| {
+        out.slices.push(Slice {
+            name: e.0.to_string(),
+            start: e.1,
+            end: t,
+            inferred: e.2,
+            depth,
+        });
+    };
+    let mut i = 0;
+    while i < ops.len() {
+        let t = ops[i].0;
+        while i < ops.len() && ops[i].0 == t {
+            match &ops[i].1 {
+                Op::Open { name, inferred, id } => stack.push((name, t, *inferred, *id)),
+                Op::CloseTop => match stack.pop() {
+                    Some(e) => close(&mut out, e, stack.len(), t),
+                    None => out.unmatched_ends += 1,
+                },
+                Op::CloseId(id) => {
+                    if let Some(pos) = stack.iter().rposition(|e| e.3 == *id) {
+                        let e = stack.remove(pos);
+                        close(&mut out, e, pos, t);
+                    }
+                }
+            }
+            i += 1;
+        }
+        if let Some(&(next, _)) = ops.get(i) {
+            if next > t && !stack.is_empty() {
+                let names: Vec<String> = stack.iter().map(|e| e.0.to_string()).collect();
+                match out.timeline.last_mut() {
+                    Some(last) if last.1 == t && last.2 == names => last.1 = next,
+                    _ => out.timeline.push((t, next, names)),
+                }
+            }
+        }
+    }
+    let end = ops.last().map_or(0, |o| o.0);
+    while let Some(e) = stack.pop() {
+        close(&mut out, e, stack.len(), end);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::Names;
+    use crate::rng::Rng;
+    use crate::score::Truth;
+    use crate::sink::TimelineSink;
+    use crate::{gen, sim, Scenario};
+    use ptscope_stacks::StackWriter;
+
+    /// Runs a writer over `sc` and returns its sink (times relative to `earliest_time`).
+    fn sink_of<W: StackWriter<TimelineSink>>(
+        sc: &Scenario,
+        make: fn(TimelineSink, u64) -> W,
+    ) -> TimelineSink {
+        let mut w = make(TimelineSink::new(), sc.earliest_time());
+        for e in &sc.events {
+            w.write_event(e, &sc.strings);
+        }
+        w.finish(&sc.strings)
+    }
+
+    fn shifted(mut threads: Vec<ReconThread>, base: i64) -> Vec<ReconThread> {
+        for r in &mut threads {
+            for p in &mut r.timeline {
+                p.0 += base;
+                p.1 += base;
+            }
+            for s in &mut r.slices {
+                s.start += base;
+                s.end += base;
+            }
+        }
+        threads
+    }
+
+    /// The old pipeline: records spelled out, replayed and scored as strings.
+    fn old_recon(sink: &TimelineSink, base: i64) -> Vec<ReconThread> {
+        sink.spelled_records()
+            .into_iter()
+            .map(|(thread, recs)| {
+                let mut r = replay(&recs);
+                r.thread = thread;
+                shifted(vec![r], base).remove(0)
+            })
+            .collect()
+    }
+
+    fn same_threads(a: &[ReconThread], b: &[ReconThread]) -> bool {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                x.thread == y.thread
+                    && x.timeline == y.timeline
+                    && x.slices == y.slices
+                    && x.unmatched_ends == y.unmatched_ends
+            })
+    }
+
+    /// Scores `recon` against `truth` both ways and fails on any difference, mismatch
+    /// lists included.
+    fn agree(what: &str, truth: &[ThreadTruth], recon: &[ReconThread]) {
+        let old = score(truth, recon);
+        let new = crate::score::score(truth, recon);
+        assert_eq!(old, new, "{what}: scores differ");
+        for t in truth {
+            if let Some(r) = recon.iter().find(|r| r.thread == t.thread) {
+                let m_old = mismatches(t, r, 50);
+                let m_new = crate::score::mismatches(t, r, 50);
+                assert_eq!(
+                    format!("{m_old:?}"),
+                    format!("{m_new:?}"),
+                    "{what}: mismatches differ"
+                );
+            }
+        }
+    }
+
+    /// A reconstruction that goes wrong in the ways writers do: frames dropped, renamed,
+    /// added (outer and inner), times moved, pieces lost.
+    fn mutate(t: &ThreadTruth, rng: &mut Rng) -> ReconThread {
+        let mut timeline = Vec::new();
+        let mut slices = Vec::new();
+        for (a, b, s) in &t.timeline {
+            if rng.chance(0.05) {
+                continue;
+            }
+            let mut s = s.clone();
+            match rng.below(8) {
+                0 if !s.is_empty() => {
+                    s.remove(0);
+                }
+                1 if !s.is_empty() => {
+                    let i = rng.below(s.len() as u64) as usize;
+                    s[i] = format!("phantom{}", rng.below(3));
+                }
+                2 => s.push(format!("extra{}", rng.below(3))),
+                3 => s.insert(0, "outer".into()),
+                4 if s.len() > 1 => {
+                    s.pop();
+                }
+                _ => {}
+            }
+            let shift = |x: u64, rng: &mut Rng| x as i64 + rng.range(0, 3) as i64 - 1;
+            let (a, b) = (shift(*a, rng), shift(*b, rng));
+            if a < b {
+                for (depth, name) in s.iter().enumerate() {
+                    slices.push(crate::sink::Slice {
+                        name: name.clone(),
+                        start: a,
+                        end: b,
+                        inferred: rng.chance(0.2),
+                        depth,
+                    });
+                }
+                timeline.push((a, b, s));
+            }
+        }
+        ReconThread {
+            thread: t.thread,
+            timeline,
+            slices,
+            unmatched_ends: 0,
+        }
+    }
+
+    #[test]
+    fn interned_scorer_and_replay_agree_with_the_string_ones_on_generated_scenarios() {
+        let mut rng = Rng::new(0x5eed);
+        let mut scored = 0;
+        for seed in 1..=4u64 {
+            for mut spec in gen::standard_specs(seed) {
+                spec.params.steps = spec.params.steps.min(1500);
+                let sc = gen::generate(&spec);
+                let base = sc.earliest_time() as i64;
+                let sinks = [
+                    ("legacy", sink_of(&sc, sim::legacy)),
+                    ("segments", sink_of(&sc, sim::segments)),
+                ];
+                for (writer, sink) in &sinks {
+                    let what = format!("seed {seed} {} {writer}", sc.name);
+                    let old = old_recon(sink, base);
+                    assert!(
+                        same_threads(&old, &shifted(sink.threads(), base)),
+                        "{what}: replays differ"
+                    );
+                    agree(&what, &sc.truth, &old);
+                    // The interned pipeline end to end, as `evaluate` runs it.
+                    let mut names = Names::new();
+                    let mut recon = sink.recon(&mut names);
+                    for r in &mut recon {
+                        r.shift(base, 1);
+                    }
+                    let truth: Vec<Truth> = sc
+                        .truth
+                        .iter()
+                        .map(|t| Truth::intern(t, &mut names))
+                        .collect();
+                    assert_eq!(
+                        score(&sc.truth, &old),
+                        crate::score::score_interned(&truth, &recon, &names),
+                        "{what}: interned pipeline differs"
+                    );
+                    scored += 1;
+                }
+                let mutated: Vec<ReconThread> =
+                    sc.truth.iter().map(|t| mutate(t, &mut rng)).collect();
+                let what = format!("seed {seed} {} mutated", sc.name);
+                agree(&what, &sc.truth, &mutated);
+                // A thread without a track, and a track without a truth.
+                agree(&what, &sc.truth, &mutated[1..]);
+            }
+        }
+        assert!(scored >= 40, "only {scored} scenario/writer pairs");
+    }
+}
