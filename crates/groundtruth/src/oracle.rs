@@ -6,6 +6,7 @@
 use crate::gen::ThreadTruth;
 use crate::score::{Fidelity, Mismatch};
 use crate::sink::{ReconThread, Slice};
+use ptscope_event::{Event, EventData, Kind, Symbol, Thread};
 use std::collections::HashMap;
 
 /// A sink record with its name resolved, as the old sink stored it.
@@ -393,6 +394,91 @@ pub fn replay(recs: &[Rec]) -> ReconThread {
     out
 }
 
+/// The truth of a decoded recording as `sim::thread_truths` built it.
+pub fn thread_truths(
+    timelines: &[ptsim::stacks::StackTimeline],
+    d: &crate::sim::Decoded,
+) -> Vec<ThreadTruth> {
+    let mut threads: Vec<Thread> = Vec::new();
+    for e in &d.events {
+        if !threads.contains(&e.thread()) {
+            threads.push(e.thread());
+        }
+    }
+    let mut out = Vec::new();
+    for th in threads {
+        let Some(tl) = timelines.iter().find(|t| Some(t.tid) == th.tid) else {
+            continue;
+        };
+        let (mut windows, mut order_windows, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
+        let mut last: Option<u64> = None;
+        let mut open_gap: Option<u64> = None;
+        for e in d.events.iter().filter(|e| e.thread() == th) {
+            let Some(time) = e.time().map(|t| t * crate::sim::SCALE).or(last) else {
+                continue;
+            };
+            if let Some(g) = open_gap.take() {
+                gaps.push((g, time.max(g)));
+            }
+            windows.push(time);
+            let local = match e {
+                Event::Ok {
+                    data:
+                        EventData::Trace {
+                            change: None,
+                            kind: Some(Kind::Jump),
+                            src,
+                            dst,
+                        },
+                    ..
+                } => {
+                    matches!((src.symbol, dst.symbol), (Symbol::FromPerf(x), Symbol::FromPerf(y)) if x == y)
+                }
+                Event::Ok {
+                    data: EventData::Power { .. },
+                    ..
+                } => true,
+                _ => false,
+            };
+            if !local {
+                order_windows.push(time);
+            }
+            if matches!(e, Event::DecodeError { .. }) {
+                open_gap = Some(time);
+            }
+            last = Some(time);
+        }
+        windows.sort_unstable();
+        windows.dedup();
+        order_windows.sort_unstable();
+        order_windows.dedup();
+        let (Some(&lo), Some(&hi)) = (windows.first(), windows.last()) else {
+            continue;
+        };
+        let timeline: Vec<(u64, u64, Vec<String>)> = tl
+            .pieces
+            .iter()
+            .filter(|p| p.1 > lo && p.0 < hi)
+            .map(|p| (p.0.max(lo), p.1.min(hi), p.2.clone()))
+            .collect();
+        if timeline.is_empty() {
+            continue;
+        }
+        out.push(ThreadTruth {
+            thread: th,
+            timeline,
+            windows,
+            order_windows,
+            gaps,
+        });
+    }
+    out
+}
+
+/// The test programs of `tests/simulated.rs`.
+#[path = "../tests/programs/mod.rs"]
+mod programs;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,5 +652,150 @@ mod tests {
             }
         }
         assert!(scored >= 40, "only {scored} scenario/writer pairs");
+    }
+
+    use super::programs;
+
+    /// `sim::reconstruct_decoded` through the old replay.
+    fn old_reconstruct_decoded<W: StackWriter<TimelineSink>>(
+        d: &sim::Decoded,
+        make: fn(TimelineSink, u64) -> W,
+    ) -> Vec<ReconThread> {
+        let earliest = d.events.iter().find_map(Event::time).unwrap_or(0);
+        let mut w = make(TimelineSink::new(), earliest);
+        for e in &d.events {
+            w.write_event(e, &d.strings);
+        }
+        let k = sim::SCALE as i64;
+        let mut threads = old_recon(&w.finish(&d.strings), earliest as i64);
+        for t in &mut threads {
+            for p in &mut t.timeline {
+                p.0 *= k;
+                p.1 *= k;
+            }
+            for s in &mut t.slices {
+                s.start *= k;
+                s.end *= k;
+            }
+        }
+        threads
+    }
+
+    /// Scores `variant` of `prog` the new way (streamed, interned) and the old way (a
+    /// second, identical simulation decoded into memory and scored as strings), and
+    /// fails on any difference: scores, phantoms, the truth and the rebuilt stacks.
+    fn same_on_recording(prog: &sim::SimProgram, variant: &str, cfg: &ptsim::SimConfig) {
+        use crate::sim::{decode, DecodePath, SCALE};
+        let what = format!("{} {variant}", prog.name);
+        let new = prog
+            .score(variant, cfg)
+            .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        let (timelines, data) = prog
+            .simulate(&format!("{variant}-strings"), cfg)
+            .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        let unscale = |mut f: Fidelity| {
+            f.covered_ns /= SCALE;
+            for p in &mut f.phantoms {
+                p.start /= SCALE as i64;
+                p.end /= SCALE as i64;
+            }
+            f
+        };
+        let mut old_recon = Vec::new();
+        for (path, got) in [
+            (DecodePath::Text, &new.text),
+            (DecodePath::Dlfilter, &new.dlfilter),
+        ] {
+            let d = decode(&data, path).expect("decodes");
+            let truth = thread_truths(&timelines, &d);
+            let l = old_reconstruct_decoded(&d, sim::legacy);
+            let g = old_reconstruct_decoded(&d, sim::segments);
+            assert_eq!(got.events, d.events.len(), "{what} {path:?}: events");
+            assert_eq!(got.threads, truth.len(), "{what} {path:?}: threads");
+            assert_eq!(
+                got.legacy,
+                unscale(score(&truth, &l)),
+                "{what} {path:?}: legacy"
+            );
+            assert_eq!(
+                got.segments,
+                unscale(score(&truth, &g)),
+                "{what} {path:?}: segments"
+            );
+            if path == DecodePath::Text {
+                let spelled: Vec<ThreadTruth> = new
+                    .truth
+                    .iter()
+                    .map(|t| ThreadTruth {
+                        thread: t.thread,
+                        timeline: t
+                            .timeline
+                            .iter()
+                            .map(|p| (p.0, p.1, new.names.names(p.2)))
+                            .collect(),
+                        windows: t.windows.clone(),
+                        order_windows: t.order_windows.clone(),
+                        gaps: t.gaps.clone(),
+                    })
+                    .collect();
+                assert!(spelled == truth, "{what}: truths differ");
+                let resolve = |r: &[crate::sink::Recon]| -> Vec<ReconThread> {
+                    r.iter().map(|r| r.resolve(&new.names)).collect()
+                };
+                assert!(
+                    same_threads(&resolve(&new.recon.0), &l),
+                    "{what}: legacy stacks"
+                );
+                assert!(
+                    same_threads(&resolve(&new.recon.1), &g),
+                    "{what}: segments stacks"
+                );
+            }
+            old_recon.push((l, g));
+        }
+        let old_identical = same_threads(&old_recon[0].0, &old_recon[1].0)
+            && same_threads(&old_recon[0].1, &old_recon[1].1);
+        assert_eq!(
+            new.paths_identical(),
+            old_identical,
+            "{what}: paths identical"
+        );
+    }
+
+    #[test]
+    fn interned_streaming_pipeline_agrees_with_the_string_one_on_simulated_recordings() {
+        if !ptsim::testing::tools_available(&["qemu-x86_64", "perf", "cc"]) {
+            return;
+        }
+        let tmp = ptsim::testing::scratch_dir("groundtruth-oracle").expect("scratch dir");
+        // Built here: a call tree and threads, every variant (snapshots, decode errors).
+        for (name, file, src, cc) in programs::PROGRAMS.iter().take(2) {
+            let dir = tmp.path().join(name);
+            std::fs::create_dir_all(&dir).expect("program directory");
+            let exe = ptsim::testing::compile(&dir, name, file, src, cc).expect("compiles");
+            let prog = sim::SimProgram::record(name, &dir, &[&exe]).expect("records");
+            for (variant, cfg) in sim::variants(8192, prog.main_steps) {
+                same_on_recording(&prog, variant, &cfg);
+            }
+        }
+        // Debian's gzip (stripped: per-address names, legacy's phantoms), with faults.
+        if std::path::Path::new("/usr/bin/gzip").is_file() {
+            let dir = tmp.path().join("gzip");
+            std::fs::create_dir_all(&dir).expect("gzip directory");
+            let input = dir.join("in.txt");
+            let text: String = (0..600).map(|i| format!("word{} ", i % 37)).collect();
+            std::fs::write(&input, text).expect("input");
+            let argv = [
+                std::path::Path::new("/usr/bin/gzip"),
+                std::path::Path::new("-k"),
+                &input,
+            ];
+            let prog = sim::SimProgram::record("gzip", &dir, &argv).expect("records gzip");
+            for (variant, cfg) in sim::variants(8192, prog.main_steps) {
+                if variant == "full" || variant == "faults" {
+                    same_on_recording(&prog, variant, &cfg);
+                }
+            }
+        }
     }
 }

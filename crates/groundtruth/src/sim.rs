@@ -13,8 +13,9 @@
 //! reported such as not-taken conditionals) get times interpolated on the true clock.
 
 use crate::gen::ThreadTruth;
-use crate::score::{score, Fidelity};
-use crate::sink::{ReconThread, TimelineSink};
+use crate::names::{Names, StackBuilder, StackId};
+use crate::score::{score_interned, Fidelity, Truth};
+use crate::sink::{Recon, ReconThread, TimelineSink};
 use anyhow::{bail, Context, Result};
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{Choice, DlfilterOptions};
@@ -24,7 +25,7 @@ use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptsim::blocklog::BlockLog;
 use ptsim::expected::{Branch, BranchKind, ThreadExpectation};
 use ptsim::perfscript::Symbols;
-use ptsim::stacks::StackTimeline;
+use ptsim::stacks::{Replay, StackTimeline};
 use ptsim::truth::{StepKind, ThreadTrace};
 use ptsim::{SimConfig, Simulation};
 use std::path::{Path, PathBuf};
@@ -49,19 +50,28 @@ pub struct Decoded {
 /// Decodes an Intel PT `perf.data` the way `ptscope decode` does through `path`.
 pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
     let mut events = Vec::new();
+    let strings = decode_each(perf_data, path, |e, _| events.push(e))?;
+    Ok(Decoded { events, strings })
+}
+
+/// Decodes like [`decode`] but hands each event to `f` as it comes (with the names so
+/// far) instead of keeping them: a recording of millions of events is never held.
+/// Returns the names of every event.
+pub fn decode_each(
+    perf_data: &Path,
+    path: DecodePath,
+    mut f: impl FnMut(Event, &StringTable),
+) -> Result<StringTable> {
     match path {
         DecodePath::Text => {
             let mut o = PerfScriptOptions::new(perf_data);
             o.kind = Some(RecordingKind::IntelPt);
             let mut s = PerfScript::spawn(&o).context("cannot start perf script")?;
             while let Some(e) = s.next_event()? {
-                events.push(e);
+                f(e, s.strings());
             }
             s.finish()?;
-            Ok(Decoded {
-                events,
-                strings: s.take_strings(),
-            })
+            Ok(s.take_strings())
         }
         DecodePath::Dlfilter => {
             let mut o = DlfilterOptions::new(perf_data);
@@ -72,13 +82,10 @@ pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
                 ptscope_dlfilter_reader::open(&o, StringTable::new(), Choice::Dlfilter)
                     .context("cannot start perf with the dlfilter")?;
             while let Some(e) = s.next_event()? {
-                events.push(e);
+                f(e, s.strings());
             }
             s.finish()?;
-            Ok(Decoded {
-                events,
-                strings: s.take_strings(),
-            })
+            Ok(s.take_strings())
         }
     }
 }
@@ -233,6 +240,214 @@ pub fn perf_clock_stacks(
     Ok(out)
 }
 
+/// A thread's true stacks on perf's clock with interned stacks ([`StackTimeline`] in a
+/// few bytes per piece).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InternedTimeline {
+    /// Thread id.
+    pub tid: u32,
+    /// Contiguous pieces `(start, end, stack)` of positive length.
+    pub pieces: Vec<(u64, u64, StackId)>,
+}
+
+/// [`perf_clock_stacks`] with stacks interned in `names`.
+pub fn perf_clock_stacks_interned(
+    sim: &Simulation,
+    syms: &Symbols,
+    reported: &[Branch],
+    names: &mut Names,
+) -> Result<Vec<InternedTimeline>> {
+    let ns = |c| sim.ns(c);
+    let dso = |a: u64| sim.dso_at(a);
+    let mut out = Vec::with_capacity(sim.traces.len());
+    for t in &sim.traces {
+        let Some(exp) = sim.expected.iter().find(|e| e.tid == t.tid) else {
+            continue;
+        };
+        let mine: Vec<Branch> = reported
+            .iter()
+            .filter(|b| b.tid == t.tid)
+            .copied()
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let times = perf_clock_times(t, exp, &mine, &ns)?;
+        drop(mine);
+        out.push(timeline_interned(t, &times, syms, &dso, names));
+    }
+    Ok(out)
+}
+
+/// `ptsim::stacks::timeline_at` with interned stacks: the same pieces, each step's
+/// stack compared by handle instead of as a vector of names.
+fn timeline_interned(
+    t: &ThreadTrace,
+    times: &[u64],
+    syms: &Symbols,
+    dso: ptsim::stacks::DsoOf<'_>,
+    names: &mut Names,
+) -> InternedTimeline {
+    let mut replay = Replay::new(syms, dso);
+    let mut builder = StackBuilder::default();
+    let mut pieces: Vec<(u64, u64, StackId)> = Vec::new();
+    // Neighbours that end up equal after zero-length pieces are dropped are merged.
+    let mut push = |p: (u64, u64, StackId)| match pieces.last_mut() {
+        Some(m) if m.2 == p.2 && m.1 == p.0 => m.1 = p.1,
+        _ => pieces.push(p),
+    };
+    let mut last: Option<(u64, StackId)> = None;
+    for (i, s) in t.steps.iter().enumerate() {
+        let now = times.get(i).copied().unwrap_or(0);
+        replay.apply(s);
+        let stack = builder.intern(names, replay.names_iter());
+        match last {
+            Some((_, prev)) if prev == stack => {}
+            _ => {
+                if let Some((start, prev)) = last.take() {
+                    if now > start {
+                        push((start, now, prev));
+                    }
+                }
+                last = Some((now, stack));
+            }
+        }
+    }
+    if let (Some((start, stack)), Some(&end)) = (last, times.get(t.steps.len().wrapping_sub(1))) {
+        if end > start {
+            push((start, end, stack));
+        }
+    }
+    InternedTimeline { tid: t.tid, pieces }
+}
+
+/// What the scorer needs from one thread's events: the timestamp windows and the gaps,
+/// collected one event at a time (see [`thread_truths`]).
+#[derive(Default)]
+struct EventWindows {
+    windows: Vec<u64>,
+    order_windows: Vec<u64>,
+    gaps: Vec<(u64, u64)>,
+    last: Option<u64>,
+    open_gap: Option<u64>,
+}
+
+impl EventWindows {
+    fn observe(&mut self, e: &Event) {
+        let Some(time) = e.time().map(|t| t * SCALE).or(self.last) else {
+            return;
+        };
+        if let Some(g) = self.open_gap.take() {
+            self.gaps.push((g, time.max(g)));
+        }
+        // Sorted and deduplicated at the end; repeats in a row are dropped now.
+        if self.windows.last() != Some(&time) {
+            self.windows.push(time);
+        }
+        let local = match e {
+            Event::Ok {
+                data:
+                    EventData::Trace {
+                        change: None,
+                        kind: Some(Kind::Jump),
+                        src,
+                        dst,
+                    },
+                ..
+            } => same_symbol(src.symbol, dst.symbol),
+            Event::Ok {
+                data: EventData::Power { .. },
+                ..
+            } => true,
+            _ => false,
+        };
+        if !local && self.order_windows.last() != Some(&time) {
+            self.order_windows.push(time);
+        }
+        if matches!(e, Event::DecodeError { .. }) {
+            self.open_gap = Some(time);
+        }
+        self.last = Some(time);
+    }
+
+    /// The sorted windows, order windows and gaps (`None` without a timed event).
+    fn finish(mut self) -> Option<Windowed> {
+        self.windows.sort_unstable();
+        self.windows.dedup();
+        self.order_windows.sort_unstable();
+        self.order_windows.dedup();
+        (!self.windows.is_empty()).then_some(Windowed {
+            windows: self.windows,
+            order_windows: self.order_windows,
+            gaps: self.gaps,
+        })
+    }
+}
+
+/// One thread's finished [`EventWindows`].
+struct Windowed {
+    windows: Vec<u64>,
+    order_windows: Vec<u64>,
+    gaps: Vec<(u64, u64)>,
+}
+
+/// Every thread's [`EventWindows`], in the order threads first appear.
+#[derive(Default)]
+struct ThreadWindows {
+    threads: Vec<(Thread, EventWindows)>,
+    /// The last thread seen (events come in runs of one thread).
+    at: usize,
+}
+
+impl ThreadWindows {
+    fn observe(&mut self, e: &Event) {
+        let th = e.thread();
+        if self.threads.get(self.at).is_none_or(|t| t.0 != th) {
+            self.at = match self.threads.iter().position(|t| t.0 == th) {
+                Some(i) => i,
+                None => {
+                    self.threads.push((th, EventWindows::default()));
+                    self.threads.len() - 1
+                }
+            };
+        }
+        self.threads[self.at].1.observe(e);
+    }
+
+    /// Per thread with a true timeline: the timeline clipped to the thread's events, with
+    /// their windows (`timeline_of` gives a thread's pieces and how to clip them).
+    fn truths<S, T>(
+        self,
+        mut timeline_of: impl FnMut(Thread, u64, u64) -> Option<Vec<(u64, u64, S)>>,
+        mut make: impl FnMut(Thread, Vec<(u64, u64, S)>, Windowed) -> T,
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        for (th, w) in self.threads {
+            let Some(w) = w.finish() else {
+                continue;
+            };
+            let (lo, hi) = (w.windows[0], w.windows[w.windows.len() - 1]);
+            let Some(timeline) = timeline_of(th, lo, hi) else {
+                continue;
+            };
+            if timeline.is_empty() {
+                continue;
+            }
+            out.push(make(th, timeline, w));
+        }
+        out
+    }
+}
+
+/// The pieces of `pieces` overlapping `[lo, hi]`, clipped to it.
+fn clip<S: Clone>(pieces: &[(u64, u64, S)], lo: u64, hi: u64) -> Vec<(u64, u64, S)> {
+    pieces
+        .iter()
+        .filter(|p| p.1 > lo && p.0 < hi)
+        .map(|p| (p.0.max(lo), p.1.min(hi), p.2.clone()))
+        .collect()
+}
+
 /// The scored truth for a decoded recording: per thread, the perf-clock timeline clipped
 /// to the thread's first..last decoded event, with windows taken from the events.
 ///
@@ -240,78 +455,23 @@ pub fn perf_clock_stacks(
 /// symbol and power events (they change no stack); a gap runs from a decode error to the
 /// thread's next event.
 pub fn thread_truths(timelines: &[StackTimeline], d: &Decoded) -> Vec<ThreadTruth> {
-    let mut threads: Vec<Thread> = Vec::new();
+    let mut w = ThreadWindows::default();
     for e in &d.events {
-        if !threads.contains(&e.thread()) {
-            threads.push(e.thread());
-        }
+        w.observe(e);
     }
-    let mut out = Vec::new();
-    for th in threads {
-        let Some(tl) = timelines.iter().find(|t| Some(t.tid) == th.tid) else {
-            continue;
-        };
-        let (mut windows, mut order_windows, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
-        let mut last: Option<u64> = None;
-        let mut open_gap: Option<u64> = None;
-        for e in d.events.iter().filter(|e| e.thread() == th) {
-            let Some(time) = e.time().map(|t| t * SCALE).or(last) else {
-                continue;
-            };
-            if let Some(g) = open_gap.take() {
-                gaps.push((g, time.max(g)));
-            }
-            windows.push(time);
-            let local = match e {
-                Event::Ok {
-                    data:
-                        EventData::Trace {
-                            change: None,
-                            kind: Some(Kind::Jump),
-                            src,
-                            dst,
-                        },
-                    ..
-                } => same_symbol(src.symbol, dst.symbol),
-                Event::Ok {
-                    data: EventData::Power { .. },
-                    ..
-                } => true,
-                _ => false,
-            };
-            if !local {
-                order_windows.push(time);
-            }
-            if matches!(e, Event::DecodeError { .. }) {
-                open_gap = Some(time);
-            }
-            last = Some(time);
-        }
-        windows.sort_unstable();
-        windows.dedup();
-        order_windows.sort_unstable();
-        order_windows.dedup();
-        let (Some(&lo), Some(&hi)) = (windows.first(), windows.last()) else {
-            continue;
-        };
-        let timeline: Vec<(u64, u64, Vec<String>)> = tl
-            .pieces
-            .iter()
-            .filter(|p| p.1 > lo && p.0 < hi)
-            .map(|p| (p.0.max(lo), p.1.min(hi), p.2.clone()))
-            .collect();
-        if timeline.is_empty() {
-            continue;
-        }
-        out.push(ThreadTruth {
-            thread: th,
+    w.truths(
+        |th, lo, hi| {
+            let tl = timelines.iter().find(|t| Some(t.tid) == th.tid)?;
+            Some(clip(&tl.pieces, lo, hi))
+        },
+        |thread, timeline, w| ThreadTruth {
+            thread,
             timeline,
-            windows,
-            order_windows,
-            gaps,
-        });
-    }
-    out
+            windows: w.windows,
+            order_windows: w.order_windows,
+            gaps: w.gaps,
+        },
+    )
 }
 
 fn same_symbol(a: Symbol, b: Symbol) -> bool {
@@ -373,33 +533,130 @@ pub struct PathScore {
     pub events: usize,
     /// Decode errors among them.
     pub errors: usize,
+    /// Threads scored (with events and a true timeline).
+    pub threads: usize,
     /// The legacy writer's score.
     pub legacy: Fidelity,
     /// The segments writer's score.
     pub segments: Fidelity,
-    /// Both writers' reconstructions (legacy, segments), to compare paths.
-    pub recon: (Vec<ReconThread>, Vec<ReconThread>),
-    /// The truth scored against (from this path's events).
-    pub truth: Vec<ThreadTruth>,
 }
 
-/// Scores one decoded recording against perf-clock `timelines` with both writers.
-pub fn score_decoded(timelines: &[StackTimeline], d: &Decoded) -> PathScore {
-    let truth = thread_truths(timelines, d);
-    let l = reconstruct_decoded(d, legacy);
-    let s = reconstruct_decoded(d, segments);
-    PathScore {
-        events: d.events.len(),
-        errors: d
-            .events
-            .iter()
-            .filter(|e| matches!(e, Event::DecodeError { .. }))
-            .count(),
-        legacy: unscale(score(&truth, &l)),
-        segments: unscale(score(&truth, &s)),
-        recon: (l, s),
-        truth,
+/// Both writers fed from one event stream. Writers take the first event's time at
+/// construction, so events before the first timed one wait in `pending`.
+struct Writers {
+    pending: Vec<Event>,
+    earliest: u64,
+    both: Option<(LegacyWriter<TimelineSink>, SegmentsWriter<TimelineSink>)>,
+}
+
+impl Writers {
+    fn new() -> Self {
+        Writers {
+            pending: Vec::new(),
+            earliest: 0,
+            both: None,
+        }
     }
+
+    fn start(&mut self, earliest: u64, strings: &StringTable) {
+        let (mut l, mut s) = (
+            legacy(TimelineSink::new(), earliest),
+            segments(TimelineSink::new(), earliest),
+        );
+        for e in self.pending.drain(..) {
+            l.write_event(&e, strings);
+            s.write_event(&e, strings);
+        }
+        self.earliest = earliest;
+        self.both = Some((l, s));
+    }
+
+    fn write(&mut self, e: Event, strings: &StringTable) {
+        if self.both.is_none() {
+            match e.time() {
+                Some(t) => self.start(t, strings),
+                None => return self.pending.push(e),
+            }
+        }
+        if let Some((l, s)) = &mut self.both {
+            l.write_event(&e, strings);
+            s.write_event(&e, strings);
+        }
+    }
+
+    /// Both writers' stacks (legacy, segments) on the events' clock in 1/[`SCALE`] ns,
+    /// as [`reconstruct_decoded`] gives them, interned in `names`.
+    fn finish(mut self, strings: &StringTable, names: &mut Names) -> (Vec<Recon>, Vec<Recon>) {
+        if self.both.is_none() {
+            self.start(0, strings);
+        }
+        let Some((l, s)) = self.both else {
+            return Default::default();
+        };
+        let base = self.earliest as i64;
+        let mut recon = |sink: TimelineSink| {
+            let mut r = sink.recon(names);
+            for t in &mut r {
+                t.shift(base, SCALE as i64);
+            }
+            r
+        };
+        let l = recon(l.finish(strings));
+        let s = recon(s.finish(strings));
+        (l, s)
+    }
+}
+
+/// What [`score_path`] scored, kept for the report and for comparing paths.
+struct PathRun {
+    score: PathScore,
+    truth: Vec<Truth>,
+    recon: (Vec<Recon>, Vec<Recon>),
+}
+
+/// Decodes `data` through `path`, streaming each event to both writers and to the
+/// window collector, and scores both writers against `timelines`.
+fn score_path(
+    timelines: &[InternedTimeline],
+    data: &Path,
+    path: DecodePath,
+    names: &mut Names,
+) -> Result<PathRun> {
+    let mut writers = Writers::new();
+    let mut windows = ThreadWindows::default();
+    let (mut events, mut errors) = (0usize, 0usize);
+    let strings = decode_each(data, path, |e, strings| {
+        events += 1;
+        errors += usize::from(matches!(e, Event::DecodeError { .. }));
+        windows.observe(&e);
+        writers.write(e, strings);
+    })?;
+    let recon = writers.finish(&strings, names);
+    let truth = windows.truths(
+        |th, lo, hi| {
+            let tl = timelines.iter().find(|t| Some(t.tid) == th.tid)?;
+            Some(clip(&tl.pieces, lo, hi))
+        },
+        |thread, timeline, w| Truth {
+            thread,
+            timeline,
+            windows: w.windows,
+            order_windows: w.order_windows,
+            gaps: w.gaps,
+        },
+    );
+    let score = PathScore {
+        events,
+        errors,
+        threads: truth.len(),
+        legacy: unscale(score_interned(&truth, &recon.0, names)),
+        segments: unscale(score_interned(&truth, &recon.1, names)),
+    };
+    Ok(PathRun {
+        score,
+        truth,
+        recon,
+    })
 }
 
 /// Brings a score's durations and phantom times back to nanoseconds.
@@ -410,17 +667,6 @@ fn unscale(mut f: Fidelity) -> Fidelity {
         p.end /= SCALE as i64;
     }
     f
-}
-
-/// True when two reconstructions show the same stacks and slices on every thread.
-pub fn same_recon(a: &[ReconThread], b: &[ReconThread]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.thread == y.thread
-                && x.timeline == y.timeline
-                && x.slices == y.slices
-                && x.unmatched_ends == y.unmatched_ends
-        })
 }
 
 /// One simulated recording scored through both decode paths.
@@ -434,13 +680,21 @@ pub struct SimScore {
     pub text: PathScore,
     /// Through the dlfilter.
     pub dlfilter: PathScore,
+    /// Both paths rebuilt the same stacks and slices with both writers.
+    pub identical: bool,
+    /// The handles of `truth` and `recon`.
+    pub names: Names,
+    /// The truth the text path was scored against.
+    pub truth: Vec<Truth>,
+    /// The text path's reconstructions (legacy, segments), to look at mismatches
+    /// ([`crate::score::mismatches_interned`]).
+    pub recon: (Vec<Recon>, Vec<Recon>),
 }
 
 impl SimScore {
     /// The two paths rebuilt identical stacks with both writers (and so score the same).
     pub fn paths_identical(&self) -> bool {
-        same_recon(&self.text.recon.0, &self.dlfilter.recon.0)
-            && same_recon(&self.text.recon.1, &self.dlfilter.recon.1)
+        self.identical
     }
 }
 
@@ -483,16 +737,44 @@ impl SimProgram {
 
     /// Simulates the variant `cfg` into `dir/variant/perf.data`, builds its perf-clock
     /// truth, decodes it through both paths and scores both writers.
+    ///
+    /// Stacks are interned and events streamed: what stays is a handle per stack change
+    /// (truth and the text path's reconstructions), not the events nor stacks of names.
     pub fn score(&self, variant: &str, cfg: &SimConfig) -> Result<SimScore> {
-        let (timelines, data) = self.simulate(variant, cfg)?;
-        let text = score_decoded(&timelines, &decode(&data, DecodePath::Text)?);
-        let dlfilter = score_decoded(&timelines, &decode(&data, DecodePath::Dlfilter)?);
+        let mut names = Names::new();
+        let (timelines, data) = self.simulate_interned(variant, cfg, &mut names)?;
+        let text = score_path(&timelines, &data, DecodePath::Text, &mut names)?;
+        let dlfilter = score_path(&timelines, &data, DecodePath::Dlfilter, &mut names)?;
+        drop(timelines);
         Ok(SimScore {
             program: self.name.clone(),
             variant: variant.to_string(),
-            text,
-            dlfilter,
+            identical: text.recon == dlfilter.recon,
+            text: text.score,
+            dlfilter: dlfilter.score,
+            names,
+            truth: text.truth,
+            recon: text.recon,
         })
+    }
+
+    /// [`SimProgram::simulate`] with the true stacks interned in `names`; the simulation
+    /// and perf's branches are dropped before it returns.
+    pub fn simulate_interned(
+        &self,
+        variant: &str,
+        cfg: &SimConfig,
+        names: &mut Names,
+    ) -> Result<(Vec<InternedTimeline>, PathBuf)> {
+        let sub = self.dir.join(variant);
+        std::fs::create_dir_all(&sub)?;
+        let sim = ptsim::simulate(&self.log, &self.comm, cfg);
+        let data = sub.join("perf.data");
+        ptsim::write_outputs(&sim, &data, false)?;
+        let reported = ptsim::perfscript::decode(&data)?;
+        let timelines = perf_clock_stacks_interned(&sim, &self.syms, &reported, names)
+            .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
+        Ok((timelines, data))
     }
 
     /// Simulates the variant `cfg` into `dir/variant/perf.data` and returns the true

@@ -130,7 +130,7 @@ fn report(s: &SimScore) {
         s.program,
         s.variant,
         t.events,
-        t.truth.len(),
+        t.threads,
         t.errors,
         if s.paths_identical() { "yes" } else { "NO" },
         pct(l.exact),
@@ -171,9 +171,9 @@ fn check(
         for p in s.text.segments.phantoms.iter().take(n) {
             eprintln!("  segments phantom {p:?}");
         }
-        for t in &s.text.truth {
-            if let Some(r) = s.text.recon.1.iter().find(|r| r.thread == t.thread) {
-                for m in ptscope_groundtruth::score::mismatches(t, r, n) {
+        for t in &s.truth {
+            if let Some(r) = s.recon.1.iter().find(|r| r.thread == t.thread) {
+                for m in ptscope_groundtruth::score::mismatches_interned(t, r, &s.names, n) {
                     eprintln!(
                         "  {:?} {}..{}\n    truth {:?}\n    recon {:?}",
                         t.thread, m.start, m.end, m.truth, m.recon
@@ -239,7 +239,7 @@ fn check(
 
 /// Threads the truth scored (one per traced thread).
 fn threads(s: &SimScore) -> usize {
-    s.text.truth.len()
+    s.text.threads
 }
 
 fn scratch() -> tempfile::TempDir {

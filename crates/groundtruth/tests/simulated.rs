@@ -66,18 +66,20 @@ fn whole_pipeline_matches_simulated_truth() {
                 for p in s.text.segments.phantoms.iter().take(5) {
                     eprintln!("  seg phantom {p:?}");
                 }
-                for t in &s.text.truth {
+                for t in &s.truth {
+                    let first = t.timeline.first().map(|p| (p.0, p.1, s.names.names(p.2)));
                     eprintln!(
-                        "  truth {:?} {}..{} pieces {} first {:?}",
+                        "  truth {:?} {}..{} pieces {} first {first:?}",
                         t.thread,
                         t.start(),
                         t.end(),
                         t.timeline.len(),
-                        t.timeline.first()
                     );
-                    if let Some(r) = s.text.recon.1.iter().find(|r| r.thread == t.thread) {
-                        eprintln!("  recon first {:?}", r.timeline.first());
-                        for m in ptscope_groundtruth::score::mismatches(t, r, 6) {
+                    if let Some(r) = s.recon.1.iter().find(|r| r.thread == t.thread) {
+                        let first = r.timeline.first().map(|p| (p.0, p.1, s.names.names(p.2)));
+                        eprintln!("  recon first {first:?}");
+                        for m in ptscope_groundtruth::score::mismatches_interned(t, r, &s.names, 6)
+                        {
                             eprintln!(
                                 "  mismatch {}..{} truth {:?}\n      recon {:?}",
                                 m.start, m.end, m.truth, m.recon
