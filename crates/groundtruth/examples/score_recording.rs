@@ -4,8 +4,12 @@
 //!
 //! ```sh
 //! cargo run -p ptscope-groundtruth --release --example score_recording -- \
-//!     [--variant full|snapshot=BYTES|faults] -- /usr/bin/python3 -I -S script.py
+//!     [--variant full|snapshot=BYTES|faults] [--truth-first] -- /usr/bin/python3 -I -S script.py
 //! ```
+//!
+//! `--truth-first` first builds the variant's truth alone (simulation, perf's decode of
+//! the branches, alignment, interned stacks) and reports its peak, to tell ptsim's share
+//! of the memory from the decoders', writers' and scorer's.
 //!
 //! Peak RSS is read from `/proc/self/status` (`VmHWM`) after recording and again after
 //! scoring, with the peak reset in between (`/proc/self/clear_refs`), so the scoring
@@ -36,17 +40,21 @@ fn reset_peak() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: score_recording [--variant full|snapshot=BYTES|faults] -- PROGRAM [ARGS...]");
+    eprintln!(
+        "usage: score_recording [--variant full|snapshot=BYTES|faults] [--truth-first] -- PROGRAM [ARGS...]"
+    );
     std::process::exit(2)
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut variant = "full".to_string();
+    let mut truth_first = false;
     let mut argv: Vec<PathBuf> = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--variant" => variant = args.next().unwrap_or_else(|| usage()),
+            "--truth-first" => truth_first = true,
             "--" => {
                 argv = args.by_ref().map(PathBuf::from).collect();
             }
@@ -91,6 +99,28 @@ fn main() {
     let record_s = t0.elapsed().as_secs_f64();
     let record_kb = peak_kb();
     reset_peak();
+    if truth_first {
+        let t = Instant::now();
+        let mut names = ptscope_groundtruth::Names::new();
+        let (timelines, _) = prog
+            .simulate_interned(&format!("{variant}-truth"), &cfg, &mut names)
+            .unwrap_or_else(|e| {
+                eprintln!("simulating failed: {e:#}");
+                std::process::exit(1)
+            });
+        let pieces: usize = timelines.iter().map(|t| t.pieces.len()).sum();
+        println!(
+            "truth alone: {:.1} s, peak {} MB, {pieces} pieces, {} distinct stacks, {} frame names",
+            t.elapsed().as_secs_f64(),
+            peak_kb() / 1024,
+            names.stacks(),
+            names.frame_count()
+        );
+        drop(timelines);
+        drop(names);
+        let _ = std::fs::remove_dir_all(dir.path().join(format!("{variant}-truth")));
+        reset_peak();
+    }
     let t1 = Instant::now();
     let s = prog.score(&variant, &cfg).unwrap_or_else(|e| {
         eprintln!("scoring failed: {e:#}");

@@ -6,7 +6,9 @@
 use crate::gen::ThreadTruth;
 use crate::score::{Fidelity, Mismatch};
 use crate::sink::{ReconThread, Slice};
+use anyhow::bail;
 use ptscope_event::{Event, EventData, Kind, Symbol, Thread};
+use ptsim::expected::{Branch, BranchKind};
 use std::collections::HashMap;
 
 /// A sink record with its name resolved, as the old sink stored it.
@@ -475,6 +477,158 @@ pub fn thread_truths(
     out
 }
 
+use crate::sim::SCALE;
+
+/// As `sim::MAX_SKIPPED`.
+const MAX_SKIPPED: usize = 8;
+
+/// As `sim::reported_kind`.
+fn reported_kind(k: ptsim::truth::StepKind) -> bool {
+    !matches!(k, ptsim::truth::StepKind::Jcc { taken: false })
+}
+
+/// Perf-clock times of a thread's steps as `sim::perf_clock_times` computed them from
+/// all of perf's branches at once.
+pub fn perf_clock_times(
+    t: &ptsim::truth::ThreadTrace,
+    exp: &ptsim::expected::ThreadExpectation,
+    mine: &[Branch],
+    ns: &dyn Fn(u64) -> u64,
+) -> anyhow::Result<Vec<u64>> {
+    let want: Vec<&Branch> = exp
+        .branches
+        .iter()
+        .filter(|b| b.kind != BranchKind::Uncertain)
+        .collect();
+    // Anchors: (step index, perf time) of every reported branch that is a true step.
+    let mut anchors: Vec<(usize, u64)> = Vec::with_capacity(mine.len());
+    let mut j = 0usize;
+    // perf reports what the simulation expects, one for one (ptsim's tests check it); a
+    // few expected entries perf leaves out (seen at a snapshot's first fault) are skipped.
+    let mut skipped = 0usize;
+    let mut w = 0usize;
+    for r in mine {
+        // perf's error codes and times are its own; an error matches by kind.
+        let matches = |e: &Branch| {
+            if e.kind == BranchKind::Error {
+                r.kind == BranchKind::Error
+            } else {
+                (e.kind, e.from, e.to) == (r.kind, r.from, r.to)
+            }
+        };
+        while w < want.len() && !matches(want[w]) && skipped < MAX_SKIPPED {
+            w += 1;
+            skipped += 1;
+        }
+        let Some(e) = want.get(w).filter(|e| matches(e)) else {
+            bail!(
+                "thread {}: perf reported {r:?}, not among the next expected branches",
+                t.tid
+            );
+        };
+        w += 1;
+        if e.kind == BranchKind::Error {
+            continue;
+        }
+        // Expected times are true times, so the step is found by time; the search stops
+        // once past it (a `tr strt` perf synthesises after an overflow is no step).
+        let mut k = j;
+        while let Some(s) = t.steps.get(k) {
+            let at = ns(s.clock);
+            if at > e.time {
+                break;
+            }
+            if at == e.time && s.from == e.from && s.to == e.to && reported_kind(s.kind) {
+                anchors.push((k, r.time * SCALE));
+                j = k + 1;
+                break;
+            }
+            k += 1;
+        }
+    }
+    let Some(&(first, t_first)) = anchors.first() else {
+        bail!("thread {}: no reported branch is a step", t.tid);
+    };
+    let clock = |i: usize| ns(t.steps[i].clock) * SCALE;
+    let mut times = vec![0u64; t.steps.len()];
+    // Before the first reported branch (a snapshot's unseen past) and after the last one,
+    // true durations are kept; between two, true clocks are mapped linearly onto perf's.
+    for (i, x) in times.iter_mut().enumerate().take(first + 1) {
+        *x = t_first.saturating_sub(clock(first) - clock(i));
+    }
+    let mut floor = t_first;
+    for w in anchors.windows(2) {
+        let ((ia, ta), (ib, tb)) = (w[0], w[1]);
+        let tb = tb.max(floor);
+        let (ca, cb) = (clock(ia), clock(ib));
+        for (i, x) in times.iter_mut().enumerate().take(ib).skip(ia + 1) {
+            *x = if cb > ca {
+                ta + (tb - ta.min(tb)) * (clock(i) - ca) / (cb - ca)
+            } else {
+                tb
+            };
+        }
+        times[ib] = tb;
+        floor = tb;
+    }
+    let &(last, t_last) = anchors.last().expect("not empty");
+    let t_last = t_last.max(floor);
+    for (i, x) in times.iter_mut().enumerate().skip(last) {
+        *x = t_last + (clock(i) - clock(last));
+    }
+    // Steps sharing a timestamp are spread up to the next one, as true times would be
+    // (same rule as ptsim's perf-clock truth).
+    let mut i = 0;
+    while i < times.len() {
+        let t0 = times[i];
+        let mut k = i;
+        while k < times.len() && times[k] == t0 {
+            k += 1;
+        }
+        let t1 = times.get(k).copied().unwrap_or(t0 + 1);
+        let m = (k - i) as u64;
+        for (n, x) in times[i..k].iter_mut().enumerate() {
+            *x = t0 + t1.saturating_sub(t0) * n as u64 / m;
+        }
+        i = k;
+    }
+    Ok(times)
+}
+
+/// The true stacks of `variant` of `prog` as `SimProgram::simulate` built them: perf's
+/// whole output read at once, each thread aligned, then replayed into stacks of names.
+fn string_truth(
+    prog: &crate::sim::SimProgram,
+    variant: &str,
+    cfg: &ptsim::SimConfig,
+) -> anyhow::Result<(Vec<ptsim::stacks::StackTimeline>, std::path::PathBuf)> {
+    let sub = prog.dir.join(variant);
+    std::fs::create_dir_all(&sub)?;
+    let sim = ptsim::simulate(&prog.log, &prog.comm, cfg);
+    let data = sub.join("perf.data");
+    ptsim::write_outputs(&sim, &data, false)?;
+    let reported = ptsim::perfscript::decode(&data)?;
+    let ns = |c| sim.ns(c);
+    let dso = |a: u64| sim.dso_at(a);
+    let mut out = Vec::new();
+    for t in &sim.traces {
+        let Some(exp) = sim.expected.iter().find(|e| e.tid == t.tid) else {
+            continue;
+        };
+        let mine: Vec<Branch> = reported
+            .iter()
+            .filter(|b| b.tid == t.tid)
+            .copied()
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let times = perf_clock_times(t, exp, &mine, &ns)?;
+        out.push(ptsim::stacks::timeline_at(t, &times, &prog.syms, &dso));
+    }
+    Ok((out, data))
+}
+
 /// The test programs of `tests/simulated.rs`.
 #[path = "../tests/programs/mod.rs"]
 mod programs;
@@ -690,8 +844,7 @@ mod tests {
         let new = prog
             .score(variant, cfg)
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-        let (timelines, data) = prog
-            .simulate(&format!("{variant}-strings"), cfg)
+        let (timelines, data) = string_truth(prog, &format!("{variant}-strings"), cfg)
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         let unscale = |mut f: Fidelity| {
             f.covered_ns /= SCALE;

@@ -112,19 +112,54 @@ pub fn perf_clock_times(
     mine: &[Branch],
     ns: &dyn Fn(u64) -> u64,
 ) -> Result<Vec<u64>> {
-    let want: Vec<&Branch> = exp
-        .branches
-        .iter()
-        .filter(|b| b.kind != BranchKind::Uncertain)
-        .collect();
-    // Anchors: (step index, perf time) of every reported branch that is a true step.
-    let mut anchors: Vec<(usize, u64)> = Vec::with_capacity(mine.len());
-    let mut j = 0usize;
-    // perf reports what the simulation expects, one for one (ptsim's tests check it); a
-    // few expected entries perf leaves out (seen at a snapshot's first fault) are skipped.
-    let mut skipped = 0usize;
-    let mut w = 0usize;
+    let mut a = Aligner::new(t, exp, ns);
     for r in mine {
+        a.feed(r)?;
+    }
+    a.finish()
+}
+
+/// [`perf_clock_times`] fed one reported branch at a time, so perf's output for a
+/// recording of millions of branches is never held: only the anchors (a step index and
+/// a time per reported branch) are.
+pub struct Aligner<'a> {
+    t: &'a ThreadTrace,
+    /// The expected branches perf reports (not the uncertain stretches).
+    want: Vec<&'a Branch>,
+    ns: &'a dyn Fn(u64) -> u64,
+    /// (step index, perf time) of every reported branch that is a true step.
+    anchors: Vec<(usize, u64)>,
+    /// The next step to look at.
+    j: usize,
+    /// The next expected branch.
+    w: usize,
+    /// Expected branches passed over so far.
+    skipped: usize,
+}
+
+impl<'a> Aligner<'a> {
+    /// An aligner for thread `t` with ptsim's expectation `exp`; `ns` converts clocks.
+    pub fn new(t: &'a ThreadTrace, exp: &'a ThreadExpectation, ns: &'a dyn Fn(u64) -> u64) -> Self {
+        Aligner {
+            t,
+            want: exp
+                .branches
+                .iter()
+                .filter(|b| b.kind != BranchKind::Uncertain)
+                .collect(),
+            ns,
+            anchors: Vec::new(),
+            j: 0,
+            w: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Takes the thread's next reported branch `r`.
+    pub fn feed(&mut self, r: &Branch) -> Result<()> {
+        let (t, want, ns) = (self.t, &self.want, self.ns);
+        // perf reports what the simulation expects, one for one (ptsim's tests check it); a
+        // few expected entries perf leaves out (seen at a snapshot's first fault) are skipped.
         // perf's error codes and times are its own; an error matches by kind.
         let matches = |e: &Branch| {
             if e.kind == BranchKind::Error {
@@ -133,83 +168,89 @@ pub fn perf_clock_times(
                 (e.kind, e.from, e.to) == (r.kind, r.from, r.to)
             }
         };
-        while w < want.len() && !matches(want[w]) && skipped < MAX_SKIPPED {
-            w += 1;
-            skipped += 1;
+        while self.w < want.len() && !matches(want[self.w]) && self.skipped < MAX_SKIPPED {
+            self.w += 1;
+            self.skipped += 1;
         }
-        let Some(e) = want.get(w).filter(|e| matches(e)) else {
+        let Some(e) = want.get(self.w).filter(|e| matches(e)) else {
             bail!(
                 "thread {}: perf reported {r:?}, not among the next expected branches",
                 t.tid
             );
         };
-        w += 1;
+        self.w += 1;
         if e.kind == BranchKind::Error {
-            continue;
+            return Ok(());
         }
         // Expected times are true times, so the step is found by time; the search stops
         // once past it (a `tr strt` perf synthesises after an overflow is no step).
-        let mut k = j;
+        let mut k = self.j;
         while let Some(s) = t.steps.get(k) {
             let at = ns(s.clock);
             if at > e.time {
                 break;
             }
             if at == e.time && s.from == e.from && s.to == e.to && reported_kind(s.kind) {
-                anchors.push((k, r.time * SCALE));
-                j = k + 1;
+                self.anchors.push((k, r.time * SCALE));
+                self.j = k + 1;
                 break;
             }
             k += 1;
         }
+        Ok(())
     }
-    let Some(&(first, t_first)) = anchors.first() else {
-        bail!("thread {}: no reported branch is a step", t.tid);
-    };
-    let clock = |i: usize| ns(t.steps[i].clock) * SCALE;
-    let mut times = vec![0u64; t.steps.len()];
-    // Before the first reported branch (a snapshot's unseen past) and after the last one,
-    // true durations are kept; between two, true clocks are mapped linearly onto perf's.
-    for (i, x) in times.iter_mut().enumerate().take(first + 1) {
-        *x = t_first.saturating_sub(clock(first) - clock(i));
-    }
-    let mut floor = t_first;
-    for w in anchors.windows(2) {
-        let ((ia, ta), (ib, tb)) = (w[0], w[1]);
-        let tb = tb.max(floor);
-        let (ca, cb) = (clock(ia), clock(ib));
-        for (i, x) in times.iter_mut().enumerate().take(ib).skip(ia + 1) {
-            *x = if cb > ca {
-                ta + (tb - ta.min(tb)) * (clock(i) - ca) / (cb - ca)
-            } else {
-                tb
-            };
+
+    /// The time of every step, from the branches fed.
+    pub fn finish(self) -> Result<Vec<u64>> {
+        let (t, ns, anchors) = (self.t, self.ns, self.anchors);
+        let Some(&(first, t_first)) = anchors.first() else {
+            bail!("thread {}: no reported branch is a step", t.tid);
+        };
+        let clock = |i: usize| ns(t.steps[i].clock) * SCALE;
+        let mut times = vec![0u64; t.steps.len()];
+        // Before the first reported branch (a snapshot's unseen past) and after the last one,
+        // true durations are kept; between two, true clocks are mapped linearly onto perf's.
+        for (i, x) in times.iter_mut().enumerate().take(first + 1) {
+            *x = t_first.saturating_sub(clock(first) - clock(i));
         }
-        times[ib] = tb;
-        floor = tb;
-    }
-    let &(last, t_last) = anchors.last().expect("not empty");
-    let t_last = t_last.max(floor);
-    for (i, x) in times.iter_mut().enumerate().skip(last) {
-        *x = t_last + (clock(i) - clock(last));
-    }
-    // Steps sharing a timestamp are spread up to the next one, as true times would be
-    // (same rule as ptsim's perf-clock truth).
-    let mut i = 0;
-    while i < times.len() {
-        let t0 = times[i];
-        let mut k = i;
-        while k < times.len() && times[k] == t0 {
-            k += 1;
+        let mut floor = t_first;
+        for w in anchors.windows(2) {
+            let ((ia, ta), (ib, tb)) = (w[0], w[1]);
+            let tb = tb.max(floor);
+            let (ca, cb) = (clock(ia), clock(ib));
+            for (i, x) in times.iter_mut().enumerate().take(ib).skip(ia + 1) {
+                *x = if cb > ca {
+                    ta + (tb - ta.min(tb)) * (clock(i) - ca) / (cb - ca)
+                } else {
+                    tb
+                };
+            }
+            times[ib] = tb;
+            floor = tb;
         }
-        let t1 = times.get(k).copied().unwrap_or(t0 + 1);
-        let m = (k - i) as u64;
-        for (n, x) in times[i..k].iter_mut().enumerate() {
-            *x = t0 + t1.saturating_sub(t0) * n as u64 / m;
+        let &(last, t_last) = anchors.last().expect("not empty");
+        let t_last = t_last.max(floor);
+        for (i, x) in times.iter_mut().enumerate().skip(last) {
+            *x = t_last + (clock(i) - clock(last));
         }
-        i = k;
+        // Steps sharing a timestamp are spread up to the next one, as true times would be
+        // (same rule as ptsim's perf-clock truth).
+        let mut i = 0;
+        while i < times.len() {
+            let t0 = times[i];
+            let mut k = i;
+            while k < times.len() && times[k] == t0 {
+                k += 1;
+            }
+            let t1 = times.get(k).copied().unwrap_or(t0 + 1);
+            let m = (k - i) as u64;
+            for (n, x) in times[i..k].iter_mut().enumerate() {
+                *x = t0 + t1.saturating_sub(t0) * n as u64 / m;
+            }
+            i = k;
+        }
+        Ok(times)
     }
-    Ok(times)
 }
 
 /// The true stacks of every thread of `sim` on perf's clock (in 1/[`SCALE`] ns), for the recording whose
@@ -250,33 +291,107 @@ pub struct InternedTimeline {
     pub pieces: Vec<(u64, u64, StackId)>,
 }
 
-/// [`perf_clock_stacks`] with stacks interned in `names`.
+/// [`perf_clock_stacks`] with stacks interned in `names`, reading perf's branches for
+/// the recording `perf_data` as perf prints them (none is kept: each goes to its
+/// thread's [`Aligner`]).
 pub fn perf_clock_stacks_interned(
     sim: &Simulation,
     syms: &Symbols,
-    reported: &[Branch],
+    perf_data: &Path,
     names: &mut Names,
 ) -> Result<Vec<InternedTimeline>> {
     let ns = |c| sim.ns(c);
     let dso = |a: u64| sim.dso_at(a);
-    let mut out = Vec::with_capacity(sim.traces.len());
-    for t in &sim.traces {
-        let Some(exp) = sim.expected.iter().find(|e| e.tid == t.tid) else {
-            continue;
-        };
-        let mine: Vec<Branch> = reported
-            .iter()
-            .filter(|b| b.tid == t.tid)
-            .copied()
-            .collect();
-        if mine.is_empty() {
+    // (trace, its aligner, branches fed)
+    let mut threads: Vec<(&ThreadTrace, Aligner<'_>, usize)> = sim
+        .traces
+        .iter()
+        .filter_map(|t| {
+            let exp = sim.expected.iter().find(|e| e.tid == t.tid)?;
+            Some((t, Aligner::new(t, exp, &ns), 0))
+        })
+        .collect();
+    each_reported(perf_data, |b| {
+        for (t, a, fed) in threads.iter_mut().filter(|x| x.0.tid == b.tid) {
+            *fed += 1;
+            let _ = t;
+            a.feed(&b)?;
+        }
+        Ok(())
+    })?;
+    let mut out = Vec::with_capacity(threads.len());
+    for (t, a, fed) in threads {
+        if fed == 0 {
             continue;
         }
-        let times = perf_clock_times(t, exp, &mine, &ns)?;
-        drop(mine);
+        let times = a.finish()?;
         out.push(timeline_interned(t, &times, syms, &dso, names));
     }
     Ok(out)
+}
+
+/// Runs perf's decoder on `perf_data` as `ptsim::perfscript::decode` does and hands each
+/// branch it reports to `f`, parsing its output line by line instead of holding it (a
+/// 20 M-branch recording prints over a gigabyte).
+pub fn each_reported(perf_data: &Path, mut f: impl FnMut(Branch) -> Result<()>) -> Result<()> {
+    use std::io::{BufRead, Read};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(perf_data)
+        .args(["--ns", "--itrace=be", "-F", "tid,time,flags,ip,addr"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run perf (Debian package linux-perf)")?;
+    // Drained aside: perf would block on a full stderr pipe while we wait on stdout.
+    let stderr = child.stderr.take();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut e) = stderr {
+            let _ = e.read_to_string(&mut text);
+        }
+        text
+    });
+    let mut read = || -> Result<()> {
+        let stdout = child
+            .stdout
+            .take()
+            .context("perf script has no output pipe")?;
+        let mut lines = std::io::BufReader::new(stdout);
+        let mut buf = Vec::new();
+        let mut n = 0usize;
+        loop {
+            buf.clear();
+            if lines
+                .read_until(b'\n', &mut buf)
+                .context("cannot read perf script's output")?
+                == 0
+            {
+                return Ok(());
+            }
+            n += 1;
+            let line = String::from_utf8_lossy(&buf);
+            let parsed = ptsim::perfscript::parse(&line)
+                .with_context(|| format!("perf script output line {n}"))?;
+            for b in parsed {
+                f(b)?;
+            }
+        }
+    };
+    let result = read();
+    if result.is_err() {
+        // Nothing more is read: stop perf rather than let it block on a full pipe.
+        let _ = child.kill();
+    }
+    let status = child.wait().context("cannot wait for perf script")?;
+    let stderr = errors.join().unwrap_or_default();
+    result?;
+    if !status.success() {
+        bail!("perf script failed with {status}: {stderr}");
+    }
+    Ok(())
 }
 
 /// `ptsim::stacks::timeline_at` with interned stacks: the same pieces, each step's
@@ -771,8 +886,7 @@ impl SimProgram {
         let sim = ptsim::simulate(&self.log, &self.comm, cfg);
         let data = sub.join("perf.data");
         ptsim::write_outputs(&sim, &data, false)?;
-        let reported = ptsim::perfscript::decode(&data)?;
-        let timelines = perf_clock_stacks_interned(&sim, &self.syms, &reported, names)
+        let timelines = perf_clock_stacks_interned(&sim, &self.syms, &data, names)
             .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
         Ok((timelines, data))
     }
