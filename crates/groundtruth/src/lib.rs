@@ -49,7 +49,7 @@ where
         scenario.earliest_time(),
         |sink, _| make_writer(sink, scenario),
     );
-    let mut recon = sink.recon(&mut names);
+    let mut recon = sink.into_recon(&mut names);
     let base = scenario.earliest_time() as i64;
     for r in &mut recon {
         r.shift(base, 1);

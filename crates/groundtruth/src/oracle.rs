@@ -775,13 +775,13 @@ mod tests {
                     let what = format!("seed {seed} {} {writer}", sc.name);
                     let old = old_recon(sink, base);
                     assert!(
-                        same_threads(&old, &shifted(sink.threads(), base)),
+                        same_threads(&old, &shifted(sink.clone().threads(), base)),
                         "{what}: replays differ"
                     );
                     agree(&what, &sc.truth, &old);
                     // The interned pipeline end to end, as `evaluate` runs it.
                     let mut names = Names::new();
-                    let mut recon = sink.recon(&mut names);
+                    let mut recon = sink.clone().into_recon(&mut names);
                     for r in &mut recon {
                         r.shift(base, 1);
                     }
@@ -842,7 +842,7 @@ mod tests {
         use crate::sim::{decode, DecodePath, SCALE};
         let what = format!("{} {variant}", prog.name);
         let new = prog
-            .score(variant, cfg)
+            .score_detailed(variant, cfg)
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         let (timelines, data) = string_truth(prog, &format!("{variant}-strings"), cfg)
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
@@ -876,7 +876,8 @@ mod tests {
                 "{what} {path:?}: segments"
             );
             if path == DecodePath::Text {
-                let spelled: Vec<ThreadTruth> = new
+                let detail = new.detail.as_ref().expect("detail kept");
+                let spelled: Vec<ThreadTruth> = detail
                     .truth
                     .iter()
                     .map(|t| ThreadTruth {
@@ -884,7 +885,7 @@ mod tests {
                         timeline: t
                             .timeline
                             .iter()
-                            .map(|p| (p.0, p.1, new.names.names(p.2)))
+                            .map(|p| (p.0, p.1, detail.names.names(p.2)))
                             .collect(),
                         windows: t.windows.clone(),
                         order_windows: t.order_windows.clone(),
@@ -893,14 +894,14 @@ mod tests {
                     .collect();
                 assert!(spelled == truth, "{what}: truths differ");
                 let resolve = |r: &[crate::sink::Recon]| -> Vec<ReconThread> {
-                    r.iter().map(|r| r.resolve(&new.names)).collect()
+                    r.iter().map(|r| r.resolve(&detail.names)).collect()
                 };
                 assert!(
-                    same_threads(&resolve(&new.recon.0), &l),
+                    same_threads(&resolve(&detail.recon.0), &l),
                     "{what}: legacy stacks"
                 );
                 assert!(
-                    same_threads(&resolve(&new.recon.1), &g),
+                    same_threads(&resolve(&detail.recon.1), &g),
                     "{what}: segments stacks"
                 );
             }

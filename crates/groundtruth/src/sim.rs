@@ -28,6 +28,7 @@ use ptsim::perfscript::Symbols;
 use ptsim::stacks::{Replay, StackTimeline};
 use ptsim::truth::{StepKind, ThreadTrace};
 use ptsim::{SimConfig, Simulation};
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 /// How ptscope reads a `perf.data`.
@@ -699,43 +700,65 @@ impl Writers {
         }
     }
 
-    /// Both writers' stacks (legacy, segments) on the events' clock in 1/[`SCALE`] ns,
-    /// as [`reconstruct_decoded`] gives them, interned in `names`.
-    fn finish(mut self, strings: &StringTable, names: &mut Names) -> (Vec<Recon>, Vec<Recon>) {
+    /// Both writers' finished sinks (legacy, segments), and the time their relative
+    /// times count from.
+    fn finish(mut self, strings: &StringTable) -> Option<(TimelineSink, TimelineSink, u64)> {
         if self.both.is_none() {
             self.start(0, strings);
         }
-        let Some((l, s)) = self.both else {
-            return Default::default();
-        };
-        let base = self.earliest as i64;
-        let mut recon = |sink: TimelineSink| {
-            let mut r = sink.recon(names);
-            for t in &mut r {
-                t.shift(base, SCALE as i64);
-            }
-            r
-        };
-        let l = recon(l.finish(strings));
-        let s = recon(s.finish(strings));
-        (l, s)
+        let (l, s) = self.both?;
+        Some((l.finish(strings), s.finish(strings), self.earliest))
     }
 }
 
-/// What [`score_path`] scored, kept for the report and for comparing paths.
+/// One writer's stacks scored: the score, a digest of the stacks (to compare paths
+/// without keeping both), and the stacks themselves when asked for.
+struct WriterRun {
+    score: Fidelity,
+    digest: u64,
+    recon: Option<Vec<Recon>>,
+}
+
+/// Replays `sink` (times relative to `earliest`) onto the scorer's clock, scores it
+/// against `truth` and keeps the stacks if `keep`.
+fn score_writer(
+    sink: TimelineSink,
+    earliest: u64,
+    truth: &[Truth],
+    names: &mut Names,
+    keep: bool,
+) -> WriterRun {
+    let mut recon = sink.into_recon(names);
+    for t in &mut recon {
+        t.shift(earliest as i64, SCALE as i64);
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    recon.hash(&mut h);
+    WriterRun {
+        score: unscale(score_interned(truth, &recon, names)),
+        digest: h.finish(),
+        recon: keep.then_some(recon),
+    }
+}
+
+/// What [`score_path`] scored: the figures, digests of both writers' stacks (legacy,
+/// segments), and with `keep` the truth and the stacks.
 struct PathRun {
     score: PathScore,
-    truth: Vec<Truth>,
-    recon: (Vec<Recon>, Vec<Recon>),
+    digests: (u64, u64),
+    truth: Option<Vec<Truth>>,
+    recon: Option<(Vec<Recon>, Vec<Recon>)>,
 }
 
 /// Decodes `data` through `path`, streaming each event to both writers and to the
-/// window collector, and scores both writers against `timelines`.
+/// window collector, and scores both writers against `timelines`, one after the other
+/// (one writer's stacks are dropped before the next is replayed, unless `keep`).
 fn score_path(
     timelines: &[InternedTimeline],
     data: &Path,
     path: DecodePath,
     names: &mut Names,
+    keep: bool,
 ) -> Result<PathRun> {
     let mut writers = Writers::new();
     let mut windows = ThreadWindows::default();
@@ -746,7 +769,6 @@ fn score_path(
         windows.observe(&e);
         writers.write(e, strings);
     })?;
-    let recon = writers.finish(&strings, names);
     let truth = windows.truths(
         |th, lo, hi| {
             let tl = timelines.iter().find(|t| Some(t.tid) == th.tid)?;
@@ -760,17 +782,23 @@ fn score_path(
             gaps: w.gaps,
         },
     );
+    let (l, s, earliest) = writers
+        .finish(&strings)
+        .context("the writers were never started")?;
+    let s = score_writer(s, earliest, &truth, names, keep);
+    let l = score_writer(l, earliest, &truth, names, keep);
     let score = PathScore {
         events,
         errors,
         threads: truth.len(),
-        legacy: unscale(score_interned(&truth, &recon.0, names)),
-        segments: unscale(score_interned(&truth, &recon.1, names)),
+        legacy: l.score,
+        segments: s.score,
     };
     Ok(PathRun {
         score,
-        truth,
-        recon,
+        digests: (l.digest, s.digest),
+        truth: keep.then_some(truth),
+        recon: l.recon.zip(s.recon),
     })
 }
 
@@ -784,6 +812,18 @@ fn unscale(mut f: Fidelity) -> Fidelity {
     f
 }
 
+/// What [`SimProgram::score_detailed`] keeps beyond the figures: the text path's truth
+/// and stacks, to look at mismatches ([`crate::score::mismatches_interned`]).
+#[derive(Clone, Debug)]
+pub struct Detail {
+    /// The handles of `truth` and `recon`.
+    pub names: Names,
+    /// The truth the text path was scored against.
+    pub truth: Vec<Truth>,
+    /// The text path's stacks (legacy, segments).
+    pub recon: (Vec<Recon>, Vec<Recon>),
+}
+
 /// One simulated recording scored through both decode paths.
 #[derive(Clone, Debug)]
 pub struct SimScore {
@@ -795,15 +835,11 @@ pub struct SimScore {
     pub text: PathScore,
     /// Through the dlfilter.
     pub dlfilter: PathScore,
-    /// Both paths rebuilt the same stacks and slices with both writers.
+    /// Both paths rebuilt the same stacks and slices with both writers (compared by a
+    /// 64-bit digest of each writer's stacks: neither path's stacks are kept).
     pub identical: bool,
-    /// The handles of `truth` and `recon`.
-    pub names: Names,
-    /// The truth the text path was scored against.
-    pub truth: Vec<Truth>,
-    /// The text path's reconstructions (legacy, segments), to look at mismatches
-    /// ([`crate::score::mismatches_interned`]).
-    pub recon: (Vec<Recon>, Vec<Recon>),
+    /// With [`SimProgram::score_detailed`]: the text path's truth and stacks.
+    pub detail: Option<Detail>,
 }
 
 impl SimScore {
@@ -853,23 +889,39 @@ impl SimProgram {
     /// Simulates the variant `cfg` into `dir/variant/perf.data`, builds its perf-clock
     /// truth, decodes it through both paths and scores both writers.
     ///
-    /// Stacks are interned and events streamed: what stays is a handle per stack change
-    /// (truth and the text path's reconstructions), not the events nor stacks of names.
+    /// Stacks are interned and events streamed: besides the truth (a handle per stack
+    /// change), one writer's stacks are held at a time, never the events nor names.
     pub fn score(&self, variant: &str, cfg: &SimConfig) -> Result<SimScore> {
+        self.score_with(variant, cfg, false)
+    }
+
+    /// [`SimProgram::score`], keeping the text path's truth and stacks
+    /// ([`SimScore::detail`]) to look at where a writer goes wrong.
+    pub fn score_detailed(&self, variant: &str, cfg: &SimConfig) -> Result<SimScore> {
+        self.score_with(variant, cfg, true)
+    }
+
+    fn score_with(&self, variant: &str, cfg: &SimConfig, keep: bool) -> Result<SimScore> {
         let mut names = Names::new();
         let (timelines, data) = self.simulate_interned(variant, cfg, &mut names)?;
-        let text = score_path(&timelines, &data, DecodePath::Text, &mut names)?;
-        let dlfilter = score_path(&timelines, &data, DecodePath::Dlfilter, &mut names)?;
+        let text = score_path(&timelines, &data, DecodePath::Text, &mut names, keep)?;
+        let dlfilter = score_path(&timelines, &data, DecodePath::Dlfilter, &mut names, false)?;
         drop(timelines);
+        let detail = match (text.truth, text.recon) {
+            (Some(truth), Some(recon)) => Some(Detail {
+                names,
+                truth,
+                recon,
+            }),
+            _ => None,
+        };
         Ok(SimScore {
             program: self.name.clone(),
             variant: variant.to_string(),
-            identical: text.recon == dlfilter.recon,
+            identical: text.digests == dlfilter.digests,
             text: text.score,
             dlfilter: dlfilter.score,
-            names,
-            truth: text.truth,
-            recon: text.recon,
+            detail,
         })
     }
 

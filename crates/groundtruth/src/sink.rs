@@ -13,7 +13,9 @@ use ptscope_stacks::{Arg, ArgValue, TraceSink};
 
 const INFERRED_SUFFIX: &str = " [inferred start time]";
 
-/// What a writer emitted, with the name as a handle in the sink's own frame table.
+/// What a writer emitted, with the name as a handle in the sink's own frame table (kept
+/// in tests only, for the old replay; the sink keeps [`Op`]s).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug)]
 enum Rec {
     Begin {
@@ -47,7 +49,7 @@ pub struct Slice {
 }
 
 /// A [`Slice`] with its name as a handle in a [`Names`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FrameSlice {
     /// Frame name's handle.
     pub frame: FrameId,
@@ -88,7 +90,7 @@ pub struct ReconThread {
 }
 
 /// [`ReconThread`] with interned stacks and names: what the scorer keeps per thread.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Recon {
     /// The thread, parsed from the group's `[pid=P]` and the track's `[tid=T]` names.
     pub thread: Thread,
@@ -154,12 +156,39 @@ impl Recon {
     }
 }
 
+/// One track: its group, its name, and what the writer did on it as replay operations.
+#[derive(Clone, Debug, Default)]
+struct Track {
+    group: u32,
+    name: String,
+    /// `(time, operation)` in arrival order: the replay sorts them stably by time.
+    ops: Vec<(i64, Op)>,
+    /// Records so far (a record's index identifies its slice).
+    records: u32,
+    #[cfg(test)]
+    recs: Vec<Rec>,
+}
+
+impl Track {
+    fn is_thread(&self) -> bool {
+        self.name == "main" || self.name.contains("[tid=")
+    }
+
+    /// The next record's id.
+    fn next_id(&mut self) -> u32 {
+        self.records += 1;
+        self.records - 1
+    }
+}
+
 /// Records begin/end/complete slices per thread track.
-#[derive(Default, Debug)]
+///
+/// A writer's calls are kept as the replay's operations (24 bytes each; a complete slice
+/// makes two), so a 20 M-event recording's stacks fit in a few hundred megabytes.
+#[derive(Default, Debug, Clone)]
 pub struct TimelineSink {
     groups: Vec<String>,
-    /// `(group, track name, records)`.
-    tracks: Vec<(u32, String, Vec<Rec>)>,
+    tracks: Vec<Track>,
     /// The records' frame names (only frames: stacks are built at replay).
     frames: Names,
     /// Warnings the writer printed (kept quiet; counted for the report).
@@ -187,25 +216,27 @@ impl TimelineSink {
 
     /// The replayed stacks of every thread track (`… [tid=T]`, or magic-trace's `main`)
     /// of a `[pid=…]` group, spelled out.
-    pub fn threads(&self) -> Vec<ReconThread> {
+    pub fn threads(self) -> Vec<ReconThread> {
         let mut names = Names::new();
-        let recon = self.recon(&mut names);
+        let recon = self.into_recon(&mut names);
         recon.iter().map(|r| r.resolve(&names)).collect()
     }
 
     /// [`TimelineSink::threads`] with stacks and names interned in `names` (which can
-    /// already hold the truth's, or another writer's).
-    pub fn recon(&self, names: &mut Names) -> Vec<Recon> {
+    /// already hold the truth's, or another writer's). Each track's operations are freed
+    /// once replayed.
+    pub fn into_recon(self, names: &mut Names) -> Vec<Recon> {
         let map: Vec<FrameId> = (0..self.frames.frame_count())
             .map(|f| names.frame(self.frames.frame_name(f as FrameId)))
             .collect();
+        let groups = self.groups;
         self.tracks
-            .iter()
-            .filter(|(_, name, _)| name == "main" || name.contains("[tid="))
-            .filter_map(|(g, name, recs)| {
-                let group = self.groups.get(*g as usize)?;
-                let thread = parse_thread(&format!("{group} {name}"))?;
-                let mut r = replay(recs, &map, names);
+            .into_iter()
+            .filter(Track::is_thread)
+            .filter_map(|t| {
+                let group = groups.get(t.group as usize)?;
+                let thread = parse_thread(&format!("{group} {}", t.name))?;
+                let mut r = replay(t.ops, &map, names);
                 r.thread = thread;
                 Some(r)
             })
@@ -213,15 +244,19 @@ impl TimelineSink {
     }
 }
 
-#[derive(Clone, Copy)]
+/// What a record does to the replayed stack, at its time.
+#[derive(Clone, Copy, Debug)]
 enum Op {
+    /// A slice begins (a complete slice's id is its record's, to close it by).
     Open {
         frame: FrameId,
         inferred: bool,
-        id: usize,
+        id: u32,
     },
+    /// `duration_end`: the innermost open slice ends, whatever its name.
     CloseTop,
-    CloseId(usize),
+    /// A complete slice ends.
+    CloseId(u32),
 }
 
 /// A slice open during replay, with the stack it tops.
@@ -229,42 +264,13 @@ struct Open {
     frame: FrameId,
     start: i64,
     inferred: bool,
-    id: usize,
+    id: u32,
     node: StackId,
 }
 
-/// Replays one track's records; `map` takes the sink's frame handles to `names`'.
-fn replay(recs: &[Rec], map: &[FrameId], names: &mut Names) -> Recon {
+/// Replays one track's operations; `map` takes the sink's frame handles to `names`'.
+fn replay(mut ops: Vec<(i64, Op)>, map: &[FrameId], names: &mut Names) -> Recon {
     let global = |f: FrameId| map.get(f as usize).copied().unwrap_or(f);
-    let mut ops: Vec<(i64, Op)> = Vec::with_capacity(recs.len() + 16);
-    for (id, r) in recs.iter().enumerate() {
-        match *r {
-            Rec::Begin {
-                frame,
-                time,
-                inferred,
-            } => ops.push((
-                time,
-                Op::Open {
-                    frame: global(frame),
-                    inferred,
-                    id,
-                },
-            )),
-            Rec::End { time } => ops.push((time, Op::CloseTop)),
-            Rec::Complete { frame, start, end } => {
-                ops.push((
-                    start,
-                    Op::Open {
-                        frame: global(frame),
-                        inferred: false,
-                        id,
-                    },
-                ));
-                ops.push((end.max(start), Op::CloseId(id)));
-            }
-        }
-    }
     // Stable: ties keep arrival order, as a viewer's stable sort does.
     ops.sort_by_key(|(t, _)| *t);
 
@@ -289,6 +295,7 @@ fn replay(recs: &[Rec], map: &[FrameId], names: &mut Names) -> Recon {
                     inferred,
                     id,
                 } => {
+                    let frame = global(frame);
                     let under = stack.last().map_or(EMPTY, |e| e.node);
                     stack.push(Open {
                         frame,
@@ -343,11 +350,12 @@ impl TimelineSink {
         let name = |f: FrameId| self.frames.frame_name(f).to_string();
         self.tracks
             .iter()
-            .filter(|(_, name, _)| name == "main" || name.contains("[tid="))
-            .filter_map(|(g, track, recs)| {
-                let group = self.groups.get(*g as usize)?;
-                let thread = parse_thread(&format!("{group} {track}"))?;
-                let recs = recs
+            .filter(|t| t.is_thread())
+            .filter_map(|t| {
+                let group = self.groups.get(t.group as usize)?;
+                let thread = parse_thread(&format!("{group} {}", t.name))?;
+                let recs = t
+                    .recs
                     .iter()
                     .map(|r| match *r {
                         Rec::Begin {
@@ -382,7 +390,11 @@ impl TraceSink for TimelineSink {
     }
 
     fn allocate_thread(&mut self, pid: u32, name: &str) -> usize {
-        self.tracks.push((pid, name.to_string(), Vec::new()));
+        self.tracks.push(Track {
+            group: pid,
+            name: name.to_string(),
+            ..Track::default()
+        });
         self.tracks.len() - 1
     }
 
@@ -393,15 +405,31 @@ impl TraceSink for TimelineSink {
                 && matches!(a.value, ArgValue::Interned("true") | ArgValue::Str("true"))
         });
         let frame = self.frames.frame(suffixed.unwrap_or(name));
-        self.tracks[thread].2.push(Rec::Begin {
+        let inferred = suffixed.is_some() || flagged;
+        let t = &mut self.tracks[thread];
+        let id = t.next_id();
+        t.ops.push((
+            time,
+            Op::Open {
+                frame,
+                inferred,
+                id,
+            },
+        ));
+        #[cfg(test)]
+        t.recs.push(Rec::Begin {
             frame,
             time,
-            inferred: suffixed.is_some() || flagged,
+            inferred,
         });
     }
 
     fn duration_end(&mut self, thread: usize, _name: &str, time: i64, _args: &[Arg<'_>]) {
-        self.tracks[thread].2.push(Rec::End { time });
+        let t = &mut self.tracks[thread];
+        t.next_id();
+        t.ops.push((time, Op::CloseTop));
+        #[cfg(test)]
+        t.recs.push(Rec::End { time });
     }
 
     fn duration_complete(
@@ -414,9 +442,19 @@ impl TraceSink for TimelineSink {
     ) {
         let name = name.strip_suffix(INFERRED_SUFFIX).unwrap_or(name);
         let frame = self.frames.frame(name);
-        self.tracks[thread]
-            .2
-            .push(Rec::Complete { frame, start, end });
+        let t = &mut self.tracks[thread];
+        let id = t.next_id();
+        t.ops.push((
+            start,
+            Op::Open {
+                frame,
+                inferred: false,
+                id,
+            },
+        ));
+        t.ops.push((end.max(start), Op::CloseId(id)));
+        #[cfg(test)]
+        t.recs.push(Rec::Complete { frame, start, end });
     }
 
     fn duration_instant(&mut self, _: usize, _: &str, _: i64, _: &[Arg<'_>]) {}

@@ -198,9 +198,10 @@ fn verify(
         for p in s.text.segments.phantoms.iter().take(n) {
             eprintln!("  segments phantom {p:?}");
         }
-        for t in &s.truth {
-            if let Some(r) = s.recon.1.iter().find(|r| r.thread == t.thread) {
-                for m in ptscope_groundtruth::score::mismatches_interned(t, r, &s.names, n) {
+        let d = s.detail.as_ref().expect("score_detailed keeps the detail");
+        for t in &d.truth {
+            if let Some(r) = d.recon.1.iter().find(|r| r.thread == t.thread) {
+                for m in ptscope_groundtruth::score::mismatches_interned(t, r, &d.names, n) {
                     eprintln!(
                         "  {:?} {}..{}\n    truth {:?}\n    recon {:?}",
                         t.thread, m.start, m.end, m.truth, m.recon

@@ -53,7 +53,14 @@ fn whole_pipeline_matches_simulated_truth() {
         let prog = SimProgram::record(name, &pdir, &[&exe]).unwrap();
         for (variant, cfg) in variants(8192, prog.main_steps) {
             let t0 = std::time::Instant::now();
-            let s = match prog.score(variant, &cfg) {
+            // SIM_DEBUG keeps the text path's truth and stacks to print mismatches.
+            let debug = std::env::var_os("SIM_DEBUG").is_some();
+            let s = if debug {
+                prog.score_detailed(variant, &cfg)
+            } else {
+                prog.score(variant, &cfg)
+            };
+            let s = match s {
                 Ok(s) => s,
                 Err(e) => {
                     failures.push(format!("{name} {variant}: {e:#}"));
@@ -62,12 +69,12 @@ fn whole_pipeline_matches_simulated_truth() {
             };
             report(&s);
             eprintln!("  ({:.1} s)", t0.elapsed().as_secs_f64());
-            if std::env::var_os("SIM_DEBUG").is_some() {
+            if let Some(d) = s.detail.as_ref() {
                 for p in s.text.segments.phantoms.iter().take(5) {
                     eprintln!("  seg phantom {p:?}");
                 }
-                for t in &s.truth {
-                    let first = t.timeline.first().map(|p| (p.0, p.1, s.names.names(p.2)));
+                for t in &d.truth {
+                    let first = t.timeline.first().map(|p| (p.0, p.1, d.names.names(p.2)));
                     eprintln!(
                         "  truth {:?} {}..{} pieces {} first {first:?}",
                         t.thread,
@@ -75,10 +82,10 @@ fn whole_pipeline_matches_simulated_truth() {
                         t.end(),
                         t.timeline.len(),
                     );
-                    if let Some(r) = s.recon.1.iter().find(|r| r.thread == t.thread) {
-                        let first = r.timeline.first().map(|p| (p.0, p.1, s.names.names(p.2)));
+                    if let Some(r) = d.recon.1.iter().find(|r| r.thread == t.thread) {
+                        let first = r.timeline.first().map(|p| (p.0, p.1, d.names.names(p.2)));
                         eprintln!("  recon first {first:?}");
-                        for m in ptscope_groundtruth::score::mismatches_interned(t, r, &s.names, 6)
+                        for m in ptscope_groundtruth::score::mismatches_interned(t, r, &d.names, 6)
                         {
                             eprintln!(
                                 "  mismatch {}..{} truth {:?}\n      recon {:?}",
