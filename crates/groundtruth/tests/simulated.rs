@@ -41,12 +41,6 @@ fn whole_pipeline_matches_simulated_truth() {
     let dir = tmp.path().to_owned();
     let mut failures = Vec::new();
     for (name, file, src, cc) in PROGRAMS {
-        // The C++ program's unwinder makes ~200k events: minutes unoptimised, seconds
-        // with `--release` (where it runs).
-        if cfg!(debug_assertions) && name == "exceptions" {
-            eprintln!("skipping {name} in a debug build: run with --release to include it");
-            continue;
-        }
         let pdir = dir.join(name);
         std::fs::create_dir_all(&pdir).unwrap();
         let exe = compile(&pdir, name, file, src, cc).unwrap();
