@@ -390,7 +390,12 @@ pub fn each_reported(perf_data: &Path, mut f: impl FnMut(Branch) -> Result<()>) 
     let stderr = errors.join().unwrap_or_default();
     result?;
     if !status.success() {
-        bail!("perf script failed with {status}: {stderr}");
+        bail!(
+            "perf script could not decode {} ({status}): {} (is it an Intel PT perf.data \
+             this perf can read? `perf script -i FILE` shows the same)",
+            perf_data.display(),
+            stderr.trim()
+        );
     }
     Ok(())
 }
@@ -996,4 +1001,29 @@ pub fn variants(snapshot: usize, main_steps: usize) -> Vec<(&'static str, SimCon
         ("faults", with_faults),
         ("snapshot+faults", snap_faults),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_failing_on_a_bad_file_is_an_error_that_says_why() {
+        if !ptsim::testing::tools_available(&["perf"]) {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let bad = dir.path().join("perf.data");
+        std::fs::write(&bad, b"not a perf.data file").expect("write");
+        let mut seen = 0;
+        let err = each_reported(&bad, |_| {
+            seen += 1;
+            Ok(())
+        })
+        .expect_err("garbage is not a recording");
+        assert_eq!(seen, 0);
+        let msg = format!("{err:#}");
+        eprintln!("{msg}");
+        assert!(msg.contains("perf script could not decode"), "{msg}");
+    }
 }
