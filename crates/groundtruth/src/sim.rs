@@ -121,18 +121,25 @@ pub fn perf_clock_times(
 }
 
 /// [`perf_clock_times`] fed one reported branch at a time, so perf's output for a
-/// recording of millions of branches is never held: only the anchors (a step index and
-/// a time per reported branch) are.
+/// recording of millions of branches is never held. Nothing is kept per branch either:
+/// each reported branch that is a true step (an anchor) fixes the times of the steps
+/// since the previous one as it arrives.
 pub struct Aligner<'a> {
     t: &'a ThreadTrace,
-    /// The expected branches perf reports (not the uncertain stretches).
-    want: Vec<&'a Branch>,
+    /// ptsim's expectation; entries of kind `Uncertain` are passed over.
+    exp: &'a [Branch],
     ns: &'a dyn Fn(u64) -> u64,
-    /// (step index, perf time) of every reported branch that is a true step.
-    anchors: Vec<(usize, u64)>,
+    /// The time of every step (filled up to the last anchor).
+    times: Vec<u64>,
+    /// The first anchor (step index, perf time).
+    first: Option<(usize, u64)>,
+    /// The last anchor, with perf's time as reported.
+    last: Option<(usize, u64)>,
+    /// No step is timed before this (the last anchor's time, as placed).
+    floor: u64,
     /// The next step to look at.
     j: usize,
-    /// The next expected branch.
+    /// The next expected branch (never an `Uncertain` one).
     w: usize,
     /// Expected branches passed over so far.
     skipped: usize,
@@ -141,24 +148,38 @@ pub struct Aligner<'a> {
 impl<'a> Aligner<'a> {
     /// An aligner for thread `t` with ptsim's expectation `exp`; `ns` converts clocks.
     pub fn new(t: &'a ThreadTrace, exp: &'a ThreadExpectation, ns: &'a dyn Fn(u64) -> u64) -> Self {
-        Aligner {
+        let mut a = Aligner {
             t,
-            want: exp
-                .branches
-                .iter()
-                .filter(|b| b.kind != BranchKind::Uncertain)
-                .collect(),
+            exp: &exp.branches,
             ns,
-            anchors: Vec::new(),
+            times: vec![0u64; t.steps.len()],
+            first: None,
+            last: None,
+            floor: 0,
             j: 0,
             w: 0,
             skipped: 0,
-        }
+        };
+        a.w = a.wanted(0);
+        a
+    }
+
+    /// The first expected branch perf reports at or after index `from`.
+    fn wanted(&self, from: usize) -> usize {
+        let rest = self.exp.get(from..).unwrap_or(&[]);
+        from + rest
+            .iter()
+            .position(|b| b.kind != BranchKind::Uncertain)
+            .unwrap_or(rest.len())
+    }
+
+    fn clock(&self, i: usize) -> u64 {
+        (self.ns)(self.t.steps[i].clock) * SCALE
     }
 
     /// Takes the thread's next reported branch `r`.
     pub fn feed(&mut self, r: &Branch) -> Result<()> {
-        let (t, want, ns) = (self.t, &self.want, self.ns);
+        let (t, exp, ns) = (self.t, self.exp, self.ns);
         // perf reports what the simulation expects, one for one (ptsim's tests check it); a
         // few expected entries perf leaves out (seen at a snapshot's first fault) are skipped.
         // perf's error codes and times are its own; an error matches by kind.
@@ -169,17 +190,17 @@ impl<'a> Aligner<'a> {
                 (e.kind, e.from, e.to) == (r.kind, r.from, r.to)
             }
         };
-        while self.w < want.len() && !matches(want[self.w]) && self.skipped < MAX_SKIPPED {
-            self.w += 1;
+        while self.w < exp.len() && !matches(&exp[self.w]) && self.skipped < MAX_SKIPPED {
+            self.w = self.wanted(self.w + 1);
             self.skipped += 1;
         }
-        let Some(e) = want.get(self.w).filter(|e| matches(e)) else {
+        let Some(e) = exp.get(self.w).filter(|e| matches(e)) else {
             bail!(
                 "thread {}: perf reported {r:?}, not among the next expected branches",
                 t.tid
             );
         };
-        self.w += 1;
+        self.w = self.wanted(self.w + 1);
         if e.kind == BranchKind::Error {
             return Ok(());
         }
@@ -192,7 +213,7 @@ impl<'a> Aligner<'a> {
                 break;
             }
             if at == e.time && s.from == e.from && s.to == e.to && reported_kind(s.kind) {
-                self.anchors.push((k, r.time * SCALE));
+                self.anchor(k, r.time * SCALE);
                 self.j = k + 1;
                 break;
             }
@@ -201,38 +222,46 @@ impl<'a> Aligner<'a> {
         Ok(())
     }
 
+    /// Times the steps up to the anchor `(ib, tb)`: before the first anchor (a snapshot's
+    /// unseen past) true durations are kept; between two, true clocks are mapped linearly
+    /// onto perf's.
+    fn anchor(&mut self, ib: usize, tb: u64) {
+        let Some((ia, ta)) = self.last else {
+            let c = self.clock(ib);
+            for i in 0..=ib {
+                self.times[i] = tb.saturating_sub(c - self.clock(i));
+            }
+            self.first = Some((ib, tb));
+            self.last = Some((ib, tb));
+            self.floor = tb;
+            return;
+        };
+        let placed = tb.max(self.floor);
+        let (ca, cb) = (self.clock(ia), self.clock(ib));
+        for i in ia + 1..ib {
+            self.times[i] = if cb > ca {
+                ta + (placed - ta.min(placed)) * (self.clock(i) - ca) / (cb - ca)
+            } else {
+                placed
+            };
+        }
+        self.times[ib] = placed;
+        self.floor = placed;
+        self.last = Some((ib, tb));
+    }
+
     /// The time of every step, from the branches fed.
     pub fn finish(self) -> Result<Vec<u64>> {
-        let (t, ns, anchors) = (self.t, self.ns, self.anchors);
-        let Some(&(first, t_first)) = anchors.first() else {
+        let t = self.t;
+        let (Some(_), Some((last, t_last))) = (self.first, self.last) else {
             bail!("thread {}: no reported branch is a step", t.tid);
         };
-        let clock = |i: usize| ns(t.steps[i].clock) * SCALE;
-        let mut times = vec![0u64; t.steps.len()];
-        // Before the first reported branch (a snapshot's unseen past) and after the last one,
-        // true durations are kept; between two, true clocks are mapped linearly onto perf's.
-        for (i, x) in times.iter_mut().enumerate().take(first + 1) {
-            *x = t_first.saturating_sub(clock(first) - clock(i));
-        }
-        let mut floor = t_first;
-        for w in anchors.windows(2) {
-            let ((ia, ta), (ib, tb)) = (w[0], w[1]);
-            let tb = tb.max(floor);
-            let (ca, cb) = (clock(ia), clock(ib));
-            for (i, x) in times.iter_mut().enumerate().take(ib).skip(ia + 1) {
-                *x = if cb > ca {
-                    ta + (tb - ta.min(tb)) * (clock(i) - ca) / (cb - ca)
-                } else {
-                    tb
-                };
-            }
-            times[ib] = tb;
-            floor = tb;
-        }
-        let &(last, t_last) = anchors.last().expect("not empty");
-        let t_last = t_last.max(floor);
+        // After the last anchor, true durations are kept.
+        let t_last = t_last.max(self.floor);
+        let c = self.clock(last);
+        let mut times = self.times;
         for (i, x) in times.iter_mut().enumerate().skip(last) {
-            *x = t_last + (clock(i) - clock(last));
+            *x = t_last + ((self.ns)(t.steps[i].clock) * SCALE - c);
         }
         // Steps sharing a timestamp are spread up to the next one, as true times would be
         // (same rule as ptsim's perf-clock truth).
