@@ -720,13 +720,19 @@ fn decode_inputs(
         },
         events,
     };
+    // Summed over the inputs: a rotated recording is several files.
+    let mut lost = ptscope_symbols::Lost::default();
     for (index, spec) in specs.into_iter().enumerate() {
         // Said once, with the whole run's counts.
-        let cut_notice = |namer: &ptscope_symbols::Namer| {
+        let cut_notice = |namer: &ptscope_symbols::Namer, lost: &ptscope_symbols::Lost| {
             if index == last {
-                namer.cut_notice()
+                namer
+                    .cut_notice()
+                    .into_iter()
+                    .chain(lost_notice(lost))
+                    .collect()
             } else {
-                None
+                Vec::new()
             }
         };
         if ctx.stopped() {
@@ -734,10 +740,14 @@ fn decode_inputs(
         }
         // Names come from this machine's files only for its own recordings (perf script
         // text may come from elsewhere); branches need the mappings to be named.
-        namer.set_mappings(match &spec {
-            InputSpec::PerfData(p) if naming => ptscope_symbols::Mappings::read(p).ok(),
+        let maps = match &spec {
+            InputSpec::PerfData(p) => ptscope_symbols::Mappings::read(p).ok(),
             _ => None,
-        });
+        };
+        if let Some(m) = &maps {
+            lost.add(m.lost());
+        }
+        namer.set_mappings(maps.filter(|_| naming));
         // A big file is parsed on two threads (a pipe or perf's output cannot be).
         if let InputSpec::Text(p) = &spec {
             let big = p != Path::new("-")
@@ -780,7 +790,7 @@ fn decode_inputs(
                             })
                             .into_iter()
                             .collect(),
-                        notices: cut_notice(&namer).into_iter().collect(),
+                        notices: cut_notice(&namer, &lost),
                     },
                     Err(e) => Msg::Done {
                         stats: Stats::default(),
@@ -871,7 +881,7 @@ fn decode_inputs(
                 strings = e.into_strings()
             }
         }
-        notices.extend(cut_notice(&namer));
+        notices.extend(cut_notice(&namer, &lost));
         if tx
             .send(Msg::Done {
                 stats,
@@ -884,6 +894,25 @@ fn decode_inputs(
             return;
         }
     }
+}
+
+/// What to tell the user when perf dropped records while recording: the trace has holes
+/// that nothing in it shows, and the cause is on the recording side.
+fn lost_notice(lost: &ptscope_symbols::Lost) -> Option<String> {
+    if !lost.any() {
+        return None;
+    }
+    let what = match (lost.samples, lost.records) {
+        (0, r) => format!("{r} records in {} stretches", lost.stretches),
+        (s, 0) => format!("{s} samples"),
+        (s, r) => format!("{s} samples ({r} records in {} stretches)", lost.stretches),
+    };
+    Some(format!(
+        "perf dropped {what} while recording, because it could not write them out as fast \
+         as they came (a busy machine, or heavy samples): the trace has gaps there, and \
+         what happened last (a thread's exit, say) may be among them. A lower \
+         --timer-resolution, --callgraph fp, or a less loaded machine avoids it"
+    ))
 }
 
 /// Feeds every input through one writer, snapshot by snapshot.

@@ -399,6 +399,11 @@ fn wait_watching_disk(run: &mut std::process::Child, work: &Path) -> (ExitStatus
 
 /// `ptscope decode WORK -o OUT`, which must succeed and say it wrote the trace.
 fn decode_whole(work: &Path, out: &Path) {
+    decode_saying(work, out);
+}
+
+/// [`decode_whole`], returning what decode said.
+fn decode_saying(work: &Path, out: &Path) -> String {
     let done = ok(
         Command::new(ptscope())
             .arg("decode")
@@ -409,7 +414,9 @@ fn decode_whole(work: &Path, out: &Path) {
             .expect("decode"),
         "ptscope decode",
     );
-    assert!(String::from_utf8_lossy(&done.stderr).contains("wrote"));
+    let said = String::from_utf8_lossy(&done.stderr).into_owned();
+    assert!(said.contains("wrote"), "{said}");
+    said
 }
 
 #[test]
@@ -457,24 +464,18 @@ fn sampling_keeps_the_last_moments_within_the_bound() {
     }
     let first = samples.iter().copied().reduce(f64::min).expect("samples");
     let last_sample = samples.iter().copied().reduce(f64::max).expect("samples");
-    // Three runs in a row once kept no EXIT record at all (then many did): the message
-    // shows how the last file ends, to tell perf's side from ptscope's next time.
-    let exit = exits.iter().copied().reduce(f64::max).unwrap_or_else(|| {
-        let tail = Command::new("perf")
-            .args(["script", "--show-task-events", "-F", "tid,time", "-i"])
-            .args(files.last())
-            .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            })
-            .unwrap_or_default();
-        panic!("gzip exit is in no kept file: {files:?}; last file ends: {tail}")
-    });
+    // perf's ring buffer can overflow on a loaded machine (CI): the kernel drops records,
+    // gzip's EXIT among them (seen with perf's default 512 KiB ring; ptscope now sizes it
+    // for a quarter second). Then the user must be told, by decode, that records were lost.
+    let Some(exit) = exits.iter().copied().reduce(f64::max) else {
+        let said = decode_saying(&work, &dir.path().join("t.fxt.gz"));
+        assert!(
+            said.contains("perf dropped") && said.contains("samples"),
+            "gzip's exit is in no kept file, and decode did not say that perf lost records: {said}"
+        );
+        eprintln!("perf lost records under load, gzip's exit with them; decode said so");
+        return;
+    };
     // The end is there: samples up to gzip's exit ...
     assert!(
         exit - last_sample < 0.5,
@@ -575,7 +576,7 @@ fn multi_snapshot_sampling_keeps_each_snapshot_within_the_bound() {
     std::fs::write(
         &src,
         "#include <time.h>\n\
-         static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }\n\
+         static double now(void) { struct timespec t; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec / 1e9; }\n\
          volatile unsigned long sink;\n\
          __attribute__((noinline)) void spin(double s) { double e = now() + s; while (now() < e) sink++; }\n\
          __attribute__((noinline)) void mark(int i) { sink += i; }\n\
@@ -628,9 +629,16 @@ fn multi_snapshot_sampling_keeps_each_snapshot_within_the_bound() {
         ) else {
             panic!("a snapshot without samples: {g:?}");
         };
-        let span = last - first;
-        // 1.2 s of spinning between hits: a bounded snapshot holds only its last part.
-        assert!(span < 0.9, "a snapshot spans {span:.2} s: {g:?}");
+        // 1.2 s of spinning (CPU time: a loaded machine stretches the wall time, not the
+        // samples) between hits, 10 000 samples a CPU second: a bounded snapshot holds
+        // only its last part. Once checked as the wall-clock span, which a CI load made
+        // 0.93 s for ~0.15 s of samples.
+        let cpu = times.len() as f64 / 10_000.0;
+        assert!(
+            cpu < 0.9,
+            "a snapshot holds {cpu:.2} s of samples ({:.2} s wall): {g:?}",
+            last - first
+        );
     }
     // The disk held at most the bound per snapshot (those taken and the one filling).
     assert!(
@@ -646,5 +654,31 @@ fn multi_snapshot_sampling_keeps_each_snapshot_within_the_bound() {
     assert!(
         joined < separate,
         "{separate} frames begun as snapshots, {joined} as one recording"
+    );
+}
+
+/// A real recording in which perf's ring overflowed (gzip under `run`, with perf's default
+/// 512 KiB ring on a loaded machine, `tests/fixtures/sampling/`): decode must say that
+/// perf dropped records, with perf's own counts, since nothing in the trace shows it.
+#[test]
+fn decode_says_when_perf_dropped_records() {
+    if !perf_usable() {
+        return;
+    }
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/sampling/lost_records.perf.data.gz");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("perf.data");
+    let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(&fixture).expect("fixture"));
+    std::io::copy(
+        &mut gz,
+        &mut std::fs::File::create(&data).expect("perf.data"),
+    )
+    .expect("unpack");
+    let said = decode_saying(&data, &dir.path().join("t.fxt.gz"));
+    // 14 PERF_RECORD_LOST records of 117 in all; LOST_SAMPLES of 4468 + 3382 (perf script -D).
+    assert!(
+        said.contains("perf dropped 7850 samples (117 records in 14 stretches)"),
+        "{said}"
     );
 }

@@ -226,14 +226,60 @@ impl Names {
 
 /// Interns a stack given one name at a time, reusing the nodes of the previous stack it
 /// shares a prefix with: replaying millions of steps, only the changed top is looked up.
-#[derive(Default, Debug, Clone)]
-pub struct StackBuilder {
-    /// The previous stack's node at each depth.
-    path: Vec<StackId>,
+///
+/// Names can be renamed on the way in ([`StackBuilder::renaming`]): the rule runs once
+/// per distinct name given, and the previous stack is compared by the names as given.
+#[derive(Default)]
+pub struct StackBuilder<'r> {
+    /// The previous stack's node at each depth, with the handle (in `given`) of the name
+    /// it was given there.
+    path: Vec<(StackId, u32)>,
+    /// Every name given, once, and the frame it became.
+    given: HashMap<Box<str>, u32>,
+    given_names: Vec<Box<str>>,
+    frame_of: Vec<FrameId>,
+    /// What a name becomes (`None`: itself).
+    rename: Option<Box<Rename<'r>>>,
 }
 
-impl StackBuilder {
-    /// The handle of the stack `frames` (root first).
+/// A renaming rule for [`StackBuilder::renaming`].
+pub type Rename<'r> = dyn FnMut(&str) -> Option<String> + 'r;
+
+impl std::fmt::Debug for StackBuilder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackBuilder")
+            .field("depth", &self.path.len())
+            .field("names", &self.given_names.len())
+            .field("renaming", &self.rename.is_some())
+            .finish()
+    }
+}
+
+impl<'r> StackBuilder<'r> {
+    /// A builder that interns each name given as `rename` says (`None`: unchanged);
+    /// `rename` runs once per distinct name.
+    pub fn renaming(rename: impl FnMut(&str) -> Option<String> + 'r) -> Self {
+        StackBuilder {
+            rename: Some(Box::new(rename)),
+            ..StackBuilder::default()
+        }
+    }
+
+    /// The frame the name `name` becomes in `names`.
+    fn given(&mut self, names: &mut Names, name: &str) -> u32 {
+        if let Some(&g) = self.given.get(name) {
+            return g;
+        }
+        let renamed = self.rename.as_mut().and_then(|r| r(name));
+        let frame = names.frame(renamed.as_deref().unwrap_or(name));
+        let g = self.given_names.len() as u32;
+        self.given_names.push(name.into());
+        self.given.insert(name.into(), g);
+        self.frame_of.push(frame);
+        g
+    }
+
+    /// The handle of the stack `frames` (root first), each renamed.
     pub fn intern<'a>(
         &mut self,
         names: &mut Names,
@@ -243,14 +289,12 @@ impl StackBuilder {
         let mut depth = 0;
         for name in frames {
             match self.path.get(depth) {
-                Some(&same) if names.top(same).map(|f| names.frame_name(f)) == Some(name) => {
-                    node = same
-                }
+                Some(&(same, g)) if &*self.given_names[g as usize] == name => node = same,
                 _ => {
                     self.path.truncate(depth);
-                    let f = names.frame(name);
-                    node = names.push(node, f);
-                    self.path.push(node);
+                    let g = self.given(names, name);
+                    node = names.push(node, self.frame_of[g as usize]);
+                    self.path.push((node, g));
                 }
             }
             depth += 1;
@@ -290,5 +334,26 @@ mod tests {
         assert_eq!(sb.intern(&mut n, ["main", "g"]), c);
         assert_eq!(sb.intern(&mut n, ["main", "f", "g"]), a);
         assert_eq!(sb.intern(&mut n, []), EMPTY);
+    }
+
+    #[test]
+    fn a_renaming_builder_names_each_frame_once_and_compares_stacks_by_the_new_names() {
+        let mut n = Names::new();
+        let mut asked = Vec::new();
+        let mut sb = StackBuilder::renaming(|name: &str| {
+            asked.push(name.to_string());
+            name.strip_prefix("@").map(|_| "f".to_string())
+        });
+        let a = sb.intern(&mut n, ["main", "@1", "g"]);
+        let b = sb.intern(&mut n, ["main", "@2", "g"]);
+        let c = sb.intern(&mut n, ["main", "@1"]);
+        let d = sb.intern(&mut n, ["main", "@2", "g"]);
+        drop(sb);
+        // Two addresses in one function are one frame.
+        assert_eq!(a, b);
+        assert_eq!(b, d);
+        assert_eq!(n.names(a), ["main", "f", "g"]);
+        assert_eq!(n.names(c), ["main", "f"]);
+        assert_eq!(asked, ["main", "@1", "g", "@2"]);
     }
 }

@@ -415,7 +415,17 @@ pub fn thread_truths(
         let (mut windows, mut order_windows, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
         let mut last: Option<u64> = None;
         let mut open_gap: Option<u64> = None;
-        for e in d.events.iter().filter(|e| e.thread() == th) {
+        // As main's sim::thread_truths: COMM and FORK side-band starts no window.
+        let traced = |e: &&Event| {
+            !matches!(
+                e,
+                Event::Ok {
+                    data: EventData::Comm { .. } | EventData::Fork { .. },
+                    ..
+                }
+            )
+        };
+        for e in d.events.iter().filter(|e| e.thread() == th).filter(traced) {
             let Some(time) = e.time().map(|t| t * crate::sim::SCALE).or(last) else {
                 continue;
             };
@@ -596,7 +606,8 @@ pub fn perf_clock_times(
 }
 
 /// The true stacks of `variant` of `prog` as `SimProgram::simulate` built them: perf's
-/// whole output read at once, each thread aligned, then replayed into stacks of names.
+/// whole output read at once, each thread aligned, then replayed into stacks of names,
+/// renamed as strings by `sim::name_truth`.
 fn string_truth(
     prog: &crate::sim::SimProgram,
     variant: &str,
@@ -626,6 +637,7 @@ fn string_truth(
         let times = perf_clock_times(t, exp, &mine, &ns)?;
         out.push(ptsim::stacks::timeline_at(t, &times, &prog.syms, &dso));
     }
+    crate::sim::name_truth(&mut out, &data, sim.recording.pid);
     Ok((out, data))
 }
 

@@ -19,15 +19,17 @@ use crate::sink::{Recon, ReconThread, TimelineSink};
 use anyhow::{bail, Context, Result};
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{Choice, DlfilterOptions};
-use ptscope_event::{Event, EventData, Kind, StringTable, Symbol, Thread};
+use ptscope_event::{Event, EventData, Kind, StringTable, Sym, Symbol, Thread};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_symbols::{Mappings, NameTable, Namer};
 use ptsim::blocklog::BlockLog;
 use ptsim::expected::{Branch, BranchKind, ThreadExpectation};
 use ptsim::perfscript::Symbols;
 use ptsim::stacks::{Replay, StackTimeline};
 use ptsim::truth::{StepKind, ThreadTrace};
 use ptsim::{SimConfig, Simulation};
+use rustc_hash::FxHashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
@@ -57,18 +59,21 @@ pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
 
 /// Decodes like [`decode`] but hands each event to `f` as it comes (with the names so
 /// far) instead of keeping them: a recording of millions of events is never held.
-/// Returns the names of every event.
+/// Each event has been through `ptscope decode`'s naming step ([`namer`]) before `f`
+/// sees it. Returns the names of every event.
 pub fn decode_each(
     perf_data: &Path,
     path: DecodePath,
     mut f: impl FnMut(Event, &StringTable),
 ) -> Result<StringTable> {
+    let mut n = namer(perf_data);
     match path {
         DecodePath::Text => {
             let mut o = PerfScriptOptions::new(perf_data);
             o.kind = Some(RecordingKind::IntelPt);
             let mut s = PerfScript::spawn(&o).context("cannot start perf script")?;
-            while let Some(e) = s.next_event()? {
+            while let Some(mut e) = s.next_event()? {
+                n.apply(&mut e, &mut TextNames(&mut s));
                 f(e, s.strings());
             }
             s.finish()?;
@@ -82,13 +87,108 @@ pub fn decode_each(
             let (mut s, _) =
                 ptscope_dlfilter_reader::open(&o, StringTable::new(), Choice::Dlfilter)
                     .context("cannot start perf with the dlfilter")?;
-            while let Some(e) = s.next_event()? {
+            while let Some(mut e) = s.next_event()? {
+                n.apply(&mut e, s.strings_mut());
                 f(e, s.strings());
             }
             s.finish()?;
             Ok(s.take_strings())
         }
     }
+}
+
+/// The naming step `ptscope decode` runs between decoding and its writers, for the
+/// recording at `perf_data`: code perf has no symbol for is named per function (a debug
+/// file's symbol, else the `.eh_frame` FDE holding it) instead of per address.
+fn namer(perf_data: &Path) -> Namer {
+    let mut n = Namer::new(true, true);
+    n.set_mappings(Mappings::read(perf_data).ok());
+    n
+}
+
+/// The text decoder's table as the naming step uses it: interning through the decoder
+/// keeps its symbol cache (as `ptscope decode` does).
+struct TextNames<'a>(&'a mut PerfScript);
+
+impl NameTable for TextNames<'_> {
+    fn get(&self, sym: Sym) -> &str {
+        self.0.strings().get(sym)
+    }
+    fn intern(&mut self, name: &str) -> Sym {
+        self.0.decoder_mut().intern(name)
+    }
+}
+
+/// Names the true stacks' code without symbols as the naming step names the trace's.
+///
+/// ptsim names a frame in such code after the address it was entered at,
+/// `[unknown @ ADDR (DSO)]`; the trace names the function holding an address. The
+/// truth's entry lies in the function it names, so renaming it after that function
+/// gives the name the trace shows for the same frame. Neighbouring pieces whose stacks
+/// became equal (two addresses in one function) are merged, so pieces still differ from
+/// their neighbours as ptsim's do.
+pub(crate) fn name_truth(timelines: &mut [StackTimeline], perf_data: &Path, pid: u32) {
+    let mut rename = TruthNamer::new(perf_data, pid);
+    let mut renamed: FxHashMap<String, Option<String>> = FxHashMap::default();
+    for tl in timelines {
+        for piece in &mut tl.pieces {
+            for name in &mut piece.2 {
+                let new = renamed
+                    .entry(name.clone())
+                    .or_insert_with(|| rename.name(name));
+                if let Some(new) = new {
+                    name.clone_from(new);
+                }
+            }
+        }
+        tl.pieces.dedup_by(|next, kept| {
+            let joined = kept.2 == next.2 && kept.1 == next.0;
+            if joined {
+                kept.1 = next.1;
+            }
+            joined
+        });
+    }
+}
+
+/// What the naming step calls a frame of ptsim's true stacks, for the recording of
+/// process `pid` at a given `perf.data`.
+struct TruthNamer {
+    namer: Namer,
+    strings: StringTable,
+    pid: u32,
+}
+
+impl TruthNamer {
+    /// The naming step for the recording `perf_data` of process `pid`.
+    fn new(perf_data: &Path, pid: u32) -> Self {
+        TruthNamer {
+            namer: namer(perf_data),
+            strings: StringTable::new(),
+            pid,
+        }
+    }
+
+    /// The name the trace gives the frame ptsim calls `name`, if it is not `name`
+    /// (only per-address names of code without symbols are renamed).
+    fn name(&mut self, name: &str) -> Option<String> {
+        if !name.starts_with("[unknown @ 0x") {
+            return None;
+        }
+        let (ip, dso) = parse_unknown(name)?;
+        let dso = self.strings.intern(dso);
+        let (f, _) = self
+            .namer
+            .function_at_address(Some(self.pid), dso, ip, &mut self.strings)?;
+        Some(self.strings.get(f).to_string())
+    }
+}
+
+/// The address and DSO of a `[unknown @ 0xADDR (DSO)]` name.
+fn parse_unknown(name: &str) -> Option<(u64, &str)> {
+    let rest = name.strip_prefix("[unknown @ 0x")?.strip_suffix(")]")?;
+    let (hex, dso) = rest.split_once(" (")?;
+    Some((u64::from_str_radix(hex, 16).ok()?, dso))
 }
 
 /// Whether a step is a branch perf reports (everything but a not-taken conditional).
@@ -349,13 +449,24 @@ pub fn perf_clock_stacks_interned(
         }
         Ok(())
     })?;
+    // Frames of code without symbols are named as the naming step names the trace's
+    // (see [`name_truth`]), once per distinct name for the whole recording.
+    let mut rename = TruthNamer::new(perf_data, sim.recording.pid);
+    let mut builder = StackBuilder::renaming(|name| rename.name(name));
     let mut out = Vec::with_capacity(threads.len());
     for (t, a, fed) in threads {
         if fed == 0 {
             continue;
         }
         let times = a.finish()?;
-        out.push(timeline_interned(t, &times, syms, &dso, names));
+        out.push(timeline_interned(
+            t,
+            &times,
+            syms,
+            &dso,
+            names,
+            &mut builder,
+        ));
     }
     Ok(out)
 }
@@ -430,16 +541,16 @@ pub fn each_reported(perf_data: &Path, mut f: impl FnMut(Branch) -> Result<()>) 
 }
 
 /// `ptsim::stacks::timeline_at` with interned stacks: the same pieces, each step's
-/// stack compared by handle instead of as a vector of names.
+/// stack compared by handle instead of as a vector of names (named by `builder`).
 fn timeline_interned(
     t: &ThreadTrace,
     times: &[u64],
     syms: &Symbols,
     dso: ptsim::stacks::DsoOf<'_>,
     names: &mut Names,
+    builder: &mut StackBuilder<'_>,
 ) -> InternedTimeline {
     let mut replay = Replay::new(syms, dso);
-    let mut builder = StackBuilder::default();
     let mut pieces: Vec<(u64, u64, StackId)> = Vec::new();
     // Neighbours that end up equal after zero-length pieces are dropped are merged.
     let mut push = |p: (u64, u64, StackId)| match pieces.last_mut() {
@@ -484,6 +595,18 @@ struct EventWindows {
 
 impl EventWindows {
     fn observe(&mut self, e: &Event) {
+        // A thread's name (perf's COMM and FORK side-band, printed for the task events)
+        // is no trace of its stack: a snapshot's COMM from the exec long before the
+        // buffer would stretch the scored span over time no writer saw.
+        if matches!(
+            e,
+            Event::Ok {
+                data: EventData::Comm { .. } | EventData::Fork { .. },
+                ..
+            }
+        ) {
+            return;
+        }
         let Some(time) = e.time().map(|t| t * SCALE).or(self.last) else {
             return;
         };
@@ -991,8 +1114,9 @@ impl SimProgram {
         let data = sub.join("perf.data");
         ptsim::write_outputs(&sim, &data, false)?;
         let reported = ptsim::perfscript::decode(&data)?;
-        let timelines = perf_clock_stacks(&sim, &self.syms, &reported)
+        let mut timelines = perf_clock_stacks(&sim, &self.syms, &reported)
             .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
+        name_truth(&mut timelines, &data, sim.recording.pid);
         Ok((timelines, data))
     }
 }

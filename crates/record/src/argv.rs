@@ -422,6 +422,9 @@ impl RecordPlan {
 
 /// Disk the sampling flight recorder keeps by default (`--snapshot-size` sets it).
 pub const DEFAULT_SAMPLING_BOUND: u64 = 256 << 20;
+/// perf's ring buffer per CPU when not told (`perf_event_mlock_kb`'s 516 KiB, less the
+/// header page).
+const PERF_DEFAULT_RING: u64 = 512 << 10;
 /// perf.data files the sampling flight recorder rotates through.
 pub const SAMPLING_FILES: u32 = 4;
 /// Seconds of samples on one CPU the bound should hold, which sizes dwarf stack copies.
@@ -466,9 +469,9 @@ impl RecordPlan {
     fn pieces(&self) -> Option<(u64, u32)> {
         let bound = self.sampling_bound()?;
         // perf checks a file's size only after emptying every CPU's ring into it, so the
-        // file being written can overshoot by that much (perf's default ring for root is
-        // 516 KiB), plus a few percent spare.
-        let overshoot = (u64::from(self.cpus.max(1)) * (528 << 10)).min(bound / 2);
+        // file being written can overshoot by that much, plus a few percent spare.
+        let ring = self.sample_ring_bytes().unwrap_or(PERF_DEFAULT_RING) + (16 << 10);
+        let overshoot = (u64::from(self.cpus.max(1)) * ring).min(bound / 2);
         // perf deletes the oldest file only once the next one has begun: up to one file
         // more than it keeps is on disk at once.
         let file = (bound - overshoot) / 32 * 31 / u64::from(SAMPLING_FILES + 1);
@@ -506,6 +509,41 @@ impl RecordPlan {
             self.snapshot_pages
                 .map_or(DEFAULT_SAMPLING_BOUND, |p| u64::from(p) * 4096),
         )
+    }
+
+    /// perf's ring buffer per CPU for sampling (`--mmap-pages`), in bytes: a quarter
+    /// second of the heaviest samples on one CPU, so a busy machine that keeps perf from
+    /// writing for a moment does not make the kernel drop samples (perf's default 512 KiB
+    /// holds 20 ms of 10 kHz dwarf samples, and under load whole stretches were lost,
+    /// the program's exit with them). Bounded so all CPUs' rings take at most 64 MiB of
+    /// locked memory and, under a disk bound, so that every file's overshoot together
+    /// (what the rings hold) takes at most a quarter of it. `None`: perf's default is as
+    /// large.
+    pub fn sample_ring_bytes(&self) -> Option<u64> {
+        if self.backend != Backend::Sample {
+            return None;
+        }
+        // Registers, callchain and header besides the stack copy (perf's 8 KiB at most).
+        let per_sample: u64 = match self.callgraph {
+            CallGraph::Dwarf => 8192 + 400,
+            _ => 1024,
+        };
+        let want = u64::from(self.sample_rate()) * per_sample / 4;
+        let cpus = u64::from(self.cpus.max(1));
+        let mut cap = (64 << 20) / cpus;
+        if let Some(bound) = self.sampling_bound() {
+            // Every file kept (and the one begun) can overshoot by what the rings hold.
+            cap = cap.min(bound / 4 / u64::from(SAMPLING_FILES + 1) / cpus);
+        }
+        let bytes = want.min(cap);
+        // perf wants a power of two pages.
+        let pages = (bytes / 4096).checked_next_power_of_two()?;
+        let pages = if pages * 4096 > bytes {
+            pages / 2
+        } else {
+            pages
+        };
+        (pages * 4096 > PERF_DEFAULT_RING).then_some(pages * 4096)
     }
 
     /// Bytes of stack perf copies per sample for dwarf unwinding (`dwarf,SIZE`): perf's
@@ -618,6 +656,10 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
             }
             Backend::Sample => {}
         }
+    }
+    let asked = plan.snapshot_pages.is_some() && plan.sampling_bound().is_none();
+    if let Some(ring) = plan.sample_ring_bytes().filter(|_| !asked) {
+        a.push(format!("--mmap-pages={}", ring / 4096).into());
     }
     if plan.backend == Backend::Sample {
         a.push("--call-graph".into());
@@ -735,20 +777,20 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=50585K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph dwarf,8192 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=49197K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=1024 --call-graph dwarf,8192 --switch-events"
         );
         // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
         p.snapshot_pages = Some(16384);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12493K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph dwarf,2352 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12294K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
         );
         p.snapshot_pages = None;
         // A duration: files of whole seconds, enough of them to span it; full stack copies.
         p.snapshot_seconds = Some(10);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=5 --buildid-mmap --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=5 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
         );
         assert!(p.rotates() && p.validate().is_ok());
         // A perf older than 5.12 keeps its build-id table instead.
@@ -764,7 +806,7 @@ mod tests {
         p.full_execution = true;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --no-buildid-cache -p 42 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
         );
         p.full_execution = false;
         p.hardware_pmu = true;
@@ -782,7 +824,7 @@ mod tests {
         p.scope = Scope::UserKernel;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk --no-buildid-cache --per-thread -t 42 --call-graph fp --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk --no-buildid-cache --per-thread -t 42 --mmap-pages=1024 --call-graph fp --switch-events"
         );
         p.full_execution = false;
         p.timer = TimerResolution::Sample(333);

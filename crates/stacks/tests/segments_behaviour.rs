@@ -542,3 +542,275 @@ fn an_unwind_after_a_gap_lands_in_the_frame_open_before_it() {
         s.done
     );
 }
+
+/// `tr end syscall` at `at`: tracing stops until the next `tr strt`.
+fn syscall_stop(b: &mut Build, t: u64, at: (u64, &str)) {
+    b.br(
+        t,
+        Some(Kind::Syscall),
+        Some(TraceStateChange::End),
+        at,
+        (0, ""),
+        false,
+    );
+}
+
+/// `tr strt` at `at`.
+fn trace_start(b: &mut Build, t: u64, at: (u64, &str)) {
+    b.br(t, None, Some(TraceStateChange::Start), (0, ""), at, false);
+}
+
+/// A signal delivered as `raise`'s syscall returns: tracing starts at the handler, not
+/// after the syscall. The handler runs on top of `raise`, returns into the trampoline,
+/// whose `rt_sigreturn` resumes `raise` right after its syscall. A second signal is
+/// delivered as that `rt_sigreturn` returns: its handler takes the first one's place.
+#[test]
+fn a_signal_at_a_syscall_return_runs_on_the_interrupted_frame() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, "raise"));
+    syscall_stop(&mut b, 20, (0x320, "raise"));
+    trace_start(&mut b, 30, (0x400, "on_usr1"));
+    b.k(40, Kind::Call, (0x410, "on_usr1"), (0x500, "note"));
+    b.k(45, Kind::Return, (0x510, "note"), (0x415, "on_usr1"));
+    b.k_to(
+        50,
+        Kind::Return,
+        (0x420, "on_usr1"),
+        (0x600, "__restore_rt", 0),
+    );
+    syscall_stop(&mut b, 55, (0x607, "__restore_rt"));
+    // A pending signal, delivered as rt_sigreturn returns.
+    trace_start(&mut b, 60, (0x400, "on_usr1"));
+    b.k_to(
+        70,
+        Kind::Return,
+        (0x420, "on_usr1"),
+        (0x600, "__restore_rt", 0),
+    );
+    syscall_stop(&mut b, 75, (0x607, "__restore_rt"));
+    // rt_sigreturn: `raise` resumes after its syscall (0x320 + 2).
+    trace_start(&mut b, 80, (0x322, "raise"));
+    b.k(90, Kind::Return, (0x330, "raise"), (0x215, "main"));
+    // An ordinary syscall resumes where it stopped.
+    b.k(100, Kind::Call, (0x220, "main"), (0x300, "raise"));
+    syscall_stop(&mut b, 110, (0x320, "raise"));
+    trace_start(&mut b, 120, (0x322, "raise"));
+    b.k(130, Kind::Return, (0x330, "raise"), (0x225, "main"));
+    b.k(140, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 140, 1, "main"),
+        (10, 90, 2, "raise"),
+        (30, 50, 3, "on_usr1"),
+        (40, 45, 4, "note"),
+        (50, 60, 3, "__restore_rt"),
+        (60, 70, 3, "on_usr1"),
+        (70, 80, 3, "__restore_rt"),
+        (100, 130, 2, "raise"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    // `main` is shown once, under `_start`: no level is added by the trampoline.
+    let mains = s.done.iter().filter(|d| d.3 == "main").count();
+    assert_eq!(mains, 1, "{:?}", s.done);
+}
+
+/// A cleanup landing pad ends in `_Unwind_Resume`, which resumes unwinding *above* its
+/// caller: in a recursion, each jump to `nest`'s pad lands one `nest` frame further out,
+/// not in the `nest` that called `_Unwind_Resume`.
+#[test]
+fn unwind_resume_lands_above_its_caller_in_a_recursion() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, "attempt"));
+    b.k(20, Kind::Call, (0x310, "attempt"), (0x400, "nest"));
+    b.k(22, Kind::Call, (0x410, "nest"), (0x400, "nest"));
+    b.k(24, Kind::Call, (0x410, "nest"), (0x400, "nest"));
+    b.k(30, Kind::Call, (0x410, "nest"), (0x500, "parse"));
+    b.k(35, Kind::Call, (0x510, "parse"), (0x600, "__cxa_throw"));
+    b.k(
+        40,
+        Kind::Call,
+        (0x610, "__cxa_throw"),
+        (0x700, "_Unwind_RaiseException"),
+    );
+    // The thrower's own cleanup first, then each `nest`'s.
+    b.k_to(
+        45,
+        Kind::Jump,
+        (0x720, "_Unwind_RaiseException"),
+        (0x530, "parse", 0x30),
+    );
+    for (t, from, pad) in [(50, 0x540, (0x440, "nest", 0x40)); 1].into_iter().chain([
+        (60, 0x450, (0x440, "nest", 0x40)),
+        (70, 0x450, (0x440, "nest", 0x40)),
+        (80, 0x450, (0x340, "attempt", 0x40)),
+    ]) {
+        let caller = if from == 0x540 { "parse" } else { "nest" };
+        b.k(t, Kind::Call, (from, caller), (0x800, "_Unwind_Resume"));
+        b.k_to(t + 5, Kind::Jump, (0x820, "_Unwind_Resume"), pad);
+    }
+    b.k(90, Kind::Return, (0x350, "attempt"), (0x215, "main"));
+    b.k(95, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (30, 55, 6, "parse"),
+        (24, 65, 5, "nest"),
+        (22, 75, 4, "nest"),
+        (20, 85, 3, "nest"),
+        (10, 90, 2, "attempt"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    // No `nest` left over above `attempt` after the catch.
+    assert!(
+        !s.done.iter().any(|d| d.3 == "nest" && d.1 > 85),
+        "{:?}",
+        s.done
+    );
+}
+
+/// A snapshot that starts inside `_Unwind_Resume`: every landing pad is in a frame the
+/// trace never saw called. The catching frame is not put on top of the frame that
+/// entered the unwinder (its callee), nor is a pad taken as a tail jump from it.
+#[test]
+fn a_snapshot_starting_mid_unwind_never_puts_a_caller_on_its_callee() {
+    let mut b = Build::new();
+    b.k(
+        0,
+        Kind::Return,
+        (0x750, "_Unwind_Find_FDE"),
+        (0x815, "_Unwind_Resume"),
+    );
+    b.k_to(
+        5,
+        Kind::Jump,
+        (0x820, "_Unwind_Resume"),
+        (0x440, "nest", 0x40),
+    );
+    b.k(10, Kind::Call, (0x450, "nest"), (0x800, "_Unwind_Resume"));
+    b.k_to(
+        15,
+        Kind::Jump,
+        (0x820, "_Unwind_Resume"),
+        (0x440, "nest", 0x40),
+    );
+    b.k(20, Kind::Call, (0x450, "nest"), (0x800, "_Unwind_Resume"));
+    b.k_to(
+        25,
+        Kind::Jump,
+        (0x820, "_Unwind_Resume"),
+        (0x340, "attempt", 0x40),
+    );
+    b.k(30, Kind::Return, (0x350, "attempt"), (0x215, "main"));
+    b.k(35, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    // After the catch: _start > main > attempt, nothing else.
+    assert!(has(&s, (25, 30, 2, "attempt")), "{:?}", s.done);
+    assert!(has(&s, (25, 35, 1, "main")), "{:?}", s.done);
+    // Each pad's frame is an outermost known frame until it enters the unwinder again.
+    assert!(has(&s, (5, 15, 0, "nest")), "{:?}", s.done);
+    assert!(has(&s, (15, 25, 0, "nest")), "{:?}", s.done);
+    assert_eq!(
+        s.done
+            .iter()
+            .filter(|d| d.3 == "attempt" || d.3 == "nest")
+            .count(),
+        3,
+        "{:?}",
+        s.done
+    );
+}
+
+/// A snapshot that starts inside a signal handler: its delivery is not in the trace.
+/// The handler's return onto the trampoline's first byte names no caller; the trampoline's
+/// `rt_sigreturn` shows which frame the signal interrupted, and that frame (not the
+/// trampoline) is the handler's caller from the start.
+#[test]
+fn a_snapshot_starting_in_a_handler_finds_the_interrupted_frame() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x410, "on_usr1"), (0x500, "note"));
+    b.k(5, Kind::Return, (0x510, "note"), (0x415, "on_usr1"));
+    b.k_to(
+        10,
+        Kind::Return,
+        (0x420, "on_usr1"),
+        (0x600, "__restore_rt", 0),
+    );
+    syscall_stop(&mut b, 15, (0x607, "__restore_rt"));
+    trace_start(&mut b, 20, (0x322, "raise"));
+    b.k(30, Kind::Return, (0x330, "raise"), (0x215, "main"));
+    b.k(40, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 40, 1, "main"),
+        (0, 30, 2, "raise"),
+        (0, 10, 3, "on_usr1"),
+        (0, 5, 4, "note"),
+        (10, 20, 3, "__restore_rt"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(
+        s.done.iter().filter(|d| d.3 == "raise").count(),
+        1,
+        "{:?}",
+        s.done
+    );
+}
+
+/// An asynchronous stop (an interrupt) resumes at the instruction it interrupted; when
+/// tracing starts at a handler instead, a signal was delivered there, and the handler's
+/// `rt_sigreturn` resumes that instruction.
+#[test]
+fn a_signal_interrupting_a_loop_runs_on_the_interrupted_frame() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, "spin"));
+    // An interrupt with nothing delivered: tracing resumes where it stopped.
+    b.br(
+        20,
+        Some(Kind::Async),
+        Some(TraceStateChange::End),
+        (0x320, "spin"),
+        (0, ""),
+        false,
+    );
+    trace_start(&mut b, 25, (0x320, "spin"));
+    // A timer signal delivered at the next interrupt.
+    b.br(
+        30,
+        Some(Kind::Async),
+        Some(TraceStateChange::End),
+        (0x330, "spin"),
+        (0, ""),
+        false,
+    );
+    trace_start(&mut b, 40, (0x400, "on_alarm"));
+    b.k_to(
+        50,
+        Kind::Return,
+        (0x420, "on_alarm"),
+        (0x600, "__restore_rt", 0),
+    );
+    syscall_stop(&mut b, 55, (0x607, "__restore_rt"));
+    trace_start(&mut b, 60, (0x330, "spin"));
+    b.k(70, Kind::Return, (0x340, "spin"), (0x215, "main"));
+    b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 80, 1, "main"),
+        (10, 70, 2, "spin"),
+        (40, 50, 3, "on_alarm"),
+        (50, 60, 3, "__restore_rt"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(
+        s.done.iter().filter(|d| d.3 == "main").count(),
+        1,
+        "{:?}",
+        s.done
+    );
+}

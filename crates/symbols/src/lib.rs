@@ -59,7 +59,7 @@ pub use naming::{
     STACK_CUT, STACK_CUT_NO_COPY, STACK_CUT_STOPPED, STACK_CUT_UNWOUND,
 };
 pub use ocaml::OcamlTraps;
-pub use perfdata::Mappings;
+pub use perfdata::{Lost, Mappings};
 pub use perfmap::{
     is_jit_map_name, jit_map_path, process_owner, MapTrust, PerfMap, PerfMapEntry, Untrusted,
 };

@@ -529,26 +529,42 @@ impl Namer {
         if self.kind(sym, strings) != NameKind::UnknownInFile {
             return;
         }
-        let key = (pid, dso, loc.ip);
-        let found = match self.found_abs.get(&key) {
-            Some(f) => *f,
-            None => {
-                let offset = self
-                    .mappings
-                    .as_ref()
-                    .and_then(|m| m.file_offset(pid, strings.get(dso), loc.ip));
-                let f = offset.and_then(|o| {
-                    let (name, start) = self.lookup(dso, o, strings)?;
-                    Some((name, loc.ip.wrapping_sub(o.wrapping_sub(start))))
-                });
-                self.found_abs.insert(key, f);
-                f
-            }
-        };
-        if let Some((name, start)) = found {
+        if let Some((name, start)) = self.function_at_address(pid, dso, loc.ip, strings) {
             loc.symbol = Symbol::FromPerf(name);
             loc.offset = loc.ip.wrapping_sub(start);
         }
+    }
+
+    /// The name this step gives the code at `ip`, an address of process `pid` in the
+    /// file `dso` (as perf names it), and the address where that function starts; `None`
+    /// where it names nothing (no mappings given, no function range covers `ip`).
+    ///
+    /// What a branch into a stripped function is called in the trace: a scorer names
+    /// its true stacks with it to compare them with the trace's.
+    pub fn function_at_address(
+        &mut self,
+        pid: Option<u32>,
+        dso: Sym,
+        ip: u64,
+        strings: &mut impl NameTable,
+    ) -> Option<(Sym, u64)> {
+        if !self.grouping() {
+            return None;
+        }
+        let key = (pid, dso, ip);
+        if let Some(f) = self.found_abs.get(&key) {
+            return *f;
+        }
+        let offset = self
+            .mappings
+            .as_ref()
+            .and_then(|m| m.file_offset(pid, strings.get(dso), ip));
+        let f = offset.and_then(|o| {
+            let (name, start) = self.lookup(dso, o, strings)?;
+            Some((name, ip.wrapping_sub(o.wrapping_sub(start))))
+        });
+        self.found_abs.insert(key, f);
+        f
     }
 
     /// The function holding file offset `offset` of the DSO `dso`: its interned name and

@@ -17,6 +17,10 @@ use crate::error::{Error, Result};
 const REC_MMAP: u32 = 1;
 /// `PERF_RECORD_MMAP2`.
 const REC_MMAP2: u32 = 10;
+/// `PERF_RECORD_LOST`: the kernel dropped records because perf's ring buffer was full.
+const REC_LOST: u32 = 2;
+/// `PERF_RECORD_LOST_SAMPLES`: samples dropped (perf writes the count it read back).
+const REC_LOST_SAMPLES: u32 = 13;
 /// `PERF_RECORD_AUXTRACE`: its AUX data follows the record, outside `size`.
 const REC_AUXTRACE: u32 = 71;
 /// `PERF_RECORD_MISC_MMAP_DATA`: a data (not code) mapping.
@@ -53,6 +57,35 @@ pub struct Mappings {
     /// Some event copied user stacks (`--call-graph dwarf`) or branch records (`lbr`):
     /// its call stacks do not come from walking frame pointers.
     other_stacks: bool,
+    /// What the recording says perf could not keep.
+    lost: Lost,
+}
+
+/// Records the kernel dropped while perf was recording (its ring buffer was full: perf
+/// could not write out as fast as the events came, on a busy machine or with heavy
+/// samples). The trace has holes where they were.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lost {
+    /// `PERF_RECORD_LOST` records: one per stretch of dropped records.
+    pub stretches: u64,
+    /// Records dropped, summed over those stretches.
+    pub records: u64,
+    /// Samples perf says were dropped (`PERF_RECORD_LOST_SAMPLES`).
+    pub samples: u64,
+}
+
+impl Lost {
+    /// Adds another file's counts.
+    pub fn add(&mut self, other: Lost) {
+        self.stretches += other.stretches;
+        self.records += other.records;
+        self.samples += other.samples;
+    }
+
+    /// Whether anything was dropped.
+    pub fn any(&self) -> bool {
+        self.records > 0 || self.samples > 0
+    }
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -139,6 +172,11 @@ impl Mappings {
                         }
                     }
                 }
+                REC_LOST => {
+                    maps.lost.stretches += 1;
+                    maps.lost.records += u64_at(rec, 16).unwrap_or(0);
+                }
+                REC_LOST_SAMPLES => maps.lost.samples += u64_at(rec, 8).unwrap_or(0),
                 REC_AUXTRACE => {
                     let aux = u64_at(rec, 8).and_then(|a| usize::try_from(a).ok());
                     next = match aux.and_then(|a| next.checked_add(a)) {
@@ -194,6 +232,11 @@ impl Mappings {
             pos += size;
         }
         Some(())
+    }
+
+    /// What the kernel dropped while perf recorded this file.
+    pub fn lost(&self) -> Lost {
+        self.lost
     }
 
     /// True when the recording's call stacks come from walking frame pointers: neither

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{run, tool, TempDir};
-use ptscope_symbols::{eh_frame_ranges, FunctionRanges, MappedFile, NameSource};
+use ptscope_event::StringTable;
+use ptscope_symbols::{eh_frame_ranges, FunctionRanges, MappedFile, Mappings, NameSource, Namer};
 
 /// `nm`'s address of the (local or global) text symbol `name` in `file`.
 fn nm_address(nm: &Path, file: &Path, name: &str) -> u64 {
@@ -191,4 +192,83 @@ fn a_fifo_named_as_a_mapped_file_is_refused_without_blocking() {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let err = FunctionRanges::load(&fifo).unwrap_err().to_string();
     assert!(err.contains("not a regular file"), "{err}");
+}
+
+/// A pipe-mode `perf.data` (16-byte header, then records) holding one executable
+/// `PERF_RECORD_MMAP2` of `path` into process `pid`.
+fn pipe_perf_data_with_mmap(pid: u32, start: u64, len: u64, pgoff: u64, path: &str) -> Vec<u8> {
+    let mut name = path.as_bytes().to_vec();
+    name.push(0);
+    name.resize(name.len().next_multiple_of(8), 0);
+    let size = 72 + name.len();
+    let mut r = b"PERFILE2".to_vec();
+    r.extend(16u64.to_le_bytes());
+    r.extend(10u32.to_le_bytes()); // PERF_RECORD_MMAP2
+    r.extend(2u16.to_le_bytes()); // PERF_RECORD_MISC_USER
+    r.extend((size as u16).to_le_bytes());
+    r.extend(pid.to_le_bytes());
+    r.extend(pid.to_le_bytes());
+    for v in [start, len, pgoff] {
+        r.extend(v.to_le_bytes());
+    }
+    r.extend([0u8; 24]); // maj, min, ino, ino_generation
+    r.extend(5u32.to_le_bytes()); // PROT_READ | PROT_EXEC
+    r.extend(2u32.to_le_bytes()); // MAP_PRIVATE
+    r.extend(name);
+    r
+}
+
+/// What a branch into Debian's stripped sort is called in a trace: every address of one
+/// `.eh_frame` function gets that function's name and start, two functions two names,
+/// whatever the load address (a PIE, mapped here at an arbitrary base).
+#[test]
+fn debian_sort_branches_are_named_per_function() {
+    let Some(sort) = tool("sort") else { return };
+    let sort = std::fs::canonicalize(sort).unwrap();
+    let path = sort.to_str().unwrap();
+    let file = MappedFile::open(&sort).unwrap();
+    let elf = file.elf().unwrap();
+    let text = elf
+        .load_segments()
+        .into_iter()
+        .find(|s| s.executable)
+        .expect("sort has an executable segment");
+    let fdes: Vec<(u64, u64)> = eh_frame_ranges(&elf)
+        .unwrap()
+        .into_iter()
+        .filter(|&(s, e)| e - s >= 16 && text.contains(s) && text.contains(e - 1))
+        .collect();
+    assert!(fdes.len() > 50, "sort has {} FDEs in its text", fdes.len());
+    let ((a, a_end), (b, b_end)) = (fdes[fdes.len() / 3], fdes[2 * fdes.len() / 3]);
+
+    let (pid, base) = (4242, 0x5555_0000_0000u64);
+    let data = pipe_perf_data_with_mmap(pid, base + text.vaddr, text.memsz, text.offset, path);
+    let mut strings = StringTable::new();
+    let dso = strings.intern(path);
+    let mut namer = Namer::new(true, true);
+    assert_eq!(
+        namer.function_at_address(Some(pid), dso, base + a + 3, &mut strings),
+        None,
+        "nothing is named without the recording's mappings"
+    );
+    namer.set_mappings(Mappings::parse(&data));
+    let mut at = |addr: u64| {
+        let (name, start) = namer
+            .function_at_address(Some(pid), dso, base + addr, &mut strings)
+            .unwrap_or_else(|| panic!("no function at {addr:#x}"));
+        (strings.get(name).to_string(), start)
+    };
+    let (a_first, a_last) = (at(a + 1), at(a_end - 1));
+    let (b_first, b_last) = (at(b), at(b_end - 2));
+    assert_eq!(a_first, a_last, "one function, one name");
+    assert_eq!(b_first, b_last, "one function, one name");
+    assert_ne!(a_first.0, b_first.0, "two functions, two names");
+    assert_eq!(
+        (a_first.1, b_first.1),
+        (base + a, base + b),
+        "runtime starts"
+    );
+    if FunctionRanges::load(&sort).unwrap().source() == &NameSource::EhFrame {
+        assert_eq!(a_first.0, format!("sort+{a:#x}"));
+    }
 }

@@ -1,0 +1,275 @@
+//! Signal delivery in a user-space branch trace.
+//!
+//! With only user space traced, the kernel is a hole between a `tr end` and the next
+//! `tr strt`. Tracing normally resumes where it stopped: after the syscall instruction, or
+//! at the instruction an asynchronous stop interrupted. A `tr strt` anywhere else is the
+//! kernel delivering a signal there: the handler runs *on top of* the interrupted frame,
+//! returns into the signal trampoline (`sa_restorer`, glibc's `__restore_rt`), whose
+//! `rt_sigreturn` syscall resumes the interrupted code where it would have resumed. The
+//! writer used to take that `tr strt` as "tracing resumes where it stopped", so the handler
+//! replaced the interrupted frame, and its return (into the trampoline) was learnt as a
+//! caller of the whole stack.
+//!
+//! Each delivery seen is remembered (the frame it interrupted and the resume address), so
+//! the `rt_sigreturn` that resumes there pops the handler, and a signal delivered as a
+//! handler's `rt_sigreturn` returns (a pending one, say) replaces that handler. A handler
+//! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
+//! on the stack.
+
+use super::{Cx, Flow, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use ptscope_event::{Kind, Location, TraceStateChange};
+
+/// Longest syscall instruction: `syscall`, `sysenter` and `int 0x80` are all 2 bytes.
+const SYSCALL_LEN: u64 = 2;
+/// Deliveries remembered per thread (handlers interrupted by handlers); older ones are
+/// forgotten, as a `siglongjmp` out of many nested handlers would leave them.
+const MAX_DELIVERIES: usize = 64;
+
+/// Where tracing stopped, and where it resumes if nothing intervenes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Stop {
+    /// The instruction after the syscall, or the one an asynchronous stop interrupted.
+    resume: u64,
+    /// Stopped at a syscall: only a syscall can be `rt_sigreturn`.
+    syscall: bool,
+}
+
+/// A signal delivered on top of a frame.
+#[derive(Clone, Copy, Debug)]
+struct Delivery {
+    /// The frame the signal interrupted: the handler's parent.
+    interrupted: u32,
+    /// Where the interrupted code resumes after `rt_sigreturn`.
+    resume: u64,
+}
+
+/// Per-thread signal state of the writer.
+#[derive(Debug, Default)]
+pub(super) struct Signals {
+    /// The last `tr end`, until the next `tr strt`.
+    stop: Option<Stop>,
+    /// Deliveries whose `rt_sigreturn` has not been seen, innermost last.
+    deliveries: Vec<Delivery>,
+    /// The last branch was a handler returning into the signal trampoline (kept across
+    /// the trampoline's syscall): a signal delivered as that syscall returns replaces the
+    /// handler instead of interrupting the trampoline.
+    trampoline: bool,
+    /// The last branch was a return onto the first byte of a symbol (kept across the
+    /// syscall that follows): a return address follows a call, so that is a handler
+    /// returning into the trampoline, maybe one whose delivery the trace did not hold.
+    label_return: bool,
+}
+
+impl Signals {
+    /// Forgets everything: a new segment's frames are unrelated to the old ones.
+    pub(super) fn clear(&mut self) {
+        *self = Signals::default();
+    }
+}
+
+impl<T> Cx<'_, T> {
+    /// Notes every branch: a `tr end` stops tracing (remembered until the next `tr
+    /// strt`); anything but the trampoline's syscall ends the trampoline.
+    pub(super) fn signals_observe(
+        &mut self,
+        kind: Option<Kind>,
+        change: Option<TraceStateChange>,
+        src: &Location,
+    ) {
+        let sig = &mut self.ts.signals;
+        match change {
+            Some(TraceStateChange::End) => {
+                let syscall = kind == Some(Kind::Syscall);
+                // Only user space resumes by the kernel's choice: in a kernel trace every
+                // `tr strt` is a kernel entry, and a branch that leaves a traced range
+                // (a call or return out of an address filter) comes back anywhere.
+                let resumable = matches!(
+                    kind,
+                    None | Some(Kind::Syscall | Kind::Async | Kind::Interrupt)
+                );
+                let user = src.ip != 0 && !super::is_kernel(src.ip);
+                sig.stop = (resumable && user).then(|| Stop {
+                    resume: if syscall {
+                        src.ip + SYSCALL_LEN
+                    } else {
+                        src.ip
+                    },
+                    syscall,
+                });
+                if !syscall {
+                    sig.trampoline = false;
+                    sig.label_return = false;
+                }
+            }
+            Some(TraceStateChange::Start) => {}
+            None => {
+                sig.stop = None;
+                sig.trampoline = false;
+                sig.label_return = false;
+            }
+        }
+    }
+
+    /// A `tr strt` at `dst`: true when it was a signal delivery or an `rt_sigreturn`
+    /// (and the stack is updated), false when tracing resumes where it stopped.
+    pub(super) fn signal_start(&mut self, dst: &Location) -> bool {
+        let sig = &mut self.ts.signals;
+        let trampoline = std::mem::take(&mut sig.trampoline);
+        let label_return = std::mem::take(&mut sig.label_return);
+        let Some(stop) = sig.stop.take() else {
+            return false;
+        };
+        if dst.ip == 0 || dst.ip == stop.resume || super::is_kernel(dst.ip) {
+            return false;
+        }
+        if stop.syscall && self.sigreturn(dst) {
+            return true;
+        }
+        if stop.syscall && label_return && self.unseen_sigreturn(dst) {
+            return true;
+        }
+        let leaf = self.ts.leaf;
+        let fr = self.ts.frames[leaf as usize];
+        if stop.syscall && trampoline && fr.flags & SIGNAL != 0 {
+            // The trampoline's rt_sigreturn restored the interrupted code and the kernel
+            // delivered another signal there: its handler takes the finished one's place.
+            self.replace_signal_frame(dst);
+            return true;
+        }
+        // A signal delivered as the kernel returned: its handler runs on top of the code
+        // that stopped, which resumes at `stop.resume` after the handler's rt_sigreturn.
+        if self.ts.signals.deliveries.len() == MAX_DELIVERIES {
+            self.ts.signals.deliveries.remove(0);
+        }
+        self.ts.signals.deliveries.push(Delivery {
+            interrupted: leaf,
+            resume: stop.resume,
+        });
+        self.push(dst, SIGNAL);
+        true
+    }
+
+    /// `rt_sigreturn` back into the frame a delivery interrupted, if `dst` is where one
+    /// resumes; deliveries whose frames are no longer on the stack are dropped.
+    fn sigreturn(&mut self, dst: &Location) -> bool {
+        while let Some(d) = self.ts.signals.deliveries.last().copied() {
+            if !self.on_stack(d.interrupted) {
+                self.ts.signals.deliveries.pop();
+                continue;
+            }
+            if d.resume != dst.ip {
+                return false;
+            }
+            self.ts.signals.deliveries.pop();
+            self.ts.leaf = d.interrupted;
+            self.record(Flow::Return);
+            if !self.is_sentinel(self.ts.leaf) {
+                self.ensure_current(dst);
+            } else {
+                self.ensure_src(dst);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Is `frame` the leaf or one of its callers (within the search bound)?
+    fn on_stack(&self, frame: u32) -> bool {
+        let mut f = self.ts.leaf;
+        for _ in 0..super::MAX_FIND_DEPTH {
+            if f == frame {
+                return true;
+            }
+            let fr = self.ts.frames[f as usize];
+            if fr.flags & SENTINEL != 0 {
+                return false;
+            }
+            f = fr.parent;
+        }
+        false
+    }
+
+    /// The `rt_sigreturn` of a handler whose delivery is not in the segment (a snapshot
+    /// or a decode gap began inside it): the handler's return onto the trampoline's
+    /// first byte was learnt as the segment's root, named after the trampoline. That
+    /// root is the interrupted frame, which `dst` names: the trampoline becomes its own
+    /// frame on top of it, from the handler's return on. True when handled so.
+    fn unseen_sigreturn(&mut self, dst: &Location) -> bool {
+        let root = self.ts.leaf;
+        let fr = self.ts.frames[root as usize];
+        if fr.flags & (SENTINEL | RETURN_LABEL) != RETURN_LABEL || !self.is_sentinel(fr.parent) {
+            return false;
+        }
+        let trampoline = self.ts.frames.len() as u32;
+        self.ts.frames.push(super::Frame {
+            loc: fr.loc,
+            parent: root,
+            flags: SIGNAL,
+        });
+        // Since the return onto the trampoline: the root's entries (the return, the end
+        // of the syscall) are the trampoline's, as is the syscall's synthetic frame.
+        let first = self.ts.segments.last().map_or(0, |s| s.first);
+        let mut i = self.ts.entries.len();
+        while i > first + 1 {
+            i -= 1;
+            let leaf = self.ts.entries[i].leaf;
+            if leaf == root {
+                self.ts.entries[i].leaf = trampoline;
+                let before = self.ts.entries[i - 1].leaf;
+                if before != root && self.ts.frames[before as usize].parent != root {
+                    break;
+                }
+            } else if self.ts.frames[leaf as usize].parent == root
+                && self.ts.frames[leaf as usize].loc != fr.loc
+                && self.leaf_is_synthetic_frame(leaf)
+            {
+                self.ts.frames[leaf as usize].parent = trampoline;
+            } else {
+                break;
+            }
+        }
+        let l = self.locs.intern(dst);
+        let r = &mut self.ts.frames[root as usize];
+        r.loc = l;
+        r.flags = INFERRED_START;
+        self.ts.leaf = root;
+        self.record(Flow::Return);
+        true
+    }
+
+    /// Is `frame` a synthetic `[syscall]`, `[untraced]` or `[returned]` frame?
+    fn leaf_is_synthetic_frame(&self, frame: u32) -> bool {
+        use ptscope_event::Symbol;
+        matches!(
+            self.symbol(frame),
+            Some(Symbol::Untraced | Symbol::Syscall | Symbol::Returned)
+        )
+    }
+
+    /// A return from a signal handler's frame goes to the signal trampoline, which runs
+    /// in the handler's place until its `rt_sigreturn`: true when handled so.
+    pub(super) fn handler_return(&mut self, dst: &Location) -> bool {
+        let leaf = self.ts.leaf;
+        if self.ts.frames[leaf as usize].flags & SIGNAL == 0 {
+            self.ts.signals.label_return = dst.offset == 0 && dst.ip != 0;
+            return false;
+        }
+        self.replace_signal_frame(dst);
+        self.ts.signals.trampoline = true;
+        true
+    }
+
+    /// The leaf, a signal frame, now runs `loc` (the trampoline, or the next handler).
+    fn replace_signal_frame(&mut self, loc: &Location) {
+        let leaf = self.ts.leaf;
+        let fr = self.ts.frames[leaf as usize];
+        let l = self.locs.intern(loc);
+        self.ts.frames.push(super::Frame {
+            loc: l,
+            parent: fr.parent,
+            flags: SIGNAL,
+        });
+        self.ts.leaf = (self.ts.frames.len() - 1) as u32;
+        self.record(Flow::Jump);
+    }
+}
