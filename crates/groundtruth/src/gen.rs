@@ -100,7 +100,7 @@ pub struct Spec {
 }
 
 /// The true stack of one thread over the interval its trace covers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThreadTruth {
     /// The thread, as in the events.
     pub thread: Thread,

@@ -15,6 +15,9 @@
 //! See `FIDELITY.md` at the repository root for the method and the current numbers.
 
 pub mod gen;
+pub mod names;
+#[cfg(test)]
+mod oracle;
 pub mod render;
 pub mod rng;
 pub mod score;
@@ -22,8 +25,9 @@ pub mod sim;
 pub mod sink;
 
 pub use gen::{generate, Scenario, Spec, ThreadTruth};
-pub use score::{score, Fidelity};
-pub use sink::{ReconThread, TimelineSink};
+pub use names::{Names, StackId};
+pub use score::{score, score_interned, Fidelity, Truth};
+pub use sink::{Recon, ReconThread, TimelineSink};
 
 use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::segments::SegmentsWriter;
@@ -38,8 +42,24 @@ where
     W: StackWriter<TimelineSink>,
     F: FnOnce(TimelineSink, &Scenario) -> W,
 {
-    let recon = reconstruct(scenario, make_writer);
-    score(&scenario.truth, &recon)
+    let mut names = Names::new();
+    let sink = write_events(
+        &scenario.events,
+        &scenario.strings,
+        scenario.earliest_time(),
+        |sink, _| make_writer(sink, scenario),
+    );
+    let mut recon = sink.into_recon(&mut names);
+    let base = scenario.earliest_time() as i64;
+    for r in &mut recon {
+        r.shift(base, 1);
+    }
+    let truth: Vec<Truth> = scenario
+        .truth
+        .iter()
+        .map(|t| Truth::intern(t, &mut names))
+        .collect();
+    score_interned(&truth, &recon, &names)
 }
 
 /// The writer's per-thread stacks for `scenario`, on the events' clock.
@@ -68,11 +88,7 @@ where
     W: StackWriter<TimelineSink>,
     F: FnOnce(TimelineSink, u64) -> W,
 {
-    let mut w = make_writer(TimelineSink::new(), earliest);
-    for e in events {
-        w.write_event(e, strings);
-    }
-    let sink = w.finish(strings);
+    let sink = write_events(events, strings, earliest, make_writer);
     let base = earliest as i64;
     let mut threads = sink.threads();
     for t in &mut threads {
@@ -86,6 +102,24 @@ where
         }
     }
     threads
+}
+
+/// Feeds `events` to the writer `make_writer` builds and returns its finished sink.
+fn write_events<W, F>(
+    events: &[ptscope_event::Event],
+    strings: &ptscope_event::StringTable,
+    earliest: u64,
+    make_writer: F,
+) -> TimelineSink
+where
+    W: StackWriter<TimelineSink>,
+    F: FnOnce(TimelineSink, u64) -> W,
+{
+    let mut w = make_writer(TimelineSink::new(), earliest);
+    for e in events {
+        w.write_event(e, strings);
+    }
+    w.finish(strings)
 }
 
 /// The legacy (magic-trace) writer, configured as the CLI does for a user-only trace.

@@ -5,10 +5,15 @@
 //! them; so an instant inside the timestamp window `[w_i, w_{i+1})` counts as exact if
 //! the reconstructed stack equals *any* stack the program really had during that
 //! window. `exact_strict` drops that tolerance (it also measures time smearing).
+//!
+//! Stacks are compared as handles ([`crate::names`]): a recording of millions of events
+//! is scored in the memory of a few handles per stack change ([`score_interned`]); the
+//! string forms ([`score`], [`mismatches`]) intern their input and score the same way.
 
 use crate::gen::ThreadTruth;
-use crate::sink::ReconThread;
-use std::collections::HashMap;
+use crate::names::{IdMap, Names, StackId, EMPTY};
+use crate::sink::{Recon, ReconThread};
+use ptscope_event::Thread;
 
 /// How well a reconstruction matches the truth.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -44,6 +49,48 @@ pub struct Fidelity {
     pub missing_threads: u64,
 }
 
+/// A thread's truth with interned stacks: [`ThreadTruth`] in a few bytes per piece.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Truth {
+    /// The thread, as in the events.
+    pub thread: Thread,
+    /// Contiguous pieces `(start, end, stack)` of positive length.
+    pub timeline: Vec<(u64, u64, StackId)>,
+    /// As [`ThreadTruth::windows`].
+    pub windows: Vec<u64>,
+    /// As [`ThreadTruth::order_windows`].
+    pub order_windows: Vec<u64>,
+    /// As [`ThreadTruth::gaps`].
+    pub gaps: Vec<(u64, u64)>,
+}
+
+impl Truth {
+    /// `t` with its stacks interned in `names`.
+    pub fn intern(t: &ThreadTruth, names: &mut Names) -> Self {
+        Truth {
+            thread: t.thread,
+            timeline: t
+                .timeline
+                .iter()
+                .map(|(a, b, s)| (*a, *b, names.stack(s)))
+                .collect(),
+            windows: t.windows.clone(),
+            order_windows: t.order_windows.clone(),
+            gaps: t.gaps.clone(),
+        }
+    }
+
+    /// Start of the scored interval (the first retained event).
+    pub fn start(&self) -> u64 {
+        self.timeline.first().map_or(0, |p| p.0)
+    }
+
+    /// End of the scored interval (the last retained event).
+    pub fn end(&self) -> u64 {
+        self.timeline.last().map_or(0, |p| p.1)
+    }
+}
+
 #[derive(Default)]
 struct Acc {
     total: u64,
@@ -57,7 +104,7 @@ struct Acc {
     suffix: u64,
 }
 
-type Pieces = [(u64, u64, Vec<u32>)];
+type Pieces = [(u64, u64, StackId)];
 
 /// Timestamp windows: window k is `[starts[k], starts[k+1])` (the last ends at the
 /// covered interval's end); `pieces[k]` is the range of truth pieces overlapping it.
@@ -106,46 +153,28 @@ impl Windows {
     }
 }
 
-/// Frame names as ids; `names` maps ids back (a mismatch is reported by name, and
-/// looking an id up by scanning the map made scoring quadratic where most time mismatches,
-/// e.g. a snapshot).
-#[derive(Default)]
-struct Interner {
-    ids: HashMap<String, u32>,
-    names: Vec<String>,
-}
-
-impl Interner {
-    fn id(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.ids.get(s) {
-            return id;
-        }
-        let id = self.names.len() as u32;
-        self.ids.insert(s.to_string(), id);
-        self.names.push(s.to_string());
-        id
-    }
-    fn name(&self, id: u32) -> &str {
-        self.names.get(id as usize).map_or("?", String::as_str)
-    }
-    fn stack(&mut self, v: &[String]) -> Vec<u32> {
-        v.iter().map(|s| self.id(s)).collect()
-    }
-}
-
 /// Scores every thread of `truth` against the matching reconstructed thread.
 pub fn score(truth: &[ThreadTruth], recon: &[ReconThread]) -> Fidelity {
+    let mut names = Names::new();
+    let truth: Vec<Truth> = truth.iter().map(|t| Truth::intern(t, &mut names)).collect();
+    let recon: Vec<Recon> = recon.iter().map(|r| Recon::intern(r, &mut names)).collect();
+    score_interned(&truth, &recon, &names)
+}
+
+/// [`score`] on interned stacks; `names` holds the handles of both sides.
+pub fn score_interned(truth: &[Truth], recon: &[Recon], names: &Names) -> Fidelity {
     let mut acc = Acc::default();
     let mut f = Fidelity::default();
+    let empty = Recon::default();
     for t in truth {
-        match recon.iter().find(|r| r.thread == t.thread) {
-            Some(r) => score_thread(t, r, &mut acc, &mut f),
-            None => {
+        let r = recon
+            .iter()
+            .find(|r| r.thread == t.thread)
+            .unwrap_or_else(|| {
                 f.missing_threads += 1;
-                let empty = ReconThread::default();
-                score_thread(t, &empty, &mut acc, &mut f);
-            }
-        }
+                &empty
+            });
+        score_thread(t, r, names, &mut acc, &mut f, None);
     }
     let share = |n: u64, d: u64| if d == 0 { 1.0 } else { n as f64 / d as f64 };
     f.covered_ns = acc.total;
@@ -178,12 +207,21 @@ pub struct Mismatch {
 
 /// The first `limit` non-exact intervals of one thread, to see *why* a writer scores low.
 pub fn mismatches(t: &ThreadTruth, r: &ReconThread, limit: usize) -> Vec<Mismatch> {
+    let mut names = Names::new();
+    let t = Truth::intern(t, &mut names);
+    let r = Recon::intern(r, &mut names);
+    mismatches_interned(&t, &r, &names, limit)
+}
+
+/// [`mismatches`] on interned stacks.
+pub fn mismatches_interned(t: &Truth, r: &Recon, names: &Names, limit: usize) -> Vec<Mismatch> {
     let mut acc = Acc::default();
     let mut f = Fidelity::default();
     let mut out = Vec::new();
-    score_thread_inner(
+    score_thread(
         t,
         r,
+        names,
         &mut acc,
         &mut f,
         Some(&mut |m| {
@@ -195,32 +233,32 @@ pub fn mismatches(t: &ThreadTruth, r: &ReconThread, limit: usize) -> Vec<Mismatc
     out
 }
 
-fn score_thread(t: &ThreadTruth, r: &ReconThread, acc: &mut Acc, f: &mut Fidelity) {
-    score_thread_inner(t, r, acc, f, None)
+/// What a reconstructed stack is worth against one window's true stacks.
+#[derive(Clone, Copy)]
+struct Verdict {
+    exact: bool,
+    suffix: bool,
+    root: bool,
 }
 
-fn score_thread_inner(
-    t: &ThreadTruth,
-    r: &ReconThread,
+fn score_thread(
+    t: &Truth,
+    r: &Recon,
+    names: &Names,
     acc: &mut Acc,
     f: &mut Fidelity,
     mut report: Option<&mut dyn FnMut(Mismatch)>,
 ) {
-    let mut names = Interner::default();
     let (lo, hi) = (t.start(), t.end());
-    let truth: Vec<(u64, u64, Vec<u32>)> = t
-        .timeline
-        .iter()
-        .map(|(a, b, s)| (*a, *b, names.stack(s)))
-        .collect();
-    let recon: Vec<(u64, u64, Vec<u32>)> = r
+    let truth = &t.timeline[..];
+    let recon: Vec<(u64, u64, StackId)> = r
         .timeline
         .iter()
         .filter(|(a, b, _)| *b > 0 && a < b)
-        .map(|(a, b, s)| ((*a).max(0) as u64, *b as u64, names.stack(s)))
+        .map(|(a, b, s)| ((*a).max(0) as u64, *b as u64, *s))
         .collect();
-    let tight = Windows::new(&t.windows, lo, hi, &truth);
-    let order = Windows::new(&t.order_windows, lo, hi, &truth);
+    let tight = Windows::new(&t.windows, lo, hi, truth);
+    let order = Windows::new(&t.order_windows, lo, hi, truth);
     let windows = &tight.starts;
 
     // Sweep the elementary intervals between all boundaries.
@@ -234,15 +272,13 @@ fn score_thread_inner(
     cuts.retain(|c| *c >= lo && *c <= hi);
     cuts.sort_unstable();
     cuts.dedup();
-    let empty: Vec<u32> = Vec::new();
     let (mut ti, mut ri, mut gi) = (0, 0, 0);
     let (mut wi, mut oi) = (0, 0);
     // A window can hold a whole snapshot's truth (timing unknown within it), and the same
     // reconstructed stack recurs interval after interval: its verdict against one window is
     // computed once (comparing it with every candidate each time was quadratic).
-    let mut verdicts: HashMap<(usize, *const Vec<u32>), (bool, bool, bool)> = HashMap::new();
-    let mut order_verdicts: HashMap<(usize, *const Vec<u32>), bool> = HashMap::new();
-    let mut stack_ids: HashMap<&[u32], *const Vec<u32>> = HashMap::new();
+    let mut verdicts: IdMap<StackId, Verdict> = IdMap::default();
+    let mut order_verdicts: IdMap<StackId, bool> = IdMap::default();
     let (mut memo_wi, mut memo_oi) = (usize::MAX, usize::MAX);
     for pair in cuts.windows(2) {
         let (a, b) = (pair[0], pair[1]);
@@ -253,16 +289,16 @@ fn score_thread_inner(
         while ri < recon.len() && recon[ri].1 <= a {
             ri += 1;
         }
-        let candidates = tight.at(&mut wi, a, &truth);
-        let order_candidates = order.at(&mut oi, a, &truth);
+        let candidates = tight.at(&mut wi, a, truth);
+        let order_candidates = order.at(&mut oi, a, truth);
         while gi < t.gaps.len() && t.gaps[gi].1 <= a {
             gi += 1;
         }
         let rs = match recon.get(ri) {
-            Some(x) if x.0 <= a => &x.2,
-            _ => &empty,
+            Some(x) if x.0 <= a => x.2,
+            _ => EMPTY,
         };
-        let ts = truth.get(ti).map_or(&empty, |x| &x.2);
+        let ts = truth.get(ti).map_or(EMPTY, |x| x.2);
         if memo_wi != wi {
             verdicts.clear();
             memo_wi = wi;
@@ -271,46 +307,42 @@ fn score_thread_inner(
             order_verdicts.clear();
             memo_oi = oi;
         }
-        // Equal stacks share one key (the first vector seen with those frames).
-        let key = *stack_ids
-            .entry(rs.as_slice())
-            .or_insert(rs as *const Vec<u32>);
-        let (exact, suffix, root) = *verdicts.entry((wi, key)).or_insert_with(|| {
-            (
-                candidates.iter().any(|c| &c.2 == rs),
-                !rs.is_empty() && candidates.iter().any(|c| c.2.ends_with(rs)),
-                !rs.is_empty() && candidates.iter().any(|c| c.2.first() == rs.first()),
-            )
+        let v = *verdicts.entry(rs).or_insert_with(|| {
+            let root = names.root(rs);
+            Verdict {
+                exact: candidates.iter().any(|c| c.2 == rs),
+                suffix: rs != EMPTY && candidates.iter().any(|c| names.ends_with(c.2, rs)),
+                root: rs != EMPTY && candidates.iter().any(|c| names.root(c.2) == root),
+            }
         });
         let in_order = *order_verdicts
-            .entry((oi, key))
-            .or_insert_with(|| order_candidates.iter().any(|c| &c.2 == rs));
-        if let (false, Some(report)) = (exact, report.as_mut()) {
-            let name = |v: &[u32]| -> Vec<String> {
-                v.iter().map(|&id| names.name(id).to_string()).collect()
-            };
+            .entry(rs)
+            .or_insert_with(|| order_candidates.iter().any(|c| c.2 == rs));
+        if let (false, Some(report)) = (v.exact, report.as_mut()) {
             report(Mismatch {
                 start: a,
                 end: b,
-                truth: name(ts),
-                recon: name(rs),
-                suffix,
-                root,
+                truth: names.names(ts),
+                recon: names.names(rs),
+                suffix: v.suffix,
+                root: v.root,
             });
         }
         let in_gap = t.gaps.get(gi).is_some_and(|g| g.0 <= a);
+        let part = |yes: bool| if yes { len } else { 0 };
         acc.total += len;
-        acc.exact += if exact { len } else { 0 };
-        acc.root += if root { len } else { 0 };
-        acc.strict += if rs == ts { len } else { 0 };
-        acc.order += if in_order { len } else { 0 };
-        acc.suffix += if suffix { len } else { 0 };
+        acc.exact += part(v.exact);
+        acc.root += part(v.root);
+        acc.strict += part(rs == ts);
+        acc.order += part(in_order);
+        acc.suffix += part(v.suffix);
         if !in_gap {
             acc.out_total += len;
-            acc.out_exact += if exact { len } else { 0 };
-            acc.out_root += if root { len } else { 0 };
+            acc.out_exact += part(v.exact);
+            acc.out_root += part(v.root);
         }
     }
+    drop(cuts);
 
     // Phantoms: a frame is real if its name is on some true stack during the (order)
     // windows its interval touches.
@@ -328,11 +360,10 @@ fn score_thread_inner(
         // Order windows, so a real frame merely smeared in time is not a phantom.
         let (ka, kb) = (order.index(a.max(lo)), order.index((b - 1).min(hi).max(a)));
         let range = order.pieces[ka].start..order.pieces[kb].end.max(order.pieces[ka].start);
-        let id = names.ids.get(&s.name).copied();
-        let real = id.is_some_and(|id| truth[range].iter().any(|p| p.2.contains(&id)));
+        let real = truth[range].iter().any(|p| names.contains(p.2, s.frame));
         if !real {
             f.phantom_frames += 1;
-            f.phantoms.push(s.clone());
+            f.phantoms.push(s.resolve(names));
         }
     }
 }

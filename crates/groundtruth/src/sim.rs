@@ -13,22 +13,24 @@
 //! reported such as not-taken conditionals) get times interpolated on the true clock.
 
 use crate::gen::ThreadTruth;
-use crate::score::{score, Fidelity};
-use crate::sink::{ReconThread, TimelineSink};
+use crate::names::{Names, StackBuilder, StackId};
+use crate::score::{score_interned, Fidelity, Truth};
+use crate::sink::{Recon, ReconThread, TimelineSink};
 use anyhow::{bail, Context, Result};
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{Choice, DlfilterOptions};
-use ptscope_event::{Event, EventData, Kind, StringTable, Symbol, Thread};
+use ptscope_event::{Event, EventData, Kind, StringTable, Sym, Symbol, Thread};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
-use ptscope_symbols::{Mappings, Namer};
+use ptscope_symbols::{Mappings, NameTable, Namer};
 use ptsim::blocklog::BlockLog;
 use ptsim::expected::{Branch, BranchKind, ThreadExpectation};
 use ptsim::perfscript::Symbols;
-use ptsim::stacks::StackTimeline;
+use ptsim::stacks::{Replay, StackTimeline};
 use ptsim::truth::{StepKind, ThreadTrace};
 use ptsim::{SimConfig, Simulation};
 use rustc_hash::FxHashMap;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 /// How ptscope reads a `perf.data`.
@@ -51,18 +53,31 @@ pub struct Decoded {
 /// Decodes an Intel PT `perf.data` the way `ptscope decode` does through `path`.
 pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
     let mut events = Vec::new();
+    let strings = decode_each(perf_data, path, |e, _| events.push(e))?;
+    Ok(Decoded { events, strings })
+}
+
+/// Decodes like [`decode`] but hands each event to `f` as it comes (with the names so
+/// far) instead of keeping them: a recording of millions of events is never held.
+/// Each event has been through `ptscope decode`'s naming step ([`namer`]) before `f`
+/// sees it. Returns the names of every event.
+pub fn decode_each(
+    perf_data: &Path,
+    path: DecodePath,
+    mut f: impl FnMut(Event, &StringTable),
+) -> Result<StringTable> {
+    let mut n = namer(perf_data);
     match path {
         DecodePath::Text => {
             let mut o = PerfScriptOptions::new(perf_data);
             o.kind = Some(RecordingKind::IntelPt);
             let mut s = PerfScript::spawn(&o).context("cannot start perf script")?;
-            while let Some(e) = s.next_event()? {
-                events.push(e);
+            while let Some(mut e) = s.next_event()? {
+                n.apply(&mut e, &mut TextNames(&mut s));
+                f(e, s.strings());
             }
             s.finish()?;
-            let mut strings = s.take_strings();
-            name_functions(perf_data, &mut events, &mut strings);
-            Ok(Decoded { events, strings })
+            Ok(s.take_strings())
         }
         DecodePath::Dlfilter => {
             let mut o = DlfilterOptions::new(perf_data);
@@ -72,13 +87,12 @@ pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
             let (mut s, _) =
                 ptscope_dlfilter_reader::open(&o, StringTable::new(), Choice::Dlfilter)
                     .context("cannot start perf with the dlfilter")?;
-            while let Some(e) = s.next_event()? {
-                events.push(e);
+            while let Some(mut e) = s.next_event()? {
+                n.apply(&mut e, s.strings_mut());
+                f(e, s.strings());
             }
             s.finish()?;
-            let mut strings = s.take_strings();
-            name_functions(perf_data, &mut events, &mut strings);
-            Ok(Decoded { events, strings })
+            Ok(s.take_strings())
         }
     }
 }
@@ -92,11 +106,16 @@ fn namer(perf_data: &Path) -> Namer {
     n
 }
 
-/// Runs [`namer`] over decoded `events`, as `ptscope decode` does.
-fn name_functions(perf_data: &Path, events: &mut [Event], strings: &mut StringTable) {
-    let mut n = namer(perf_data);
-    for e in events {
-        n.apply(e, strings);
+/// The text decoder's table as the naming step uses it: interning through the decoder
+/// keeps its symbol cache (as `ptscope decode` does).
+struct TextNames<'a>(&'a mut PerfScript);
+
+impl NameTable for TextNames<'_> {
+    fn get(&self, sym: Sym) -> &str {
+        self.0.strings().get(sym)
+    }
+    fn intern(&mut self, name: &str) -> Sym {
+        self.0.decoder_mut().intern(name)
     }
 }
 
@@ -105,28 +124,63 @@ fn name_functions(perf_data: &Path, events: &mut [Event], strings: &mut StringTa
 /// ptsim names a frame in such code after the address it was entered at,
 /// `[unknown @ ADDR (DSO)]`; the trace names the function holding an address. The
 /// truth's entry lies in the function it names, so renaming it after that function
-/// gives the name the trace shows for the same frame.
-fn name_truth(timelines: &mut [StackTimeline], perf_data: &Path, pid: u32) {
-    let mut n = namer(perf_data);
-    let mut strings = StringTable::new();
+/// gives the name the trace shows for the same frame. Neighbouring pieces whose stacks
+/// became equal (two addresses in one function) are merged, so pieces still differ from
+/// their neighbours as ptsim's do.
+pub(crate) fn name_truth(timelines: &mut [StackTimeline], perf_data: &Path, pid: u32) {
+    let mut rename = TruthNamer::new(perf_data, pid);
     let mut renamed: FxHashMap<String, Option<String>> = FxHashMap::default();
     for tl in timelines {
         for piece in &mut tl.pieces {
             for name in &mut piece.2 {
-                if !name.starts_with("[unknown @ 0x") {
-                    continue;
-                }
-                let new = renamed.entry(name.clone()).or_insert_with(|| {
-                    let (ip, dso) = parse_unknown(name)?;
-                    let dso = strings.intern(dso);
-                    let (f, _) = n.function_at_address(Some(pid), dso, ip, &mut strings)?;
-                    Some(strings.get(f).to_string())
-                });
+                let new = renamed
+                    .entry(name.clone())
+                    .or_insert_with(|| rename.name(name));
                 if let Some(new) = new {
                     name.clone_from(new);
                 }
             }
         }
+        tl.pieces.dedup_by(|next, kept| {
+            let joined = kept.2 == next.2 && kept.1 == next.0;
+            if joined {
+                kept.1 = next.1;
+            }
+            joined
+        });
+    }
+}
+
+/// What the naming step calls a frame of ptsim's true stacks, for the recording of
+/// process `pid` at a given `perf.data`.
+struct TruthNamer {
+    namer: Namer,
+    strings: StringTable,
+    pid: u32,
+}
+
+impl TruthNamer {
+    /// The naming step for the recording `perf_data` of process `pid`.
+    fn new(perf_data: &Path, pid: u32) -> Self {
+        TruthNamer {
+            namer: namer(perf_data),
+            strings: StringTable::new(),
+            pid,
+        }
+    }
+
+    /// The name the trace gives the frame ptsim calls `name`, if it is not `name`
+    /// (only per-address names of code without symbols are renamed).
+    fn name(&mut self, name: &str) -> Option<String> {
+        if !name.starts_with("[unknown @ 0x") {
+            return None;
+        }
+        let (ip, dso) = parse_unknown(name)?;
+        let dso = self.strings.intern(dso);
+        let (f, _) = self
+            .namer
+            .function_at_address(Some(self.pid), dso, ip, &mut self.strings)?;
+        Some(self.strings.get(f).to_string())
     }
 }
 
@@ -159,19 +213,75 @@ pub fn perf_clock_times(
     mine: &[Branch],
     ns: &dyn Fn(u64) -> u64,
 ) -> Result<Vec<u64>> {
-    let want: Vec<&Branch> = exp
-        .branches
-        .iter()
-        .filter(|b| b.kind != BranchKind::Uncertain)
-        .collect();
-    // Anchors: (step index, perf time) of every reported branch that is a true step.
-    let mut anchors: Vec<(usize, u64)> = Vec::with_capacity(mine.len());
-    let mut j = 0usize;
-    // perf reports what the simulation expects, one for one (ptsim's tests check it); a
-    // few expected entries perf leaves out (seen at a snapshot's first fault) are skipped.
-    let mut skipped = 0usize;
-    let mut w = 0usize;
+    let mut a = Aligner::new(t, exp, ns);
     for r in mine {
+        a.feed(r)?;
+    }
+    a.finish()
+}
+
+/// [`perf_clock_times`] fed one reported branch at a time, so perf's output for a
+/// recording of millions of branches is never held. Nothing is kept per branch either:
+/// each reported branch that is a true step (an anchor) fixes the times of the steps
+/// since the previous one as it arrives.
+pub struct Aligner<'a> {
+    t: &'a ThreadTrace,
+    /// ptsim's expectation; entries of kind `Uncertain` are passed over.
+    exp: &'a [Branch],
+    ns: &'a dyn Fn(u64) -> u64,
+    /// The time of every step (filled up to the last anchor).
+    times: Vec<u64>,
+    /// The first anchor (step index, perf time).
+    first: Option<(usize, u64)>,
+    /// The last anchor, with perf's time as reported.
+    last: Option<(usize, u64)>,
+    /// No step is timed before this (the last anchor's time, as placed).
+    floor: u64,
+    /// The next step to look at.
+    j: usize,
+    /// The next expected branch (never an `Uncertain` one).
+    w: usize,
+    /// Expected branches passed over so far.
+    skipped: usize,
+}
+
+impl<'a> Aligner<'a> {
+    /// An aligner for thread `t` with ptsim's expectation `exp`; `ns` converts clocks.
+    pub fn new(t: &'a ThreadTrace, exp: &'a ThreadExpectation, ns: &'a dyn Fn(u64) -> u64) -> Self {
+        let mut a = Aligner {
+            t,
+            exp: &exp.branches,
+            ns,
+            times: vec![0u64; t.steps.len()],
+            first: None,
+            last: None,
+            floor: 0,
+            j: 0,
+            w: 0,
+            skipped: 0,
+        };
+        a.w = a.wanted(0);
+        a
+    }
+
+    /// The first expected branch perf reports at or after index `from`.
+    fn wanted(&self, from: usize) -> usize {
+        let rest = self.exp.get(from..).unwrap_or(&[]);
+        from + rest
+            .iter()
+            .position(|b| b.kind != BranchKind::Uncertain)
+            .unwrap_or(rest.len())
+    }
+
+    fn clock(&self, i: usize) -> u64 {
+        (self.ns)(self.t.steps[i].clock) * SCALE
+    }
+
+    /// Takes the thread's next reported branch `r`.
+    pub fn feed(&mut self, r: &Branch) -> Result<()> {
+        let (t, exp, ns) = (self.t, self.exp, self.ns);
+        // perf reports what the simulation expects, one for one (ptsim's tests check it); a
+        // few expected entries perf leaves out (seen at a snapshot's first fault) are skipped.
         // perf's error codes and times are its own; an error matches by kind.
         let matches = |e: &Branch| {
             if e.kind == BranchKind::Error {
@@ -180,83 +290,97 @@ pub fn perf_clock_times(
                 (e.kind, e.from, e.to) == (r.kind, r.from, r.to)
             }
         };
-        while w < want.len() && !matches(want[w]) && skipped < MAX_SKIPPED {
-            w += 1;
-            skipped += 1;
+        while self.w < exp.len() && !matches(&exp[self.w]) && self.skipped < MAX_SKIPPED {
+            self.w = self.wanted(self.w + 1);
+            self.skipped += 1;
         }
-        let Some(e) = want.get(w).filter(|e| matches(e)) else {
+        let Some(e) = exp.get(self.w).filter(|e| matches(e)) else {
             bail!(
                 "thread {}: perf reported {r:?}, not among the next expected branches",
                 t.tid
             );
         };
-        w += 1;
+        self.w = self.wanted(self.w + 1);
         if e.kind == BranchKind::Error {
-            continue;
+            return Ok(());
         }
         // Expected times are true times, so the step is found by time; the search stops
         // once past it (a `tr strt` perf synthesises after an overflow is no step).
-        let mut k = j;
+        let mut k = self.j;
         while let Some(s) = t.steps.get(k) {
             let at = ns(s.clock);
             if at > e.time {
                 break;
             }
             if at == e.time && s.from == e.from && s.to == e.to && reported_kind(s.kind) {
-                anchors.push((k, r.time * SCALE));
-                j = k + 1;
+                self.anchor(k, r.time * SCALE);
+                self.j = k + 1;
                 break;
             }
             k += 1;
         }
+        Ok(())
     }
-    let Some(&(first, t_first)) = anchors.first() else {
-        bail!("thread {}: no reported branch is a step", t.tid);
-    };
-    let clock = |i: usize| ns(t.steps[i].clock) * SCALE;
-    let mut times = vec![0u64; t.steps.len()];
-    // Before the first reported branch (a snapshot's unseen past) and after the last one,
-    // true durations are kept; between two, true clocks are mapped linearly onto perf's.
-    for (i, x) in times.iter_mut().enumerate().take(first + 1) {
-        *x = t_first.saturating_sub(clock(first) - clock(i));
-    }
-    let mut floor = t_first;
-    for w in anchors.windows(2) {
-        let ((ia, ta), (ib, tb)) = (w[0], w[1]);
-        let tb = tb.max(floor);
-        let (ca, cb) = (clock(ia), clock(ib));
-        for (i, x) in times.iter_mut().enumerate().take(ib).skip(ia + 1) {
-            *x = if cb > ca {
-                ta + (tb - ta.min(tb)) * (clock(i) - ca) / (cb - ca)
+
+    /// Times the steps up to the anchor `(ib, tb)`: before the first anchor (a snapshot's
+    /// unseen past) true durations are kept; between two, true clocks are mapped linearly
+    /// onto perf's.
+    fn anchor(&mut self, ib: usize, tb: u64) {
+        let Some((ia, ta)) = self.last else {
+            let c = self.clock(ib);
+            for i in 0..=ib {
+                self.times[i] = tb.saturating_sub(c - self.clock(i));
+            }
+            self.first = Some((ib, tb));
+            self.last = Some((ib, tb));
+            self.floor = tb;
+            return;
+        };
+        let placed = tb.max(self.floor);
+        let (ca, cb) = (self.clock(ia), self.clock(ib));
+        for i in ia + 1..ib {
+            self.times[i] = if cb > ca {
+                ta + (placed - ta.min(placed)) * (self.clock(i) - ca) / (cb - ca)
             } else {
-                tb
+                placed
             };
         }
-        times[ib] = tb;
-        floor = tb;
+        self.times[ib] = placed;
+        self.floor = placed;
+        self.last = Some((ib, tb));
     }
-    let &(last, t_last) = anchors.last().expect("not empty");
-    let t_last = t_last.max(floor);
-    for (i, x) in times.iter_mut().enumerate().skip(last) {
-        *x = t_last + (clock(i) - clock(last));
-    }
-    // Steps sharing a timestamp are spread up to the next one, as true times would be
-    // (same rule as ptsim's perf-clock truth).
-    let mut i = 0;
-    while i < times.len() {
-        let t0 = times[i];
-        let mut k = i;
-        while k < times.len() && times[k] == t0 {
-            k += 1;
+
+    /// The time of every step, from the branches fed.
+    pub fn finish(self) -> Result<Vec<u64>> {
+        let t = self.t;
+        let (Some(_), Some((last, t_last))) = (self.first, self.last) else {
+            bail!("thread {}: no reported branch is a step", t.tid);
+        };
+        // After the last anchor, true durations are kept.
+        let t_last = t_last.max(self.floor);
+        let c = self.clock(last);
+        let mut times = self.times;
+        for (i, x) in times.iter_mut().enumerate().skip(last) {
+            *x = t_last + ((self.ns)(t.steps[i].clock) * SCALE - c);
         }
-        let t1 = times.get(k).copied().unwrap_or(t0 + 1);
-        let m = (k - i) as u64;
-        for (n, x) in times[i..k].iter_mut().enumerate() {
-            *x = t0 + t1.saturating_sub(t0) * n as u64 / m;
+        // Steps sharing a timestamp are spread up to the next one, as true times would be
+        // (same rule as ptsim's perf-clock truth).
+        let mut i = 0;
+        while i < times.len() {
+            let t0 = times[i];
+            let mut k = i;
+            while k < times.len() && times[k] == t0 {
+                k += 1;
+            }
+            let t1 = times.get(k).copied().unwrap_or(t0 + 1);
+            let m = (k - i) as u64;
+            for (n, x) in times[i..k].iter_mut().enumerate() {
+                *x = t0 + t1.saturating_sub(t0) * n as u64 / m;
+            }
+            i = k;
         }
-        i = k;
+        Ok(times)
     }
-    Ok(times)
 }
 
 /// The true stacks of every thread of `sim` on perf's clock (in 1/[`SCALE`] ns), for the recording whose
@@ -287,6 +411,316 @@ pub fn perf_clock_stacks(
     Ok(out)
 }
 
+/// A thread's true stacks on perf's clock with interned stacks ([`StackTimeline`] in a
+/// few bytes per piece).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InternedTimeline {
+    /// Thread id.
+    pub tid: u32,
+    /// Contiguous pieces `(start, end, stack)` of positive length.
+    pub pieces: Vec<(u64, u64, StackId)>,
+}
+
+/// [`perf_clock_stacks`] with stacks interned in `names`, reading perf's branches for
+/// the recording `perf_data` as perf prints them (none is kept: each goes to its
+/// thread's [`Aligner`]).
+pub fn perf_clock_stacks_interned(
+    sim: &Simulation,
+    syms: &Symbols,
+    perf_data: &Path,
+    names: &mut Names,
+) -> Result<Vec<InternedTimeline>> {
+    let ns = |c| sim.ns(c);
+    let dso = |a: u64| sim.dso_at(a);
+    // (trace, its aligner, branches fed)
+    let mut threads: Vec<(&ThreadTrace, Aligner<'_>, usize)> = sim
+        .traces
+        .iter()
+        .filter_map(|t| {
+            let exp = sim.expected.iter().find(|e| e.tid == t.tid)?;
+            Some((t, Aligner::new(t, exp, &ns), 0))
+        })
+        .collect();
+    each_reported(perf_data, |b| {
+        for (t, a, fed) in threads.iter_mut().filter(|x| x.0.tid == b.tid) {
+            *fed += 1;
+            let _ = t;
+            a.feed(&b)?;
+        }
+        Ok(())
+    })?;
+    // Frames of code without symbols are named as the naming step names the trace's
+    // (see [`name_truth`]), once per distinct name for the whole recording.
+    let mut rename = TruthNamer::new(perf_data, sim.recording.pid);
+    let mut builder = StackBuilder::renaming(|name| rename.name(name));
+    let mut out = Vec::with_capacity(threads.len());
+    for (t, a, fed) in threads {
+        if fed == 0 {
+            continue;
+        }
+        let times = a.finish()?;
+        out.push(timeline_interned(
+            t,
+            &times,
+            syms,
+            &dso,
+            names,
+            &mut builder,
+        ));
+    }
+    Ok(out)
+}
+
+/// Runs perf's decoder on `perf_data` as `ptsim::perfscript::decode` does and hands each
+/// branch it reports to `f`, parsing its output line by line instead of holding it (a
+/// 20 M-branch recording prints over a gigabyte).
+pub fn each_reported(perf_data: &Path, mut f: impl FnMut(Branch) -> Result<()>) -> Result<()> {
+    use std::io::{BufRead, Read};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(perf_data)
+        .args(["--ns", "--itrace=be", "-F", "tid,time,flags,ip,addr"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run perf (Debian package linux-perf)")?;
+    // Drained aside: perf would block on a full stderr pipe while we wait on stdout.
+    let stderr = child.stderr.take();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut e) = stderr {
+            let _ = e.read_to_string(&mut text);
+        }
+        text
+    });
+    let mut read = || -> Result<()> {
+        let stdout = child
+            .stdout
+            .take()
+            .context("perf script has no output pipe")?;
+        let mut lines = std::io::BufReader::new(stdout);
+        let mut buf = Vec::new();
+        let mut n = 0usize;
+        loop {
+            buf.clear();
+            if lines
+                .read_until(b'\n', &mut buf)
+                .context("cannot read perf script's output")?
+                == 0
+            {
+                return Ok(());
+            }
+            n += 1;
+            let line = String::from_utf8_lossy(&buf);
+            let parsed = ptsim::perfscript::parse(&line)
+                .with_context(|| format!("perf script output line {n}"))?;
+            for b in parsed {
+                f(b)?;
+            }
+        }
+    };
+    let result = read();
+    if result.is_err() {
+        // Nothing more is read: stop perf rather than let it block on a full pipe.
+        let _ = child.kill();
+    }
+    let status = child.wait().context("cannot wait for perf script")?;
+    let stderr = errors.join().unwrap_or_default();
+    result?;
+    if !status.success() {
+        bail!(
+            "perf script could not decode {} ({status}): {} (is it an Intel PT perf.data \
+             this perf can read? `perf script -i FILE` shows the same)",
+            perf_data.display(),
+            stderr.trim()
+        );
+    }
+    Ok(())
+}
+
+/// `ptsim::stacks::timeline_at` with interned stacks: the same pieces, each step's
+/// stack compared by handle instead of as a vector of names (named by `builder`).
+fn timeline_interned(
+    t: &ThreadTrace,
+    times: &[u64],
+    syms: &Symbols,
+    dso: ptsim::stacks::DsoOf<'_>,
+    names: &mut Names,
+    builder: &mut StackBuilder<'_>,
+) -> InternedTimeline {
+    let mut replay = Replay::new(syms, dso);
+    let mut pieces: Vec<(u64, u64, StackId)> = Vec::new();
+    // Neighbours that end up equal after zero-length pieces are dropped are merged.
+    let mut push = |p: (u64, u64, StackId)| match pieces.last_mut() {
+        Some(m) if m.2 == p.2 && m.1 == p.0 => m.1 = p.1,
+        _ => pieces.push(p),
+    };
+    let mut last: Option<(u64, StackId)> = None;
+    for (i, s) in t.steps.iter().enumerate() {
+        let now = times.get(i).copied().unwrap_or(0);
+        replay.apply(s);
+        let stack = builder.intern(names, replay.names_iter());
+        match last {
+            Some((_, prev)) if prev == stack => {}
+            _ => {
+                if let Some((start, prev)) = last.take() {
+                    if now > start {
+                        push((start, now, prev));
+                    }
+                }
+                last = Some((now, stack));
+            }
+        }
+    }
+    if let (Some((start, stack)), Some(&end)) = (last, times.get(t.steps.len().wrapping_sub(1))) {
+        if end > start {
+            push((start, end, stack));
+        }
+    }
+    InternedTimeline { tid: t.tid, pieces }
+}
+
+/// What the scorer needs from one thread's events: the timestamp windows and the gaps,
+/// collected one event at a time (see [`thread_truths`]).
+#[derive(Default)]
+struct EventWindows {
+    windows: Vec<u64>,
+    order_windows: Vec<u64>,
+    gaps: Vec<(u64, u64)>,
+    last: Option<u64>,
+    open_gap: Option<u64>,
+}
+
+impl EventWindows {
+    fn observe(&mut self, e: &Event) {
+        // A thread's name (perf's COMM and FORK side-band, printed for the task events)
+        // is no trace of its stack: a snapshot's COMM from the exec long before the
+        // buffer would stretch the scored span over time no writer saw.
+        if matches!(
+            e,
+            Event::Ok {
+                data: EventData::Comm { .. } | EventData::Fork { .. },
+                ..
+            }
+        ) {
+            return;
+        }
+        let Some(time) = e.time().map(|t| t * SCALE).or(self.last) else {
+            return;
+        };
+        if let Some(g) = self.open_gap.take() {
+            self.gaps.push((g, time.max(g)));
+        }
+        // Sorted and deduplicated at the end; repeats in a row are dropped now.
+        if self.windows.last() != Some(&time) {
+            self.windows.push(time);
+        }
+        let local = match e {
+            Event::Ok {
+                data:
+                    EventData::Trace {
+                        change: None,
+                        kind: Some(Kind::Jump),
+                        src,
+                        dst,
+                    },
+                ..
+            } => same_symbol(src.symbol, dst.symbol),
+            Event::Ok {
+                data: EventData::Power { .. },
+                ..
+            } => true,
+            _ => false,
+        };
+        if !local && self.order_windows.last() != Some(&time) {
+            self.order_windows.push(time);
+        }
+        if matches!(e, Event::DecodeError { .. }) {
+            self.open_gap = Some(time);
+        }
+        self.last = Some(time);
+    }
+
+    /// The sorted windows, order windows and gaps (`None` without a timed event).
+    fn finish(mut self) -> Option<Windowed> {
+        self.windows.sort_unstable();
+        self.windows.dedup();
+        self.order_windows.sort_unstable();
+        self.order_windows.dedup();
+        (!self.windows.is_empty()).then_some(Windowed {
+            windows: self.windows,
+            order_windows: self.order_windows,
+            gaps: self.gaps,
+        })
+    }
+}
+
+/// One thread's finished [`EventWindows`].
+struct Windowed {
+    windows: Vec<u64>,
+    order_windows: Vec<u64>,
+    gaps: Vec<(u64, u64)>,
+}
+
+/// Every thread's [`EventWindows`], in the order threads first appear.
+#[derive(Default)]
+struct ThreadWindows {
+    threads: Vec<(Thread, EventWindows)>,
+    /// The last thread seen (events come in runs of one thread).
+    at: usize,
+}
+
+impl ThreadWindows {
+    fn observe(&mut self, e: &Event) {
+        let th = e.thread();
+        if self.threads.get(self.at).is_none_or(|t| t.0 != th) {
+            self.at = match self.threads.iter().position(|t| t.0 == th) {
+                Some(i) => i,
+                None => {
+                    self.threads.push((th, EventWindows::default()));
+                    self.threads.len() - 1
+                }
+            };
+        }
+        self.threads[self.at].1.observe(e);
+    }
+
+    /// Per thread with a true timeline: the timeline clipped to the thread's events, with
+    /// their windows (`timeline_of` gives a thread's pieces and how to clip them).
+    fn truths<S, T>(
+        self,
+        mut timeline_of: impl FnMut(Thread, u64, u64) -> Option<Vec<(u64, u64, S)>>,
+        mut make: impl FnMut(Thread, Vec<(u64, u64, S)>, Windowed) -> T,
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        for (th, w) in self.threads {
+            let Some(w) = w.finish() else {
+                continue;
+            };
+            let (lo, hi) = (w.windows[0], w.windows[w.windows.len() - 1]);
+            let Some(timeline) = timeline_of(th, lo, hi) else {
+                continue;
+            };
+            if timeline.is_empty() {
+                continue;
+            }
+            out.push(make(th, timeline, w));
+        }
+        out
+    }
+}
+
+/// The pieces of `pieces` overlapping `[lo, hi]`, clipped to it.
+fn clip<S: Clone>(pieces: &[(u64, u64, S)], lo: u64, hi: u64) -> Vec<(u64, u64, S)> {
+    pieces
+        .iter()
+        .filter(|p| p.1 > lo && p.0 < hi)
+        .map(|p| (p.0.max(lo), p.1.min(hi), p.2.clone()))
+        .collect()
+}
+
 /// The scored truth for a decoded recording: per thread, the perf-clock timeline clipped
 /// to the thread's first..last decoded event, with windows taken from the events.
 ///
@@ -294,90 +728,23 @@ pub fn perf_clock_stacks(
 /// symbol and power events (they change no stack); a gap runs from a decode error to the
 /// thread's next event.
 pub fn thread_truths(timelines: &[StackTimeline], d: &Decoded) -> Vec<ThreadTruth> {
-    let mut threads: Vec<Thread> = Vec::new();
+    let mut w = ThreadWindows::default();
     for e in &d.events {
-        if !threads.contains(&e.thread()) {
-            threads.push(e.thread());
-        }
+        w.observe(e);
     }
-    let mut out = Vec::new();
-    for th in threads {
-        let Some(tl) = timelines.iter().find(|t| Some(t.tid) == th.tid) else {
-            continue;
-        };
-        let (mut windows, mut order_windows, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
-        let mut last: Option<u64> = None;
-        let mut open_gap: Option<u64> = None;
-        // A thread's name (perf's COMM and FORK side-band, printed for the task events)
-        // is no trace of its stack: a snapshot's COMM from the exec long before the
-        // buffer would stretch the scored span over time no writer saw.
-        let traced = |e: &&Event| {
-            !matches!(
-                e,
-                Event::Ok {
-                    data: EventData::Comm { .. } | EventData::Fork { .. },
-                    ..
-                }
-            )
-        };
-        for e in d.events.iter().filter(|e| e.thread() == th).filter(traced) {
-            let Some(time) = e.time().map(|t| t * SCALE).or(last) else {
-                continue;
-            };
-            if let Some(g) = open_gap.take() {
-                gaps.push((g, time.max(g)));
-            }
-            windows.push(time);
-            let local = match e {
-                Event::Ok {
-                    data:
-                        EventData::Trace {
-                            change: None,
-                            kind: Some(Kind::Jump),
-                            src,
-                            dst,
-                        },
-                    ..
-                } => same_symbol(src.symbol, dst.symbol),
-                Event::Ok {
-                    data: EventData::Power { .. },
-                    ..
-                } => true,
-                _ => false,
-            };
-            if !local {
-                order_windows.push(time);
-            }
-            if matches!(e, Event::DecodeError { .. }) {
-                open_gap = Some(time);
-            }
-            last = Some(time);
-        }
-        windows.sort_unstable();
-        windows.dedup();
-        order_windows.sort_unstable();
-        order_windows.dedup();
-        let (Some(&lo), Some(&hi)) = (windows.first(), windows.last()) else {
-            continue;
-        };
-        let timeline: Vec<(u64, u64, Vec<String>)> = tl
-            .pieces
-            .iter()
-            .filter(|p| p.1 > lo && p.0 < hi)
-            .map(|p| (p.0.max(lo), p.1.min(hi), p.2.clone()))
-            .collect();
-        if timeline.is_empty() {
-            continue;
-        }
-        out.push(ThreadTruth {
-            thread: th,
+    w.truths(
+        |th, lo, hi| {
+            let tl = timelines.iter().find(|t| Some(t.tid) == th.tid)?;
+            Some(clip(&tl.pieces, lo, hi))
+        },
+        |thread, timeline, w| ThreadTruth {
+            thread,
             timeline,
-            windows,
-            order_windows,
-            gaps,
-        });
-    }
-    out
+            windows: w.windows,
+            order_windows: w.order_windows,
+            gaps: w.gaps,
+        },
+    )
 }
 
 fn same_symbol(a: Symbol, b: Symbol) -> bool {
@@ -439,33 +806,157 @@ pub struct PathScore {
     pub events: usize,
     /// Decode errors among them.
     pub errors: usize,
+    /// Threads scored (with events and a true timeline).
+    pub threads: usize,
     /// The legacy writer's score.
     pub legacy: Fidelity,
     /// The segments writer's score.
     pub segments: Fidelity,
-    /// Both writers' reconstructions (legacy, segments), to compare paths.
-    pub recon: (Vec<ReconThread>, Vec<ReconThread>),
-    /// The truth scored against (from this path's events).
-    pub truth: Vec<ThreadTruth>,
 }
 
-/// Scores one decoded recording against perf-clock `timelines` with both writers.
-pub fn score_decoded(timelines: &[StackTimeline], d: &Decoded) -> PathScore {
-    let truth = thread_truths(timelines, d);
-    let l = reconstruct_decoded(d, legacy);
-    let s = reconstruct_decoded(d, segments);
-    PathScore {
-        events: d.events.len(),
-        errors: d
-            .events
-            .iter()
-            .filter(|e| matches!(e, Event::DecodeError { .. }))
-            .count(),
-        legacy: unscale(score(&truth, &l)),
-        segments: unscale(score(&truth, &s)),
-        recon: (l, s),
-        truth,
+/// Both writers fed from one event stream. Writers take the first event's time at
+/// construction, so events before the first timed one wait in `pending`.
+struct Writers {
+    pending: Vec<Event>,
+    earliest: u64,
+    both: Option<(LegacyWriter<TimelineSink>, SegmentsWriter<TimelineSink>)>,
+}
+
+impl Writers {
+    fn new() -> Self {
+        Writers {
+            pending: Vec::new(),
+            earliest: 0,
+            both: None,
+        }
     }
+
+    fn start(&mut self, earliest: u64, strings: &StringTable) {
+        let (mut l, mut s) = (
+            legacy(TimelineSink::new(), earliest),
+            segments(TimelineSink::new(), earliest),
+        );
+        for e in self.pending.drain(..) {
+            l.write_event(&e, strings);
+            s.write_event(&e, strings);
+        }
+        self.earliest = earliest;
+        self.both = Some((l, s));
+    }
+
+    fn write(&mut self, e: Event, strings: &StringTable) {
+        if self.both.is_none() {
+            match e.time() {
+                Some(t) => self.start(t, strings),
+                None => return self.pending.push(e),
+            }
+        }
+        if let Some((l, s)) = &mut self.both {
+            l.write_event(&e, strings);
+            s.write_event(&e, strings);
+        }
+    }
+
+    /// Both writers' finished sinks (legacy, segments), and the time their relative
+    /// times count from.
+    fn finish(mut self, strings: &StringTable) -> Option<(TimelineSink, TimelineSink, u64)> {
+        if self.both.is_none() {
+            self.start(0, strings);
+        }
+        let (l, s) = self.both?;
+        Some((l.finish(strings), s.finish(strings), self.earliest))
+    }
+}
+
+/// One writer's stacks scored: the score, a digest of the stacks (to compare paths
+/// without keeping both), and the stacks themselves when asked for.
+struct WriterRun {
+    score: Fidelity,
+    digest: u64,
+    recon: Option<Vec<Recon>>,
+}
+
+/// Replays `sink` (times relative to `earliest`) onto the scorer's clock, scores it
+/// against `truth` and keeps the stacks if `keep`.
+fn score_writer(
+    sink: TimelineSink,
+    earliest: u64,
+    truth: &[Truth],
+    names: &mut Names,
+    keep: bool,
+) -> WriterRun {
+    let mut recon = sink.into_recon(names);
+    for t in &mut recon {
+        t.shift(earliest as i64, SCALE as i64);
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    recon.hash(&mut h);
+    WriterRun {
+        score: unscale(score_interned(truth, &recon, names)),
+        digest: h.finish(),
+        recon: keep.then_some(recon),
+    }
+}
+
+/// What [`score_path`] scored: the figures, digests of both writers' stacks (legacy,
+/// segments), and with `keep` the truth and the stacks.
+struct PathRun {
+    score: PathScore,
+    digests: (u64, u64),
+    truth: Option<Vec<Truth>>,
+    recon: Option<(Vec<Recon>, Vec<Recon>)>,
+}
+
+/// Decodes `data` through `path`, streaming each event to both writers and to the
+/// window collector, and scores both writers against `timelines`, one after the other
+/// (one writer's stacks are dropped before the next is replayed, unless `keep`).
+fn score_path(
+    timelines: &[InternedTimeline],
+    data: &Path,
+    path: DecodePath,
+    names: &mut Names,
+    keep: bool,
+) -> Result<PathRun> {
+    let mut writers = Writers::new();
+    let mut windows = ThreadWindows::default();
+    let (mut events, mut errors) = (0usize, 0usize);
+    let strings = decode_each(data, path, |e, strings| {
+        events += 1;
+        errors += usize::from(matches!(e, Event::DecodeError { .. }));
+        windows.observe(&e);
+        writers.write(e, strings);
+    })?;
+    let truth = windows.truths(
+        |th, lo, hi| {
+            let tl = timelines.iter().find(|t| Some(t.tid) == th.tid)?;
+            Some(clip(&tl.pieces, lo, hi))
+        },
+        |thread, timeline, w| Truth {
+            thread,
+            timeline,
+            windows: w.windows,
+            order_windows: w.order_windows,
+            gaps: w.gaps,
+        },
+    );
+    let (l, s, earliest) = writers
+        .finish(&strings)
+        .context("the writers were never started")?;
+    let s = score_writer(s, earliest, &truth, names, keep);
+    let l = score_writer(l, earliest, &truth, names, keep);
+    let score = PathScore {
+        events,
+        errors,
+        threads: truth.len(),
+        legacy: l.score,
+        segments: s.score,
+    };
+    Ok(PathRun {
+        score,
+        digests: (l.digest, s.digest),
+        truth: keep.then_some(truth),
+        recon: l.recon.zip(s.recon),
+    })
 }
 
 /// Brings a score's durations and phantom times back to nanoseconds.
@@ -478,15 +969,16 @@ fn unscale(mut f: Fidelity) -> Fidelity {
     f
 }
 
-/// True when two reconstructions show the same stacks and slices on every thread.
-pub fn same_recon(a: &[ReconThread], b: &[ReconThread]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.thread == y.thread
-                && x.timeline == y.timeline
-                && x.slices == y.slices
-                && x.unmatched_ends == y.unmatched_ends
-        })
+/// What [`SimProgram::score_detailed`] keeps beyond the figures: the text path's truth
+/// and stacks, to look at mismatches ([`crate::score::mismatches_interned`]).
+#[derive(Clone, Debug)]
+pub struct Detail {
+    /// The handles of `truth` and `recon`.
+    pub names: Names,
+    /// The truth the text path was scored against.
+    pub truth: Vec<Truth>,
+    /// The text path's stacks (legacy, segments).
+    pub recon: (Vec<Recon>, Vec<Recon>),
 }
 
 /// One simulated recording scored through both decode paths.
@@ -500,13 +992,17 @@ pub struct SimScore {
     pub text: PathScore,
     /// Through the dlfilter.
     pub dlfilter: PathScore,
+    /// Both paths rebuilt the same stacks and slices with both writers (compared by a
+    /// 64-bit digest of each writer's stacks: neither path's stacks are kept).
+    pub identical: bool,
+    /// With [`SimProgram::score_detailed`]: the text path's truth and stacks.
+    pub detail: Option<Detail>,
 }
 
 impl SimScore {
     /// The two paths rebuilt identical stacks with both writers (and so score the same).
     pub fn paths_identical(&self) -> bool {
-        same_recon(&self.text.recon.0, &self.dlfilter.recon.0)
-            && same_recon(&self.text.recon.1, &self.dlfilter.recon.1)
+        self.identical
     }
 }
 
@@ -549,16 +1045,59 @@ impl SimProgram {
 
     /// Simulates the variant `cfg` into `dir/variant/perf.data`, builds its perf-clock
     /// truth, decodes it through both paths and scores both writers.
+    ///
+    /// Stacks are interned and events streamed: besides the truth (a handle per stack
+    /// change), one writer's stacks are held at a time, never the events nor names.
     pub fn score(&self, variant: &str, cfg: &SimConfig) -> Result<SimScore> {
-        let (timelines, data) = self.simulate(variant, cfg)?;
-        let text = score_decoded(&timelines, &decode(&data, DecodePath::Text)?);
-        let dlfilter = score_decoded(&timelines, &decode(&data, DecodePath::Dlfilter)?);
+        self.score_with(variant, cfg, false)
+    }
+
+    /// [`SimProgram::score`], keeping the text path's truth and stacks
+    /// ([`SimScore::detail`]) to look at where a writer goes wrong.
+    pub fn score_detailed(&self, variant: &str, cfg: &SimConfig) -> Result<SimScore> {
+        self.score_with(variant, cfg, true)
+    }
+
+    fn score_with(&self, variant: &str, cfg: &SimConfig, keep: bool) -> Result<SimScore> {
+        let mut names = Names::new();
+        let (timelines, data) = self.simulate_interned(variant, cfg, &mut names)?;
+        let text = score_path(&timelines, &data, DecodePath::Text, &mut names, keep)?;
+        let dlfilter = score_path(&timelines, &data, DecodePath::Dlfilter, &mut names, false)?;
+        drop(timelines);
+        let detail = match (text.truth, text.recon) {
+            (Some(truth), Some(recon)) => Some(Detail {
+                names,
+                truth,
+                recon,
+            }),
+            _ => None,
+        };
         Ok(SimScore {
             program: self.name.clone(),
             variant: variant.to_string(),
-            text,
-            dlfilter,
+            identical: text.digests == dlfilter.digests,
+            text: text.score,
+            dlfilter: dlfilter.score,
+            detail,
         })
+    }
+
+    /// [`SimProgram::simulate`] with the true stacks interned in `names`; the simulation
+    /// and perf's branches are dropped before it returns.
+    pub fn simulate_interned(
+        &self,
+        variant: &str,
+        cfg: &SimConfig,
+        names: &mut Names,
+    ) -> Result<(Vec<InternedTimeline>, PathBuf)> {
+        let sub = self.dir.join(variant);
+        std::fs::create_dir_all(&sub)?;
+        let sim = ptsim::simulate(&self.log, &self.comm, cfg);
+        let data = sub.join("perf.data");
+        ptsim::write_outputs(&sim, &data, false)?;
+        let timelines = perf_clock_stacks_interned(&sim, &self.syms, &data, names)
+            .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
+        Ok((timelines, data))
     }
 
     /// Simulates the variant `cfg` into `dir/variant/perf.data` and returns the true
@@ -615,4 +1154,29 @@ pub fn variants(snapshot: usize, main_steps: usize) -> Vec<(&'static str, SimCon
         ("faults", with_faults),
         ("snapshot+faults", snap_faults),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_failing_on_a_bad_file_is_an_error_that_says_why() {
+        if !ptsim::testing::tools_available(&["perf"]) {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let bad = dir.path().join("perf.data");
+        std::fs::write(&bad, b"not a perf.data file").expect("write");
+        let mut seen = 0;
+        let err = each_reported(&bad, |_| {
+            seen += 1;
+            Ok(())
+        })
+        .expect_err("garbage is not a recording");
+        assert_eq!(seen, 0);
+        let msg = format!("{err:#}");
+        eprintln!("{msg}");
+        assert!(msg.contains("perf script could not decode"), "{msg}");
+    }
 }

@@ -41,19 +41,20 @@ fn whole_pipeline_matches_simulated_truth() {
     let dir = tmp.path().to_owned();
     let mut failures = Vec::new();
     for (name, file, src, cc) in PROGRAMS {
-        // The C++ program's unwinder makes ~200k events: minutes unoptimised, seconds
-        // with `--release` (where it runs).
-        if cfg!(debug_assertions) && name == "exceptions" {
-            eprintln!("skipping {name} in a debug build: run with --release to include it");
-            continue;
-        }
         let pdir = dir.join(name);
         std::fs::create_dir_all(&pdir).unwrap();
         let exe = compile(&pdir, name, file, src, cc).unwrap();
         let prog = SimProgram::record(name, &pdir, &[&exe]).unwrap();
         for (variant, cfg) in variants(8192, prog.main_steps) {
             let t0 = std::time::Instant::now();
-            let s = match prog.score(variant, &cfg) {
+            // SIM_DEBUG keeps the text path's truth and stacks to print mismatches.
+            let debug = std::env::var_os("SIM_DEBUG").is_some();
+            let s = if debug {
+                prog.score_detailed(variant, &cfg)
+            } else {
+                prog.score(variant, &cfg)
+            };
+            let s = match s {
                 Ok(s) => s,
                 Err(e) => {
                     failures.push(format!("{name} {variant}: {e:#}"));
@@ -62,22 +63,24 @@ fn whole_pipeline_matches_simulated_truth() {
             };
             report(&s);
             eprintln!("  ({:.1} s)", t0.elapsed().as_secs_f64());
-            if std::env::var_os("SIM_DEBUG").is_some() {
+            if let Some(d) = s.detail.as_ref() {
                 for p in s.text.segments.phantoms.iter().take(5) {
                     eprintln!("  seg phantom {p:?}");
                 }
-                for t in &s.text.truth {
+                for t in &d.truth {
+                    let first = t.timeline.first().map(|p| (p.0, p.1, d.names.names(p.2)));
                     eprintln!(
-                        "  truth {:?} {}..{} pieces {} first {:?}",
+                        "  truth {:?} {}..{} pieces {} first {first:?}",
                         t.thread,
                         t.start(),
                         t.end(),
                         t.timeline.len(),
-                        t.timeline.first()
                     );
-                    if let Some(r) = s.text.recon.1.iter().find(|r| r.thread == t.thread) {
-                        eprintln!("  recon first {:?}", r.timeline.first());
-                        for m in ptscope_groundtruth::score::mismatches(t, r, 6) {
+                    if let Some(r) = d.recon.1.iter().find(|r| r.thread == t.thread) {
+                        let first = r.timeline.first().map(|p| (p.0, p.1, d.names.names(p.2)));
+                        eprintln!("  recon first {first:?}");
+                        for m in ptscope_groundtruth::score::mismatches_interned(t, r, &d.names, 6)
+                        {
                             eprintln!(
                                 "  mismatch {}..{} truth {:?}\n      recon {:?}",
                                 m.start, m.end, m.truth, m.recon
