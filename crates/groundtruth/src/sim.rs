@@ -1020,6 +1020,10 @@ pub struct SimProgram {
     pub comm: String,
     /// Steps of the main thread (to place faults).
     pub main_steps: usize,
+    /// The main thread's step that enters `main` (0 if none does): faults placed after
+    /// it land in the program's own work at the same place whatever the start-up's
+    /// length (the loader's work grows with the environment's size).
+    pub main_entry_step: usize,
 }
 
 impl SimProgram {
@@ -1033,6 +1037,16 @@ impl SimProgram {
         // A full fault-free recording names every function that ever ran, including
         // frames entered before a snapshot starts.
         let syms = Symbols::from_perf(&dir.join("perf.data"))?;
+        let main_entry_step = out
+            .sim
+            .traces
+            .first()
+            .and_then(|t| {
+                t.steps
+                    .iter()
+                    .position(|s| syms.function(s.to) == Some(("main", s.to)))
+            })
+            .unwrap_or(0);
         Ok(SimProgram {
             name: name.to_string(),
             dir: dir.to_path_buf(),
@@ -1040,6 +1054,7 @@ impl SimProgram {
             syms,
             comm: out.sim.recording.comm.clone(),
             main_steps: out.sim.traces.first().map_or(0, |t| t.steps.len()),
+            main_entry_step,
         })
     }
 

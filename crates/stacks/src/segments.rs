@@ -136,6 +136,14 @@ const THREAD_ROOTS: &[&str] = &[
     "clone",
     "clone3",
 ];
+/// glibc's process start-up, whose callers are fixed by the ABI: the program's `_start`
+/// calls `__libc_start_main`, which calls `__libc_start_call_main`, which calls `main`.
+/// Names are compared without their symbol version (`@@GLIBC_2.34`).
+const LIBC_START_MAIN: &[&str] = &["__libc_start_main", "__libc_start_main_impl"];
+/// The label in ld.so's `_start` where `_dl_start` returns: the same frame as `_start`.
+const LOADER_START_LABEL: &str = "_dl_start_user";
+/// Called by `__libc_start_main` alone (glibc 2.34 and later).
+const LIBC_START_CALL_MAIN: &str = "__libc_start_call_main";
 /// Where a parked goroutine's stack switches to the scheduler.
 const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
 /// How many later segments are searched for evidence of what survived a gap.
@@ -670,6 +678,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             flush_off_cpu_at_end(&mut ts, &mut self.locs, strings, &self.config);
             close_segment(&mut ts);
             if self.config.stitch {
+                add_process_entry(&mut ts, &mut self.locs, strings);
                 extend_roots_backwards(&mut ts, &self.locs);
             }
             write_thread(
@@ -732,6 +741,53 @@ fn close_segment<T>(ts: &mut ThreadState<T>) {
         seg.end = n;
         seg.end_time = seg.end_time.max(last_time);
         seg.sentinel = sentinel;
+    }
+}
+
+/// A symbol's name without its version (`__libc_start_main@@GLIBC_2.34`).
+fn unversioned(name: &str) -> &str {
+    name.split('@').next().unwrap_or(name)
+}
+
+/// The name of `symbol` if perf named it, without its version.
+fn plain_name(strings: &StringTable, symbol: Symbol) -> Option<&str> {
+    match symbol {
+        Symbol::FromPerf(n) => Some(unversioned(strings.get(n))),
+        _ => None,
+    }
+}
+
+/// A segment whose outermost frame is `__libc_start_main` lost its caller to a gap or
+/// the start of a snapshot, but the ABI names it: the program's `_start`, put below it
+/// as an inferred frame. Without it, a decode error across the loader's jump to the
+/// program left the rest of the run rooted one level short, and carried the loader's
+/// open frames under it.
+fn add_process_entry<T>(ts: &mut ThreadState<T>, locs: &mut Locations, strings: &StringTable) {
+    let Some(start) = strings.lookup("_start") else {
+        return;
+    };
+    let mut start_loc = None;
+    for f in 0..ts.frames.len() {
+        let Frame { loc, parent, flags } = ts.frames[f];
+        if flags & SENTINEL != 0 || parent == NONE {
+            continue;
+        }
+        if ts.frames[parent as usize].flags & SENTINEL == 0 {
+            continue;
+        }
+        let name = plain_name(strings, locs.list[loc as usize].symbol);
+        if !name.is_some_and(|n| LIBC_START_MAIN.contains(&n)) {
+            continue;
+        }
+        let l = *start_loc
+            .get_or_insert_with(|| locs.intern(&Location::new(0, Symbol::FromPerf(start), 0)));
+        let entry = ts.frames.len() as u32;
+        ts.frames.push(Frame {
+            loc: l,
+            parent,
+            flags: INFERRED_START,
+        });
+        ts.frames[f].parent = entry;
     }
 }
 
@@ -1615,6 +1671,7 @@ struct Stitch {
 fn find_stitch<T>(
     ts: &ThreadState<T>,
     locs: &Locations,
+    strings: &StringTable,
     open: &[Open],
     after: &[u32],
 ) -> Option<Stitch> {
@@ -1631,15 +1688,25 @@ fn find_stitch<T>(
     // it returned from: it lines up by what it called, in the same object.
     let label = ts.frames[first as usize].flags & RETURN_LABEL != 0;
     let dso = |f: u32| locs.list[ts.frames[f as usize].loc as usize].dso;
+    let name = |f: u32| plain_name(strings, sym(f));
+    let is_root = |f: u32| name(f).is_some_and(|n| THREAD_ROOTS.contains(&n));
     let mut best: Option<(usize, usize, usize)> = None; // (cost, run, i)
     for i in 0..open.len() {
+        // A label root continues the open frame that called what returned to it. That
+        // frame may have called others since: ld.so's `_start` is `_dl_start_user` once
+        // `_dl_start` returned, then calls `_dl_init`; it lines up with the thread's root
+        // in the same object.
         let head = sym(open[i].frame) == b0
             || (label
                 && dso(open[i].frame) == dso(first)
                 && after
                     .get(1)
                     .zip(open.get(i + 1))
-                    .is_some_and(|(&a, o)| sym(o.frame) == sym(a)));
+                    .is_some_and(|(&a, o)| sym(o.frame) == sym(a)))
+            || ((label || name(first) == Some(LOADER_START_LABEL))
+                && i == 0
+                && is_root(open[0].frame)
+                && dso(open[0].frame) == dso(first));
         if !head {
             continue;
         }
@@ -1673,6 +1740,23 @@ fn find_stitch<T>(
         // at its root, it knows other callers than the open stack: carrying the open
         // frames under it would stack two versions of the same calls.
         None => {
+            // Nothing is below a thread's first function.
+            if is_root(first) {
+                return None;
+            }
+            // Called by `__libc_start_main` alone: the gap returned to it, then called.
+            if name(first) == Some(LIBC_START_CALL_MAIN) {
+                let caller = open
+                    .iter()
+                    .rposition(|o| name(o.frame).is_some_and(|n| LIBC_START_MAIN.contains(&n)));
+                if let Some(i) = caller {
+                    return Some(Stitch {
+                        base: i + 1,
+                        matched: 0,
+                        unverified: false,
+                    });
+                }
+            }
             let shared = after
                 .iter()
                 .any(|&f| open.iter().any(|o| sym(o.frame) == sym(f)));
@@ -1821,7 +1905,7 @@ fn write_thread<S: TraceSink>(
                 Join::Landed { skip } => &open[..open.len().saturating_sub(skip as usize)],
                 _ => &open[..],
             };
-            let found = find_stitch(ts, locs, candidates, &path).filter(|st| {
+            let found = find_stitch(ts, locs, strings, candidates, &path).filter(|st| {
                 // After a goroutine switch, a lone `runtime.gopark` proves nothing:
                 // every goroutine resumes there. A caller must line up too.
                 seg.join == Join::Any
@@ -1904,7 +1988,7 @@ fn write_thread<S: TraceSink>(
                     break;
                 }
                 frame_path(ts, ts.entries[later.first].leaf, &mut later_path);
-                if let Some(found) = find_stitch(ts, locs, &open, &later_path) {
+                if let Some(found) = find_stitch(ts, locs, strings, &open, &later_path) {
                     if !found.unverified {
                         st.base = found.base + 1;
                         break;

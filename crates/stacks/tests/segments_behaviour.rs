@@ -861,3 +861,136 @@ fn an_exec_ends_the_old_program_and_starts_the_new_one_as_root() {
         assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
     }
 }
+
+/// The loader's start-up up to a decode error: ld.so's `_start` (named `_dl_start_user`
+/// once `_dl_start` returned) runs the initialisers.
+fn loader_until_a_gap(b: &mut Build) {
+    b.k(0, Kind::Call, (0x1003, "_start"), (0x1100, "_dl_start"));
+    b.k_to(
+        10,
+        Kind::Return,
+        (0x1110, "_dl_start"),
+        (0x1008, "_dl_start_user", 0),
+    );
+    b.k(
+        20,
+        Kind::Call,
+        (0x1010, "_dl_start_user"),
+        (0x1200, "_dl_init"),
+    );
+    b.k(30, Kind::Call, (0x1210, "_dl_init"), (0x1300, "call_init"));
+}
+
+/// A decode error across the loader's jump to the program: the initialisers returned,
+/// ld.so jumped to the program's `_start`, which called `__libc_start_main`, all in the
+/// gap. `__libc_start_main`'s caller is the program's `_start` (the ABI says so), not the
+/// loader's initialiser that was running: the rest of the run was rooted under
+/// `call_init` before.
+#[test]
+fn a_gap_across_the_jump_to_the_program_keeps_libc_start_main_under_start() {
+    let mut b = Build::new();
+    loader_until_a_gap(&mut b);
+    b.lost(40, (0x2210, "__cxa_atexit"));
+    b.k(
+        50,
+        Kind::Return,
+        (0x2220, "__cxa_atexit"),
+        (0x2010, "__libc_start_main"),
+    );
+    b.k(
+        60,
+        Kind::Call,
+        (0x2020, "__libc_start_main"),
+        (0x2100, "__libc_start_call_main"),
+    );
+    b.k(
+        70,
+        Kind::Call,
+        (0x2110, "__libc_start_call_main"),
+        (0x3000, "main"),
+    );
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (40, 70, 0, "_start"),
+        (40, 70, 1, "__libc_start_main"),
+        (60, 70, 2, "__libc_start_call_main"),
+        (70, 70, 3, "main"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert!(
+        !s.done.iter().any(|d| d.3 == "call_init" && d.1 > 40),
+        "the loader's frames carried past the gap: {:?}",
+        s.done
+    );
+}
+
+/// A decode error while `__libc_start_main` resolves a symbol lazily: after it, the
+/// trace is in `__libc_start_call_main`, whose only caller is `__libc_start_main`. The
+/// resolver's frames ended in the gap; before, they were kept under the new frames.
+#[test]
+fn a_gap_in_libc_start_main_puts_libc_start_call_main_on_it() {
+    let mut b = Build::new();
+    b.k(
+        0,
+        Kind::Call,
+        (0x1003, "_start"),
+        (0x2000, "__libc_start_main"),
+    );
+    b.k(
+        10,
+        Kind::Call,
+        (0x2010, "__libc_start_main"),
+        (0x4000, "_dl_runtime_resolve_xsave"),
+    );
+    b.k(
+        20,
+        Kind::Call,
+        (0x4010, "_dl_runtime_resolve_xsave"),
+        (0x4100, "_dl_fixup"),
+    );
+    b.lost(30, (0x2110, "__libc_start_call_main"));
+    b.k(
+        40,
+        Kind::Call,
+        (0x2120, "__libc_start_call_main"),
+        (0x3000, "main"),
+    );
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 40, 0, "_start"),
+        (0, 40, 1, "__libc_start_main"),
+        (30, 40, 2, "__libc_start_call_main"),
+        (40, 40, 3, "main"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+}
+
+/// A decode error while ld.so maps the program: tracing resumes in `_dl_start_user` (the
+/// rest of ld.so's `_start`), which calls `_dl_init`. That is the loader's root frame
+/// continuing, not a call made on top of `dl_main`.
+#[test]
+fn a_gap_back_into_the_loaders_start_lines_up_with_its_root() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x1003, "_start"), (0x1100, "_dl_start"));
+    b.k(10, Kind::Call, (0x1110, "_dl_start"), (0x1400, "dl_main"));
+    b.lost(20, (0x1010, "_dl_start_user"));
+    b.k(
+        30,
+        Kind::Call,
+        (0x1015, "_dl_start_user"),
+        (0x1200, "_dl_init"),
+    );
+    let s = b.run(SegmentsConfig::default(), None);
+    assert!(
+        has(&s, (30, 30, 1, "_dl_init")),
+        "_dl_init not on the loader's root: {:?}",
+        s.done
+    );
+    assert!(
+        !s.done.iter().any(|d| d.3 == "dl_main" && d.1 > 20),
+        "dl_main carried past the gap: {:?}",
+        s.done
+    );
+}
