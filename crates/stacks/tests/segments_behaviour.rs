@@ -889,14 +889,46 @@ fn a_jump_into_cold_code_an_ancestor_runs_is_not_an_unwind() {
     let mut b = Build::new();
     b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
     b.k(10, Kind::Call, (0x210, "main"), (0x300, IMPORT));
-    jump_in(&mut b, 15, "python3.11", (0x310, IMPORT), (0x4c8b, COLD, 0x4b6));
-    b.k(20, Kind::Call, (0x4d00, COLD), (0x600, "import_find_and_load"));
-    b.k(30, Kind::Call, (0x610, "import_find_and_load"), (0x300, IMPORT));
-    jump_in(&mut b, 35, "python3.11", (0x310, IMPORT), (0x4c8b, COLD, 0x4b6));
+    jump_in(
+        &mut b,
+        15,
+        "python3.11",
+        (0x310, IMPORT),
+        (0x4c8b, COLD, 0x4b6),
+    );
+    b.k(
+        20,
+        Kind::Call,
+        (0x4d00, COLD),
+        (0x600, "import_find_and_load"),
+    );
+    b.k(
+        30,
+        Kind::Call,
+        (0x610, "import_find_and_load"),
+        (0x300, IMPORT),
+    );
+    jump_in(
+        &mut b,
+        35,
+        "python3.11",
+        (0x310, IMPORT),
+        (0x4c8b, COLD, 0x4b6),
+    );
     b.k(40, Kind::Call, (0x4d00, COLD), (0x700, "getattr"));
     b.k(45, Kind::Return, (0x710, "getattr"), (0x4d05, COLD));
-    b.k(50, Kind::Return, (0x4d10, COLD), (0x615, "import_find_and_load"));
-    b.k(60, Kind::Return, (0x620, "import_find_and_load"), (0x4d05, COLD));
+    b.k(
+        50,
+        Kind::Return,
+        (0x4d10, COLD),
+        (0x615, "import_find_and_load"),
+    );
+    b.k(
+        60,
+        Kind::Return,
+        (0x620, "import_find_and_load"),
+        (0x4d05, COLD),
+    );
     b.k(70, Kind::Return, (0x4d10, COLD), (0x215, "main"));
     b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
     let s = b.run(SegmentsConfig::default(), None);
@@ -925,8 +957,20 @@ fn a_jump_back_from_cold_code_into_an_ancestors_function_is_not_an_unwind() {
     b.k(10, Kind::Call, (0x210, "main"), (0x300, HOT));
     b.k(20, Kind::Call, (0x320, HOT), (0x600, "load"));
     b.k(30, Kind::Call, (0x610, "load"), (0x300, HOT));
-    jump_in(&mut b, 35, "python3.11", (0x310, HOT), (0x4c8b, COLD, 0x4b6));
-    jump_in(&mut b, 40, "python3.11", (0x4c90, COLD), (0x40e, HOT, 0x10e));
+    jump_in(
+        &mut b,
+        35,
+        "python3.11",
+        (0x310, HOT),
+        (0x4c8b, COLD, 0x4b6),
+    );
+    jump_in(
+        &mut b,
+        40,
+        "python3.11",
+        (0x4c90, COLD),
+        (0x40e, HOT, 0x10e),
+    );
     b.k(50, Kind::Return, (0x420, HOT), (0x615, "load"));
     b.k(60, Kind::Return, (0x620, "load"), (0x325, HOT));
     b.k(70, Kind::Return, (0x330, HOT), (0x215, "main"));
@@ -985,9 +1029,19 @@ fn longjmp_unwinds_to_the_frame_that_called_setjmp() {
 #[test]
 fn an_unnamed_jump_across_objects_into_an_ancestor_unwinds() {
     let mut b = Build::new();
-    b.k(0, Kind::Return, (0xb10, "libc.so.6+0x3be90"), (0x815, "prog+0x800"));
+    b.k(
+        0,
+        Kind::Return,
+        (0xb10, "libc.so.6+0x3be90"),
+        (0x815, "prog+0x800"),
+    );
     b.k(10, Kind::Call, (0x820, "prog+0x800"), (0x300, "prog+0x300"));
-    b.k(20, Kind::Call, (0x310, "prog+0x300"), (0xb00, "libc.so.6+0x3be30"));
+    b.k(
+        20,
+        Kind::Call,
+        (0x310, "prog+0x300"),
+        (0xb00, "libc.so.6+0x3be30"),
+    );
     let dso = b.s.intern("libc.so.6");
     let prog = b.s.intern("prog");
     b.k_to(
