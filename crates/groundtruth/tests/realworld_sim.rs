@@ -379,24 +379,18 @@ fn python3_script() {
         root: 0.0,
         below_legacy: None,
     };
-    // The whole run: legacy 97.7 % exact, segments 0.00 % exact and root, 26.6 % suffix
-    // (1.63 M events). Not the harness: python3.11's `.cold` code has no symbol, so the
-    // naming step names it after its FDE (`python3.11+0x4517d5`). During a nested
-    // import, `PyImport_ImportModuleLevelObject` jumps into its cold code while an outer
-    // import's frame is still in that cold code; segments takes a jump into an ancestor's
-    // function as an unwind (`longjmp`, a landing pad), drops the frames between, and the
-    // returns that follow go past `_start`: six wrong outer frames are learnt for the
-    // whole run (FIDELITY.md). Held as measured.
-    let cold = Floor {
-        exact: 0.0,
-        suffix: 0.2,
-        root: 0.0,
-        below_legacy: Some("a jump into per-FDE-named cold code taken as an unwind"),
-    };
+    // The whole run (1.64 M events): segments 100.00 % exact, suffix and root, legacy
+    // 97.6 %. python3.11's `.cold` code has no symbol, so the naming step names it after
+    // its FDE (`python3.11+0x4517d5`); during a nested import,
+    // `PyImport_ImportModuleLevelObject` jumps into its cold code while an outer import's
+    // frame is still in it. Segments took that for an unwind (0.00 % exact, 26.6 % suffix:
+    // six wrong outer frames learnt for the rest of the run) until only code made for
+    // non-local exits (`longjmp`, the unwinders) counted as unwinding.
+    let full = FULL;
     let scores = check_variants(
         &prog,
         &[
-            ("full", SimConfig::default(), cold),
+            ("full", SimConfig::default(), full),
             ("snapshot", snapshot(SNAPSHOT), snap),
             (
                 "snapshot+faults",

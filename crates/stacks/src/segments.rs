@@ -1101,10 +1101,16 @@ impl<T> Cx<'_, T> {
         if self.landing_pad(src, dst) {
             return;
         }
-        // A jump into the middle of an ancestor is an exception unwinding (OCaml
-        // raises jump to the handler); a jump to a function's start is a tail call.
+        // A jump into the middle of an ancestor is a non-local exit (`longjmp`, an
+        // unwinder, Go's `gogo`) when it comes from code that makes them; from ordinary
+        // code it goes on in the same function (a `.cold` part GCC split off, named on
+        // its own, which an outer call of that function may be running too). A jump to
+        // a function's start is a tail call.
         if dst.offset != 0 {
-            if let Some(f) = self.find(dst.symbol) {
+            let found = self
+                .find(dst.symbol)
+                .filter(|_| self.may_exit_non_locally(src, dst));
+            if let Some(f) = found {
                 self.ts.leaf = f;
                 self.record(Flow::Return);
                 return;

@@ -994,3 +994,216 @@ fn a_gap_back_into_the_loaders_start_lines_up_with_its_root() {
         s.done
     );
 }
+
+/// A jump in `dso` from `src` to `dst` at byte `offset` of its symbol.
+fn jump_in(b: &mut Build, t: u64, dso: &str, src: (u64, &str), dst: (u64, &str, u64)) {
+    let dso = b.s.intern(dso);
+    b.k_to(t, Kind::Jump, src, dst);
+    if let Some(Event::Ok {
+        data: EventData::Trace { src, dst, .. },
+        ..
+    }) = b.events.last_mut()
+    {
+        src.dso = Some(dso);
+        dst.dso = Some(dso);
+    }
+}
+
+/// Debian's stripped python3.11: GCC split `PyImport_ImportModuleLevelObject` into a hot
+/// part (exported, named) and a `.cold` part with an FDE of its own, named after it. An
+/// outer import runs in the cold part when a nested import jumps into it again: the jump
+/// goes on within the inner call, it unwinds nothing. Taken as an unwind (the target's
+/// function is an ancestor's), the frames between were dropped and the returns after it
+/// went past the root.
+#[test]
+fn a_jump_into_cold_code_an_ancestor_runs_is_not_an_unwind() {
+    const IMPORT: &str = "PyImport_ImportModuleLevelObject";
+    const COLD: &str = "python3.11+0x4517d5";
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, IMPORT));
+    jump_in(
+        &mut b,
+        15,
+        "python3.11",
+        (0x310, IMPORT),
+        (0x4c8b, COLD, 0x4b6),
+    );
+    b.k(
+        20,
+        Kind::Call,
+        (0x4d00, COLD),
+        (0x600, "import_find_and_load"),
+    );
+    b.k(
+        30,
+        Kind::Call,
+        (0x610, "import_find_and_load"),
+        (0x300, IMPORT),
+    );
+    jump_in(
+        &mut b,
+        35,
+        "python3.11",
+        (0x310, IMPORT),
+        (0x4c8b, COLD, 0x4b6),
+    );
+    b.k(40, Kind::Call, (0x4d00, COLD), (0x700, "getattr"));
+    b.k(45, Kind::Return, (0x710, "getattr"), (0x4d05, COLD));
+    b.k(
+        50,
+        Kind::Return,
+        (0x4d10, COLD),
+        (0x615, "import_find_and_load"),
+    );
+    b.k(
+        60,
+        Kind::Return,
+        (0x620, "import_find_and_load"),
+        (0x4d05, COLD),
+    );
+    b.k(70, Kind::Return, (0x4d10, COLD), (0x215, "main"));
+    b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 80, 1, "main"),
+        (10, 15, 2, IMPORT),
+        (15, 70, 2, COLD),
+        (20, 60, 3, "import_find_and_load"),
+        (30, 35, 4, IMPORT),
+        (35, 50, 4, COLD),
+        (40, 45, 5, "getattr"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(s.done.len(), 8, "{:?}", s.done);
+}
+
+/// The other way round, in a static function (both parts named after their FDEs): the
+/// inner call's cold part jumps back into the hot part while an outer call runs there.
+#[test]
+fn a_jump_back_from_cold_code_into_an_ancestors_function_is_not_an_unwind() {
+    const HOT: &str = "python3.11+0x581350";
+    const COLD: &str = "python3.11+0x4517d5";
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, HOT));
+    b.k(20, Kind::Call, (0x320, HOT), (0x600, "load"));
+    b.k(30, Kind::Call, (0x610, "load"), (0x300, HOT));
+    jump_in(
+        &mut b,
+        35,
+        "python3.11",
+        (0x310, HOT),
+        (0x4c8b, COLD, 0x4b6),
+    );
+    jump_in(
+        &mut b,
+        40,
+        "python3.11",
+        (0x4c90, COLD),
+        (0x40e, HOT, 0x10e),
+    );
+    b.k(50, Kind::Return, (0x420, HOT), (0x615, "load"));
+    b.k(60, Kind::Return, (0x620, "load"), (0x325, HOT));
+    b.k(70, Kind::Return, (0x330, HOT), (0x215, "main"));
+    b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 80, 1, "main"),
+        (10, 70, 2, HOT),
+        (20, 60, 3, "load"),
+        (30, 35, 4, HOT),
+        (35, 40, 4, COLD),
+        (40, 50, 4, HOT),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(s.done.len(), 7, "{:?}", s.done);
+}
+
+/// `longjmp` back into `main` unwinds the frames between, whether glibc's `__longjmp` is
+/// named (libc6-dbg) or only known by its FDE in the stripped libc, and whatever
+/// `__longjmp` is named, since its caller is `longjmp`.
+#[test]
+fn longjmp_unwinds_to_the_frame_that_called_setjmp() {
+    for (jumper, dso) in [
+        ("__longjmp", "libc.so.6"),
+        ("libc.so.6+0x3be30", "libc.so.6"),
+        ("libc.so.6+0x3be30", "prog"),
+    ] {
+        let mut b = Build::new();
+        b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+        b.k(10, Kind::Call, (0x210, "main"), (0x900, "_setjmp"));
+        b.k(12, Kind::Return, (0x910, "_setjmp"), (0x215, "main"));
+        b.k(20, Kind::Call, (0x220, "main"), (0x300, "work"));
+        b.k(25, Kind::Call, (0x310, "work"), (0x400, "deeper"));
+        b.k(30, Kind::Call, (0x410, "deeper"), (0xa00, "longjmp"));
+        b.k(35, Kind::Call, (0xa10, "longjmp"), (0xb00, jumper));
+        jump_in(&mut b, 40, dso, (0xb20, jumper), (0x216, "main", 0x16));
+        b.k(50, Kind::Return, (0x230, "main"), (0x108, "_start"));
+        let s = b.run(SegmentsConfig::default(), None);
+        for slice in [
+            (0, 50, 1, "main"),
+            (20, 40, 2, "work"),
+            (25, 40, 3, "deeper"),
+            (30, 40, 4, "longjmp"),
+            (35, 40, 5, jumper),
+        ] {
+            assert!(has(&s, slice), "{jumper}: no {slice:?} in {:?}", s.done);
+        }
+        assert_eq!(s.done.len(), 7, "{jumper}: {:?}", s.done);
+    }
+}
+
+/// A stripped program's own unnamed code jumping into a stripped library's code an
+/// ancestor runs: only a non-local exit crosses objects like that (here a snapshot began
+/// inside the libc's unnamed `__longjmp`, so its caller is unknown).
+#[test]
+fn an_unnamed_jump_across_objects_into_an_ancestor_unwinds() {
+    let mut b = Build::new();
+    b.k(
+        0,
+        Kind::Return,
+        (0xb10, "libc.so.6+0x3be90"),
+        (0x815, "prog+0x800"),
+    );
+    b.k(10, Kind::Call, (0x820, "prog+0x800"), (0x300, "prog+0x300"));
+    b.k(
+        20,
+        Kind::Call,
+        (0x310, "prog+0x300"),
+        (0xb00, "libc.so.6+0x3be30"),
+    );
+    let dso = b.s.intern("libc.so.6");
+    let prog = b.s.intern("prog");
+    b.k_to(
+        30,
+        Kind::Jump,
+        (0xb20, "libc.so.6+0x3be30"),
+        (0x830, "prog+0x800", 0x30),
+    );
+    if let Some(Event::Ok {
+        data: EventData::Trace { src, dst, .. },
+        ..
+    }) = b.events.last_mut()
+    {
+        src.dso = Some(dso);
+        dst.dso = Some(prog);
+    }
+    b.k(40, Kind::Return, (0x840, "prog+0x800"), (0x108, "_start"));
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 40, 1, "prog+0x800"),
+        (10, 30, 2, "prog+0x300"),
+        (20, 30, 3, "libc.so.6+0x3be30"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(
+        s.done.iter().filter(|d| d.3 == "prog+0x800").count(),
+        1,
+        "{:?}",
+        s.done
+    );
+}

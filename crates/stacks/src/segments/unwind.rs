@@ -15,6 +15,17 @@
 //! snapshot or a decode gap began inside the unwinding): the landing starts a segment of
 //! its own, which the write pass lines up with the frames open before it when they show
 //! the pad's function, and never takes as a tail jump.
+//!
+//! Which jumps may leave frames behind at all: only code made for it (`longjmp`, the
+//! unwinders, OCaml's raise functions, Go's `gogo`) jumps into the middle of an
+//! ancestor's function. Ordinary code jumps into the middle of another *symbol* when GCC
+//! split a function into hot and `.cold` parts: stripped, each part is named after its
+//! own FDE (`python3.11+0x4517d5`), and an outer call of the same function may be running
+//! in the part the inner call jumps to (Python's nested imports). Taken as an unwind, the
+//! frames between were dropped and the returns after it learnt wrong callers of the
+//! root for the rest of the run. A jump from unnamed code (`__longjmp` in a stripped
+//! libc, called by the exported `longjmp`) still counts when its caller is an unwinder,
+//! or when it crosses objects, which a function's parts never do.
 
 use super::{Cx, Flow, Join, SENTINEL};
 use ptscope_event::{Location, Symbol};
@@ -46,7 +57,66 @@ fn landing(name: &str) -> Option<Landing> {
     }
 }
 
+/// Code whose jumps leave frames behind: glibc's and musl's `longjmp` family
+/// (`__longjmp`, `____longjmp_chk`, `__libc_siglongjmp`, …), libgcc's and LLVM's
+/// unwinders, OCaml's raise functions and Go's `gogo`.
+fn exits_non_locally(name: &str) -> bool {
+    let name = name.split('@').next().unwrap_or(name);
+    name.contains("longjmp")
+        || name.starts_with("_Unwind_")
+        || name.starts_with("caml_raise")
+        || name.contains("libunwind")
+        || matches!(name, "gogo" | "runtime.gogo")
+}
+
+/// The file an unnamed function is in, from the naming step's `FILE+0xSTART` (a function
+/// only `.eh_frame` knows); `None` for a name that says what the function is.
+fn fde_file(name: &str) -> Option<&str> {
+    let (file, start) = name.rsplit_once("+0x")?;
+    let hex = !start.is_empty() && start.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex && !file.is_empty()).then_some(file)
+}
+
 impl<T> Cx<'_, T> {
+    /// Whether a jump from `src` into the middle of another function may be a non-local
+    /// exit, to be taken as an unwind when that function is an ancestor's (see the
+    /// module's documentation); otherwise it goes on in the same frame.
+    pub(super) fn may_exit_non_locally(&self, src: &Location, dst: &Location) -> bool {
+        let strings = self.strings;
+        let name = |s: Symbol| match s {
+            Symbol::FromPerf(n) => Some(strings.get(n)),
+            _ => None,
+        };
+        let leaf = self.ts.leaf;
+        if !self.is_sentinel(leaf) {
+            let caller = self.ts.frames[leaf as usize].parent;
+            if self
+                .symbol(caller)
+                .and_then(name)
+                .is_some_and(exits_non_locally)
+            {
+                return true;
+            }
+        }
+        let src_name = name(src.symbol);
+        match src_name {
+            Some(n) if exits_non_locally(n) => return true,
+            Some(n) if !n.starts_with("[unknown") && fde_file(n).is_none() => return false,
+            _ => {}
+        }
+        // Unnamed code: the parts of one function are in one object.
+        if src.dso.is_some() && dst.dso.is_some() {
+            return src.dso != dst.dso;
+        }
+        match (
+            src_name.and_then(fde_file),
+            name(dst.symbol).and_then(fde_file),
+        ) {
+            (Some(a), Some(b)) => a != b,
+            _ => true,
+        }
+    }
+
     /// A jump from an unwinder entry point into the middle of another function: lands in
     /// the right ancestor, or starts a segment of its own when the pad's frame is beyond
     /// what the segment knows. False when `src` is not an unwinder entry point (or the
