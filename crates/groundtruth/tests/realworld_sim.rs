@@ -412,6 +412,15 @@ fn python3_script() {
 /// The python3 snapshot's size.
 const SNAPSHOT: usize = 64 << 10;
 
+/// A snapshot's root (`_start`, never returning) is before the buffer: exact and root are
+/// 0 by construction; every stack must be a true suffix.
+const SNAPSHOT_SUFFIX: Floor = Floor {
+    exact: 0.0,
+    suffix: 0.999,
+    root: 0.0,
+    below_legacy: None,
+};
+
 /// A snapshot of the last `bytes` with 8 decode errors (4 overflows losing 50 branches,
 /// 4 corrupt packets) spread over the part the buffer keeps (about a step per byte at
 /// ~1.6 bytes per reported branch: the last `bytes / 2` steps are safely inside).
@@ -443,6 +452,8 @@ fn gzip_text() {
     .unwrap_or_else(|e| panic!("gzip: recording failed: {e:#}"));
     check_variant(&prog, "full", &SimConfig::default(), FULL);
     check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
+    // Compressing is conditional branches (TNT bits, no events): 64 KiB holds ~500.
+    check_variant(&prog, "snapshot", &snapshot(1 << 20), SNAPSHOT_SUFFIX);
 }
 
 #[test]
@@ -466,6 +477,7 @@ fn grep_text() {
     .unwrap_or_else(|e| panic!("grep: recording failed: {e:#}"));
     check_variant(&prog, "full", &SimConfig::default(), FULL);
     check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
+    check_variant(&prog, "snapshot", &snapshot(SNAPSHOT), SNAPSHOT_SUFFIX);
 }
 
 #[test]
@@ -484,6 +496,7 @@ fn sort_text() {
     .unwrap_or_else(|e| panic!("sort: recording failed: {e:#}"));
     check_variant(&prog, "full", &SimConfig::default(), FULL);
     check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
+    check_variant(&prog, "snapshot", &snapshot(SNAPSHOT), SNAPSHOT_SUFFIX);
 }
 
 #[test]
@@ -507,6 +520,7 @@ fn bc_recursive_function() {
     .unwrap_or_else(|e| panic!("bc: recording failed: {e:#}"));
     check_variant(&prog, "full", &SimConfig::default(), FULL);
     check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
+    check_variant(&prog, "snapshot", &snapshot(SNAPSHOT), SNAPSHOT_SUFFIX);
 }
 
 #[test]
@@ -532,6 +546,7 @@ fn sqlite3_queries() {
     .unwrap_or_else(|e| panic!("sqlite3: recording failed: {e:#}"));
     check_variant(&prog, "full", &SimConfig::default(), FULL);
     check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
+    check_variant(&prog, "snapshot", &snapshot(SNAPSHOT), SNAPSHOT_SUFFIX);
 }
 
 #[test]
