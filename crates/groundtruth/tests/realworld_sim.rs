@@ -975,6 +975,83 @@ fn c_signals_longjmp_threads() {
     }
 }
 
+/// Timer signals delivered asynchronously: SIGALRM from a 200 µs interval timer interrupts
+/// a call-free `while (!alarms)` loop (a run of conditional branches) and then a loop
+/// calling a function, so handlers start at asynchronous stops (FUP + TIP.PGD) both in
+/// `main` and in its callee.
+const ASYNC_SIGNALS_C: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+static volatile sig_atomic_t alarms;
+static volatile long sink;
+
+__attribute__((noinline)) void note_alarm(int sig) { sink += sig; }
+
+static void on_alarm(int sig) {
+    note_alarm(sig);
+    alarms++;
+}
+
+__attribute__((noinline)) long step(long i) { return sink + i * 3; }
+
+int main(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, 0);
+    struct itimerval it = {{0, 200}, {0, 200}};
+    setitimer(ITIMER_REAL, &it, 0);
+    while (alarms < 4) {
+    }
+    long s = 0;
+    while (alarms < 8) s += step(s & 7);
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, 0);
+    printf("%d %ld\n", (int)alarms, s);
+    return 0;
+}
+"#;
+
+#[test]
+fn c_async_timer_signals() {
+    if !qemu_perf() || !tools_available(&["cc"]) {
+        return;
+    }
+    let d = scratch();
+    let exe = compile(
+        d.path(),
+        "alarms",
+        "alarms.c",
+        ASYNC_SIGNALS_C,
+        &["cc", "-O1", "-fno-optimize-sibling-calls"],
+    )
+    .unwrap();
+    let prog = SimProgram::record("c async signals", d.path(), &[&exe])
+        .unwrap_or_else(|e| panic!("recording failed: {e:#}"));
+    let floors = unwinding_floors(&prog, 8 << 10, 1.0);
+    for s in check_variants_kept(&prog, &floors, true) {
+        // How many alarms land where depends on the host's speed: require the handler.
+        let d = s.detail.as_ref().expect("kept");
+        let handler = d.names.find_frame("on_alarm");
+        let handled = handler.is_some_and(|f| {
+            d.truth
+                .iter()
+                .any(|t| t.timeline.iter().any(|p| d.names.contains(p.2, f)))
+        });
+        assert!(handled, "{}: no signal handler in the trace", s.variant);
+    }
+    // The program exits after 8 deliveries; nearly all interrupt the busy loops (a few may
+    // land as a syscall returns, not asynchronously).
+    let kernel_cycles = SimConfig::default().kernel_cycles;
+    let asyncs = ptsim::truth::derive(&prog.log, kernel_cycles)
+        .1
+        .async_transfers;
+    assert!(asyncs >= 4, "{asyncs} asynchronous stops, 8 alarms awaited");
+}
+
 #[test]
 fn cpp_exceptions_through_string_frames() {
     if !qemu_perf() || !tools_available(&["g++"]) {

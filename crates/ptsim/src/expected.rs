@@ -5,7 +5,7 @@
 //! `tr end async`) plus `error` where a fault makes perf report a decode error.
 
 use crate::pt::{Encoded, GapCause};
-use crate::truth::{Interrupted, Step, StepKind, ThreadTrace};
+use crate::truth::{Step, StepKind, ThreadTrace};
 use anyhow::{Context, Result};
 use std::fmt;
 use std::io::Write;
@@ -28,11 +28,11 @@ pub enum BranchKind {
     SyscallEnd,
     /// `tr end async`: tracing stops asynchronously at `from`.
     AsyncEnd,
-    /// `tr end return`: how perf reports an asynchronous stop just before a return.
+    /// `tr end return`: perf's report of a FUP it ignores before a return (never expected).
     ReturnEnd,
-    /// `tr end jmp`: an asynchronous stop just before an indirect jump.
+    /// `tr end jmp`: the same before an indirect jump (never expected).
     JmpEnd,
-    /// `tr end call`: an asynchronous stop just before an indirect call.
+    /// `tr end call`: the same before an indirect call (never expected).
     CallEnd,
     /// A decode error reported by perf.
     Error,
@@ -121,14 +121,9 @@ pub(crate) fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<B
         StepKind::Call | StepKind::IndirectCall => BranchKind::Call,
         StepKind::Return => BranchKind::Return,
         StepKind::Syscall => BranchKind::SyscallEnd,
-        // A FUP on an indirect branch reads to perf's decoder as that branch leaving the
-        // traced region, as it would on hardware.
-        StepKind::Async { before } => match before {
-            Interrupted::Other => BranchKind::AsyncEnd,
-            Interrupted::Return => BranchKind::ReturnEnd,
-            Interrupted::IndirectJmp => BranchKind::JmpEnd,
-            Interrupted::IndirectCall => BranchKind::CallEnd,
-        },
+        // With BranchEn set (as perf records it), the decoder walks to the FUP's IP and
+        // reports the stop there, whatever instruction it interrupted.
+        StepKind::Async { .. } => BranchKind::AsyncEnd,
     };
     Some(Branch {
         tid,
@@ -139,55 +134,9 @@ pub(crate) fn to_branch(s: &Step, tid: u32, ns: &dyn Fn(u64) -> u64) -> Option<B
     })
 }
 
-/// Branches perf reports for `steps`, which follow step `prev` (if any).
-///
-/// An asynchronous stop right at the destination of the previous branch, with no
-/// instruction executed in between, or reached through a direct jump or call after the
-/// last packet, makes perf 6.1's decoder walk past the FUP's IP: it
-/// reports the direct branches it walks into, then a "Trace doesn't match instruction"
-/// error or a bogus `tr end`, and resynchronises at the next TIP.PGE. Hardware would emit
-/// the same packets. What perf prints there depends on code after the FUP that never ran,
-/// so the stretch is marked [`BranchKind::Uncertain`].
-fn reported(
-    out: &mut Vec<Branch>,
-    steps: &[Step],
-    prev: Option<&Step>,
-    tid: u32,
-    ns: &dyn Fn(u64) -> u64,
-) {
-    let mut prev = prev.copied();
-    // Reported direct jumps and calls since the last packet: perf walks them only when the
-    // next packet arrives, so a decode error there swallows them too.
-    let mut lazy_tail = 0usize;
-    for s in steps {
-        let at_target = prev.is_some_and(|p| {
-            p.to == s.from
-                && !matches!(
-                    p.kind,
-                    StepKind::Start | StepKind::Syscall | StepKind::Async { .. }
-                )
-        });
-        // perf 6.1 also loses an asynchronous FUP reached by walking through a direct
-        // jump or call since the last packet (seen on timer signals).
-        if matches!(s.kind, StepKind::Async { .. }) && (at_target || lazy_tail > 0) {
-            out.truncate(out.len() - lazy_tail);
-            out.push(Branch {
-                tid,
-                time: ns(s.clock),
-                kind: BranchKind::Uncertain,
-                from: 0,
-                to: 0,
-            });
-        } else if let Some(b) = to_branch(s, tid, ns) {
-            out.push(b);
-        }
-        if matches!(s.kind, StepKind::Jmp | StepKind::Call) {
-            lazy_tail += 1;
-        } else {
-            lazy_tail = 0;
-        }
-        prev = Some(*s);
-    }
+/// Branches perf reports for `steps`.
+fn reported(out: &mut Vec<Branch>, steps: &[Step], tid: u32, ns: &dyn Fn(u64) -> u64) {
+    out.extend(steps.iter().filter_map(|s| to_branch(s, tid, ns)));
 }
 
 /// Every branch the thread executed.
@@ -241,8 +190,7 @@ pub fn expected(
     let start = i;
     for g in gaps.iter().filter(|g| g.first >= start && g.first < n) {
         let end = g.first.min(n);
-        let prev = i.checked_sub(1).and_then(|p| steps.get(p));
-        reported(&mut out.branches, &steps[i..end], prev, t.tid, ns);
+        reported(&mut out.branches, &steps[i..end], t.tid, ns);
         let when = steps.get(g.first).or(steps.last()).map_or(0, |s| s.clock);
         out.branches.push(Branch {
             tid: t.tid,
@@ -267,8 +215,7 @@ pub fn expected(
         i = (g.first + g.count).min(n);
     }
     let i = i.min(n);
-    let prev = i.checked_sub(1).and_then(|p| steps.get(p));
-    reported(&mut out.branches, &steps[i..], prev, t.tid, ns);
+    reported(&mut out.branches, &steps[i..], t.tid, ns);
     out
 }
 

@@ -294,7 +294,8 @@ pub fn simulate(log: &BlockLog, comm: &str, cfg: &SimConfig) -> Simulation {
             .pt
             .mtc_period
             .map_or(0, |p| perfdata::cfg_bits::MTC | ((p as u64 & 0xf) << 14))
-        | 1; // pt
+        | perfdata::cfg_bits::PT
+        | perfdata::cfg_bits::BRANCH;
     let recording = Recording {
         pid: log.pid,
         comm: comm.to_string(),

@@ -46,6 +46,8 @@ const EVENT_ID: u64 = 1;
 
 /// `intel_pt` PMU config bits (from its sysfs `format/` directory on real machines).
 pub mod cfg_bits {
+    /// `pt`: tracing on (perf's default config; with it, perf reads `branch` too).
+    pub const PT: u64 = 1 << 0;
     /// `cyc`.
     pub const CYC: u64 = 1 << 1;
     /// `mtc`.
@@ -54,6 +56,10 @@ pub mod cfg_bits {
     pub const TSC: u64 = 1 << 10;
     /// `noretcomp`.
     pub const NORETCOMP: u64 = 1 << 11;
+    /// `branch`: BranchEn, in perf's default config. Without it (and with `pt`), perf's
+    /// decoder takes tracing as branch-less and ignores every FUP outside PSB+: an
+    /// asynchronous stop's FUP + TIP.PGD then walks on past the FUP's IP.
+    pub const BRANCH: u64 = 1 << 13;
     /// `mtc_period` field.
     pub const MTC_PERIOD: u64 = 0xf << 14;
 }

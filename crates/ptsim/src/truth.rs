@@ -5,7 +5,7 @@
 //! with iced-x86, and the start of the next executed block say which branch ran and
 //! whether it was taken.
 
-use crate::blocklog::{BlockLog, TbDef};
+use crate::blocklog::{BlockLog, TbDef, ThreadLog};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 
 /// How a block's last instruction transfers control.
@@ -224,6 +224,9 @@ pub fn derive_each(
         // was off. The global clock also counts other threads' instructions; following
         // it mid-code would stretch a thread's time whenever another ran in parallel.
         let mut running = 0u64;
+        // Return addresses of the calls made, to tell a return from a signal delivered
+        // right after it (whose handler is the next block the log shows).
+        let mut returns: Vec<u64> = Vec::new();
         for (i, &e) in t.execs.iter().enumerate() {
             let tb = log.tb(e);
             stats.blocks += 1;
@@ -271,10 +274,29 @@ pub fn derive_each(
                     _ => (None, None),
                 },
                 Flow::Jmp { target } => (Some(target), Some(step(StepKind::Jmp, target))),
-                Flow::Call { target } => (Some(target), Some(step(StepKind::Call, target))),
+                Flow::Call { target } => {
+                    returns.push(fall);
+                    (Some(target), Some(step(StepKind::Call, target)))
+                }
                 Flow::IndirectJmp => (next, next.map(|n| step(StepKind::IndirectJmp, n))),
-                Flow::IndirectCall => (next, next.map(|n| step(StepKind::IndirectCall, n))),
-                Flow::Return => (next, next.map(|n| step(StepKind::Return, n))),
+                Flow::IndirectCall => {
+                    returns.push(fall);
+                    (next, next.map(|n| step(StepKind::IndirectCall, n)))
+                }
+                Flow::Return => {
+                    let top = returns.last().copied();
+                    let to = match (next, top) {
+                        (Some(n), Some(r)) if n != r && signalled_after(log, &flows, t, i, r) => {
+                            Some(r)
+                        }
+                        _ => next,
+                    };
+                    // A return elsewhere (a handler's into its trampoline) leaves the stack.
+                    if let Some(k) = returns.iter().rposition(|&r| Some(r) == to) {
+                        returns.truncate(k);
+                    }
+                    (to, to.map(|n| step(StepKind::Return, n)))
+                }
                 Flow::Syscall => {
                     steps.push(step(StepKind::Syscall, 0));
                     traced = false;
@@ -399,6 +421,33 @@ pub fn derive_each(
         each(ThreadTrace { tid: t.tid, steps });
     }
     stats
+}
+
+/// True when the thread, after block `i` (a return whose next block is not `ret`, the
+/// address its call pushed), resumes at `ret` at its first `rt_sigreturn`-like syscall
+/// (the first one not followed by its own fall-through nor by the handler again): a signal was delivered right
+/// after the return, and the next block is its handler. QEMU delivers signals between
+/// blocks, so the block log alone shows the handler as the return's destination.
+fn signalled_after(log: &BlockLog, flows: &[Flow], t: &ThreadLog, i: usize, ret: u64) -> bool {
+    let execs = &t.execs;
+    let Some(handler) = execs.get(i + 1).map(|&n| log.tb(n).vaddr) else {
+        return false;
+    };
+    for j in i + 1..execs.len().min(i + 1 + 1_000_000) {
+        let e = execs[j];
+        if flows[e.tb as usize] != Flow::Syscall {
+            continue;
+        }
+        let Some(&n) = execs.get(j + 1) else {
+            return false;
+        };
+        let to = log.tb(n).vaddr;
+        // A signal pending at `rt_sigreturn` re-enters the handler: look on.
+        if to != log.tb(e).end() && to != handler {
+            return to == ret;
+        }
+    }
+    false
 }
 
 /// A frame of the true call stack.
