@@ -44,14 +44,9 @@ fn trace_counts(t: &Trace) -> BTreeMap<String, u64> {
 /// frames.
 const KERNEL: &str = "(in the kernel)";
 
-/// Symbol → self samples from `perf report --no-children --sort sym` on every perf.data
-/// file of the working directory (the flight recorder may rotate through several).
-/// Lines for code perf cannot name (`[unknown]`, a bare address) are left out of the
-/// map (ptscope names such code `FILE+0xOFF`, per function) but counted in the total.
-fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64, Vec<String>) {
-    let mut counts = BTreeMap::new();
-    let mut unnamed = Vec::new();
-    let mut total = 0;
+/// The non-empty perf.data files of the working directory (the flight recorder may rotate
+/// through several), in name order.
+fn perf_data_files(work: &Path) -> Vec<std::path::PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(work)
         .unwrap()
         .flatten()
@@ -64,6 +59,18 @@ fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64, Vec<Str
         })
         .collect();
     files.sort();
+    files
+}
+
+/// Symbol → self samples from `perf report --no-children --sort sym` on every perf.data
+/// file of the working directory (the flight recorder may rotate through several).
+/// Lines for code perf cannot name (`[unknown]`, a bare address) are left out of the
+/// map (ptscope names such code `FILE+0xOFF`, per function) but counted in the total.
+fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64, Vec<String>) {
+    let mut counts = BTreeMap::new();
+    let mut unnamed = Vec::new();
+    let mut total = 0;
+    let files = perf_data_files(work);
     assert!(!files.is_empty(), "no perf.data in {}", work.display());
     for f in files {
         let out = Command::new(perf)
@@ -117,12 +124,7 @@ fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64, Vec<Str
 /// there is nothing to place in a stack, so the trace cannot hold them.
 fn stackless_samples(perf: &Path, work: &Path) -> u64 {
     let mut n = 0;
-    for e in std::fs::read_dir(work).unwrap().flatten() {
-        let f = e.path();
-        let name = f.file_name().and_then(OsStr::to_str).unwrap_or("");
-        if !name.starts_with("perf.data") || !f.metadata().is_ok_and(|m| m.len() > 0) {
-            continue;
-        }
+    for f in perf_data_files(work) {
         let out = Command::new(perf)
             .args(["script", "-F", "tid,ip", "-i"])
             .arg(&f)

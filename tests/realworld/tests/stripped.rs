@@ -23,8 +23,8 @@ fn names(t: &Trace) -> BTreeSet<String> {
         .collect()
 }
 
-/// FDE start addresses of `exe`, as binutils' readelf prints them (`pc=START..END`).
-fn fde_starts(exe: &Path) -> Option<BTreeSet<u64>> {
+/// FDE address ranges of `exe`, as binutils' readelf prints them (`pc=START..END`).
+fn fde_ranges(exe: &Path) -> Option<Vec<(u64, u64)>> {
     let readelf = system_tool("readelf")?;
     let out = Command::new(readelf)
         .args(["--debug-dump=frames"])
@@ -35,37 +35,31 @@ fn fde_starts(exe: &Path) -> Option<BTreeSet<u64>> {
     Some(
         text.lines()
             .filter(|l| l.contains(" FDE "))
-            .filter_map(|l| l.split("pc=").nth(1)?.split("..").next())
-            .filter_map(|a| u64::from_str_radix(a, 16).ok())
+            .filter_map(|l| {
+                let (a, b) = l.split("pc=").nth(1)?.split_once("..")?;
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b.trim(), 16).ok()?,
+                ))
+            })
             .collect(),
     )
+}
+
+/// FDE start addresses of `exe`.
+fn fde_starts(exe: &Path) -> Option<BTreeSet<u64>> {
+    Some(fde_ranges(exe)?.into_iter().map(|(a, _)| a).collect())
 }
 
 /// Functions of the unstripped `exe` that no FDE covers (crt's `__do_global_dtors_aux`
 /// & co. are built without unwind tables): a DWARF walk from them rightly stops at once.
 fn functions_without_unwind_tables(exe: &Path) -> BTreeSet<String> {
-    let (Some(readelf), Some(nm)) = (system_tool("readelf"), system_tool("nm")) else {
+    let (Some(ranges), Some(nm)) = (fde_ranges(exe), system_tool("nm")) else {
         panic!(
             "readelf and nm (binutils) are needed to read {}",
             exe.display()
         );
     };
-    let frames = Command::new(readelf)
-        .args(["--debug-dump=frames"])
-        .arg(exe)
-        .output()
-        .unwrap();
-    let ranges: Vec<(u64, u64)> = String::from_utf8_lossy(&frames.stdout)
-        .lines()
-        .filter(|l| l.contains(" FDE "))
-        .filter_map(|l| {
-            let (a, b) = l.split("pc=").nth(1)?.split_once("..")?;
-            Some((
-                u64::from_str_radix(a, 16).ok()?,
-                u64::from_str_radix(b.trim(), 16).ok()?,
-            ))
-        })
-        .collect();
     assert!(
         !ranges.is_empty(),
         "readelf found no FDE in {}",

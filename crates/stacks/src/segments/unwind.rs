@@ -47,7 +47,7 @@ fn landing(name: &str) -> Option<Landing> {
     if name.ends_with("@plt") {
         return None;
     }
-    let name = name.split('@').next().unwrap_or(name);
+    let name = super::unversioned(name);
     match name {
         "_Unwind_Resume" => Some(Landing::Above),
         "_Unwind_RaiseException" | "_Unwind_Resume_or_Rethrow" | "_Unwind_ForcedUnwind" => {
@@ -61,7 +61,7 @@ fn landing(name: &str) -> Option<Landing> {
 /// (`__longjmp`, `____longjmp_chk`, `__libc_siglongjmp`, …), libgcc's and LLVM's
 /// unwinders, OCaml's raise functions and Go's `gogo`.
 fn exits_non_locally(name: &str) -> bool {
-    let name = name.split('@').next().unwrap_or(name);
+    let name = super::unversioned(name);
     name.contains("longjmp")
         || name.starts_with("_Unwind_")
         || name.starts_with("caml_raise")
