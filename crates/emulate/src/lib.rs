@@ -8,9 +8,17 @@
 //! writers then see every call and return that ran.
 //!
 //! Limits of this first version: user space only, x86-64 on x86-64, no attach; each
-//! thread's last moments are kept in a ring in the plugin (or everything), but there are
-//! no triggers yet; times are a virtual clock (one guest instruction = 1 ns), not the host
-//! clock.
+//! thread's last moments are kept in a ring in the plugin (or everything), snapshot at
+//! exit or at a trigger ([`trigger`], [`snapshot`]); forked children are traced as their
+//! own processes ([`process`]); times are a virtual clock (one guest instruction = 1 ns),
+//! not the host clock.
+
+pub mod process;
+mod snapshot;
+pub mod trigger;
+
+pub use process::{HitReport, Trace};
+pub use trigger::TriggerPoint;
 
 use anyhow::{bail, Context, Result};
 use ptscope_event::{
@@ -151,6 +159,20 @@ pub fn check_program(exe: &Path) -> Result<()> {
 /// With `ring`, each thread keeps only its last `ring` bytes of executions (4 per block),
 /// written when it ends: a flight recorder; without, everything is written.
 pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> Result<ExitStatus> {
+    record_with(argv, exe, dir, ring, &[], false)
+}
+
+/// [`record`] with triggers: the recording stops at the first hit of any of `triggers`
+/// (the program runs on, untraced), or with `multi` each hit takes a snapshot of every
+/// thread's ring (needs `ring`).
+pub fn record_with(
+    argv: &[OsString],
+    exe: &Path,
+    dir: &Path,
+    ring: Option<u64>,
+    triggers: &[TriggerPoint],
+    multi: bool,
+) -> Result<ExitStatus> {
     let qemu = find_qemu()?;
     let plugin = find_plugin()?;
     check_program(exe)?;
@@ -165,11 +187,32 @@ pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> R
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("cannot check {}", log.display())),
     }
+    // A reused working directory must not mix an earlier run's children or rings in.
+    for e in std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = (name.starts_with("ring-") && name.ends_with(".bin"))
+            || process::process_logs(dir)
+                .map(|l| l.iter().skip(1).any(|(_, p)| *p == e.path()))
+                .unwrap_or(false);
+        if ours {
+            std::fs::remove_file(e.path())
+                .with_context(|| format!("cannot remove the old {}", e.path().display()))?;
+        }
+    }
     let mut spec = OsString::from(plugin.as_os_str());
     spec.push(",out=");
     spec.push(log.as_os_str());
     if let Some(r) = ring {
         spec.push(format!(",ring={}", r.max(4096)));
+    }
+    for t in triggers {
+        spec.push(format!(",trigger={}", t.plugin_arg()));
+    }
+    if multi {
+        spec.push(",multi=1");
     }
     let status = std::process::Command::new(&qemu)
         .arg("-plugin")
@@ -186,7 +229,7 @@ pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> R
     Ok(status)
 }
 
-/// Header of a ring slot in a `ring-TID.bin` file: `seq u64`, `used u32`, `size u32`
+/// Header of a ring slot in a `ring-PID-TID.bin` file: `seq u64`, `used u32`, `size u32`
 /// (the data bytes of every slot of the file).
 const SLOT_HEADER: usize = 16;
 
@@ -212,27 +255,53 @@ fn ring_slots(bytes: &[u8]) -> Vec<&[u8]> {
 }
 
 /// After qemu has exited (however: a Ctrl-C or a crash runs no plugin exit code), moves
-/// every thread's ring file into the block log: its used slots, oldest first, become the
-/// thread's exec chunks. The log is first cut back to its last whole chunk (qemu may have
-/// died while writing one), so what follows still parses. The ring files are removed.
+/// every thread's ring file (`ring-PID-TID.bin`) into its process's block log: the first
+/// process's is `log`, a forked child's is beside it.
 fn append_rings(dir: &Path, log: &Path) -> Result<()> {
-    use ptsim::blocklog::{chunk_header, whole_chunks_len, KIND_EXEC};
-    use std::io::{Seek, SeekFrom, Write};
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut rings: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+    let mut rings: Vec<(u32, u32, PathBuf)> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let tid = name
+            let (pid, tid) = name
                 .strip_prefix("ring-")?
                 .strip_suffix(".bin")?
-                .parse()
-                .ok()?;
-            Some((tid, e.path()))
+                .split_once('-')?;
+            Some((pid.parse().ok()?, tid.parse().ok()?, e.path()))
         })
         .collect();
     rings.sort();
+    let main_pid = std::fs::read(log)
+        .ok()
+        .and_then(|d| d.get(16..20).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+    let mut at = 0;
+    while at < rings.len() {
+        let pid = rings[at].0;
+        let n = rings[at..].iter().take_while(|r| r.0 == pid).count();
+        let target = if Some(pid) == main_pid {
+            log.to_path_buf()
+        } else {
+            dir.join(process::child_log_name(pid))
+        };
+        let these: Vec<(u32, PathBuf)> = rings[at..at + n]
+            .iter()
+            .map(|(_, tid, p)| (*tid, p.clone()))
+            .collect();
+        if target.is_file() {
+            append_process_rings(&target, these)?;
+        }
+        at += n;
+    }
+    Ok(())
+}
+
+/// Appends one process's ring files to its log: their used slots, oldest first, become
+/// the threads' exec chunks. The log is first cut back to its last whole chunk (qemu may
+/// have died while writing one), so what follows still parses. The ring files are removed.
+fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
+    use ptsim::blocklog::{chunk_header, whole_chunks_len, KIND_EXEC};
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::OpenOptionsExt;
     if rings.is_empty() {
         return Ok(());
     }

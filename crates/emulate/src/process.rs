@@ -1,0 +1,265 @@
+//! Every process of an emulate recording: the first one's log ([`crate::LOG_NAME`]) and
+//! one `emulate-blocks-PID.log` per forked child (the plugin starts it in the child; it
+//! reuses the parent's block descriptions below the count its fork chunk gives). The
+//! processes' events are merged into one time-ordered stream, each under its own pid.
+
+use crate::{snapshot, Events, Stats, LOG_NAME, NS_PER_INSN};
+use anyhow::{Context, Result};
+use ptscope_event::{Event, StringTable};
+use ptsim::blocklog::{BlockLog, Hit, LogError, TbDef};
+use std::path::{Path, PathBuf};
+
+/// A child's log name in the recording directory.
+pub(crate) fn child_log_name(pid: u32) -> String {
+    format!("{}-{pid}.log", LOG_NAME.trim_end_matches(".log"))
+}
+
+/// The pid a child's log file name carries.
+fn child_pid(name: &str) -> Option<u32> {
+    name.strip_prefix(LOG_NAME.trim_end_matches(".log"))?
+        .strip_prefix('-')?
+        .strip_suffix(".log")?
+        .parse()
+        .ok()
+}
+
+/// The recording's logs: the first process's, then the children's by pid.
+pub fn process_logs(dir: &Path) -> Result<Vec<(Option<u32>, PathBuf)>> {
+    let mut children: Vec<(Option<u32>, PathBuf)> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .flatten()
+        .filter_map(|e| {
+            let pid = child_pid(e.file_name().to_str()?)?;
+            Some((Some(pid), e.path()))
+        })
+        .collect();
+    children.sort();
+    let mut out = vec![(None, dir.join(LOG_NAME))];
+    out.extend(children);
+    Ok(out)
+}
+
+/// One process's log, read.
+pub(crate) struct ProcLog {
+    pub(crate) log: BlockLog,
+}
+
+/// Reads every process's log; a log cut mid-write is read up to its last whole chunk,
+/// with a notice; a child whose log cannot be read is left out, with a notice.
+pub(crate) fn read_all(dir: &Path) -> Result<(Vec<ProcLog>, Vec<String>)> {
+    let mut notices = Vec::new();
+    let mut logs: Vec<ProcLog> = Vec::new();
+    for (child, path) in process_logs(dir)? {
+        let parent_tbs = |pid: u32| -> Option<Vec<Option<TbDef>>> {
+            logs.iter()
+                .find(|p| p.log.pid == pid)
+                .map(|p| p.log.tbs.clone())
+        };
+        match read_one(&path, &parent_tbs, &mut notices) {
+            Ok(log) => logs.push(ProcLog { log }),
+            Err(e) if child.is_some() => notices.push(format!(
+                "the forked child {} is not in the trace: {e:#}",
+                child.unwrap_or(0)
+            )),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((logs, notices))
+}
+
+/// Reads one log (a child's with its parent's blocks), cut back to whole chunks if needed.
+fn read_one(
+    path: &Path,
+    parent: &dyn Fn(u32) -> Option<Vec<Option<TbDef>>>,
+    notices: &mut Vec<String>,
+) -> Result<BlockLog> {
+    let data = std::fs::read(path)
+        .with_context(|| format!("cannot read the emulate block log {}", path.display()))?;
+    let parse = |d: &[u8]| BlockLog::parse_child(d, |f| parent(f.parent));
+    match parse(&data) {
+        Ok(b) => Ok(b),
+        Err(LogError::Malformed { offset, what })
+            if offset > 0 && (what.contains("past the end") || what.contains("truncated chunk")) =>
+        {
+            notices.push(format!(
+                "the block log {} ends mid-write (qemu was stopped while writing it): the \
+                 trace keeps the {offset} bytes written whole; the last moments of some \
+                 threads are missing",
+                path.display()
+            ));
+            parse(&data[..offset])
+                .with_context(|| format!("cannot read the emulate block log {}", path.display()))
+        }
+        Err(e) => Err(e)
+            .with_context(|| format!("cannot read the emulate block log {}", path.display())),
+    }
+}
+
+/// A trigger hit as the recording reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HitReport {
+    /// The process that hit.
+    pub pid: u32,
+    /// The thread that hit.
+    pub tid: u32,
+    /// The trigger block's address.
+    pub address: u64,
+    /// Index of the trigger point (in the order given to [`crate::record_with`]).
+    pub trigger: u32,
+}
+
+/// The snapshots of a recording: `None` for the whole recording (no trigger hit), else
+/// `(process index, hit)` for each hit, processes in [`process_logs`] order.
+fn snapshot_list(logs: &[ProcLog]) -> Vec<Option<(usize, Hit)>> {
+    let hits: Vec<Option<(usize, Hit)>> = logs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.log.hits.iter().map(move |h| Some((i, *h))))
+        .collect();
+    if hits.is_empty() {
+        vec![None]
+    } else {
+        hits
+    }
+}
+
+/// The trigger hits recorded in `dir`, in snapshot order.
+pub fn hits(dir: &Path) -> Result<Vec<HitReport>> {
+    let (logs, _) = read_all(dir)?;
+    Ok(snapshot_list(&logs)
+        .into_iter()
+        .flatten()
+        .map(|(i, h)| HitReport {
+            pid: logs[i].log.pid,
+            tid: h.tid,
+            address: logs[i]
+                .log
+                .tbs
+                .get(h.tb as usize)
+                .and_then(|t| t.as_ref())
+                .map_or(0, |t| t.vaddr),
+            trigger: h.trigger,
+        })
+        .collect())
+}
+
+/// How many snapshots the recording in `dir` holds: one per trigger hit, or one.
+pub fn snapshot_count(dir: &Path) -> Result<usize> {
+    Ok(hits(dir)?.len().max(1))
+}
+
+/// The events of one snapshot of an emulate recording (every process of it, merged in
+/// time order, each under its own pid).
+pub struct Trace {
+    parts: Vec<Events>,
+    pending: Vec<Option<Event>>,
+    /// The names all parts intern into: lent to a part while it makes an event.
+    strings: StringTable,
+    notices: Vec<String>,
+    stats: Stats,
+    produced: u64,
+}
+
+impl Trace {
+    /// Reads the recording in `dir` and makes the events of snapshot `snapshot` (an index
+    /// below [`snapshot_count`]); `comm` names the threads.
+    pub fn open(dir: &Path, comm: &str, snapshot: usize, strings: StringTable) -> Result<Self> {
+        let (logs, notices) = read_all(dir)?;
+        let list = snapshot_list(&logs);
+        let which = list.get(snapshot).copied().flatten();
+        let chosen: Vec<BlockLog> = match which {
+            None => logs.into_iter().map(|p| p.log).collect(),
+            Some((i, hit)) => {
+                let log = &logs[i].log;
+                // The previous hit of the same process: its snapshot showed what came before.
+                let since = log
+                    .hits
+                    .iter()
+                    .filter(|h| h.hit < hit.hit)
+                    .map(|h| h.clock)
+                    .max();
+                vec![snapshot::at_hit(log, &hit, since)]
+            }
+        };
+        let time = |c: u64| c.saturating_mul(NS_PER_INSN);
+        let mut strings = strings;
+        let mut parts = Vec::new();
+        let mut stats = Stats::default();
+        for log in &chosen {
+            let mut ev = Events::from_log(log, comm, strings, &time);
+            strings = std::mem::take(ev.strings_mut());
+            let s = ev.stats();
+            stats.instructions += s.instructions;
+            stats.blocks += s.blocks;
+            stats.threads += s.threads;
+            stats.events += s.events;
+            parts.push(ev);
+        }
+        let pending = parts.iter().map(|_| None).collect();
+        let mut t = Trace {
+            parts,
+            pending,
+            strings,
+            notices,
+            stats,
+            produced: 0,
+        };
+        for i in 0..t.parts.len() {
+            t.fill(i);
+        }
+        Ok(t)
+    }
+
+    /// Makes part `i`'s next event, with the shared names lent to it.
+    fn fill(&mut self, i: usize) {
+        let part = &mut self.parts[i];
+        std::mem::swap(&mut self.strings, part.strings_mut());
+        self.pending[i] = part.next_event();
+        std::mem::swap(&mut self.strings, part.strings_mut());
+    }
+
+    /// The next event, in time order (the first process first at equal times).
+    pub fn next_event(&mut self) -> Option<Event> {
+        let i = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| Some((e.as_ref()?.time().unwrap_or(0), i)))
+            .min()?
+            .1;
+        let e = self.pending[i].take();
+        self.fill(i);
+        self.produced += 1;
+        e
+    }
+
+    /// The names the events refer to.
+    pub fn strings(&self) -> &StringTable {
+        &self.strings
+    }
+
+    /// The names, for interning more (the naming step).
+    pub fn strings_mut(&mut self) -> &mut StringTable {
+        &mut self.strings
+    }
+
+    /// Gives the names back, for the next input.
+    pub fn into_strings(self) -> StringTable {
+        self.strings
+    }
+
+    /// Figures about the recording (all its processes).
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Events not yet handed out.
+    pub fn remaining(&self) -> usize {
+        self.stats.events.saturating_sub(self.produced) as usize
+    }
+
+    /// What the user should know about this recording (a log cut short, a child lost).
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+}

@@ -1,0 +1,86 @@
+//! Snapshots of an emulate recording: what each thread's flight recorder held at a
+//! trigger hit, cut at the hit's instruction clock.
+//!
+//! The clock is one counter over all threads (each block takes its start from it), so
+//! "before the hit" is exact across threads: a snapshot keeps every execution that
+//! started no later than the trigger block (only the trigger block itself starts at the
+//! hit's clock). Without `--multi-snapshot` the plugin stops recording at the hit, and the
+//! rings appended at exit hold the snapshot (the few blocks other threads ran before they
+//! saw the stop are cut). With it, each hit copies the ring slots that changed since the
+//! previous hit; snapshot `k` is, per thread, the newest copy (at a hit no later than `k`)
+//! of each of the ring's last `slots` slots, less what the previous snapshot showed (as
+//! perf's Intel PT decoder drops the overlap of successive snapshots): a block starting
+//! after the previous hit's clock.
+
+use ptsim::blocklog::{BlockLog, Exec, Hit, ThreadLog};
+use rustc_hash::FxHashMap;
+
+/// The log as it stood at `hit`: every thread's executions up to it, after `since` (the
+/// previous hit's clock). Threads that were never copied (they ended before any copy)
+/// keep what their ring held at exit, cut.
+pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog {
+    let wanted = |e: &Exec| e.clock <= hit.clock && since.is_none_or(|s| e.clock > s);
+    // tid → seq → (copy's hit, slots, index into ring_copies)
+    let mut slots: FxHashMap<u32, FxHashMap<u64, (u32, u32, usize)>> = FxHashMap::default();
+    for (i, c) in log.ring_copies.iter().enumerate() {
+        if c.hit > hit.hit {
+            continue;
+        }
+        let e = slots.entry(c.tid).or_default().entry(c.seq).or_insert((c.hit, c.slots, i));
+        if c.hit >= e.0 {
+            *e = (c.hit, c.slots, i);
+        }
+    }
+    let mut threads: Vec<ThreadLog> = Vec::new();
+    let mut seen = Vec::new();
+    for (&tid, versions) in &slots {
+        let newest = versions.keys().copied().max().unwrap_or(0);
+        let cap = versions.values().map(|v| v.1).max().unwrap_or(0) as u64;
+        let mut kept: Vec<(u64, usize)> = versions
+            .iter()
+            .filter(|(&seq, _)| seq + cap > newest)
+            .map(|(&seq, v)| (seq, v.2))
+            .collect();
+        kept.sort_unstable();
+        let execs: Vec<Exec> = kept
+            .iter()
+            .flat_map(|&(_, i)| log.ring_copies[i].execs.iter().copied())
+            .filter(wanted)
+            .collect();
+        seen.push(tid);
+        if !execs.is_empty() {
+            threads.push(ThreadLog { tid, execs });
+        }
+    }
+    for t in &log.threads {
+        if seen.contains(&t.tid) {
+            continue;
+        }
+        let execs: Vec<Exec> = t
+            .execs
+            .iter()
+            .copied()
+            .filter(wanted)
+            .collect();
+        if !execs.is_empty() {
+            threads.push(ThreadLog { tid: t.tid, execs });
+        }
+    }
+    // Log order of first appearance keeps thread order stable across snapshots.
+    let order = |tid: u32| {
+        log.threads
+            .iter()
+            .position(|t| t.tid == tid)
+            .unwrap_or(usize::MAX)
+    };
+    threads.sort_by_key(|t| (order(t.tid), t.tid));
+    BlockLog {
+        pid: log.pid,
+        tbs: log.tbs.clone(),
+        threads,
+        maps: log.maps.clone(),
+        hits: vec![*hit],
+        ring_copies: Vec::new(),
+        fork: log.fork,
+    }
+}
