@@ -701,14 +701,8 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
             None => "everything is kept (--full-execution)".to_string(),
         }
     ));
-    let status = ptscope_emulate::record_with(
-        &argv,
-        &exe,
-        &working_dir,
-        ring,
-        &triggers,
-        a.multi_snapshot,
-    )?;
+    let status =
+        ptscope_emulate::record_with(&argv, &exe, &working_dir, ring, &triggers, a.multi_snapshot)?;
     if !triggers.is_empty() {
         let hits = ptscope_emulate::process::hits(&working_dir).unwrap_or_default();
         for (i, h) in hits.iter().enumerate() {
@@ -727,7 +721,9 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
             ));
         }
         if hits.is_empty() {
-            messages::warn("the trigger never fired; the snapshot is from the end of the recording");
+            messages::warn(
+                "the trigger never fired; the snapshot is from the end of the recording",
+            );
         }
     }
     let program_code = program_exit_code(status);

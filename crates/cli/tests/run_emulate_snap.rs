@@ -156,7 +156,12 @@ fn the_trace_ends_at_the_trigger_functions_entry() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Debian's gcc builds a PIE: qemu loads it at an address ptscope does not know.
     compile(dir.path(), "trig", TRIG, &[]);
-    let (stdout, err) = emulate(&plugin, dir.path(), &["--trigger", "trigger_here"], &["./trig"]);
+    let (stdout, err) = emulate(
+        &plugin,
+        dir.path(),
+        &["--trigger", "trigger_here"],
+        &["./trig"],
+    );
     // The program ran to its end.
     assert!(!stdout.trim().is_empty(), "{err}");
     assert!(err.contains("trigger hit (trigger_here at 0x"), "{err}");
@@ -171,7 +176,10 @@ fn the_trace_ends_at_the_trigger_functions_entry() {
     );
     // All the calls before the hit, none after it.
     assert_eq!(b.iter().filter(|n| *n == "work").count(), 1000);
-    assert!(!b.iter().any(|n| n == "after"), "calls after the hit are in the trace");
+    assert!(
+        !b.iter().any(|n| n == "after"),
+        "calls after the hit are in the trace"
+    );
     assert!(calls(&t).contains(&("trigger_here".into(), "main".into())));
 }
 
@@ -230,9 +238,67 @@ fn multi_snapshot_takes_one_snapshot_per_hit_each_ending_there() {
         if size == "64M" {
             assert_eq!(works, 3000, "{size}");
         } else {
-            assert!((300..3000).contains(&works), "{size}: {works} calls of work");
+            assert!(
+                (300..3000).contains(&works),
+                "{size}: {works} calls of work"
+            );
         }
         assert!(!lines.iter().any(|l| l.ends_with("BEGIN after")), "{size}");
+    }
+}
+
+/// A thread calls `busy` until main has hit `trigger_here` three times, then `late`;
+/// main starts once the thread has called `busy` a thousand times.
+const THREADED: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
+static atomic_int done, warm;
+__attribute__((noinline)) int busy(int x) { __asm__ volatile(""); return x + 1; }
+__attribute__((noinline)) int late(int x) { __asm__ volatile(""); return x + 2; }
+__attribute__((noinline)) int work(int x) { __asm__ volatile(""); return x * 3 + 1; }
+__attribute__((noinline)) void trigger_here(int i) { __asm__ volatile(""); }
+static void *spin(void *a) {
+  int s = 0;
+  while (!atomic_load(&done)) { s = busy(s); if (s == 1000) atomic_store(&warm, 1); }
+  for (int i = 0; i < 1000; i++) s = late(s);
+  return (void *)(long)s;
+}
+int main(void) {
+  pthread_t t; pthread_create(&t, 0, spin, 0);
+  while (!atomic_load(&warm)) ;
+  int s = 0;
+  for (int h = 0; h < 3; h++) { for (int i = 0; i < 3000; i++) s = work(s); trigger_here(h); }
+  atomic_store(&done, 1);
+  for (int i = 0; i < 3000; i++) s = work(s);
+  pthread_join(t, 0);
+  printf("%d\n", s); return 0;
+}
+"#;
+
+#[test]
+fn snapshots_of_a_threaded_program_hold_every_thread_up_to_the_hit() {
+    let Some(plugin) = plugin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    compile(dir.path(), "thr", THREADED, &["-pthread"]);
+    for extra in [&["--multi-snapshot"][..], &[]] {
+        let mut args = vec!["--trigger", "trigger_here", "--snapshot-size", "64K"];
+        args.extend_from_slice(extra);
+        let (_, err) = emulate(&plugin, dir.path(), &args, &["./thr"]);
+        let b = begins(&transcript(&plugin, dir.path(), "thr"));
+        let hits = b.iter().filter(|n| *n == "trigger_here").count();
+        assert_eq!(
+            hits,
+            if extra.is_empty() { 1 } else { 3 },
+            "{extra:?}: {err}"
+        );
+        // The other thread ran all along; what it did after the (last) hit is not shown.
+        let busy = b.iter().filter(|n| *n == "busy").count();
+        assert!(busy > 100, "{extra:?}: {busy} calls of busy");
+        assert!(
+            !b.iter().any(|n| n == "late"),
+            "{extra:?}: calls after the hit"
+        );
     }
 }
 
@@ -267,10 +333,18 @@ fn a_trigger_in_a_shared_library_fires_at_its_entry() {
         USES_LIB,
         &["-L.", "-ltrig", "-Wl,-rpath,$ORIGIN"],
     );
-    let (stdout, err) = emulate(&plugin, dir.path(), &["--trigger", "lib_trigger"], &["./uselib"]);
+    let (stdout, err) = emulate(
+        &plugin,
+        dir.path(),
+        &["--trigger", "lib_trigger"],
+        &["./uselib"],
+    );
     assert!(!stdout.trim().is_empty(), "{err}");
     assert!(err.contains("trigger hit (lib_trigger at 0x"), "{err}");
-    assert!(err.contains("libtrig.so"), "the trigger's file is named: {err}");
+    assert!(
+        err.contains("libtrig.so"),
+        "the trigger's file is named: {err}"
+    );
     let b = begins(&transcript(&plugin, dir.path(), "uselib"));
     assert_eq!(b.last().map(String::as_str), Some("lib_trigger"));
     assert_eq!(b.iter().filter(|n| *n == "lib_work").count(), 200);
@@ -307,11 +381,7 @@ int main(int argc, char **argv) {
 fn check_children(plugin: &Path, dir: &Path, what: &str) {
     let t = transcript(plugin, dir, "fork");
     let c = calls(&t);
-    let count = |f: &str, caller: &str| {
-        c.iter()
-            .filter(|(n, p)| n == f && p == caller)
-            .count()
-    };
+    let count = |f: &str, caller: &str| c.iter().filter(|(n, p)| n == f && p == caller).count();
     assert_eq!(count("child_one", "run_one"), 300, "{what}");
     assert_eq!(count("child_two", "run_two"), 400, "{what}");
     assert_eq!(count("parent_work", "main"), 100, "{what}");
@@ -323,7 +393,11 @@ fn check_children(plugin: &Path, dir: &Path, what: &str) {
             .map(|(p, _)| p)
             .collect()
     };
-    let (one, two, parent) = (holding("child_one"), holding("child_two"), holding("parent_work"));
+    let (one, two, parent) = (
+        holding("child_one"),
+        holding("child_two"),
+        holding("parent_work"),
+    );
     assert_eq!(one.len(), 1, "{what}: {procs:?}");
     assert_eq!(two.len(), 1, "{what}: {procs:?}");
     assert_eq!(parent.len(), 1, "{what}: {procs:?}");
@@ -332,14 +406,21 @@ fn check_children(plugin: &Path, dir: &Path, what: &str) {
         "{what}: each process is its own: {one:?} {two:?} {parent:?}"
     );
     for p in [one[0], two[0], parent[0]] {
-        assert!(p.starts_with("fork"), "{what}: processes are named: {p}");
+        assert!(
+            p.starts_with("fork [pid="),
+            "{what}: processes are named: {p}"
+        );
     }
     // Child logs are private files beside the first one.
     use std::os::unix::fs::PermissionsExt;
     let logs: Vec<_> = std::fs::read_dir(dir.join("rec"))
         .expect("rec")
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("emulate-blocks-"))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("emulate-blocks-")
+        })
         .collect();
     assert_eq!(logs.len(), 2, "{what}");
     for l in logs {
@@ -365,7 +446,10 @@ fn a_crashing_child_keeps_its_last_moments() {
     let dir = tempfile::tempdir().expect("tempdir");
     compile(dir.path(), "fork", FORK, &[]);
     let (stdout, err) = emulate(&plugin, dir.path(), &[], &["./fork", "crash"]);
-    assert!(stdout.starts_with("1 "), "the child crashed: {stdout} {err}");
+    assert!(
+        stdout.starts_with("1 "),
+        "the child crashed: {stdout} {err}"
+    );
     check_children(&plugin, dir.path(), "crash");
     let c = calls(&transcript(&plugin, dir.path(), "fork"));
     assert!(

@@ -271,9 +271,10 @@ fn append_rings(dir: &Path, log: &Path) -> Result<()> {
         })
         .collect();
     rings.sort();
-    let main_pid = std::fs::read(log)
-        .ok()
-        .and_then(|d| d.get(16..20).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+    let main_pid = std::fs::read(log).ok().and_then(|d| {
+        d.get(16..20)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    });
     let mut at = 0;
     while at < rings.len() {
         let pid = rings[at].0;
@@ -289,6 +290,11 @@ fn append_rings(dir: &Path, log: &Path) -> Result<()> {
             .collect();
         if target.is_file() {
             append_process_rings(&target, these)?;
+        } else {
+            // No log to name its blocks (the child could not make one): nothing to keep.
+            for (_, p) in these {
+                let _ = std::fs::remove_file(p);
+            }
         }
         at += n;
     }

@@ -26,7 +26,11 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
         if c.hit > hit.hit {
             continue;
         }
-        let e = slots.entry(c.tid).or_default().entry(c.seq).or_insert((c.hit, c.slots, i));
+        let e = slots
+            .entry(c.tid)
+            .or_default()
+            .entry(c.seq)
+            .or_insert((c.hit, c.slots, i));
         if c.hit >= e.0 {
             *e = (c.hit, c.slots, i);
         }
@@ -56,12 +60,7 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
         if seen.contains(&t.tid) {
             continue;
         }
-        let execs: Vec<Exec> = t
-            .execs
-            .iter()
-            .copied()
-            .filter(wanted)
-            .collect();
+        let execs: Vec<Exec> = t.execs.iter().copied().filter(wanted).collect();
         if !execs.is_empty() {
             threads.push(ThreadLog { tid: t.tid, execs });
         }
@@ -82,5 +81,72 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
         hits: vec![*hit],
         ring_copies: Vec::new(),
         fork: log.fork,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ptsim::blocklog::{RingCopy, TbDef};
+
+    fn execs(clocks: std::ops::RangeInclusive<u64>) -> Vec<Exec> {
+        clocks.map(|clock| Exec { clock, tb: 0 }).collect()
+    }
+
+    fn copy(hit: u32, tid: u32, seq: u64, clocks: std::ops::RangeInclusive<u64>) -> RingCopy {
+        RingCopy {
+            hit,
+            tid,
+            slots: 2,
+            seq,
+            execs: execs(clocks),
+        }
+    }
+
+    fn clocks(log: &BlockLog, tid: u32) -> Vec<u64> {
+        log.threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .map(|t| t.execs.iter().map(|e| e.clock).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn each_snapshot_holds_the_ring_at_its_hit_cut_at_the_hit_after_the_previous_one() {
+        let hit = |hit, clock| Hit {
+            hit,
+            trigger: 0,
+            tb: 0,
+            clock,
+            tid: 1,
+        };
+        let log = BlockLog {
+            pid: 7,
+            tbs: vec![Some(TbDef {
+                vaddr: 0x1000,
+                n_insns: 1,
+                size: 1,
+                last: vec![0x90],
+                first: vec![0x90],
+            })],
+            hits: vec![hit(0, 12), hit(1, 24)],
+            ring_copies: vec![
+                // Thread 1 at hit 0: a full slot and the one being filled.
+                copy(0, 1, 1, 0..=9),
+                copy(0, 1, 2, 10..=14),
+                // Thread 2 ran on while the rings were copied: cut.
+                copy(0, 2, 1, 13..=15),
+                // At hit 1: slot 2 grew, slot 3 began; two slots: slot 1 is gone.
+                copy(1, 1, 2, 10..=19),
+                copy(1, 1, 3, 20..=26),
+            ],
+            ..BlockLog::default()
+        };
+        let first = at_hit(&log, &log.hits[0], None);
+        assert_eq!(clocks(&first, 1), (0..=12).collect::<Vec<_>>());
+        assert!(clocks(&first, 2).is_empty());
+        let second = at_hit(&log, &log.hits[1], Some(12));
+        assert_eq!(clocks(&second, 1), (13..=24).collect::<Vec<_>>());
+        assert_eq!(clocks(&second, 2), vec![13, 14, 15]);
     }
 }

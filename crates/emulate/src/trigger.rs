@@ -47,7 +47,8 @@ impl TriggerPoint {
             .find(|s| s.executable && address >= s.vaddr && address - s.vaddr < s.filesz)
             .with_context(|| {
                 format!(
-                    "--trigger {name}: {address:#x} is not in an executable segment of {}",
+                    "--trigger {name}: {address:#x} is not in an executable segment of {} \
+                     (the emulate backend takes link-time addresses, as `nm` prints them)",
                     file.display()
                 )
             })?;
@@ -76,16 +77,11 @@ impl TriggerPoint {
 /// not libraries it `dlopen`s); an address or a line in the executable, by its link-time
 /// addresses.
 pub fn resolve(spec: &TriggerSpec, exe: &Path) -> Result<Vec<TriggerPoint>> {
-    let file =
-        MappedFile::open(exe).with_context(|| format!("cannot read the program {}", exe.display()))?;
+    let file = MappedFile::open(exe)
+        .with_context(|| format!("cannot read the program {}", exe.display()))?;
     let elf = file.elf()?;
     match spec {
-        TriggerSpec::Address(a) => Ok(vec![TriggerPoint::new(
-            format!("{a:#x}"),
-            exe,
-            &elf,
-            *a,
-        )?]),
+        TriggerSpec::Address(a) => Ok(vec![TriggerPoint::new(format!("{a:#x}"), exe, &elf, *a)?]),
         TriggerSpec::Line { file: f, line, col } => {
             let table = elf.line_table()?;
             table
@@ -100,7 +96,9 @@ pub fn resolve(spec: &TriggerSpec, exe: &Path) -> Result<Vec<TriggerPoint>> {
                 Err(e) => e,
             };
             for lib in needed_libraries(exe) {
-                let Ok(f) = MappedFile::open(&lib) else { continue };
+                let Ok(f) = MappedFile::open(&lib) else {
+                    continue;
+                };
                 let Ok(e) = f.elf() else { continue };
                 if let Ok(Ok(p)) = lookup(&e, &lib, name) {
                     return Ok(vec![p]);
@@ -114,7 +112,9 @@ pub fn resolve(spec: &TriggerSpec, exe: &Path) -> Result<Vec<TriggerPoint>> {
             objects.extend(needed_libraries(exe));
             for name in [STOP_INDICATOR, STOP_INDICATOR_WITH] {
                 for obj in &objects {
-                    let Ok(f) = MappedFile::open(obj) else { continue };
+                    let Ok(f) = MappedFile::open(obj) else {
+                        continue;
+                    };
                     let Ok(e) = f.elf() else { continue };
                     if let Ok(Ok(p)) = lookup(&e, obj, name) {
                         out.push(p);

@@ -13,7 +13,7 @@ pub const KIND_EXEC: u8 = 2;
 /// Chunk kind: a `/proc/self/maps` snapshot.
 const KIND_MAPS: u8 = 3;
 /// Chunk kind: a trigger hit (`hit u32, trigger u32, block u32, 0u32, clock u64`).
-const KIND_HIT: u8 = 8;
+pub const KIND_HIT: u8 = 8;
 /// Chunk kind: a ring slot copied at a hit (`hit u32, slots u32, seq u64`, exec stream).
 const KIND_RING_COPY: u8 = 9;
 /// Chunk kind: a forked child's log (`parent pid u32, inherited blocks u32, clock u64`).
@@ -522,5 +522,46 @@ mod tests {
         assert_eq!(whole_chunks_len(&d), whole);
         assert_eq!(whole_chunks_len(&d[..whole]), whole);
         assert_eq!(whole_chunks_len(&d[..5]), 0);
+    }
+
+    fn chunk(d: &mut Vec<u8>, kind: u8, tid: u32, p: &[u8]) {
+        d.extend_from_slice(&chunk_header(kind, tid, p.len() as u64));
+        d.extend_from_slice(p);
+    }
+
+    #[test]
+    fn a_childs_log_takes_the_blocks_it_inherited_from_its_parent() {
+        let header = |pid: u32| [pid.to_le_bytes(), MAGIC.to_le_bytes()].concat();
+        // One block: id 0 at 0x1000, one `ret`.
+        let mut tb = 0u32.to_le_bytes().to_vec();
+        tb.extend_from_slice(&0x1000u64.to_le_bytes());
+        tb.extend_from_slice(&1u32.to_le_bytes());
+        tb.extend_from_slice(&1u32.to_le_bytes());
+        tb.extend_from_slice(&[1, 0xc3, 1, 0xc3]);
+        let mut parent = Vec::new();
+        chunk(&mut parent, KIND_HEADER, 0, &header(10));
+        chunk(&mut parent, KIND_TBS, 0, &tb);
+        let parent = BlockLog::parse(&parent).expect("parent log");
+        let mut child = Vec::new();
+        chunk(&mut child, KIND_HEADER, 0, &header(11));
+        let fork = [10u32.to_le_bytes(), 1u32.to_le_bytes()].concat();
+        chunk(
+            &mut child,
+            KIND_FORK,
+            0,
+            &[fork, 5u64.to_le_bytes().to_vec()].concat(),
+        );
+        let mut exec = MARKER.to_le_bytes().to_vec();
+        exec.extend_from_slice(&7u64.to_le_bytes());
+        exec.extend_from_slice(&0u32.to_le_bytes());
+        chunk(&mut child, KIND_EXEC, 11, &exec);
+        assert!(BlockLog::parse(&child).is_err(), "block 0 is the parent's");
+        let log = BlockLog::parse_child(&child, |f| {
+            assert_eq!((f.parent, f.inherited, f.clock), (10, 1, 5));
+            Some(parent.tbs.clone())
+        })
+        .expect("child log");
+        assert_eq!(log.pid, 11);
+        assert_eq!(log.tb(log.threads[0].execs[0]).vaddr, 0x1000);
     }
 }

@@ -286,8 +286,8 @@ impl Ring {
             // only this ring's owner writes it, and it is locked out while we copy.
             let (seq, data) = unsafe {
                 let seq = std::ptr::read_unaligned(p as *const u64);
-                let used = (std::ptr::read_unaligned(p.add(8) as *const u32) as usize)
-                    .min(self.chunk);
+                let used =
+                    (std::ptr::read_unaligned(p.add(8) as *const u32) as usize).min(self.chunk);
                 (seq, std::slice::from_raw_parts(p.add(SLOT_HEADER), used))
             };
             if seq < self.copied || seq == 0 || data.is_empty() {
@@ -563,6 +563,17 @@ extern "C" fn on_trigger(vcpu: c_uint, userdata: *mut c_void) {
         let _ = out.flush();
     }
     if !shared.multi {
+        // Nothing more is recorded: what the threads hold goes out now, so the log is
+        // whole however the program ends.
+        let threads = p.threads.lock().map(|t| t.clone()).unwrap_or_default();
+        for t in threads {
+            if let Ok(mut tb) = t.lock() {
+                flush_thread(shared, &mut tb);
+            }
+        }
+        if let Ok(mut out) = p.out.lock() {
+            let _ = out.flush();
+        }
         return;
     }
     // Each ring as it stands now (later blocks are cut off by the reader at `clock`).
