@@ -705,7 +705,17 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         ptscope_emulate::record_with(&argv, &exe, &working_dir, ring, &triggers, a.multi_snapshot)?;
     if !triggers.is_empty() {
         let hits = ptscope_emulate::process::hits(&working_dir).unwrap_or_default();
-        for (i, h) in hits.iter().enumerate() {
+        // Many hits (--multi-snapshot on a hot function) would bury everything else.
+        const SHOWN: usize = 10;
+        if hits.len() > SHOWN {
+            messages::info(format!(
+                "{} trigger hits, {} snapshots; the last {SHOWN}:",
+                hits.len(),
+                if a.multi_snapshot { hits.len() } else { 1 }
+            ));
+        }
+        let first_shown = hits.len().saturating_sub(SHOWN);
+        for (i, h) in hits.iter().enumerate().skip(first_shown) {
             let name = triggers
                 .get(h.trigger as usize)
                 .map_or("?", |t| t.name.as_str());

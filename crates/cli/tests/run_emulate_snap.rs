@@ -457,3 +457,53 @@ fn a_crashing_child_keeps_its_last_moments() {
         "the crash site is in the child's trace"
     );
 }
+
+/// Debian's python3 forks: CPython's after-fork hooks run in the process they are for.
+const PY_FORK: &str = "import os
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+print(os.waitpid(pid, 0)[1] >> 8)";
+
+#[test]
+fn python_forks_and_each_process_runs_its_own_after_fork_hook() {
+    let Some(plugin) = plugin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (stdout, err) = emulate(
+        &plugin,
+        dir.path(),
+        &[],
+        &["/usr/bin/python3", "-c", PY_FORK],
+    );
+    assert_eq!(stdout.trim(), "7", "{err}");
+    let procs = processes(&dir.path().join("out.fxt"));
+    let holding = |f: &str| -> Vec<&String> {
+        procs
+            .iter()
+            .filter(|(_, s)| s.contains(f))
+            .map(|(p, _)| p)
+            .collect()
+    };
+    let child = holding("PyOS_AfterFork_Child");
+    let parent = holding("PyOS_AfterFork_Parent");
+    assert_eq!(child.len(), 1, "{:?}", procs.keys());
+    assert_eq!(parent.len(), 1, "{:?}", procs.keys());
+    assert_ne!(child[0], parent[0]);
+    assert!(child[0].starts_with("python3 [pid="), "{}", child[0]);
+    // Both processes ran the interpreter before the fork: the child's trace starts there.
+    assert!(holding("PyOS_BeforeFork").contains(&parent[0]));
+    // A trigger in the child: the snapshot is the child's, ending at the hook's entry.
+    let (_, err) = emulate(
+        &plugin,
+        dir.path(),
+        &["--trigger", "PyOS_AfterFork_Child"],
+        &["/usr/bin/python3", "-c", PY_FORK],
+    );
+    assert!(
+        err.contains("trigger hit (PyOS_AfterFork_Child at 0x"),
+        "{err}"
+    );
+    let b = begins(&transcript(&plugin, dir.path(), "/usr/bin/python3"));
+    assert_eq!(b.last().map(String::as_str), Some("PyOS_AfterFork_Child"));
+    assert!(!b.iter().any(|n| n == "PyOS_AfterFork_Parent"));
+}

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use ptscope_event::{Event, StringTable};
 use ptsim::blocklog::{BlockLog, Hit, LogError, TbDef};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A child's log name in the recording directory.
 pub(crate) fn child_log_name(pid: u32) -> String {
@@ -37,6 +38,32 @@ pub fn process_logs(dir: &Path) -> Result<Vec<(Option<u32>, PathBuf)>> {
     let mut out = vec![(None, dir.join(LOG_NAME))];
     out.extend(children);
     Ok(out)
+}
+
+/// The logs last read by [`Trace::open`], by directory: its snapshots are opened one
+/// after the other, and reading the logs for each would cost snapshots × log size.
+static LAST_READ: std::sync::Mutex<Option<(PathBuf, Arc<(Vec<ProcLog>, Vec<String>)>)>> =
+    std::sync::Mutex::new(None);
+
+/// [`read_all`], reusing the last answer for the same directory while it is the same
+/// recording (its first log's length and modification time unchanged).
+fn read_all_cached(dir: &Path) -> Result<Arc<(Vec<ProcLog>, Vec<String>)>> {
+    let key = |dir: &Path| {
+        let m = std::fs::metadata(dir.join(LOG_NAME)).ok()?;
+        Some(dir.join(format!("{}:{:?}", m.len(), m.modified().ok()?)))
+    };
+    let k = key(dir).unwrap_or_else(|| dir.to_path_buf());
+    let mut last = LAST_READ.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((d, logs)) = last.as_ref() {
+        if *d == k {
+            return Ok(logs.clone());
+        }
+    }
+    // Drop the old recording's logs before reading the next one's.
+    *last = None;
+    let logs = Arc::new(read_all(dir)?);
+    *last = Some((k, logs.clone()));
+    Ok(logs)
 }
 
 /// One process's log, read.
@@ -184,8 +211,15 @@ impl Trace {
     /// Reads the recording in `dir` and makes the events of snapshot `snapshot` (an index
     /// below [`snapshot_count`]); `comm` names the threads.
     pub fn open(dir: &Path, comm: &str, snapshot: usize, strings: StringTable) -> Result<Self> {
-        let (logs, notices) = read_all(dir)?;
-        let list = snapshot_list(&logs);
+        let read = read_all_cached(dir)?;
+        // Said once, not once per snapshot.
+        let notices = if snapshot == 0 {
+            read.1.clone()
+        } else {
+            Vec::new()
+        };
+        let logs = &read.0;
+        let list = snapshot_list(logs);
         let Some(&which) = list.get(snapshot) else {
             anyhow::bail!(
                 "the emulate recording in {} has {} snapshots, not {}: a log is damaged",
@@ -195,7 +229,18 @@ impl Trace {
             );
         };
         let chosen: Vec<BlockLog> = match which {
-            None => logs.into_iter().map(|p| p.log).collect(),
+            // The whole recording is its only snapshot: the logs are moved, not copied
+            // (a full-execution log can be large).
+            None => {
+                drop(list);
+                if let Ok(mut last) = LAST_READ.lock() {
+                    *last = None;
+                }
+                match Arc::try_unwrap(read) {
+                    Ok((logs, _)) => logs.into_iter().map(|p| p.log).collect(),
+                    Err(read) => read.0.iter().map(|p| p.log.clone()).collect(),
+                }
+            }
             Some((i, hit)) => {
                 let log = &logs[i].log;
                 // The previous hit of the same process: its snapshot showed what came before.

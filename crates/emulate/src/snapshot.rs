@@ -12,7 +12,7 @@
 //! perf's Intel PT decoder drops the overlap of successive snapshots): a block starting
 //! after the previous hit's clock.
 
-use ptsim::blocklog::{BlockLog, Exec, Hit, ThreadLog};
+use ptsim::blocklog::{BlockLog, Exec, Hit, TbDef, ThreadLog};
 use rustc_hash::FxHashMap;
 
 /// The log as it stood at `hit`: every thread's executions up to it, after `since` (the
@@ -73,9 +73,18 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
             .unwrap_or(usize::MAX)
     };
     threads.sort_by_key(|t| (order(t.tid), t.tid));
+    // Only the blocks the snapshot ran: deriving the steps classifies every block given,
+    // and a recording with many snapshots must not pay for all blocks in each.
+    let mut tbs: Vec<Option<TbDef>> = vec![None; log.tbs.len()];
+    for e in threads.iter().flat_map(|t| t.execs.iter()) {
+        let i = e.tb as usize;
+        if tbs[i].is_none() {
+            tbs[i] = log.tbs.get(i).cloned().flatten();
+        }
+    }
     BlockLog {
         pid: log.pid,
-        tbs: log.tbs.clone(),
+        tbs,
         threads,
         maps: log.maps.clone(),
         hits: vec![*hit],
@@ -87,7 +96,7 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ptsim::blocklog::{RingCopy, TbDef};
+    use ptsim::blocklog::RingCopy;
 
     fn execs(clocks: std::ops::RangeInclusive<u64>) -> Vec<Exec> {
         clocks.map(|clock| Exec { clock, tb: 0 }).collect()
