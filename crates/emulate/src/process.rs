@@ -42,12 +42,14 @@ pub fn process_logs(dir: &Path) -> Result<Vec<(Option<u32>, PathBuf)>> {
 
 /// The logs last read by [`Trace::open`], by directory: its snapshots are opened one
 /// after the other, and reading the logs for each would cost snapshots × log size.
-static LAST_READ: std::sync::Mutex<Option<(PathBuf, Arc<(Vec<ProcLog>, Vec<String>)>)>> =
-    std::sync::Mutex::new(None);
+static LAST_READ: std::sync::Mutex<Option<(PathBuf, Arc<Logs>)>> = std::sync::Mutex::new(None);
+
+/// Every process's log, and the notices reading them gave.
+type Logs = (Vec<ProcLog>, Vec<String>);
 
 /// [`read_all`], reusing the last answer for the same directory while it is the same
 /// recording (its first log's length and modification time unchanged).
-fn read_all_cached(dir: &Path) -> Result<Arc<(Vec<ProcLog>, Vec<String>)>> {
+fn read_all_cached(dir: &Path) -> Result<Arc<Logs>> {
     let key = |dir: &Path| {
         let m = std::fs::metadata(dir.join(LOG_NAME)).ok()?;
         Some(dir.join(format!("{}:{:?}", m.len(), m.modified().ok()?)))
@@ -73,7 +75,7 @@ pub(crate) struct ProcLog {
 
 /// Reads every process's log; a log cut mid-write is read up to its last whole chunk,
 /// with a notice; a child whose log cannot be read is left out, with a notice.
-pub(crate) fn read_all(dir: &Path) -> Result<(Vec<ProcLog>, Vec<String>)> {
+pub(crate) fn read_all(dir: &Path) -> Result<Logs> {
     let mut notices = Vec::new();
     let mut logs: Vec<ProcLog> = Vec::new();
     for (child, path) in process_logs(dir)? {
