@@ -507,3 +507,36 @@ fn python_forks_and_each_process_runs_its_own_after_fork_hook() {
     assert_eq!(b.last().map(String::as_str), Some("PyOS_AfterFork_Child"));
     assert!(!b.iter().any(|n| n == "PyOS_AfterFork_Parent"));
 }
+
+/// Line 8's first instruction is in the middle of a block (the one starting where
+/// `work` returns to).
+const LINE: &str = r#"#include <stdio.h>
+__attribute__((noinline)) int work(int x) { return x * 3 + 1; }
+__attribute__((noinline)) int after(int x) { return x + 7; }
+int main(void) {
+  int s = 0;
+  for (int i = 0; i < 100; i++) s = work(s);
+  s = work(s);
+  s += 5;
+  s = after(s);
+  for (int i = 0; i < 100; i++) s = after(s);
+  printf("%d\n", s);
+  return 0;
+}
+"#;
+
+#[test]
+fn a_line_trigger_inside_a_block_fires_there() {
+    let Some(plugin) = plugin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    compile(dir.path(), "line", LINE, &["-O0", "-g"]);
+    let (_, err) = emulate(&plugin, dir.path(), &["--trigger", "line.c:8"], &["./line"]);
+    assert!(
+        err.contains("trigger hit (") && err.contains("line.c:8 at 0x"),
+        "{err}"
+    );
+    let b = begins(&transcript(&plugin, dir.path(), "line"));
+    assert_eq!(b.iter().filter(|n| *n == "work").count(), 101);
+    // The block holding the line ends with the call of `after`: at most that one shows.
+    assert!(b.iter().filter(|n| *n == "after").count() <= 1, "{b:?}");
+}

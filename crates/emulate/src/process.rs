@@ -163,12 +163,15 @@ pub fn hits(dir: &Path) -> Result<Vec<HitReport>> {
         .map(|(i, h)| HitReport {
             pid: logs[i].log.pid,
             tid: h.tid,
-            address: logs[i]
-                .log
-                .tbs
-                .get(h.tb as usize)
-                .and_then(|t| t.as_ref())
-                .map_or(0, |t| t.vaddr),
+            address: match h.address {
+                0 => logs[i]
+                    .log
+                    .tbs
+                    .get(h.tb as usize)
+                    .and_then(|t| t.as_ref())
+                    .map_or(0, |t| t.vaddr),
+                a => a,
+            },
             trigger: h.trigger,
         })
         .collect())

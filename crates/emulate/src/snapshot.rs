@@ -127,6 +127,7 @@ mod tests {
             trigger: 0,
             tb: 0,
             clock,
+            address: 0x1000,
             tid: 1,
         };
         let log = BlockLog {

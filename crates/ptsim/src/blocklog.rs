@@ -12,7 +12,8 @@ const KIND_TBS: u8 = 1;
 pub const KIND_EXEC: u8 = 2;
 /// Chunk kind: a `/proc/self/maps` snapshot.
 const KIND_MAPS: u8 = 3;
-/// Chunk kind: a trigger hit (`hit u32, trigger u32, block u32, 0u32, clock u64`).
+/// Chunk kind: a trigger hit (`hit u32, trigger u32, block u32, 0u32, clock u64, address
+/// u64`).
 pub const KIND_HIT: u8 = 8;
 /// Chunk kind: a ring slot copied at a hit (`hit u32, slots u32, seq u64`, exec stream).
 const KIND_RING_COPY: u8 = 9;
@@ -128,6 +129,8 @@ pub struct Hit {
     pub tb: u32,
     /// Global clock at the trigger block's start: later executions are not in the snapshot.
     pub clock: u64,
+    /// The trigger's address (inside the block, or its start); 0 if not known.
+    pub address: u64,
     /// The thread that hit.
     pub tid: u32,
 }
@@ -395,6 +398,7 @@ impl BlockLog {
                         trigger,
                         tb,
                         clock,
+                        address: u64_at(p, 24).unwrap_or(0),
                         tid,
                     });
                 }

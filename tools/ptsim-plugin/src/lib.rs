@@ -29,12 +29,13 @@
 //! to the log at once, unbuffered, for the same reason.
 //!
 //! Triggers (`trigger=DEV:INO:OFFSET:PATH`, all hex, `PATH` hex-encoded bytes; repeatable):
-//! a block that starts at file offset `OFFSET` of the file (device `DEV` as `major<<32 |
-//! minor`, inode `INO`, or that path) is found when it is translated, through the last
-//! maps snapshot, and only that block gets the hit callback: no cost on other blocks. A
+//! the instruction at file offset `OFFSET` of the file (device `DEV` as `major<<32 |
+//! minor`, inode `INO`, or that path) is found when its block is translated, through the
+//! last maps snapshot, and only that block (or, inside a block, that instruction) gets
+//! the hit callback: no cost on other blocks. A
 //! hit writes `KIND_HIT`: `hit u32` (0, 1, … per process), `trigger u32` (argument order),
-//! `block u32`, `0u32`, `clock u64` (the trigger block's start); the chunk's tid is the
-//! hitting thread. Without `multi=1` the first hit stops the recording (the program runs on
+//! `block u32`, `0u32`, `clock u64` (the trigger block's start), `address u64` (the
+//! trigger's); the chunk's tid is the hitting thread. Without `multi=1` the first hit stops the recording (the program runs on
 //! untraced). With `multi=1` and a ring, every hit copies each thread's ring slots that
 //! changed since the last hit into the log as `KIND_RING_COPY`: `hit u32`, `slots u32`
 //! (the ring's slot count), `seq u64`, then the slot's used bytes; the chunk's tid is the
@@ -90,6 +91,12 @@ extern "C" {
     fn qemu_plugin_register_vcpu_tb_trans_cb(id: PluginId, cb: TbTransCb);
     fn qemu_plugin_register_vcpu_tb_exec_cb(
         tb: *mut c_void,
+        cb: ExecCb,
+        flags: c_int,
+        userdata: *mut c_void,
+    );
+    fn qemu_plugin_register_vcpu_insn_exec_cb(
+        insn: *mut c_void,
         cb: ExecCb,
         flags: c_int,
         userdata: *mut c_void,
@@ -355,6 +362,10 @@ fn flush_thread(_shared: &Shared, tb: &mut ThreadBuf) {
     tb.buf.clear();
 }
 
+/// `(block id, trigger address)` of every block given a trigger callback: hits are rare,
+/// and the address would not fit the callback's user-data word.
+static TRIGGER_BLOCKS: Mutex<Vec<(u32, u64)>> = Mutex::new(Vec::new());
+
 /// Set when nothing more is recorded: the (single-snapshot) trigger hit, or a forked
 /// child whose log could not be made.
 static STOPPED: AtomicBool = AtomicBool::new(false);
@@ -534,6 +545,15 @@ extern "C" fn on_trigger(vcpu: c_uint, userdata: *mut c_void) {
         return;
     }
     on_exec(vcpu, userdata);
+    on_trigger_insn(vcpu, userdata);
+}
+
+/// The exec callback of a trigger inside a block (a source line's first instruction, say):
+/// the block was logged when it began; this is the hit.
+extern "C" fn on_trigger_insn(_vcpu: c_uint, userdata: *mut c_void) {
+    if STOPPED.load(Ordering::Relaxed) {
+        return;
+    }
     let (Some(shared), Some(p)) = (SHARED.get(), proc()) else {
         return;
     };
@@ -558,6 +578,14 @@ extern "C" fn on_trigger(vcpu: c_uint, userdata: *mut c_void) {
     payload.extend_from_slice(&((ud >> 16) as u32).to_le_bytes());
     payload.extend_from_slice(&0u32.to_le_bytes());
     payload.extend_from_slice(&clock.to_le_bytes());
+    let id = (ud >> 16) as u32;
+    // try_lock: a forked child may have inherited it locked by a thread it does not have.
+    let at = TRIGGER_BLOCKS
+        .try_lock()
+        .ok()
+        .and_then(|b| b.iter().find(|x| x.0 == id).map(|x| x.1))
+        .unwrap_or(0);
+    payload.extend_from_slice(&at.to_le_bytes());
     if let Ok(mut out) = p.out.lock() {
         write_chunk(&mut *out, KIND_HIT, tid, &payload);
         let _ = out.flush();
@@ -626,12 +654,15 @@ fn parse_maps(maps: &str) -> Vec<MapLine> {
     out
 }
 
-/// The trigger whose block starts at `vaddr`, by the file and offset mapped there.
-fn trigger_at(shared: &Shared, maps: &[MapLine], vaddr: u64) -> Option<usize> {
+/// The first trigger inside the block `[vaddr, vaddr + size)`, by the file and offset
+/// mapped there: its index and address.
+fn trigger_at(shared: &Shared, maps: &[MapLine], vaddr: u64, size: u64) -> Option<(usize, u64)> {
     let m = maps.iter().find(|m| vaddr >= m.start && vaddr < m.end)?;
     let off = vaddr - m.start + m.pgoff;
-    shared.triggers.iter().position(|t| {
-        t.offset == off && ((t.ino != 0 && t.dev == m.dev && t.ino == m.ino) || t.path == m.path)
+    shared.triggers.iter().enumerate().find_map(|(i, t)| {
+        let same_file = (t.ino != 0 && t.dev == m.dev && t.ino == m.ino) || t.path == m.path;
+        (same_file && t.offset >= off && t.offset - off < size.max(1))
+            .then(|| (i, vaddr + (t.offset - off)))
     })
 }
 
@@ -727,10 +758,33 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
         p.maps
             .lock()
             .ok()
-            .and_then(|m| trigger_at(shared, &m, vaddr))
+            .and_then(|m| trigger_at(shared, &m, vaddr, size))
     };
+    if let (Some((_, at)), Ok(mut b)) = (trigger, TRIGGER_BLOCKS.try_lock()) {
+        b.push((id, at));
+    }
     let (cb, ud): (ExecCb, u64) = match trigger {
-        Some(t) => (on_trigger, ud | ((t as u64) << 48)),
+        Some((t, at)) if at == vaddr => (on_trigger, ud | ((t as u64) << 48)),
+        Some((t, at)) => {
+            // Inside the block: a callback on that instruction only.
+            // SAFETY: `tb` is still the block being translated; its instruction handles
+            // are valid during this callback, and registering on one is the API's use.
+            unsafe {
+                if let Some(insn) = (0..n)
+                    .map(|i| qemu_plugin_tb_get_insn(tb, i))
+                    .find(|&i| qemu_plugin_insn_vaddr(i) == at)
+                {
+                    let tud = ud | ((t as u64) << 48);
+                    qemu_plugin_register_vcpu_insn_exec_cb(
+                        insn,
+                        on_trigger_insn,
+                        CB_NO_REGS,
+                        tud as usize as *mut c_void,
+                    );
+                }
+            }
+            (on_exec, ud)
+        }
         None => (on_exec, ud),
     };
     // SAFETY: registering an exec callback on the block being translated is the
