@@ -701,8 +701,15 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
             None => "everything is kept (--full-execution)".to_string(),
         }
     ));
-    let status =
-        ptscope_emulate::record_with(&argv, &exe, &working_dir, ring, &triggers, a.multi_snapshot)?;
+    let status = ptscope_emulate::record_with(
+        &argv,
+        &exe,
+        &working_dir,
+        ring,
+        &triggers,
+        a.multi_snapshot,
+        &|m| messages::info(m),
+    )?;
     if !triggers.is_empty() {
         let hits = ptscope_emulate::process::hits(&working_dir).unwrap_or_default();
         // Many hits (--multi-snapshot on a hot function) would bury everything else.

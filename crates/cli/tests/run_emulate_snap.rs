@@ -540,3 +540,31 @@ fn a_line_trigger_inside_a_block_fires_there() {
     // The block holding the line ends with the call of `after`: at most that one shows.
     assert!(b.iter().filter(|n| *n == "after").count() <= 1, "{b:?}");
 }
+
+/// The child outlives its parent: the recording waits for it.
+const ORPHAN: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((noinline)) int child_work(int x) { __asm__ volatile(""); return x + 1; }
+int main(void) {
+  if (fork() == 0) {
+    usleep(300000);
+    int s = 0;
+    for (int i = 0; i < 500; i++) s = child_work(s);
+    _exit(s & 1);
+  }
+  puts("parent done");
+  return 0;
+}
+"#;
+
+#[test]
+fn a_child_that_outlives_the_program_is_waited_for() {
+    let Some(plugin) = plugin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    compile(dir.path(), "orphan", ORPHAN, &[]);
+    let (_, err) = emulate(&plugin, dir.path(), &[], &["./orphan"]);
+    assert!(err.contains("waiting for the child processes"), "{err}");
+    let b = begins(&transcript(&plugin, dir.path(), "orphan"));
+    assert_eq!(b.iter().filter(|n| *n == "child_work").count(), 500);
+}

@@ -159,12 +159,12 @@ pub fn check_program(exe: &Path) -> Result<()> {
 /// With `ring`, each thread keeps only its last `ring` bytes of executions (4 per block),
 /// written when it ends: a flight recorder; without, everything is written.
 pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> Result<ExitStatus> {
-    record_with(argv, exe, dir, ring, &[], false)
+    record_with(argv, exe, dir, ring, &[], false, &|_| {})
 }
 
 /// [`record`] with triggers: the recording stops at the first hit of any of `triggers`
 /// (the program runs on, untraced), or with `multi` each hit takes a snapshot of every
-/// thread's ring (needs `ring`).
+/// thread's ring (needs `ring`). `say` tells the user what the recording waits for.
 pub fn record_with(
     argv: &[OsString],
     exe: &Path,
@@ -172,6 +172,7 @@ pub fn record_with(
     ring: Option<u64>,
     triggers: &[TriggerPoint],
     multi: bool,
+    say: &dyn Fn(&str),
 ) -> Result<ExitStatus> {
     let qemu = find_qemu()?;
     let plugin = find_plugin()?;
@@ -214,6 +215,9 @@ pub fn record_with(
     if multi {
         spec.push(",multi=1");
     }
+    // The program's children (each a qemu of its own) may outlive it: as their reaper,
+    // ptscope waits for them, so their logs and rings are whole when gathered.
+    let reaper = process::Reaper::start();
     let status = std::process::Command::new(&qemu)
         .arg("-plugin")
         .arg(spec)
@@ -223,6 +227,7 @@ pub fn record_with(
         .args(args)
         .status()
         .with_context(|| format!("cannot run {}", qemu.display()))?;
+    reaper.wait_for_orphans(say);
     if ring.is_some() {
         append_rings(dir, &log)?;
     }

@@ -40,6 +40,87 @@ pub fn process_logs(dir: &Path) -> Result<Vec<(Option<u32>, PathBuf)>> {
     Ok(out)
 }
 
+/// Makes ptscope the reaper of the program's orphaned descendants while it records
+/// (`PR_SET_CHILD_SUBREAPER`), so children that outlive the program are waited for.
+pub(crate) struct Reaper {
+    presses: usize,
+}
+
+impl Reaper {
+    /// Becomes the reaper (a failure only means orphans are not waited for).
+    pub(crate) fn start() -> Self {
+        // SAFETY: prctl with these arguments only sets a flag of this process.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        Reaper {
+            presses: ptscope_interrupt::presses(),
+        }
+    }
+
+    /// Once the program has ended: waits for the descendants it left running (they were
+    /// reparented to us). A Ctrl-C reaches them too (same process group); one pressed
+    /// while waiting also kills those that ignore it.
+    pub(crate) fn wait_for_orphans(self, say: &dyn Fn(&str)) {
+        let mut said = false;
+        let mut killed = false;
+        loop {
+            let mut st = 0;
+            // SAFETY: waitpid on any child with a valid status pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+            if pid > 0 {
+                continue;
+            }
+            if pid < 0 {
+                break; // ECHILD: none left.
+            }
+            if !said {
+                said = true;
+                say(
+                    "the program has ended; waiting for the child processes it left running \
+                     (Ctrl-C stops them)",
+                );
+            }
+            if !killed && ptscope_interrupt::presses() > self.presses {
+                killed = true;
+                for child in own_children() {
+                    // SAFETY: signalling a process that is our child.
+                    unsafe { libc::kill(child as i32, libc::SIGKILL) };
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        // SAFETY: as in `start`.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) };
+    }
+}
+
+/// Pids of the processes whose parent is ptscope.
+fn own_children() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == me).then_some(pid)
+        })
+        .collect()
+}
+
 /// The logs last read by [`Trace::open`], by directory: its snapshots are opened one
 /// after the other, and reading the logs for each would cost snapshots × log size.
 static LAST_READ: std::sync::Mutex<Option<(PathBuf, Arc<Logs>)>> = std::sync::Mutex::new(None);
