@@ -235,50 +235,62 @@ fn snapshot_list(logs: &[ProcLog]) -> Vec<Option<(usize, Hit)>> {
     }
 }
 
-/// The trigger hits recorded in `dir`, in snapshot order.
+/// The trigger hits recorded in `dir`, in snapshot order. Only the chunk headers and the
+/// hit chunks are read (a full-execution log can be gigabytes).
 pub fn hits(dir: &Path) -> Result<Vec<HitReport>> {
-    let (logs, _) = read_all(dir)?;
-    Ok(snapshot_list(&logs)
-        .into_iter()
-        .flatten()
-        .map(|(i, h)| HitReport {
-            pid: logs[i].log.pid,
-            tid: h.tid,
-            address: match h.address {
-                0 => logs[i]
-                    .log
-                    .tbs
-                    .get(h.tb as usize)
-                    .and_then(|t| t.as_ref())
-                    .map_or(0, |t| t.vaddr),
-                a => a,
-            },
-            trigger: h.trigger,
-        })
-        .collect())
-}
-
-/// How many snapshots the recording in `dir` holds: one per trigger hit, or one. Only
-/// the chunk headers are read (a full-execution log can be gigabytes).
-pub fn snapshot_count(dir: &Path) -> Result<usize> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut hits = 0;
+    let u32_at = |p: &[u8], at: usize| {
+        p.get(at..at + 4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |p: &[u8], at: usize| {
+        p.get(at..at + 8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    let mut out = Vec::new();
     for (_, path) in process_logs(dir)? {
         let mut f = std::fs::File::open(&path)
             .with_context(|| format!("cannot read the emulate block log {}", path.display()))?;
+        let mut pid = 0;
         let mut head = [0u8; 16];
         while f.read_exact(&mut head).is_ok() {
-            if head[0] == ptsim::blocklog::KIND_HIT {
-                hits += 1;
+            let kind = head[0];
+            let tid = u32_at(&head, 4);
+            let len = u64_at(&head, 8);
+            if kind == ptsim::blocklog::KIND_HEADER || kind == ptsim::blocklog::KIND_HIT {
+                let mut p = vec![0u8; len.min(64) as usize];
+                if f.read_exact(&mut p).is_err() {
+                    break;
+                }
+                if kind == ptsim::blocklog::KIND_HEADER {
+                    pid = u32_at(&p, 0);
+                } else {
+                    out.push(HitReport {
+                        pid,
+                        tid,
+                        address: u64_at(&p, 24),
+                        trigger: u32_at(&p, 4),
+                    });
+                }
+                let rest = len.saturating_sub(p.len() as u64);
+                let Ok(rest) = i64::try_from(rest) else { break };
+                if f.seek(SeekFrom::Current(rest)).is_err() {
+                    break;
+                }
+                continue;
             }
-            let len = u64::from_le_bytes(head[8..16].try_into().unwrap_or([0; 8]));
             let Ok(len) = i64::try_from(len) else { break };
             if f.seek(SeekFrom::Current(len)).is_err() {
                 break;
             }
         }
     }
-    Ok(hits.max(1))
+    Ok(out)
+}
+
+/// How many snapshots the recording in `dir` holds: one per trigger hit, or one.
+pub fn snapshot_count(dir: &Path) -> Result<usize> {
+    Ok(hits(dir)?.len().max(1))
 }
 
 /// The events of one snapshot of an emulate recording (every process of it, merged in

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 /// Chunk kind: process header.
-const KIND_HEADER: u8 = 0;
+pub const KIND_HEADER: u8 = 0;
 /// Chunk kind: translated-block descriptions.
 const KIND_TBS: u8 = 1;
 /// Chunk kind: one thread's block executions.
