@@ -239,24 +239,35 @@ pub fn record_with(
 const SLOT_HEADER: usize = 16;
 
 /// A ring file's used slots, oldest first; empty if the file is not one the plugin wrote.
-fn ring_slots(bytes: &[u8]) -> Vec<&[u8]> {
-    let size = bytes.get(12..16).map_or(0, |b| {
-        u32::from_le_bytes(b.try_into().unwrap_or([0; 4])) as usize
-    });
-    if size == 0 || !bytes.len().is_multiple_of(SLOT_HEADER + size) {
-        return Vec::new();
+/// Only slot headers and used bytes are read: a short-lived process's ring is a mostly
+/// unwritten (sparse) file of the full ring size.
+fn ring_slots(path: &Path) -> std::io::Result<Vec<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let mut head = [0u8; SLOT_HEADER];
+    if f.read_exact_at(&mut head, 0).is_err() {
+        return Ok(Vec::new());
     }
-    let mut slots: Vec<(u64, &[u8])> = bytes
-        .chunks_exact(SLOT_HEADER + size)
-        .filter_map(|s| {
-            let seq = u64::from_le_bytes(s[..8].try_into().ok()?);
-            let used = u32::from_le_bytes(s[8..12].try_into().ok()?) as usize;
-            let data = s.get(SLOT_HEADER..SLOT_HEADER + used)?;
-            (seq > 0 && used > 0).then_some((seq, data))
-        })
-        .collect();
+    let size = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as u64;
+    let stride = SLOT_HEADER as u64 + size;
+    if size == 0 || !len.is_multiple_of(stride) {
+        return Ok(Vec::new());
+    }
+    let mut slots: Vec<(u64, Vec<u8>)> = Vec::new();
+    for at in (0..len).step_by(stride as usize) {
+        f.read_exact_at(&mut head, at)?;
+        let seq = u64::from_le_bytes(head[..8].try_into().unwrap_or([0; 8]));
+        let used = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as u64;
+        if seq == 0 || used == 0 || used > size {
+            continue;
+        }
+        let mut data = vec![0u8; used as usize];
+        f.read_exact_at(&mut data, at + SLOT_HEADER as u64)?;
+        slots.push((seq, data));
+    }
     slots.sort_by_key(|s| s.0);
-    slots.into_iter().map(|s| s.1).collect()
+    Ok(slots.into_iter().map(|s| s.1).collect())
 }
 
 /// After qemu has exited (however: a Ctrl-C or a crash runs no plugin exit code), moves
@@ -328,11 +339,11 @@ fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
         .with_context(|| format!("cannot write {}", log.display()))?;
     let mut w = std::io::BufWriter::new(out);
     for (tid, path) in &rings {
-        let bytes = std::fs::read(path)
+        let slots = ring_slots(path)
             .with_context(|| format!("cannot read the ring file {}", path.display()))?;
-        for data in ring_slots(&bytes) {
+        for data in slots {
             w.write_all(&chunk_header(KIND_EXEC, *tid, data.len() as u64))
-                .and_then(|_| w.write_all(data))
+                .and_then(|_| w.write_all(&data))
                 .with_context(|| format!("cannot write {}", log.display()))?;
         }
     }
