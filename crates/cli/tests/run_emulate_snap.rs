@@ -156,31 +156,34 @@ fn the_trace_ends_at_the_trigger_functions_entry() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Debian's gcc builds a PIE: qemu loads it at an address ptscope does not know.
     compile(dir.path(), "trig", TRIG, &[]);
-    let (stdout, err) = emulate(
-        &plugin,
-        dir.path(),
-        &["--trigger", "trigger_here"],
-        &["./trig"],
-    );
-    // The program ran to its end.
-    assert!(!stdout.trim().is_empty(), "{err}");
-    assert!(err.contains("trigger hit (trigger_here at 0x"), "{err}");
-    assert!(!err.contains("never fired"), "{err}");
-    let t = transcript(&plugin, dir.path(), "trig");
-    let b = begins(&t);
-    assert_eq!(
-        b.last().map(String::as_str),
-        Some("trigger_here"),
-        "{:?}",
-        &b[b.len().saturating_sub(5)..]
-    );
-    // All the calls before the hit, none after it.
-    assert_eq!(b.iter().filter(|n| *n == "work").count(), 1000);
-    assert!(
-        !b.iter().any(|n| n == "after"),
-        "calls after the hit are in the trace"
-    );
-    assert!(calls(&t).contains(&("trigger_here".into(), "main".into())));
+    // Stopping at the hit keeps the ring's contents, or everything up to it.
+    for extra in [&[][..], &["--full-execution"]] {
+        let mut args = vec!["--trigger", "trigger_here"];
+        args.extend_from_slice(extra);
+        let (stdout, err) = emulate(&plugin, dir.path(), &args, &["./trig"]);
+        // The program ran to its end.
+        assert!(!stdout.trim().is_empty(), "{extra:?}: {err}");
+        assert!(
+            err.contains("trigger hit (trigger_here at 0x"),
+            "{extra:?}: {err}"
+        );
+        assert!(!err.contains("never fired"), "{extra:?}: {err}");
+        let t = transcript(&plugin, dir.path(), "trig");
+        let b = begins(&t);
+        assert_eq!(
+            b.last().map(String::as_str),
+            Some("trigger_here"),
+            "{:?}",
+            &b[b.len().saturating_sub(5)..]
+        );
+        // All the calls before the hit, none after it.
+        assert_eq!(b.iter().filter(|n| *n == "work").count(), 1000);
+        assert!(
+            !b.iter().any(|n| n == "after"),
+            "calls after the hit are in the trace"
+        );
+        assert!(calls(&t).contains(&("trigger_here".into(), "main".into())));
+    }
 }
 
 #[test]
