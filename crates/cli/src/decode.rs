@@ -340,7 +340,7 @@ enum Source {
     Text(Box<Decoder<BufReader<Box<dyn Read + Send>>>>, u64),
     Perf(Box<AnyScript>),
     /// An emulate recording: events derived from qemu's block log, no perf involved.
-    Emulate(Box<ptscope_emulate::Events>),
+    Emulate(Box<ptscope_emulate::Trace>),
 }
 
 impl Source {
@@ -408,15 +408,16 @@ impl ptscope_symbols::NameTable for SourceNames<'_> {
 enum InputSpec {
     Text(PathBuf),
     PerfData(PathBuf),
-    /// An emulate working directory's block log, and the program's name for its threads.
-    Emulate(PathBuf, String),
+    /// An emulate working directory, the program's name for its threads, and which
+    /// snapshot (one per trigger hit, else one).
+    Emulate(PathBuf, String, usize),
 }
 
 impl InputSpec {
     fn name(&self) -> String {
         match self {
             InputSpec::Text(p) if p == Path::new("-") => "standard input".into(),
-            InputSpec::Text(p) | InputSpec::PerfData(p) | InputSpec::Emulate(p, _) => {
+            InputSpec::Text(p) | InputSpec::PerfData(p) | InputSpec::Emulate(p, _, _) => {
                 p.display().to_string()
             }
         }
@@ -473,9 +474,11 @@ impl InputSpec {
                 }
                 Ok(Source::Perf(Box::new(script)))
             }
-            InputSpec::Emulate(log, comm) => {
-                crate::messages::info(ptscope_emulate::CLOCK_NOTICE);
-                let events = ptscope_emulate::Events::open(log, comm, strings)?;
+            InputSpec::Emulate(dir, comm, snapshot) => {
+                if *snapshot == 0 {
+                    crate::messages::info(ptscope_emulate::CLOCK_NOTICE);
+                }
+                let events = ptscope_emulate::Trace::open(dir, comm, *snapshot, strings)?;
                 Ok(Source::Emulate(Box::new(events)))
             }
         }
@@ -503,10 +506,11 @@ fn input_specs(args: &DecodeArgs) -> Result<Vec<InputSpec>> {
             .and_then(Path::file_name)
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "emulated".into());
-        return Ok(vec![InputSpec::Emulate(
-            input.join(ptscope_emulate::LOG_NAME),
-            comm,
-        )]);
+        // One input per snapshot: each trigger hit's, or the whole recording's.
+        let n = ptscope_emulate::process::snapshot_count(&input)?;
+        return Ok((0..n)
+            .map(|i| InputSpec::Emulate(input.clone(), comm.clone(), i))
+            .collect());
     }
     if input.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&input)

@@ -603,10 +603,21 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     if a.trace_include_kernel || a.kernel_only {
         bail!("the emulate backend traces user space only (qemu-user runs no kernel code)");
     }
-    if a.trigger.is_some() {
+    let trigger = match a.trigger.as_deref() {
+        None => None,
+        Some(s) if s == "?" || s == "symbol:?" => bail!(
+            "the emulate backend has no symbol picker: name the trigger function \
+             (--trigger NAME)"
+        ),
+        Some(s) => Some(TriggerSpec::parse(s)?),
+    };
+    if a.multi_snapshot && trigger.is_none() {
+        bail!("--multi-snapshot takes a snapshot at each trigger hit: give --trigger too");
+    }
+    if a.multi_snapshot && a.full_execution {
         bail!(
-            "--trigger is not supported by the emulate backend yet: drop it to trace the \
-             whole execution, or use --backend sample"
+            "--multi-snapshot copies each thread's flight recorder at every hit; with \
+             --full-execution there is none: drop one of them"
         );
     }
     // The plugin keeps each thread's last moments (a flight recorder) unless everything
@@ -629,7 +640,6 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         }
     };
     for (set, flag) in [
-        (a.multi_snapshot, "--multi-snapshot"),
         (a.callgraph.is_some(), "--callgraph"),
         (a.single_thread, "--single-thread"),
     ] {
@@ -649,6 +659,10 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         None => bail!("no program to run"),
     };
     ptscope_emulate::check_program(&exe)?;
+    let triggers = match &trigger {
+        Some(spec) => ptscope_emulate::trigger::resolve(spec, &exe)?,
+        None => Vec::new(),
+    };
     if !a.no_decode {
         check_output(&a.output)?;
     }
@@ -660,10 +674,24 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     );
     ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
     let base = ptscope_interrupt::presses();
+    if let Some(t) = triggers.first() {
+        messages::info(format!(
+            "emulate backend: trigger {} at {:#x} in {}: {}",
+            t.name,
+            t.address,
+            t.file.display(),
+            if a.multi_snapshot {
+                "each hit takes a snapshot of every thread's last moments in its process"
+            } else {
+                "the recording stops at the first hit (the program runs on to its end, \
+                 untraced) and the trace ends there"
+            }
+        ));
+    }
     messages::info(format!(
         "emulate backend: running the program under qemu-user (user space only, much \
-         slower than native); its threads are traced, child processes (fork) and programs \
-         it execs are not; {}",
+         slower than native); its threads and forked children are traced, programs it \
+         execs are not; {}",
         match ring {
             Some(b) => format!(
                 "each thread's last {} MiB of executed blocks are kept (--snapshot-size sets \
@@ -673,7 +701,48 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
             None => "everything is kept (--full-execution)".to_string(),
         }
     ));
-    let status = ptscope_emulate::record(&argv, &exe, &working_dir, ring)?;
+    let status = ptscope_emulate::record_with(
+        &argv,
+        &exe,
+        &working_dir,
+        ring,
+        &triggers,
+        a.multi_snapshot,
+        &|m| messages::info(m),
+    )?;
+    if !triggers.is_empty() {
+        let hits = ptscope_emulate::process::hits(&working_dir).unwrap_or_default();
+        // Many hits (--multi-snapshot on a hot function) would bury everything else.
+        const SHOWN: usize = 10;
+        if hits.len() > SHOWN {
+            messages::info(format!(
+                "{} trigger hits, {} snapshots; the last {SHOWN}:",
+                hits.len(),
+                if a.multi_snapshot { hits.len() } else { 1 }
+            ));
+        }
+        let first_shown = hits.len().saturating_sub(SHOWN);
+        for (i, h) in hits.iter().enumerate().skip(first_shown) {
+            let name = triggers
+                .get(h.trigger as usize)
+                .map_or("?", |t| t.name.as_str());
+            messages::info(format!(
+                "trigger hit ({name} at {:#x}, tid {}){}",
+                h.address,
+                h.tid,
+                if a.multi_snapshot {
+                    format!(": snapshot {}", i + 1)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if hits.is_empty() {
+            messages::warn(
+                "the trigger never fired; the snapshot is from the end of the recording",
+            );
+        }
+    }
     let program_code = program_exit_code(status);
     if !status.success() {
         messages::warn(format!("the program {}", describe_exit(status)));

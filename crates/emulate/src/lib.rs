@@ -8,9 +8,17 @@
 //! writers then see every call and return that ran.
 //!
 //! Limits of this first version: user space only, x86-64 on x86-64, no attach; each
-//! thread's last moments are kept in a ring in the plugin (or everything), but there are
-//! no triggers yet; times are a virtual clock (one guest instruction = 1 ns), not the host
-//! clock.
+//! thread's last moments are kept in a ring in the plugin (or everything), snapshot at
+//! exit or at a trigger ([`trigger`], [`snapshot`]); forked children are traced as their
+//! own processes ([`process`]); times are a virtual clock (one guest instruction = 1 ns),
+//! not the host clock.
+
+pub mod process;
+mod snapshot;
+pub mod trigger;
+
+pub use process::{HitReport, Trace};
+pub use trigger::TriggerPoint;
 
 use anyhow::{bail, Context, Result};
 use ptscope_event::{
@@ -151,6 +159,21 @@ pub fn check_program(exe: &Path) -> Result<()> {
 /// With `ring`, each thread keeps only its last `ring` bytes of executions (4 per block),
 /// written when it ends: a flight recorder; without, everything is written.
 pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> Result<ExitStatus> {
+    record_with(argv, exe, dir, ring, &[], false, &|_| {})
+}
+
+/// [`record`] with triggers: the recording stops at the first hit of any of `triggers`
+/// (the program runs on, untraced), or with `multi` each hit takes a snapshot of every
+/// thread's ring (needs `ring`). `say` tells the user what the recording waits for.
+pub fn record_with(
+    argv: &[OsString],
+    exe: &Path,
+    dir: &Path,
+    ring: Option<u64>,
+    triggers: &[TriggerPoint],
+    multi: bool,
+    say: &dyn Fn(&str),
+) -> Result<ExitStatus> {
     let qemu = find_qemu()?;
     let plugin = find_plugin()?;
     check_program(exe)?;
@@ -165,12 +188,36 @@ pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> R
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("cannot check {}", log.display())),
     }
+    // A reused working directory must not mix an earlier run's children or rings in.
+    for e in std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = (name.starts_with("ring-") && name.ends_with(".bin"))
+            || process::process_logs(dir)
+                .map(|l| l.iter().skip(1).any(|(_, p)| *p == e.path()))
+                .unwrap_or(false);
+        if ours {
+            std::fs::remove_file(e.path())
+                .with_context(|| format!("cannot remove the old {}", e.path().display()))?;
+        }
+    }
     let mut spec = OsString::from(plugin.as_os_str());
     spec.push(",out=");
     spec.push(log.as_os_str());
     if let Some(r) = ring {
         spec.push(format!(",ring={}", r.max(4096)));
     }
+    for t in triggers {
+        spec.push(format!(",trigger={}", t.plugin_arg()));
+    }
+    if multi {
+        spec.push(",multi=1");
+    }
+    // The program's children (each a qemu of its own) may outlive it: as their reaper,
+    // ptscope waits for them, so their logs and rings are whole when gathered.
+    let reaper = process::Reaper::start();
     let status = std::process::Command::new(&qemu)
         .arg("-plugin")
         .arg(spec)
@@ -180,59 +227,103 @@ pub fn record(argv: &[OsString], exe: &Path, dir: &Path, ring: Option<u64>) -> R
         .args(args)
         .status()
         .with_context(|| format!("cannot run {}", qemu.display()))?;
+    reaper.wait_for_orphans(say);
     if ring.is_some() {
         append_rings(dir, &log)?;
     }
     Ok(status)
 }
 
-/// Header of a ring slot in a `ring-TID.bin` file: `seq u64`, `used u32`, `size u32`
+/// Header of a ring slot in a `ring-PID-TID.bin` file: `seq u64`, `used u32`, `size u32`
 /// (the data bytes of every slot of the file).
 const SLOT_HEADER: usize = 16;
 
 /// A ring file's used slots, oldest first; empty if the file is not one the plugin wrote.
-fn ring_slots(bytes: &[u8]) -> Vec<&[u8]> {
-    let size = bytes.get(12..16).map_or(0, |b| {
-        u32::from_le_bytes(b.try_into().unwrap_or([0; 4])) as usize
-    });
-    if size == 0 || !bytes.len().is_multiple_of(SLOT_HEADER + size) {
-        return Vec::new();
+/// Only slot headers and used bytes are read: a short-lived process's ring is a mostly
+/// unwritten (sparse) file of the full ring size.
+fn ring_slots(path: &Path) -> std::io::Result<Vec<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let mut head = [0u8; SLOT_HEADER];
+    if f.read_exact_at(&mut head, 0).is_err() {
+        return Ok(Vec::new());
     }
-    let mut slots: Vec<(u64, &[u8])> = bytes
-        .chunks_exact(SLOT_HEADER + size)
-        .filter_map(|s| {
-            let seq = u64::from_le_bytes(s[..8].try_into().ok()?);
-            let used = u32::from_le_bytes(s[8..12].try_into().ok()?) as usize;
-            let data = s.get(SLOT_HEADER..SLOT_HEADER + used)?;
-            (seq > 0 && used > 0).then_some((seq, data))
-        })
-        .collect();
+    let size = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as u64;
+    let stride = SLOT_HEADER as u64 + size;
+    if size == 0 || !len.is_multiple_of(stride) {
+        return Ok(Vec::new());
+    }
+    let mut slots: Vec<(u64, Vec<u8>)> = Vec::new();
+    for at in (0..len).step_by(stride as usize) {
+        f.read_exact_at(&mut head, at)?;
+        let seq = u64::from_le_bytes(head[..8].try_into().unwrap_or([0; 8]));
+        let used = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as u64;
+        if seq == 0 || used == 0 || used > size {
+            continue;
+        }
+        let mut data = vec![0u8; used as usize];
+        f.read_exact_at(&mut data, at + SLOT_HEADER as u64)?;
+        slots.push((seq, data));
+    }
     slots.sort_by_key(|s| s.0);
-    slots.into_iter().map(|s| s.1).collect()
+    Ok(slots.into_iter().map(|s| s.1).collect())
 }
 
 /// After qemu has exited (however: a Ctrl-C or a crash runs no plugin exit code), moves
-/// every thread's ring file into the block log: its used slots, oldest first, become the
-/// thread's exec chunks. The log is first cut back to its last whole chunk (qemu may have
-/// died while writing one), so what follows still parses. The ring files are removed.
+/// every thread's ring file (`ring-PID-TID.bin`) into its process's block log: the first
+/// process's is `log`, a forked child's is beside it.
 fn append_rings(dir: &Path, log: &Path) -> Result<()> {
-    use ptsim::blocklog::{chunk_header, whole_chunks_len, KIND_EXEC};
-    use std::io::{Seek, SeekFrom, Write};
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut rings: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+    let mut rings: Vec<(u32, u32, PathBuf)> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let tid = name
+            let (pid, tid) = name
                 .strip_prefix("ring-")?
                 .strip_suffix(".bin")?
-                .parse()
-                .ok()?;
-            Some((tid, e.path()))
+                .split_once('-')?;
+            Some((pid.parse().ok()?, tid.parse().ok()?, e.path()))
         })
         .collect();
     rings.sort();
+    let main_pid = std::fs::read(log).ok().and_then(|d| {
+        d.get(16..20)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    });
+    let mut at = 0;
+    while at < rings.len() {
+        let pid = rings[at].0;
+        let n = rings[at..].iter().take_while(|r| r.0 == pid).count();
+        let target = if Some(pid) == main_pid {
+            log.to_path_buf()
+        } else {
+            dir.join(process::child_log_name(pid))
+        };
+        let these: Vec<(u32, PathBuf)> = rings[at..at + n]
+            .iter()
+            .map(|(_, tid, p)| (*tid, p.clone()))
+            .collect();
+        if target.is_file() {
+            append_process_rings(&target, these)?;
+        } else {
+            // No log to name its blocks (the child could not make one): nothing to keep.
+            for (_, p) in these {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        at += n;
+    }
+    Ok(())
+}
+
+/// Appends one process's ring files to its log: their used slots, oldest first, become
+/// the threads' exec chunks. The log is first cut back to its last whole chunk (qemu may
+/// have died while writing one), so what follows still parses. The ring files are removed.
+fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
+    use ptsim::blocklog::{chunk_header, whole_chunks_len, KIND_EXEC};
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::OpenOptionsExt;
     if rings.is_empty() {
         return Ok(());
     }
@@ -248,11 +339,11 @@ fn append_rings(dir: &Path, log: &Path) -> Result<()> {
         .with_context(|| format!("cannot write {}", log.display()))?;
     let mut w = std::io::BufWriter::new(out);
     for (tid, path) in &rings {
-        let bytes = std::fs::read(path)
+        let slots = ring_slots(path)
             .with_context(|| format!("cannot read the ring file {}", path.display()))?;
-        for data in ring_slots(&bytes) {
+        for data in slots {
             w.write_all(&chunk_header(KIND_EXEC, *tid, data.len() as u64))
-                .and_then(|_| w.write_all(data))
+                .and_then(|_| w.write_all(&data))
                 .with_context(|| format!("cannot write {}", log.display()))?;
         }
     }

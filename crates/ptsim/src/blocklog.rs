@@ -5,13 +5,20 @@
 use std::path::Path;
 
 /// Chunk kind: process header.
-const KIND_HEADER: u8 = 0;
+pub const KIND_HEADER: u8 = 0;
 /// Chunk kind: translated-block descriptions.
 const KIND_TBS: u8 = 1;
 /// Chunk kind: one thread's block executions.
 pub const KIND_EXEC: u8 = 2;
 /// Chunk kind: a `/proc/self/maps` snapshot.
 const KIND_MAPS: u8 = 3;
+/// Chunk kind: a trigger hit (`hit u32, trigger u32, block u32, 0u32, clock u64, address
+/// u64`).
+pub const KIND_HIT: u8 = 8;
+/// Chunk kind: a ring slot copied at a hit (`hit u32, slots u32, seq u64`, exec stream).
+const KIND_RING_COPY: u8 = 9;
+/// Chunk kind: a forked child's log (`parent pid u32, inherited blocks u32, clock u64`).
+const KIND_FORK: u8 = 10;
 /// Exec-stream word announcing a clock value.
 const MARKER: u32 = u32::MAX;
 /// Log format version the plugin writes.
@@ -111,6 +118,49 @@ pub struct ThreadLog {
     pub execs: Vec<Exec>,
 }
 
+/// A trigger hit: where each thread's snapshot ends.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// Hit number in its process, from 0.
+    pub hit: u32,
+    /// Index of the trigger (in the order the plugin was given them).
+    pub trigger: u32,
+    /// The trigger's block (an index into [`BlockLog::tbs`]).
+    pub tb: u32,
+    /// Global clock at the trigger block's start: later executions are not in the snapshot.
+    pub clock: u64,
+    /// The trigger's address (inside the block, or its start); 0 if not known.
+    pub address: u64,
+    /// The thread that hit.
+    pub tid: u32,
+}
+
+/// A thread's ring slot as copied at a hit (`--multi-snapshot`).
+#[derive(Clone, Debug)]
+pub struct RingCopy {
+    /// The hit it was copied at.
+    pub hit: u32,
+    /// The thread.
+    pub tid: u32,
+    /// Slots in the thread's ring.
+    pub slots: u32,
+    /// The slot's sequence number (higher is newer).
+    pub seq: u64,
+    /// Its executions, clocks not yet filled in (see [`BlockLog::fill_clocks`]).
+    pub execs: Vec<Exec>,
+}
+
+/// What a forked child's log says about its parent.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ForkInfo {
+    /// The parent's pid.
+    pub parent: u32,
+    /// Blocks with smaller ids are described in the parent's log.
+    pub inherited: u32,
+    /// The global clock at the fork.
+    pub clock: u64,
+}
+
 /// A whole block log.
 #[derive(Clone, Debug, Default)]
 pub struct BlockLog {
@@ -122,6 +172,12 @@ pub struct BlockLog {
     pub threads: Vec<ThreadLog>,
     /// Address-space snapshots in clock order.
     pub maps: Vec<MapsSnapshot>,
+    /// Trigger hits in log order.
+    pub hits: Vec<Hit>,
+    /// Ring slots copied at hits.
+    pub ring_copies: Vec<RingCopy>,
+    /// Set in a forked child's log.
+    pub fork: Option<ForkInfo>,
 }
 
 fn malformed(offset: usize, what: impl Into<String>) -> LogError {
@@ -183,6 +239,30 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
     out
 }
 
+/// Appends the executions of one exec stream (`at`: its offset in the file, for errors).
+/// Clocks not given by a marker are `u64::MAX` until [`BlockLog::fill_clocks`]: instruction
+/// counts live in the block table, which may come later in the file.
+fn parse_execs(p: &[u8], at: usize, execs: &mut Vec<Exec>) -> Result<(), LogError> {
+    let mut pending_clock = None;
+    let mut q = 0;
+    while let Some(w) = u32_at(p, q) {
+        q += 4;
+        if w == MARKER {
+            let Some(c) = u64_at(p, q) else {
+                return Err(malformed(at + q, "truncated clock marker"));
+            };
+            q += 8;
+            pending_clock = Some(c);
+            continue;
+        }
+        execs.push(Exec {
+            clock: pending_clock.take().unwrap_or(u64::MAX),
+            tb: w,
+        });
+    }
+    Ok(())
+}
+
 /// The length of the longest prefix of a log made of whole chunks: what a log cut
 /// mid-write (qemu killed) can be truncated to before more chunks are appended.
 pub fn whole_chunks_len(d: &[u8]) -> usize {
@@ -220,6 +300,16 @@ impl BlockLog {
 
     /// Parses a log held in memory.
     pub fn parse(d: &[u8]) -> Result<Self, LogError> {
+        Self::parse_child(d, |_| None)
+    }
+
+    /// Parses a log that may be a forked child's: `parent(fork)` gives the blocks the
+    /// parent had described (its whole table; those below [`ForkInfo::inherited`] are
+    /// taken), or `None` when the parent's log is not at hand (then blocks are missing).
+    pub fn parse_child(
+        d: &[u8],
+        parent: impl FnOnce(&ForkInfo) -> Option<Vec<Option<TbDef>>>,
+    ) -> Result<Self, LogError> {
         let mut log = BlockLog::default();
         let mut thread_index: std::collections::HashMap<u32, usize> = Default::default();
         let mut at = 0usize;
@@ -295,26 +385,50 @@ impl BlockLog {
                         });
                         log.threads.len() - 1
                     });
-                    let execs = &mut log.threads[idx].execs;
-                    // Instruction counts live in the block table, which may come later
-                    // in the file, so clocks without a marker are filled in afterwards.
-                    let mut pending_clock = None;
-                    let mut q = 0;
-                    while let Some(w) = u32_at(p, q) {
-                        q += 4;
-                        if w == MARKER {
-                            let Some(c) = u64_at(p, q) else {
-                                return Err(malformed(start + q, "truncated clock marker"));
-                            };
-                            q += 8;
-                            pending_clock = Some(c);
-                            continue;
-                        }
-                        execs.push(Exec {
-                            clock: pending_clock.take().unwrap_or(u64::MAX),
-                            tb: w,
-                        });
-                    }
+                    parse_execs(p, start, &mut log.threads[idx].execs)?;
+                }
+                KIND_HIT => {
+                    let (Some(hit), Some(trigger), Some(tb), Some(clock)) =
+                        (u32_at(p, 0), u32_at(p, 4), u32_at(p, 8), u64_at(p, 16))
+                    else {
+                        return Err(malformed(at, "short trigger hit chunk"));
+                    };
+                    log.hits.push(Hit {
+                        hit,
+                        trigger,
+                        tb,
+                        clock,
+                        address: u64_at(p, 24).unwrap_or(0),
+                        tid,
+                    });
+                }
+                KIND_RING_COPY => {
+                    let (Some(hit), Some(slots), Some(seq)) =
+                        (u32_at(p, 0), u32_at(p, 4), u64_at(p, 8))
+                    else {
+                        return Err(malformed(at, "short ring copy chunk"));
+                    };
+                    let mut execs = Vec::new();
+                    parse_execs(&p[16..], start + 16, &mut execs)?;
+                    log.ring_copies.push(RingCopy {
+                        hit,
+                        tid,
+                        slots,
+                        seq,
+                        execs,
+                    });
+                }
+                KIND_FORK => {
+                    let (Some(parent), Some(inherited), Some(clock)) =
+                        (u32_at(p, 0), u32_at(p, 4), u64_at(p, 8))
+                    else {
+                        return Err(malformed(at, "short fork chunk"));
+                    };
+                    log.fork = Some(ForkInfo {
+                        parent,
+                        inherited,
+                        clock,
+                    });
                 }
                 KIND_MAPS => {
                     let Some(clock) = u64_at(p, 0) else {
@@ -333,6 +447,19 @@ impl BlockLog {
         if !saw_header {
             return Err(malformed(0, "no header chunk (not a ptsim block log?)"));
         }
+        if let Some(fork) = log.fork {
+            if let Some(ptbs) = parent(&fork) {
+                let n = (fork.inherited as usize).min(ptbs.len());
+                if log.tbs.len() < n {
+                    log.tbs.resize(n, None);
+                }
+                for (mine, theirs) in log.tbs.iter_mut().zip(ptbs).take(n) {
+                    if mine.is_none() {
+                        *mine = theirs;
+                    }
+                }
+            }
+        }
         log.fix_clocks()?;
         log.maps.sort_by_key(|m| m.clock);
         Ok(log)
@@ -340,20 +467,33 @@ impl BlockLog {
 
     /// Fills in the clocks of executions that follow their predecessor directly.
     fn fix_clocks(&mut self) -> Result<(), LogError> {
-        for t in &mut self.threads {
-            let mut next = 0u64;
-            for e in &mut t.execs {
-                let Some(Some(tb)) = self.tbs.get(e.tb as usize) else {
-                    return Err(malformed(
-                        0,
-                        format!("execution of undescribed block {}", e.tb),
-                    ));
-                };
-                if e.clock == u64::MAX {
-                    e.clock = next;
-                }
-                next = e.clock + tb.n_insns as u64;
+        let mut threads = std::mem::take(&mut self.threads);
+        let mut copies = std::mem::take(&mut self.ring_copies);
+        let r = threads
+            .iter_mut()
+            .map(|t| &mut t.execs)
+            .chain(copies.iter_mut().map(|c| &mut c.execs))
+            .try_for_each(|e| self.fill_clocks(e));
+        self.threads = threads;
+        self.ring_copies = copies;
+        r
+    }
+
+    /// Fills in the clocks of executions (parsed from one exec stream) that follow their
+    /// predecessor directly; fails on a block the log does not describe.
+    pub fn fill_clocks(&self, execs: &mut [Exec]) -> Result<(), LogError> {
+        let mut next = 0u64;
+        for e in execs {
+            let Some(Some(tb)) = self.tbs.get(e.tb as usize) else {
+                return Err(malformed(
+                    0,
+                    format!("execution of undescribed block {}", e.tb),
+                ));
+            };
+            if e.clock == u64::MAX {
+                e.clock = next;
             }
+            next = e.clock + tb.n_insns as u64;
         }
         Ok(())
     }
@@ -386,5 +526,46 @@ mod tests {
         assert_eq!(whole_chunks_len(&d), whole);
         assert_eq!(whole_chunks_len(&d[..whole]), whole);
         assert_eq!(whole_chunks_len(&d[..5]), 0);
+    }
+
+    fn chunk(d: &mut Vec<u8>, kind: u8, tid: u32, p: &[u8]) {
+        d.extend_from_slice(&chunk_header(kind, tid, p.len() as u64));
+        d.extend_from_slice(p);
+    }
+
+    #[test]
+    fn a_childs_log_takes_the_blocks_it_inherited_from_its_parent() {
+        let header = |pid: u32| [pid.to_le_bytes(), MAGIC.to_le_bytes()].concat();
+        // One block: id 0 at 0x1000, one `ret`.
+        let mut tb = 0u32.to_le_bytes().to_vec();
+        tb.extend_from_slice(&0x1000u64.to_le_bytes());
+        tb.extend_from_slice(&1u32.to_le_bytes());
+        tb.extend_from_slice(&1u32.to_le_bytes());
+        tb.extend_from_slice(&[1, 0xc3, 1, 0xc3]);
+        let mut parent = Vec::new();
+        chunk(&mut parent, KIND_HEADER, 0, &header(10));
+        chunk(&mut parent, KIND_TBS, 0, &tb);
+        let parent = BlockLog::parse(&parent).expect("parent log");
+        let mut child = Vec::new();
+        chunk(&mut child, KIND_HEADER, 0, &header(11));
+        let fork = [10u32.to_le_bytes(), 1u32.to_le_bytes()].concat();
+        chunk(
+            &mut child,
+            KIND_FORK,
+            0,
+            &[fork, 5u64.to_le_bytes().to_vec()].concat(),
+        );
+        let mut exec = MARKER.to_le_bytes().to_vec();
+        exec.extend_from_slice(&7u64.to_le_bytes());
+        exec.extend_from_slice(&0u32.to_le_bytes());
+        chunk(&mut child, KIND_EXEC, 11, &exec);
+        assert!(BlockLog::parse(&child).is_err(), "block 0 is the parent's");
+        let log = BlockLog::parse_child(&child, |f| {
+            assert_eq!((f.parent, f.inherited, f.clock), (10, 1, 5));
+            Some(parent.tbs.clone())
+        })
+        .expect("child log");
+        assert_eq!(log.pid, 11);
+        assert_eq!(log.tb(log.threads[0].execs[0]).vaddr, 0x1000);
     }
 }
