@@ -769,19 +769,25 @@ impl Events {
         let mut res = Resolver::new(blocks, &mut strings);
         let comm = strings.intern(&comm.chars().take(15).collect::<String>());
         let mut threads: Vec<ThreadSteps> = Vec::new();
-        let tstats = truth::derive_each(blocks, KERNEL_INSNS, |t| {
-            let mut steps = t.steps;
-            steps.retain(|s| match s.kind {
-                StepKind::Jcc { taken: false } => false,
-                StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
+        // Whether a jump (source, destination) makes an event, by pair: most blocks end in
+        // the same few jumps, and one probe is cheaper than naming both ends again.
+        let mut jumps: FxHashMap<(u64, u64), bool> = FxHashMap::default();
+        let keep = |s: &truth::Step| match s.kind {
+            StepKind::Jcc { taken: false } => false,
+            StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
+                *jumps.entry((s.from, s.to)).or_insert_with(|| {
                     // Jumps inside a function change no stack; across functions they are
                     // tail calls (or PLT stubs) and must be seen.
                     let src = res.locate(s.from, &mut strings);
                     let dst = res.locate(s.to, &mut strings);
                     src.symbol != dst.symbol || dst.offset == 0
-                }
-                _ => true,
-            });
+                })
+            }
+            _ => true,
+        };
+        // Steps are cut as they are made: the dropped ones (most of them) are never held.
+        let tstats = truth::derive_each_kept(blocks, KERNEL_INSNS, keep, |t| {
+            let mut steps = t.steps;
             steps.shrink_to_fit();
             if !steps.is_empty() {
                 threads.push(ThreadSteps {

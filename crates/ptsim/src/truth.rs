@@ -200,6 +200,31 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
 pub fn derive_each(
     log: &BlockLog,
     kernel_cycles: u64,
+    each: impl FnMut(ThreadTrace),
+) -> TruthStats {
+    derive_inner(log, kernel_cycles, true, |_| true, each)
+}
+
+/// [`derive_each`], keeping only the steps `keep` accepts as they are made: a caller that
+/// wants a small part of the steps (a decoder drops conditional branches) never holds the
+/// rest. `keep` must accept every `Start`, `Syscall` and `Async` step (the signal fix-ups
+/// look for them); a conditional branch settled after a signal is offered to `keep` too.
+pub fn derive_each_kept(
+    log: &BlockLog,
+    kernel_cycles: u64,
+    keep: impl FnMut(&Step) -> bool,
+    each: impl FnMut(ThreadTrace),
+) -> TruthStats {
+    derive_inner(log, kernel_cycles, false, keep, each)
+}
+
+/// The derivation; `all` when `keep` accepts everything (the steps are then reserved
+/// up front, one per block at most).
+fn derive_inner(
+    log: &BlockLog,
+    kernel_cycles: u64,
+    all: bool,
+    mut keep: impl FnMut(&Step) -> bool,
     mut each: impl FnMut(ThreadTrace),
 ) -> TruthStats {
     let flows: Vec<Flow> = log
@@ -216,7 +241,7 @@ pub fn derive_each(
         .collect();
     let mut stats = TruthStats::default();
     for t in &log.threads {
-        let mut steps = Vec::with_capacity(t.execs.len() + 16);
+        let mut steps = Vec::with_capacity(if all { t.execs.len() + 16 } else { 16 });
         crate::advise_huge(&steps);
         let mut traced = false;
         let mut pending: Vec<Pending> = Vec::new();
@@ -312,7 +337,9 @@ pub fn derive_each(
             let unknown = branch.is_none() && expected.is_none();
             let resume = match (branch, expected) {
                 (Some(b), _) => {
-                    steps.push(b);
+                    if keep(&b) {
+                        steps.push(b);
+                    }
                     b.to
                 }
                 (None, Some(x)) => x,
@@ -398,7 +425,9 @@ pub fn derive_each(
                     steps[at].kind = StepKind::Async {
                         before: starts.get(&to).copied().unwrap_or(Interrupted::Other),
                     };
-                    steps.insert(at, jcc);
+                    if keep(&jcc) {
+                        steps.insert(at, jcc);
+                    }
                 }
                 Pending::Rep { at, rep, fall } => {
                     if at >= steps.len() {
