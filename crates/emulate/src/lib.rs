@@ -716,10 +716,13 @@ impl Events {
     /// A log cut short (qemu killed while writing, e.g. by a second Ctrl-C) is read up to
     /// its last whole chunk, with a notice ([`Events::notices`]).
     pub fn open(log: &Path, comm: &str, strings: StringTable) -> Result<Self> {
-        let data = std::fs::read(log)
+        // Mapped, not read: the parse copies what it keeps, and the file's pages (already
+        // in the page cache) are neither copied nor held once it is done.
+        let file = MappedFile::open_regular(log)
             .with_context(|| format!("cannot read the emulate block log {}", log.display()))?;
+        let data = file.bytes();
         let mut notices = Vec::new();
-        let blocks = match BlockLog::parse(&data) {
+        let blocks = match BlockLog::parse(data) {
             Ok(b) => b,
             Err(ptsim::blocklog::LogError::Malformed { offset, what })
                 if offset > 0
@@ -741,6 +744,7 @@ impl Events {
                 })
             }
         };
+        drop(file);
         let mut ev = Self::from_log(&blocks, comm, strings, &|c| c.saturating_mul(NS_PER_INSN));
         ev.notices = notices;
         Ok(ev)
