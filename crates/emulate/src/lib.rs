@@ -722,7 +722,7 @@ impl Events {
             .with_context(|| format!("cannot read the emulate block log {}", log.display()))?;
         let data = file.bytes();
         let mut notices = Vec::new();
-        let blocks = match BlockLog::parse(data) {
+        let blocks = match BlockLog::parse_compact(data) {
             Ok(b) => b,
             Err(ptsim::blocklog::LogError::Malformed { offset, what })
                 if offset > 0
@@ -734,7 +734,7 @@ impl Events {
                      of some threads are missing",
                     log.display()
                 ));
-                BlockLog::parse(&data[..offset]).with_context(|| {
+                BlockLog::parse_compact(&data[..offset]).with_context(|| {
                     format!("cannot read the emulate block log {}", log.display())
                 })?
             }

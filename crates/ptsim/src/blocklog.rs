@@ -107,8 +107,57 @@ pub struct Exec {
 pub struct ThreadLog {
     /// Thread id.
     pub tid: u32,
-    /// Executions in program order.
+    /// Executions in program order (empty when parsed by [`BlockLog::parse_compact`]).
     pub execs: Vec<Exec>,
+    /// Executions as [`BlockLog::parse_compact`] keeps them.
+    pub compact: CompactExecs,
+}
+
+/// A thread's executions at 4 bytes each instead of an [`Exec`]'s 16: the block ids, and
+/// the clock only where the log gives one (elsewhere an execution starts when the one
+/// before it ends, which a reader going through them in order knows).
+#[derive(Clone, Debug, Default)]
+pub struct CompactExecs {
+    /// Block ids in program order.
+    pub tbs: Vec<u32>,
+    /// `(index into tbs, global clock)` of the executions the log gives a clock, in order.
+    pub clocks: Vec<(usize, u64)>,
+}
+
+impl ThreadLog {
+    /// Number of executions, however they are kept.
+    pub fn len(&self) -> usize {
+        self.execs.len().max(self.compact.tbs.len())
+    }
+
+    /// True when the thread has no execution.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The block id of execution `i` (`i < len()`), however they are kept.
+    #[inline]
+    pub fn tb_id(&self, i: usize) -> u32 {
+        match self.execs.get(i) {
+            Some(e) => e.tb,
+            None => self.compact.tbs[i],
+        }
+    }
+
+    /// Records one execution; `clock` when the log gave one.
+    fn push(&mut self, clock: Option<u64>, tb: u32, compact: bool) {
+        if compact {
+            if let Some(c) = clock {
+                self.compact.clocks.push((self.compact.tbs.len(), c));
+            }
+            self.compact.tbs.push(tb);
+        } else {
+            self.execs.push(Exec {
+                clock: clock.unwrap_or(u64::MAX),
+                tb,
+            });
+        }
+    }
 }
 
 /// A whole block log.
@@ -220,6 +269,17 @@ impl BlockLog {
 
     /// Parses a log held in memory.
     pub fn parse(d: &[u8]) -> Result<Self, LogError> {
+        Self::parse_as(d, false)
+    }
+
+    /// [`BlockLog::parse`], keeping each thread's executions in
+    /// [`ThreadLog::compact`] (a quarter of the memory; `execs` stay empty). What
+    /// [`crate::truth`] derives from it is the same.
+    pub fn parse_compact(d: &[u8]) -> Result<Self, LogError> {
+        Self::parse_as(d, true)
+    }
+
+    fn parse_as(d: &[u8], compact: bool) -> Result<Self, LogError> {
         let mut log = BlockLog::default();
         let mut thread_index: std::collections::HashMap<u32, usize> = Default::default();
         let mut at = 0usize;
@@ -291,11 +351,11 @@ impl BlockLog {
                     let idx = *thread_index.entry(tid).or_insert_with(|| {
                         log.threads.push(ThreadLog {
                             tid,
-                            execs: Vec::new(),
+                            ..Default::default()
                         });
                         log.threads.len() - 1
                     });
-                    let execs = &mut log.threads[idx].execs;
+                    let thread = &mut log.threads[idx];
                     // Instruction counts live in the block table, which may come later
                     // in the file, so clocks without a marker are filled in afterwards.
                     let mut pending_clock = None;
@@ -310,10 +370,7 @@ impl BlockLog {
                             pending_clock = Some(c);
                             continue;
                         }
-                        execs.push(Exec {
-                            clock: pending_clock.take().unwrap_or(u64::MAX),
-                            tb: w,
-                        });
+                        thread.push(pending_clock.take(), w, compact);
                     }
                 }
                 KIND_MAPS => {
@@ -341,6 +398,17 @@ impl BlockLog {
     /// Fills in the clocks of executions that follow their predecessor directly.
     fn fix_clocks(&mut self) -> Result<(), LogError> {
         for t in &mut self.threads {
+            if let Some(&bad) = t
+                .compact
+                .tbs
+                .iter()
+                .find(|&&id| !matches!(self.tbs.get(id as usize), Some(Some(_))))
+            {
+                return Err(malformed(
+                    0,
+                    format!("execution of undescribed block {bad}"),
+                ));
+            }
             let mut next = 0u64;
             for e in &mut t.execs {
                 let Some(Some(tb)) = self.tbs.get(e.tb as usize) else {
@@ -366,9 +434,19 @@ impl BlockLog {
         }
     }
 
+    /// The block with id `id`. Valid for the ids of executions after parsing, which
+    /// checks every one.
+    #[inline]
+    pub fn tb_by_id(&self, id: u32) -> &TbDef {
+        match self.tbs.get(id as usize) {
+            Some(Some(tb)) => tb,
+            _ => unreachable!("block ids are checked when the log is parsed"),
+        }
+    }
+
     /// Total number of block executions over all threads.
     pub fn total_execs(&self) -> usize {
-        self.threads.iter().map(|t| t.execs.len()).sum()
+        self.threads.iter().map(|t| t.len()).sum()
     }
 }
 
