@@ -773,19 +773,27 @@ impl Events {
         let mut res = Resolver::new(blocks, &mut strings);
         let comm = strings.intern(&comm.chars().take(15).collect::<String>());
         let mut threads: Vec<ThreadSteps> = Vec::new();
-        // Whether a jump (source, destination) makes an event, by pair: most blocks end in
-        // the same few jumps, and one probe is cheaper than naming both ends again.
-        let mut jumps: FxHashMap<(u64, u64), bool> = FxHashMap::default();
+        // Whether a jump (source, destination) makes an event, in a direct-mapped cache:
+        // most blocks end in the same few jumps, and one compare is cheaper than naming
+        // both ends again (two hash probes), for tens of millions of taken branches.
+        const JUMP_CACHE: usize = 1 << 13;
+        let mut jumps: Vec<(u64, u64, bool)> = vec![(0, 0, false); JUMP_CACHE];
         let keep = |s: &truth::Step| match s.kind {
             StepKind::Jcc { taken: false } => false,
             StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
-                *jumps.entry((s.from, s.to)).or_insert_with(|| {
-                    // Jumps inside a function change no stack; across functions they are
-                    // tail calls (or PLT stubs) and must be seen.
-                    let src = res.locate(s.from, &mut strings);
-                    let dst = res.locate(s.to, &mut strings);
-                    src.symbol != dst.symbol || dst.offset == 0
-                })
+                let h = (s.from ^ s.to.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let slot = &mut jumps[(h >> 51) as usize];
+                // (0, 0) never matches: no jump leaves address 0 for address 0.
+                if slot.0 == s.from && slot.1 == s.to && (s.from | s.to) != 0 {
+                    return slot.2;
+                }
+                // Jumps inside a function change no stack; across functions they are
+                // tail calls (or PLT stubs) and must be seen.
+                let src = res.locate(s.from, &mut strings);
+                let dst = res.locate(s.to, &mut strings);
+                let keep = src.symbol != dst.symbol || dst.offset == 0;
+                *slot = (s.from, s.to, keep);
+                keep
             }
             _ => true,
         };
