@@ -209,6 +209,9 @@ pub fn derive_each(
 /// wants a small part of the steps (a decoder drops conditional branches) never holds the
 /// rest. `keep` must accept every `Start`, `Syscall` and `Async` step (the signal fix-ups
 /// look for them); a conditional branch settled after a signal is offered to `keep` too.
+/// The fix-ups' look-ahead (a million steps) counts kept steps, so it reaches further
+/// than [`derive_each`]'s; within that, the kept steps are exactly [`derive_each`]'s
+/// steps that `keep` accepts.
 pub fn derive_each_kept(
     log: &BlockLog,
     kernel_cycles: u64,
