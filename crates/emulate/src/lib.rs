@@ -807,10 +807,13 @@ impl Events {
     /// A log cut short (qemu killed while writing, e.g. by a second Ctrl-C) is read up to
     /// its last whole chunk, with a notice ([`Events::notices`]).
     pub fn open(log: &Path, comm: &str, strings: StringTable) -> Result<Self> {
-        let data = std::fs::read(log)
+        // Mapped, not read: the parse copies what it keeps, and the file's pages (already
+        // in the page cache) are neither copied nor held once it is done.
+        let file = MappedFile::open_regular(log)
             .with_context(|| format!("cannot read the emulate block log {}", log.display()))?;
+        let data = file.bytes();
         let mut notices = Vec::new();
-        let blocks = match BlockLog::parse(&data) {
+        let blocks = match BlockLog::parse_compact(data) {
             Ok(b) => b,
             Err(ptsim::blocklog::LogError::Malformed { offset, what })
                 if offset > 0
@@ -822,7 +825,7 @@ impl Events {
                      of some threads are missing",
                     log.display()
                 ));
-                BlockLog::parse(&data[..offset]).with_context(|| {
+                BlockLog::parse_compact(&data[..offset]).with_context(|| {
                     format!("cannot read the emulate block log {}", log.display())
                 })?
             }
@@ -832,6 +835,7 @@ impl Events {
                 })
             }
         };
+        drop(file);
         let mut ev = Self::from_log(&blocks, comm, strings, &|c| c.saturating_mul(NS_PER_INSN));
         ev.notices = notices;
         Ok(ev)
@@ -860,19 +864,33 @@ impl Events {
         let mut res = Resolver::new(blocks, &mut strings);
         let comm = strings.intern(&comm.chars().take(15).collect::<String>());
         let mut threads: Vec<ThreadSteps> = Vec::new();
-        let tstats = truth::derive_each(blocks, KERNEL_INSNS, |t| {
-            let mut steps = t.steps;
-            steps.retain(|s| match s.kind {
-                StepKind::Jcc { taken: false } => false,
-                StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
-                    // Jumps inside a function change no stack; across functions they are
-                    // tail calls (or PLT stubs) and must be seen.
-                    let src = res.locate(s.from, &mut strings);
-                    let dst = res.locate(s.to, &mut strings);
-                    src.symbol != dst.symbol || dst.offset == 0
+        // Whether a jump (source, destination) makes an event, in a direct-mapped cache:
+        // most blocks end in the same few jumps, and one compare is cheaper than naming
+        // both ends again (two hash probes), for tens of millions of taken branches.
+        const JUMP_CACHE: usize = 1 << 13;
+        let mut jumps: Vec<(u64, u64, bool)> = vec![(0, 0, false); JUMP_CACHE];
+        let keep = |s: &truth::Step| match s.kind {
+            StepKind::Jcc { taken: false } => false,
+            StepKind::Jcc { taken: true } | StepKind::Jmp | StepKind::IndirectJmp => {
+                let h = (s.from ^ s.to.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let slot = &mut jumps[(h >> 51) as usize];
+                // (0, 0) never matches: no jump leaves address 0 for address 0.
+                if slot.0 == s.from && slot.1 == s.to && (s.from | s.to) != 0 {
+                    return slot.2;
                 }
-                _ => true,
-            });
+                // Jumps inside a function change no stack; across functions they are
+                // tail calls (or PLT stubs) and must be seen.
+                let src = res.locate(s.from, &mut strings);
+                let dst = res.locate(s.to, &mut strings);
+                let keep = src.symbol != dst.symbol || dst.offset == 0;
+                *slot = (s.from, s.to, keep);
+                keep
+            }
+            _ => true,
+        };
+        // Steps are cut as they are made: the dropped ones (most of them) are never held.
+        let tstats = truth::derive_each_kept(blocks, KERNEL_INSNS, keep, |t| {
+            let mut steps = t.steps;
             steps.shrink_to_fit();
             if !steps.is_empty() {
                 threads.push(ThreadSteps {

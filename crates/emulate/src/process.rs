@@ -183,10 +183,21 @@ fn read_one(
     parent: &dyn Fn(u32) -> Option<Vec<Option<TbDef>>>,
     notices: &mut Vec<String>,
 ) -> Result<BlockLog> {
-    let data = std::fs::read(path)
+    // Mapped, not read: the parse copies what it keeps (a gzip run's log is 220 MB).
+    let file = ptscope_symbols::MappedFile::open_regular(path)
         .with_context(|| format!("cannot read the emulate block log {}", path.display()))?;
-    let parse = |d: &[u8]| BlockLog::parse_child(d, |f| parent(f.parent));
-    match parse(&data) {
+    let data = file.bytes();
+    // Executions are kept at 4 bytes each, except in a log with trigger hits: its
+    // snapshots are cut from whole executions (`snapshot.rs`), so it is parsed again whole.
+    let parse = |d: &[u8]| {
+        let log = BlockLog::parse_child_as(d, |f| parent(f.parent), true)?;
+        if log.hits.is_empty() && log.ring_copies.is_empty() {
+            Ok(log)
+        } else {
+            BlockLog::parse_child_as(d, |f| parent(f.parent), false)
+        }
+    };
+    match parse(data) {
         Ok(b) => Ok(b),
         Err(LogError::Malformed { offset, what })
             if offset > 0

@@ -53,7 +53,11 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
             .collect();
         seen.push(tid);
         if !execs.is_empty() {
-            threads.push(ThreadLog { tid, execs });
+            threads.push(ThreadLog {
+                tid,
+                execs,
+                ..Default::default()
+            });
         }
     }
     for t in &log.threads {
@@ -62,7 +66,11 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
         }
         let execs: Vec<Exec> = t.execs.iter().copied().filter(wanted).collect();
         if !execs.is_empty() {
-            threads.push(ThreadLog { tid: t.tid, execs });
+            threads.push(ThreadLog {
+                tid: t.tid,
+                execs,
+                ..Default::default()
+            });
         }
     }
     // Log order of first appearance keeps thread order stable across snapshots.

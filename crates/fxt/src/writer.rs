@@ -130,10 +130,18 @@ struct StringSlot {
     pinned: u32,
 }
 
+/// Entries of [`StringTable::recent`] (a power of two).
+const RECENT: usize = 1 << 10;
+
 /// String table with clock eviction.
 struct StringTable {
     map: HashMap<Arc<str>, u16, FastBuild>,
     slots: Vec<StringSlot>,
+    /// `(address, slot)` of recent lookups, direct-mapped by the caller's string address:
+    /// callers pass the same few names (`"address"`, `"symbol"`, names from their own
+    /// table) millions of times, and a hit skips hashing them. A hit is checked against
+    /// the slot's text, so an address reused for other text never gives a wrong index.
+    recent: Vec<(usize, u16)>,
     next_fresh: usize,
     hand: usize,
     epoch: u32,
@@ -146,6 +154,7 @@ impl StringTable {
         StringTable {
             map: HashMap::default(),
             slots,
+            recent: vec![(0, 0); RECENT],
             next_fresh: 1,
             hand: 1,
             epoch: 1,
@@ -164,11 +173,25 @@ impl StringTable {
     /// Returns the index for `s` and whether it must be (re-)registered; the second
     /// value of the pair reports an eviction.
     fn intern(&mut self, s: &str) -> (u16, bool, bool) {
+        let addr = s.as_ptr() as usize;
+        let r = ((addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize & (RECENT - 1);
+        let (a, i) = self.recent[r];
+        // Slot i holds s exactly when the map maps s to i (they change together).
+        if a == addr {
+            if let Some(slot) = self.slots.get_mut(usize::from(i)) {
+                if slot.key.as_deref() == Some(s) {
+                    slot.referenced = true;
+                    slot.pinned = self.epoch;
+                    return (i, false, false);
+                }
+            }
+        }
         if let Some(&i) = self.map.get(s) {
             if let Some(slot) = self.slots.get_mut(usize::from(i)) {
                 slot.referenced = true;
                 slot.pinned = self.epoch;
             }
+            self.recent[r] = (addr, i);
             return (i, false, false);
         }
         let i = self.victim();
@@ -180,6 +203,7 @@ impl StringTable {
         let key: Arc<str> = Arc::from(s);
         // `i` is at most STRING_SLOTS (0x7FFF), so it fits in u16.
         let index = i as u16;
+        self.recent[r] = (addr, index);
         self.map.insert(Arc::clone(&key), index);
         self.slots[i] = StringSlot {
             key: Some(key),

@@ -114,8 +114,57 @@ pub struct Exec {
 pub struct ThreadLog {
     /// Thread id.
     pub tid: u32,
-    /// Executions in program order.
+    /// Executions in program order (empty when parsed by [`BlockLog::parse_compact`]).
     pub execs: Vec<Exec>,
+    /// Executions as [`BlockLog::parse_compact`] keeps them.
+    pub compact: CompactExecs,
+}
+
+/// A thread's executions at 4 bytes each instead of an [`Exec`]'s 16: the block ids, and
+/// the clock only where the log gives one (elsewhere an execution starts when the one
+/// before it ends, which a reader going through them in order knows).
+#[derive(Clone, Debug, Default)]
+pub struct CompactExecs {
+    /// Block ids in program order.
+    pub tbs: Vec<u32>,
+    /// `(index into tbs, global clock)` of the executions the log gives a clock, in order.
+    pub clocks: Vec<(usize, u64)>,
+}
+
+impl ThreadLog {
+    /// Number of executions, however they are kept.
+    pub fn len(&self) -> usize {
+        self.execs.len().max(self.compact.tbs.len())
+    }
+
+    /// True when the thread has no execution.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The block id of execution `i` (`i < len()`), however they are kept.
+    #[inline]
+    pub fn tb_id(&self, i: usize) -> u32 {
+        match self.execs.get(i) {
+            Some(e) => e.tb,
+            None => self.compact.tbs[i],
+        }
+    }
+
+    /// Records one execution; `clock` when the log gave one.
+    fn push(&mut self, clock: Option<u64>, tb: u32, compact: bool) {
+        if compact {
+            if let Some(c) = clock {
+                self.compact.clocks.push((self.compact.tbs.len(), c));
+            }
+            self.compact.tbs.push(tb);
+        } else {
+            self.execs.push(Exec {
+                clock: clock.unwrap_or(u64::MAX),
+                tb,
+            });
+        }
+    }
 }
 
 /// A trigger hit: where each thread's snapshot ends.
@@ -242,7 +291,11 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
 /// Appends the executions of one exec stream (`at`: its offset in the file, for errors).
 /// Clocks not given by a marker are `u64::MAX` until [`BlockLog::fill_clocks`]: instruction
 /// counts live in the block table, which may come later in the file.
-fn parse_execs(p: &[u8], at: usize, execs: &mut Vec<Exec>) -> Result<(), LogError> {
+fn parse_execs(
+    p: &[u8],
+    at: usize,
+    mut push: impl FnMut(Option<u64>, u32),
+) -> Result<(), LogError> {
     let mut pending_clock = None;
     let mut q = 0;
     while let Some(w) = u32_at(p, q) {
@@ -255,10 +308,7 @@ fn parse_execs(p: &[u8], at: usize, execs: &mut Vec<Exec>) -> Result<(), LogErro
             pending_clock = Some(c);
             continue;
         }
-        execs.push(Exec {
-            clock: pending_clock.take().unwrap_or(u64::MAX),
-            tb: w,
-        });
+        push(pending_clock.take(), w);
     }
     Ok(())
 }
@@ -300,7 +350,14 @@ impl BlockLog {
 
     /// Parses a log held in memory.
     pub fn parse(d: &[u8]) -> Result<Self, LogError> {
-        Self::parse_child(d, |_| None)
+        Self::parse_child_as(d, |_| None, false)
+    }
+
+    /// [`BlockLog::parse`], keeping each thread's executions in
+    /// [`ThreadLog::compact`] (a quarter of the memory; `execs` stay empty). What
+    /// [`crate::truth`] derives from it is the same.
+    pub fn parse_compact(d: &[u8]) -> Result<Self, LogError> {
+        Self::parse_child_as(d, |_| None, true)
     }
 
     /// Parses a log that may be a forked child's: `parent(fork)` gives the blocks the
@@ -309,6 +366,16 @@ impl BlockLog {
     pub fn parse_child(
         d: &[u8],
         parent: impl FnOnce(&ForkInfo) -> Option<Vec<Option<TbDef>>>,
+    ) -> Result<Self, LogError> {
+        Self::parse_child_as(d, parent, false)
+    }
+
+    /// [`BlockLog::parse_child`], keeping threads' executions compact when `compact`
+    /// (as [`BlockLog::parse_compact`]; ring copies are always kept whole).
+    pub fn parse_child_as(
+        d: &[u8],
+        parent: impl FnOnce(&ForkInfo) -> Option<Vec<Option<TbDef>>>,
+        compact: bool,
     ) -> Result<Self, LogError> {
         let mut log = BlockLog::default();
         let mut thread_index: std::collections::HashMap<u32, usize> = Default::default();
@@ -381,11 +448,12 @@ impl BlockLog {
                     let idx = *thread_index.entry(tid).or_insert_with(|| {
                         log.threads.push(ThreadLog {
                             tid,
-                            execs: Vec::new(),
+                            ..Default::default()
                         });
                         log.threads.len() - 1
                     });
-                    parse_execs(p, start, &mut log.threads[idx].execs)?;
+                    let thread = &mut log.threads[idx];
+                    parse_execs(p, start, |clock, tb| thread.push(clock, tb, compact))?;
                 }
                 KIND_HIT => {
                     let (Some(hit), Some(trigger), Some(tb), Some(clock)) =
@@ -409,7 +477,12 @@ impl BlockLog {
                         return Err(malformed(at, "short ring copy chunk"));
                     };
                     let mut execs = Vec::new();
-                    parse_execs(&p[16..], start + 16, &mut execs)?;
+                    parse_execs(&p[16..], start + 16, |clock, tb| {
+                        execs.push(Exec {
+                            clock: clock.unwrap_or(u64::MAX),
+                            tb,
+                        })
+                    })?;
                     log.ring_copies.push(RingCopy {
                         hit,
                         tid,
@@ -467,6 +540,19 @@ impl BlockLog {
 
     /// Fills in the clocks of executions that follow their predecessor directly.
     fn fix_clocks(&mut self) -> Result<(), LogError> {
+        for t in &self.threads {
+            if let Some(&bad) = t
+                .compact
+                .tbs
+                .iter()
+                .find(|&&id| !matches!(self.tbs.get(id as usize), Some(Some(_))))
+            {
+                return Err(malformed(
+                    0,
+                    format!("execution of undescribed block {bad}"),
+                ));
+            }
+        }
         let mut threads = std::mem::take(&mut self.threads);
         let mut copies = std::mem::take(&mut self.ring_copies);
         let r = threads
@@ -506,9 +592,19 @@ impl BlockLog {
         }
     }
 
+    /// The block with id `id`. Valid for the ids of executions after parsing, which
+    /// checks every one.
+    #[inline]
+    pub fn tb_by_id(&self, id: u32) -> &TbDef {
+        match self.tbs.get(id as usize) {
+            Some(Some(tb)) => tb,
+            _ => unreachable!("block ids are checked when the log is parsed"),
+        }
+    }
+
     /// Total number of block executions over all threads.
     pub fn total_execs(&self) -> usize {
-        self.threads.iter().map(|t| t.execs.len()).sum()
+        self.threads.iter().map(|t| t.len()).sum()
     }
 }
 

@@ -200,6 +200,34 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
 pub fn derive_each(
     log: &BlockLog,
     kernel_cycles: u64,
+    each: impl FnMut(ThreadTrace),
+) -> TruthStats {
+    derive_inner(log, kernel_cycles, true, |_| true, each)
+}
+
+/// [`derive_each`], keeping only the steps `keep` accepts as they are made: a caller that
+/// wants a small part of the steps (a decoder drops conditional branches) never holds the
+/// rest. `keep` must accept every `Start`, `Syscall` and `Async` step (the signal fix-ups
+/// look for them); a conditional branch settled after a signal is offered to `keep` too.
+/// The fix-ups' look-ahead (a million steps) counts kept steps, so it reaches further
+/// than [`derive_each`]'s; within that, the kept steps are exactly [`derive_each`]'s
+/// steps that `keep` accepts.
+pub fn derive_each_kept(
+    log: &BlockLog,
+    kernel_cycles: u64,
+    keep: impl FnMut(&Step) -> bool,
+    each: impl FnMut(ThreadTrace),
+) -> TruthStats {
+    derive_inner(log, kernel_cycles, false, keep, each)
+}
+
+/// The derivation; `all` when `keep` accepts everything (the steps are then reserved
+/// up front, one per block at most).
+fn derive_inner(
+    log: &BlockLog,
+    kernel_cycles: u64,
+    all: bool,
+    mut keep: impl FnMut(&Step) -> bool,
     mut each: impl FnMut(ThreadTrace),
 ) -> TruthStats {
     let flows: Vec<Flow> = log
@@ -216,7 +244,8 @@ pub fn derive_each(
         .collect();
     let mut stats = TruthStats::default();
     for t in &log.threads {
-        let mut steps = Vec::with_capacity(t.execs.len() + 16);
+        let n_execs = t.len();
+        let mut steps = Vec::with_capacity(if all { n_execs + 16 } else { 16 });
         crate::advise_huge(&steps);
         let mut traced = false;
         let mut pending: Vec<Pending> = Vec::new();
@@ -227,16 +256,31 @@ pub fn derive_each(
         // Return addresses of the calls made, to tell a return from a signal delivered
         // right after it (whose handler is the next block the log shows).
         let mut returns: Vec<u64> = Vec::new();
-        for (i, &e) in t.execs.iter().enumerate() {
-            let tb = log.tb(e);
+        // A compact thread's clocks: given at some executions, else where the last ended.
+        let mut given = t.compact.clocks.iter().peekable();
+        let mut ended = 0u64;
+        for i in 0..n_execs {
+            let id = t.tb_id(i);
+            let tb = log.tb_by_id(id);
+            let e_clock = match t.execs.get(i) {
+                Some(e) => e.clock,
+                None => match given.peek() {
+                    Some(&&(k, c)) if k == i => {
+                        given.next();
+                        c
+                    }
+                    _ => ended,
+                },
+            };
+            ended = e_clock.saturating_add(tb.n_insns as u64);
             stats.blocks += 1;
             stats.instructions += tb.n_insns as u64;
             let start = if traced {
                 running
             } else if i == 0 {
-                e.clock
+                e_clock
             } else {
-                (running + kernel_cycles).max(e.clock)
+                (running + kernel_cycles).max(e_clock)
             };
             if !traced {
                 steps.push(Step {
@@ -253,7 +297,7 @@ pub fn derive_each(
             let from = tb.last_addr();
             let len = tb.last.len() as u8;
             let fall = tb.end();
-            let next = t.execs.get(i + 1).map(|&n| log.tb(n).vaddr);
+            let next = (i + 1 < n_execs).then(|| log.tb_by_id(t.tb_id(i + 1)).vaddr);
             let step = |kind, to| Step {
                 clock,
                 kind,
@@ -262,7 +306,7 @@ pub fn derive_each(
                 len,
             };
             // Where execution continues if nothing asynchronous happens; None for indirect.
-            let (expected, branch): (Option<u64>, Option<Step>) = match flows[e.tb as usize] {
+            let (expected, branch): (Option<u64>, Option<Step>) = match flows[id as usize] {
                 Flow::Cond { target } => match next {
                     Some(n) if n == target && target != fall => {
                         (Some(n), Some(step(StepKind::Jcc { taken: true }, target)))
@@ -312,7 +356,9 @@ pub fn derive_each(
             let unknown = branch.is_none() && expected.is_none();
             let resume = match (branch, expected) {
                 (Some(b), _) => {
-                    steps.push(b);
+                    if keep(&b) {
+                        steps.push(b);
+                    }
                     b.to
                 }
                 (None, Some(x)) => x,
@@ -321,7 +367,7 @@ pub fn derive_each(
                 (None, None) => from,
             };
             if unknown && next.is_some() {
-                if let Flow::Cond { target } = flows[e.tb as usize] {
+                if let Flow::Cond { target } = flows[id as usize] {
                     pending.push(Pending::Jcc {
                         at: steps.len(),
                         target,
@@ -330,7 +376,7 @@ pub fn derive_each(
                     });
                 }
             }
-            if flows[e.tb as usize] == Flow::Other
+            if flows[id as usize] == Flow::Other
                 && next.is_some_and(|n| n != resume)
                 && ends_in_rep(tb)
             {
@@ -398,7 +444,9 @@ pub fn derive_each(
                     steps[at].kind = StepKind::Async {
                         before: starts.get(&to).copied().unwrap_or(Interrupted::Other),
                     };
-                    steps.insert(at, jcc);
+                    if keep(&jcc) {
+                        steps.insert(at, jcc);
+                    }
                 }
                 Pending::Rep { at, rep, fall } => {
                     if at >= steps.len() {
@@ -429,21 +477,22 @@ pub fn derive_each(
 /// after the return, and the next block is its handler. QEMU delivers signals between
 /// blocks, so the block log alone shows the handler as the return's destination.
 fn signalled_after(log: &BlockLog, flows: &[Flow], t: &ThreadLog, i: usize, ret: u64) -> bool {
-    let execs = &t.execs;
-    let Some(handler) = execs.get(i + 1).map(|&n| log.tb(n).vaddr) else {
+    let len = t.len();
+    if i + 1 >= len {
         return false;
-    };
-    for j in i + 1..execs.len().min(i + 1 + 1_000_000) {
-        let e = execs[j];
-        if flows[e.tb as usize] != Flow::Syscall {
+    }
+    let handler = log.tb_by_id(t.tb_id(i + 1)).vaddr;
+    for j in i + 1..len.min(i + 1 + 1_000_000) {
+        let e = t.tb_id(j);
+        if flows[e as usize] != Flow::Syscall {
             continue;
         }
-        let Some(&n) = execs.get(j + 1) else {
+        if j + 1 >= len {
             return false;
-        };
-        let to = log.tb(n).vaddr;
+        }
+        let to = log.tb_by_id(t.tb_id(j + 1)).vaddr;
         // A signal pending at `rt_sigreturn` re-enters the handler: look on.
-        if to != log.tb(e).end() && to != handler {
+        if to != log.tb_by_id(e).end() && to != handler {
             return to == ret;
         }
     }
