@@ -107,6 +107,30 @@ pub struct DecodeArgs {
     /// No progress bar and no informational messages (warnings and errors still show).
     #[arg(short, long)]
     pub quiet: bool,
+
+    /// Times of an emulate recording: `host` (default: the host's clock, emulation
+    /// slowdown included) or `virtual` (1 guest instruction = 1 ns, plus the real time
+    /// spent in syscalls). Emulate recordings only.
+    #[arg(long, value_enum, value_name = "CLOCK")]
+    pub clock: Option<ClockArg>,
+}
+
+/// `--clock`: which clock an emulate trace's times follow.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClockArg {
+    /// The host's monotonic clock: real time, emulation slowdown included.
+    Host,
+    /// Guest instructions at 1 GHz plus the real time spent in syscalls.
+    Virtual,
+}
+
+impl From<ClockArg> for ptscope_emulate::ClockKind {
+    fn from(c: ClockArg) -> Self {
+        match c {
+            ClockArg::Host => ptscope_emulate::ClockKind::Host,
+            ClockArg::Virtual => ptscope_emulate::ClockKind::Virtual,
+        }
+    }
 }
 
 /// What `run`/`attach` tell the decode that is not a flag.
@@ -408,15 +432,16 @@ impl ptscope_symbols::NameTable for SourceNames<'_> {
 enum InputSpec {
     Text(PathBuf),
     PerfData(PathBuf),
-    /// An emulate working directory's block log, and the program's name for its threads.
-    Emulate(PathBuf, String),
+    /// An emulate working directory's block log, the program's name for its threads, and
+    /// the clock its times follow.
+    Emulate(PathBuf, String, ptscope_emulate::ClockKind),
 }
 
 impl InputSpec {
     fn name(&self) -> String {
         match self {
             InputSpec::Text(p) if p == Path::new("-") => "standard input".into(),
-            InputSpec::Text(p) | InputSpec::PerfData(p) | InputSpec::Emulate(p, _) => {
+            InputSpec::Text(p) | InputSpec::PerfData(p) | InputSpec::Emulate(p, _, _) => {
                 p.display().to_string()
             }
         }
@@ -473,9 +498,11 @@ impl InputSpec {
                 }
                 Ok(Source::Perf(Box::new(script)))
             }
-            InputSpec::Emulate(log, comm) => {
-                crate::messages::info(ptscope_emulate::CLOCK_NOTICE);
-                let events = ptscope_emulate::Events::open(log, comm, strings)?;
+            InputSpec::Emulate(log, comm, clock) => {
+                let events = ptscope_emulate::Events::open(log, comm, strings, *clock)?;
+                for i in events.infos() {
+                    crate::messages::info(i);
+                }
                 Ok(Source::Emulate(Box::new(events)))
             }
         }
@@ -506,7 +533,16 @@ fn input_specs(args: &DecodeArgs) -> Result<Vec<InputSpec>> {
         return Ok(vec![InputSpec::Emulate(
             input.join(ptscope_emulate::LOG_NAME),
             comm,
+            args.clock.map(Into::into).unwrap_or_default(),
         )]);
+    }
+    if let Some(c) = args.clock {
+        bail!(
+            "--clock {} applies to recordings of the emulate backend only: {} is not one \
+             (perf recordings carry perf's own timestamps); drop --clock",
+            ptscope_emulate::ClockKind::from(c).name(),
+            input.display()
+        );
     }
     if input.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&input)
@@ -582,6 +618,8 @@ struct Totals {
     errors: Vec<String>,
     /// Things worth knowing that do not make the trace incomplete.
     notes: Vec<String>,
+    /// Instants for the trace's info track ([`Msg::Done`]).
+    markers: Vec<(u64, String)>,
     interrupted: bool,
 }
 
@@ -687,6 +725,9 @@ enum Msg {
         errors: Vec<String>,
         /// What the decoder wants said (a fallback to text, hidden JIT names).
         notices: Vec<String>,
+        /// Instants for the trace's own info track (`(time from the trace's start,
+        /// text)`): an emulate trace's clock, its execs.
+        markers: Vec<(u64, String)>,
     },
 }
 
@@ -791,12 +832,14 @@ fn decode_inputs(
                             .into_iter()
                             .collect(),
                         notices: cut_notice(&namer, &lost),
+                        markers: Vec::new(),
                     },
                     Err(e) => Msg::Done {
                         stats: Stats::default(),
                         warnings: Vec::new(),
                         errors: vec![format!("cannot read {}: {e}", spec.name())],
                         notices: Vec::new(),
+                        markers: Vec::new(),
                     },
                 };
                 if tx.send(msg).is_err() {
@@ -817,6 +860,7 @@ fn decode_inputs(
                     warnings: Vec::new(),
                     errors: vec![crate::messages::error_text(&e)],
                     notices: Vec::new(),
+                    markers: Vec::new(),
                 });
                 continue;
             }
@@ -862,6 +906,7 @@ fn decode_inputs(
         let stats = source.decoder_stats();
         let warnings = source.warnings();
         let mut notices = Vec::new();
+        let mut markers = Vec::new();
         match source {
             Source::Perf(mut p) => {
                 if let Err(e) = p.finish() {
@@ -878,6 +923,7 @@ fn decode_inputs(
             Source::Emulate(e) => {
                 // A log cut short makes the trace incomplete: said, and the exit status shows it.
                 errors.extend(e.notices().iter().cloned());
+                markers = e.markers();
                 strings = e.into_strings()
             }
         }
@@ -888,6 +934,7 @@ fn decode_inputs(
                 warnings,
                 errors,
                 notices,
+                markers,
             })
             .is_err()
         {
@@ -1064,8 +1111,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                 warnings,
                 errors,
                 notices,
+                markers,
             } => {
                 totals.notes.extend(notices);
+                totals.markers.extend(markers);
                 totals.events += stats.events;
                 totals.lines += stats.lines;
                 totals.bytes += stats.bytes;
@@ -1273,6 +1322,20 @@ fn recorded_scope(specs: &[InputSpec], args: &DecodeArgs) -> Option<TraceScope> 
     ptscope_decode::perf::recorded_scope(&perf, p)
 }
 
+/// Writes `markers` as instants on a track of their own ("ptscope" / "trace info"), where
+/// a Perfetto user sees them beside the threads: what clock an emulate trace's times
+/// follow, and where a thread exec'd out of the trace.
+fn info_track<S: ptscope_stacks::TraceSink>(sink: &mut S, markers: &[(u64, String)]) {
+    if markers.is_empty() {
+        return;
+    }
+    let pid = sink.allocate_pid("ptscope");
+    let track = sink.allocate_thread(pid, "trace info");
+    for (time, text) in markers {
+        sink.duration_instant(track, text, i64::try_from(*time).unwrap_or(i64::MAX), &[]);
+    }
+}
+
 /// Decodes as `args` say; the trace is written even when incomplete (the report says why).
 pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
     let specs = input_specs(args)?;
@@ -1345,6 +1408,8 @@ pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
             } else {
                 run_writer(specs, args, config, fxt, |_| {}, &mut totals, ctx).map(|(s, _)| s)?
             };
+            let mut sink = sink;
+            info_track(&mut sink, &totals.markers);
             sink.finish_output()
                 .with_context(|| format!("writing {}", args.output.display()))?;
             report(&totals);

@@ -12,8 +12,16 @@ const KIND_TBS: u8 = 1;
 pub const KIND_EXEC: u8 = 2;
 /// Chunk kind: a `/proc/self/maps` snapshot.
 const KIND_MAPS: u8 = 3;
+/// Chunk kind: a thread called `execve`/`execveat` (`ns u64`, then the path).
+const KIND_EXEC_CALL: u8 = 4;
 /// Exec-stream word announcing a clock value.
 const MARKER: u32 = u32::MAX;
+/// Exec-stream word: the host time (`u64` ns, `CLOCK_MONOTONIC`) the next block starts at.
+const HOST: u32 = u32::MAX - 1;
+/// Exec-stream word: syscall entry, `u32` number and `u64` host ns.
+const SYSCALL: u32 = u32::MAX - 2;
+/// Exec-stream word: syscall return, `u64` value (an `i64`) and `u64` host ns.
+const SYSRET: u32 = u32::MAX - 3;
 /// Log format version the plugin writes.
 const MAGIC: u32 = 0x5054_5332;
 
@@ -102,6 +110,43 @@ pub struct Exec {
     pub tb: u32,
 }
 
+/// A host time read by the plugin in a thread's stream.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct HostStamp {
+    /// Index into [`ThreadLog::execs`] of the next block: the stamp is when it started
+    /// (or, for a syscall's stamps, when the thread was in the kernel before it).
+    pub at: u32,
+    /// Host `CLOCK_MONOTONIC` time in ns.
+    pub ns: u64,
+    /// What the plugin was doing when it read the clock.
+    pub kind: StampKind,
+}
+
+/// Why a host time was logged.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StampKind {
+    /// Before a block (periodically, and at the start of each chunk).
+    Block,
+    /// At a syscall's entry.
+    SyscallEntry,
+    /// At a syscall's return.
+    SyscallReturn,
+}
+
+/// One syscall a thread made, as the plugin saw it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Syscall {
+    /// Index into [`ThreadLog::execs`] of the block after it.
+    pub at: u32,
+    /// The syscall number (x86-64).
+    pub num: u32,
+    /// Host ns at entry.
+    pub enter_ns: u64,
+    /// Return value and host ns at return; `None` if it never returned (exit, a
+    /// successful exec) or the log ends first.
+    pub ret: Option<(i64, u64)>,
+}
+
 /// A thread's block executions in order.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadLog {
@@ -109,6 +154,23 @@ pub struct ThreadLog {
     pub tid: u32,
     /// Executions in program order.
     pub execs: Vec<Exec>,
+    /// Host times in stream order (empty in logs of plugins before host time): periodic
+    /// stamps and every syscall's entry and return.
+    pub host: Vec<HostStamp>,
+    /// Syscalls in order (a return whose entry the flight recorder overwrote is left out).
+    pub syscalls: Vec<Syscall>,
+}
+
+/// A thread called `execve`/`execveat` (whether it returned is in its
+/// [`ThreadLog::syscalls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecCall {
+    /// The calling thread.
+    pub tid: u32,
+    /// Host ns at the call.
+    pub ns: u64,
+    /// The program it asked for (empty if the plugin could not read it).
+    pub path: String,
 }
 
 /// A whole block log.
@@ -122,6 +184,8 @@ pub struct BlockLog {
     pub threads: Vec<ThreadLog>,
     /// Address-space snapshots in clock order.
     pub maps: Vec<MapsSnapshot>,
+    /// `execve`/`execveat` calls in log order.
+    pub exec_calls: Vec<ExecCall>,
 }
 
 fn malformed(offset: usize, what: impl Into<String>) -> LogError {
@@ -291,11 +355,16 @@ impl BlockLog {
                     let idx = *thread_index.entry(tid).or_insert_with(|| {
                         log.threads.push(ThreadLog {
                             tid,
-                            execs: Vec::new(),
+                            ..ThreadLog::default()
                         });
                         log.threads.len() - 1
                     });
-                    let execs = &mut log.threads[idx].execs;
+                    let ThreadLog {
+                        execs,
+                        host,
+                        syscalls,
+                        ..
+                    } = &mut log.threads[idx];
                     // Instruction counts live in the block table, which may come later
                     // in the file, so clocks without a marker are filled in afterwards.
                     let mut pending_clock = None;
@@ -309,6 +378,56 @@ impl BlockLog {
                             q += 8;
                             pending_clock = Some(c);
                             continue;
+                        }
+                        let here = u32::try_from(execs.len())
+                            .map_err(|_| malformed(start + q, "too many blocks in one thread"))?;
+                        match w {
+                            HOST => {
+                                let Some(ns) = u64_at(p, q) else {
+                                    return Err(malformed(start + q, "truncated host time"));
+                                };
+                                q += 8;
+                                host.push(HostStamp {
+                                    at: here,
+                                    ns,
+                                    kind: StampKind::Block,
+                                });
+                                continue;
+                            }
+                            SYSCALL => {
+                                let (Some(num), Some(ns)) = (u32_at(p, q), u64_at(p, q + 4)) else {
+                                    return Err(malformed(start + q, "truncated syscall entry"));
+                                };
+                                q += 12;
+                                host.push(HostStamp {
+                                    at: here,
+                                    ns,
+                                    kind: StampKind::SyscallEntry,
+                                });
+                                syscalls.push(Syscall {
+                                    at: here,
+                                    num,
+                                    enter_ns: ns,
+                                    ret: None,
+                                });
+                                continue;
+                            }
+                            SYSRET => {
+                                let (Some(ret), Some(ns)) = (u64_at(p, q), u64_at(p, q + 8)) else {
+                                    return Err(malformed(start + q, "truncated syscall return"));
+                                };
+                                q += 16;
+                                host.push(HostStamp {
+                                    at: here,
+                                    ns,
+                                    kind: StampKind::SyscallReturn,
+                                });
+                                if let Some(s) = syscalls.last_mut().filter(|s| s.at == here) {
+                                    s.ret = Some((ret as i64, ns));
+                                }
+                                continue;
+                            }
+                            _ => {}
                         }
                         execs.push(Exec {
                             clock: pending_clock.take().unwrap_or(u64::MAX),
@@ -324,6 +443,16 @@ impl BlockLog {
                     log.maps.push(MapsSnapshot {
                         clock,
                         entries: parse_maps(&text),
+                    });
+                }
+                KIND_EXEC_CALL => {
+                    let Some(ns) = u64_at(p, 0) else {
+                        return Err(malformed(at, "short exec chunk"));
+                    };
+                    log.exec_calls.push(ExecCall {
+                        tid,
+                        ns,
+                        path: String::from_utf8_lossy(&p[8..]).into_owned(),
                     });
                 }
                 other => return Err(malformed(at, format!("unknown chunk kind {other}"))),
