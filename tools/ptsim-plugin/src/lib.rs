@@ -28,7 +28,9 @@
 //!   returned. An `execve`/`execveat` without a `SYSRET` replaced the program: qemu-user
 //!   runs the new one natively, untraced.
 //! * `KIND_EXEC_CALL` chunks (kind 4): `ns u64`, then the path the thread asked
-//!   `execve`/`execveat` to run (empty if unreadable), written at the call's entry.
+//!   `execve`/`execveat` to run (empty if unreadable), written at the call's entry,
+//!   after the calling thread's buffer (without a ring, other threads' buffered blocks
+//!   are lost by a successful exec; their rings are not).
 //!
 //! The global clock counts guest instructions over all threads: the nominal time base.
 //!
