@@ -107,6 +107,30 @@ pub struct DecodeArgs {
     /// No progress bar and no informational messages (warnings and errors still show).
     #[arg(short, long)]
     pub quiet: bool,
+
+    /// Times of an emulate recording: `host` (default: the host's clock, emulation
+    /// slowdown included) or `virtual` (1 guest instruction = 1 ns, plus the real time
+    /// spent in syscalls). Emulate recordings only.
+    #[arg(long, value_enum, value_name = "CLOCK")]
+    pub clock: Option<ClockArg>,
+}
+
+/// `--clock`: which clock an emulate trace's times follow.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClockArg {
+    /// The host's monotonic clock: real time, emulation slowdown included.
+    Host,
+    /// Guest instructions at 1 GHz plus the real time spent in syscalls.
+    Virtual,
+}
+
+impl From<ClockArg> for ptscope_emulate::ClockKind {
+    fn from(c: ClockArg) -> Self {
+        match c {
+            ClockArg::Host => ptscope_emulate::ClockKind::Host,
+            ClockArg::Virtual => ptscope_emulate::ClockKind::Virtual,
+        }
+    }
 }
 
 /// What `run`/`attach` tell the decode that is not a flag.
@@ -408,16 +432,16 @@ impl ptscope_symbols::NameTable for SourceNames<'_> {
 enum InputSpec {
     Text(PathBuf),
     PerfData(PathBuf),
-    /// An emulate working directory, the program's name for its threads, and which
-    /// snapshot (one per trigger hit, else one).
-    Emulate(PathBuf, String, usize),
+    /// An emulate working directory, the program's name for its threads, which
+    /// snapshot (one per trigger hit, else one), and the clock its times follow.
+    Emulate(PathBuf, String, usize, ptscope_emulate::ClockKind),
 }
 
 impl InputSpec {
     fn name(&self) -> String {
         match self {
             InputSpec::Text(p) if p == Path::new("-") => "standard input".into(),
-            InputSpec::Text(p) | InputSpec::PerfData(p) | InputSpec::Emulate(p, _, _) => {
+            InputSpec::Text(p) | InputSpec::PerfData(p) | InputSpec::Emulate(p, _, _, _) => {
                 p.display().to_string()
             }
         }
@@ -474,11 +498,11 @@ impl InputSpec {
                 }
                 Ok(Source::Perf(Box::new(script)))
             }
-            InputSpec::Emulate(dir, comm, snapshot) => {
-                if *snapshot == 0 {
-                    crate::messages::info(ptscope_emulate::CLOCK_NOTICE);
+            InputSpec::Emulate(dir, comm, snapshot, clock) => {
+                let events = ptscope_emulate::Trace::open(dir, comm, *snapshot, strings, *clock)?;
+                for i in events.infos() {
+                    crate::messages::info(i);
                 }
-                let events = ptscope_emulate::Trace::open(dir, comm, *snapshot, strings)?;
                 Ok(Source::Emulate(Box::new(events)))
             }
         }
@@ -508,9 +532,18 @@ fn input_specs(args: &DecodeArgs) -> Result<Vec<InputSpec>> {
             .unwrap_or_else(|| "emulated".into());
         // One input per snapshot: each trigger hit's, or the whole recording's.
         let n = ptscope_emulate::process::snapshot_count(&input)?;
+        let clock = args.clock.map(Into::into).unwrap_or_default();
         return Ok((0..n)
-            .map(|i| InputSpec::Emulate(input.clone(), comm.clone(), i))
+            .map(|i| InputSpec::Emulate(input.clone(), comm.clone(), i, clock))
             .collect());
+    }
+    if let Some(c) = args.clock {
+        bail!(
+            "--clock {} applies to recordings of the emulate backend only: {} is not one \
+             (perf recordings carry perf's own timestamps); drop --clock",
+            ptscope_emulate::ClockKind::from(c).name(),
+            input.display()
+        );
     }
     if input.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&input)
@@ -586,6 +619,8 @@ struct Totals {
     errors: Vec<String>,
     /// Things worth knowing that do not make the trace incomplete.
     notes: Vec<String>,
+    /// Instants for the trace's info track ([`Msg::Done`]).
+    markers: Vec<(u64, String)>,
     interrupted: bool,
 }
 
@@ -691,6 +726,9 @@ enum Msg {
         errors: Vec<String>,
         /// What the decoder wants said (a fallback to text, hidden JIT names).
         notices: Vec<String>,
+        /// Instants for the trace's own info track (`(time from the trace's start,
+        /// text)`): an emulate trace's clock, its execs.
+        markers: Vec<(u64, String)>,
     },
 }
 
@@ -795,12 +833,14 @@ fn decode_inputs(
                             .into_iter()
                             .collect(),
                         notices: cut_notice(&namer, &lost),
+                        markers: Vec::new(),
                     },
                     Err(e) => Msg::Done {
                         stats: Stats::default(),
                         warnings: Vec::new(),
                         errors: vec![format!("cannot read {}: {e}", spec.name())],
                         notices: Vec::new(),
+                        markers: Vec::new(),
                     },
                 };
                 if tx.send(msg).is_err() {
@@ -821,6 +861,7 @@ fn decode_inputs(
                     warnings: Vec::new(),
                     errors: vec![crate::messages::error_text(&e)],
                     notices: Vec::new(),
+                    markers: Vec::new(),
                 });
                 continue;
             }
@@ -866,6 +907,7 @@ fn decode_inputs(
         let stats = source.decoder_stats();
         let warnings = source.warnings();
         let mut notices = Vec::new();
+        let mut markers = Vec::new();
         match source {
             Source::Perf(mut p) => {
                 if let Err(e) = p.finish() {
@@ -882,6 +924,7 @@ fn decode_inputs(
             Source::Emulate(e) => {
                 // A log cut short makes the trace incomplete: said, and the exit status shows it.
                 errors.extend(e.notices().iter().cloned());
+                markers = e.markers();
                 strings = e.into_strings()
             }
         }
@@ -892,6 +935,7 @@ fn decode_inputs(
                 warnings,
                 errors,
                 notices,
+                markers,
             })
             .is_err()
         {
@@ -1068,8 +1112,15 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                 warnings,
                 errors,
                 notices,
+                markers,
             } => {
                 totals.notes.extend(notices);
+                // Several snapshots each name the clock: it is shown once.
+                for m in markers {
+                    if !totals.markers.iter().any(|x| x.1 == m.1) {
+                        totals.markers.push(m);
+                    }
+                }
                 totals.events += stats.events;
                 totals.lines += stats.lines;
                 totals.bytes += stats.bytes;
@@ -1277,6 +1328,20 @@ fn recorded_scope(specs: &[InputSpec], args: &DecodeArgs) -> Option<TraceScope> 
     ptscope_decode::perf::recorded_scope(&perf, p)
 }
 
+/// Writes `markers` as instants on a track of their own ("ptscope" / "trace info"), where
+/// a Perfetto user sees them beside the threads: what clock an emulate trace's times
+/// follow, and where a thread exec'd out of the trace.
+fn info_track<S: ptscope_stacks::TraceSink>(sink: &mut S, markers: &[(u64, String)]) {
+    if markers.is_empty() {
+        return;
+    }
+    let pid = sink.allocate_pid("ptscope");
+    let track = sink.allocate_thread(pid, "trace info");
+    for (time, text) in markers {
+        sink.duration_instant(track, text, i64::try_from(*time).unwrap_or(i64::MAX), &[]);
+    }
+}
+
 /// Decodes as `args` say; the trace is written even when incomplete (the report says why).
 pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
     let specs = input_specs(args)?;
@@ -1349,6 +1414,8 @@ pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
             } else {
                 run_writer(specs, args, config, fxt, |_| {}, &mut totals, ctx).map(|(s, _)| s)?
             };
+            let mut sink = sink;
+            info_track(&mut sink, &totals.markers);
             sink.finish_output()
                 .with_context(|| format!("writing {}", args.output.display()))?;
             report(&totals);

@@ -76,6 +76,11 @@ pub struct RecordArgs {
     /// Keep only what happens between calls to START and returns from STOP.
     #[arg(long, value_name = "START,STOP")]
     pub filter: Option<String>,
+    /// With --backend emulate, the clock of the trace's times: `host` (default: real
+    /// time, emulation slowdown included) or `virtual` (1 guest instruction = 1 ns, plus
+    /// the real time spent in syscalls).
+    #[arg(long, value_enum, value_name = "CLOCK")]
+    pub clock: Option<decode::ClockArg>,
     /// pt, sample or emulate; default: pt where the CPU has Intel PT, else sample.
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
@@ -280,6 +285,12 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     if a.backend == Some(BackendArg::Emulate) {
         return emulate_and_decode(a, target);
     }
+    if a.clock.is_some() {
+        bail!(
+            "--clock chooses the times of the emulate backend only (--backend emulate); \
+             perf recordings carry perf's own timestamps: drop --clock"
+        );
+    }
     let filter = filter_range(a)?;
     let perf = a
         .perf
@@ -426,6 +437,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         decoder: a.decoder,
         perf: Some(perf),
         quiet: a.quiet,
+        clock: None,
     };
     decode_keeping_the_recording(
         &args,
@@ -779,6 +791,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         decoder: a.decoder,
         perf: a.perf.clone(),
         quiet: a.quiet,
+        clock: a.clock,
     };
     decode_keeping_the_recording(
         &args,

@@ -93,7 +93,7 @@ fn every_call_of_a_tiny_leaf_is_a_slice_under_its_caller() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "777");
-    assert!(err.contains("virtual clock"), "the clock is named: {err}");
+    assert!(err.contains("host clock"), "the clock is named: {err}");
     assert!(dir.path().join("t.fxt.gz").is_file());
     let t = transcript(&plugin, dir.path(), "rec", "./leaf");
     let lines: Vec<&str> = t.lines().collect();

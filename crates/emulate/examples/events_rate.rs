@@ -26,7 +26,12 @@ fn main() -> anyhow::Result<()> {
     let mut events = 0u64;
     for _ in 0..runs {
         let start = Instant::now();
-        let mut ev = ptscope_emulate::Events::open(&log, "bench", StringTable::new())?;
+        let mut ev = ptscope_emulate::Events::open(
+            &log,
+            "bench",
+            StringTable::new(),
+            ptscope_emulate::ClockKind::default(),
+        )?;
         let opened = start.elapsed().as_secs_f64();
         let mut n = 0u64;
         while ev.next_event().is_some() {

@@ -10,15 +10,17 @@
 //! Limits of this first version: user space only, x86-64 on x86-64, no attach; each
 //! thread's last moments are kept in a ring in the plugin (or everything), snapshot at
 //! exit or at a trigger ([`trigger`], [`snapshot`]); forked children are traced as their
-//! own processes ([`process`]); times are a virtual clock (one guest instruction = 1 ns),
-//! not the host clock.
+//! own processes ([`process`]). Times follow the host clock or a virtual one ([`clock`]).
 
+pub mod clock;
 pub mod process;
 mod snapshot;
 pub mod trigger;
 
 pub use process::{HitReport, Trace};
 pub use trigger::TriggerPoint;
+
+pub use clock::{ClockKind, ExecNotice};
 
 use anyhow::{bail, Context, Result};
 use ptscope_event::{
@@ -55,9 +57,9 @@ pub const KERNEL_INSNS: u64 = 1;
 /// blocks, e.g. the last 6 M calls of a call-heavy loop, or half a second of gzip).
 pub const DEFAULT_RING: u64 = 64 << 20;
 
-/// What the trace's clock is, for the user.
-pub const CLOCK_NOTICE: &str = "emulate backend: times are a virtual clock \
-    (1 guest instruction = 1 ns), not wall-clock time";
+/// What the trace's clock is when the log has no host times (an older plugin wrote it).
+pub const FALLBACK_CLOCK: &str = "virtual instruction clock (1 guest instruction = 1 ns, \
+    no syscall time): this recording has no host timestamps (written by an older plugin)";
 
 /// Finds `qemu-x86_64` on `PATH`, or says which package provides it.
 pub fn find_qemu() -> Result<PathBuf> {
@@ -721,6 +723,14 @@ pub struct Stats {
 /// The events of an emulate recording, in time order.
 pub struct Events {
     notices: Vec<String>,
+    /// What the user should know that does not make the trace incomplete.
+    infos: Vec<String>,
+    /// The clock the times follow; `None`: the fallback instruction clock.
+    clock: Option<ClockKind>,
+    /// Threads that exec'd (untraced afterwards).
+    execs: Vec<ExecNotice>,
+    /// Time of the first event, where the trace's time 0 is.
+    origin: u64,
     strings: StringTable,
     resolver: Resolver,
     pid: u32,
@@ -806,7 +816,10 @@ impl Events {
     ///
     /// A log cut short (qemu killed while writing, e.g. by a second Ctrl-C) is read up to
     /// its last whole chunk, with a notice ([`Events::notices`]).
-    pub fn open(log: &Path, comm: &str, strings: StringTable) -> Result<Self> {
+    ///
+    /// Times follow `clock`; a log without host times falls back to the instruction
+    /// clock, with a notice ([`Events::infos`]).
+    pub fn open(log: &Path, comm: &str, strings: StringTable, clock: ClockKind) -> Result<Self> {
         // Mapped, not read: the parse copies what it keeps, and the file's pages (already
         // in the page cache) are neither copied nor held once it is done.
         let file = MappedFile::open_regular(log)
@@ -836,14 +849,104 @@ impl Events {
             }
         };
         drop(file);
-        let mut ev = Self::from_log(&blocks, comm, strings, &|c| c.saturating_mul(NS_PER_INSN));
+        let mut ev = Self::from_log_clocked(&blocks, comm, strings, clock);
         ev.notices = notices;
         Ok(ev)
     }
 
-    /// What the user should know about this recording (a log cut short).
+    /// [`Events::from_log`] with times following `clock` (the fallback instruction clock,
+    /// with a notice in [`Events::infos`], for a log without host times).
+    pub fn from_log_clocked(
+        blocks: &BlockLog,
+        comm: &str,
+        strings: StringTable,
+        clock: ClockKind,
+    ) -> Self {
+        let timeline = clock::Timeline::new(blocks, clock);
+        let global = |c: u64| c.saturating_mul(NS_PER_INSN);
+        let mut ev = Self::build(blocks, comm, strings, &global, timeline.as_ref());
+        match timeline {
+            Some(t) => {
+                ev.clock = Some(clock);
+                ev.infos.push(format!(
+                    "emulate backend: times are the {}",
+                    clock.describe()
+                ));
+                for e in &t.execs {
+                    ev.infos.push(format!(
+                        "thread {} exec'd {} at {:.6} s: qemu-user runs the new program \
+                         natively, so nothing after the exec is traced",
+                        e.tid,
+                        if e.path.is_empty() {
+                            "another program".to_string()
+                        } else {
+                            e.path.clone()
+                        },
+                        e.time as f64 / 1e9
+                    ));
+                }
+                ev.execs = t.execs;
+            }
+            None => ev.infos.push(format!(
+                "emulate backend: times are the {FALLBACK_CLOCK}; --clock {} cannot apply",
+                clock.name()
+            )),
+        }
+        ev
+    }
+
+    /// What makes this recording incomplete (a log cut short).
     pub fn notices(&self) -> &[String] {
         &self.notices
+    }
+
+    /// What the user should know about the trace that does not make it incomplete: the
+    /// clock its times follow, threads that exec'd.
+    pub fn infos(&self) -> &[String] {
+        &self.infos
+    }
+
+    /// The clock the times follow; `None` for a log without host times (the instruction
+    /// clock, [`FALLBACK_CLOCK`]).
+    pub fn clock(&self) -> Option<ClockKind> {
+        self.clock
+    }
+
+    /// Threads that exec'd: what ran after is not traced.
+    pub fn execs(&self) -> &[ExecNotice] {
+        &self.execs
+    }
+
+    /// Time of the first event (where the trace's time 0 is).
+    pub fn origin(&self) -> u64 {
+        self.origin
+    }
+
+    /// Instants for the trace itself, as `(ns from the trace's first event, text)`: the
+    /// clock the times follow (at 0), then each exec.
+    pub fn markers(&self) -> Vec<(u64, String)> {
+        let clock = match self.clock {
+            Some(c) => format!("clock: {}", c.describe()),
+            None => format!("clock: {FALLBACK_CLOCK}"),
+        };
+        let mut out = vec![(0, clock)];
+        for e in &self.execs {
+            out.push((
+                e.time.saturating_sub(self.origin),
+                format!(
+                    "exec: thread {} ran {}; qemu-user runs it natively, nothing after this \
+                     is traced",
+                    e.tid,
+                    if e.path.is_empty() {
+                        "another program"
+                    } else {
+                        &e.path
+                    }
+                ),
+            ));
+        }
+        out.sort_by_key(|m| m.0);
+        out
     }
 
     /// The events of a block log already read, with `time` turning the global instruction
@@ -858,8 +961,19 @@ impl Events {
     pub fn from_log(
         blocks: &BlockLog,
         comm: &str,
+        strings: StringTable,
+        time: &dyn Fn(u64) -> u64,
+    ) -> Self {
+        Self::build(blocks, comm, strings, time, None)
+    }
+
+    /// [`Events::from_log`], with each thread's times from `timeline` when given.
+    fn build(
+        blocks: &BlockLog,
+        comm: &str,
         mut strings: StringTable,
         time: &dyn Fn(u64) -> u64,
+        timeline: Option<&clock::Timeline>,
     ) -> Self {
         let mut res = Resolver::new(blocks, &mut strings);
         let comm = strings.intern(&comm.chars().take(15).collect::<String>());
@@ -889,9 +1003,16 @@ impl Events {
             _ => true,
         };
         // Steps are cut as they are made: the dropped ones (most of them) are never held.
+        // `derive_each_kept` hands the threads over in log order.
+        let mut index = 0;
         let tstats = truth::derive_each_kept(blocks, KERNEL_INSNS, keep, |t| {
+            let ti = index;
+            index += 1;
             let mut steps = t.steps;
             steps.shrink_to_fit();
+            if let Some(tl) = timeline {
+                tl.convert(ti, &mut steps);
+            }
             if !steps.is_empty() {
                 threads.push(ThreadSteps {
                     tid: t.tid,
@@ -902,9 +1023,11 @@ impl Events {
             }
         });
         // The clock conversion is applied once per step, up front: it may be any function.
-        for t in &mut threads {
-            for s in &mut t.steps {
-                s.clock = time(s.clock);
+        if timeline.is_none() {
+            for t in &mut threads {
+                for s in &mut t.steps {
+                    s.clock = time(s.clock);
+                }
             }
         }
         let total: u64 = threads.iter().map(|t| t.steps.len() as u64 + 1).sum();
@@ -912,6 +1035,7 @@ impl Events {
         for (i, t) in threads.iter().enumerate() {
             heap.push(std::cmp::Reverse((t.steps[0].clock, i)));
         }
+        let origin = heap.peek().map_or(0, |r| r.0 .0);
         let stats = Stats {
             instructions: tstats.instructions,
             blocks: tstats.blocks,
@@ -920,6 +1044,10 @@ impl Events {
         };
         Events {
             notices: Vec::new(),
+            infos: Vec::new(),
+            clock: None,
+            execs: Vec::new(),
+            origin,
             strings,
             resolver: res,
             pid: blocks.pid,

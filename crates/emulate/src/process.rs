@@ -3,6 +3,7 @@
 //! reuses the parent's block descriptions below the count its fork chunk gives). The
 //! processes' events are merged into one time-ordered stream, each under its own pid.
 
+use crate::clock::ClockKind;
 use crate::{snapshot, Events, Stats, LOG_NAME, NS_PER_INSN};
 use anyhow::{Context, Result};
 use ptscope_event::{Event, StringTable};
@@ -312,14 +313,24 @@ pub struct Trace {
     /// The names all parts intern into: lent to a part while it makes an event.
     strings: StringTable,
     notices: Vec<String>,
+    /// What the user should know that does not make the trace incomplete.
+    infos: Vec<String>,
+    /// A trigger hit's snapshot (timed by the instruction clock).
+    at_hit: bool,
     stats: Stats,
     produced: u64,
 }
 
 impl Trace {
     /// Reads the recording in `dir` and makes the events of snapshot `snapshot` (an index
-    /// below [`snapshot_count`]); `comm` names the threads.
-    pub fn open(dir: &Path, comm: &str, snapshot: usize, strings: StringTable) -> Result<Self> {
+    /// below [`snapshot_count`]); `comm` names the threads; times follow `clock`.
+    pub fn open(
+        dir: &Path,
+        comm: &str,
+        snapshot: usize,
+        strings: StringTable,
+        clock: ClockKind,
+    ) -> Result<Self> {
         let read = read_all_cached(dir)?;
         // Said once, not once per snapshot.
         let notices = if snapshot == 0 {
@@ -337,6 +348,7 @@ impl Trace {
                 snapshot + 1
             );
         };
+        let at_hit = which.is_some();
         let chosen: Vec<BlockLog> = match which {
             // The whole recording is its only snapshot: the logs are moved, not copied
             // (a full-execution log can be large).
@@ -367,7 +379,12 @@ impl Trace {
         let mut parts = Vec::new();
         let mut stats = Stats::default();
         for log in &chosen {
-            let mut ev = Events::from_log(log, comm, strings, &time);
+            // A hit's snapshot is cut from whole executions without their host stamps.
+            let mut ev = if at_hit {
+                Events::from_log(log, comm, strings, &time)
+            } else {
+                Events::from_log_clocked(log, comm, strings, clock)
+            };
             strings = std::mem::take(ev.strings_mut());
             let s = ev.stats();
             stats.instructions += s.instructions;
@@ -376,12 +393,33 @@ impl Trace {
             stats.events += s.events;
             parts.push(ev);
         }
+        let mut infos: Vec<String> = Vec::new();
+        if at_hit && snapshot == 0 {
+            infos.push(
+                "emulate backend: a trigger's snapshots are timed by the virtual instruction \
+                 clock (1 guest instruction = 1 ns, no syscall time), whatever --clock says"
+                    .into(),
+            );
+        }
+        for ev in &parts {
+            for i in ev.infos() {
+                // Said once for the trace, not once per process or snapshot.
+                if (snapshot == 0 || !i.starts_with("emulate backend: times are"))
+                    && !at_hit
+                    && !infos.contains(i)
+                {
+                    infos.push(i.clone());
+                }
+            }
+        }
         let pending = parts.iter().map(|_| None).collect();
         let mut t = Trace {
             parts,
             pending,
             strings,
             notices,
+            infos,
+            at_hit,
             stats,
             produced: 0,
         };
@@ -442,5 +480,37 @@ impl Trace {
     /// What the user should know about this recording (a log cut short, a child lost).
     pub fn notices(&self) -> &[String] {
         &self.notices
+    }
+
+    /// What the user should know that does not make the trace incomplete: the clock,
+    /// threads that exec'd.
+    pub fn infos(&self) -> &[String] {
+        &self.infos
+    }
+
+    /// Instants for the trace itself, `(ns from the first event, text)`: the clock, then
+    /// each exec of every process.
+    pub fn markers(&self) -> Vec<(u64, String)> {
+        let origin = self.parts.iter().map(|p| p.origin()).min().unwrap_or(0);
+        let mut out: Vec<(u64, String)> = Vec::new();
+        if self.at_hit {
+            out.push((
+                0,
+                format!(
+                    "clock: {}",
+                    crate::FALLBACK_CLOCK.split(':').next().unwrap_or("")
+                ),
+            ));
+        }
+        for p in &self.parts {
+            for (t, text) in p.markers() {
+                if text.starts_with("clock: ") && (self.at_hit || out.iter().any(|m| m.1 == text)) {
+                    continue;
+                }
+                out.push(((t + p.origin()).saturating_sub(origin), text));
+            }
+        }
+        out.sort_by_key(|m| m.0);
+        out
     }
 }

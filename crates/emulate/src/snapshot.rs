@@ -98,6 +98,7 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
         hits: vec![*hit],
         ring_copies: Vec::new(),
         fork: log.fork,
+        exec_calls: Vec::new(),
     }
 }
 

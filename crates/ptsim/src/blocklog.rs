@@ -19,8 +19,16 @@ pub const KIND_HIT: u8 = 8;
 const KIND_RING_COPY: u8 = 9;
 /// Chunk kind: a forked child's log (`parent pid u32, inherited blocks u32, clock u64`).
 const KIND_FORK: u8 = 10;
+/// Chunk kind: a thread called `execve`/`execveat` (`ns u64`, then the path).
+const KIND_EXEC_CALL: u8 = 4;
 /// Exec-stream word announcing a clock value.
 const MARKER: u32 = u32::MAX;
+/// Exec-stream word: the host time (`u64` ns, `CLOCK_MONOTONIC`) the next block starts at.
+const HOST: u32 = u32::MAX - 1;
+/// Exec-stream word: syscall entry, `u32` number and `u64` host ns.
+const SYSCALL: u32 = u32::MAX - 2;
+/// Exec-stream word: syscall return, `u64` value (an `i64`) and `u64` host ns.
+const SYSRET: u32 = u32::MAX - 3;
 /// Log format version the plugin writes.
 const MAGIC: u32 = 0x5054_5332;
 
@@ -109,6 +117,43 @@ pub struct Exec {
     pub tb: u32,
 }
 
+/// A host time read by the plugin in a thread's stream.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct HostStamp {
+    /// Index into [`ThreadLog::execs`] of the next block: the stamp is when it started
+    /// (or, for a syscall's stamps, when the thread was in the kernel before it).
+    pub at: u32,
+    /// Host `CLOCK_MONOTONIC` time in ns.
+    pub ns: u64,
+    /// What the plugin was doing when it read the clock.
+    pub kind: StampKind,
+}
+
+/// Why a host time was logged.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StampKind {
+    /// Before a block (periodically, and at the start of each chunk).
+    Block,
+    /// At a syscall's entry.
+    SyscallEntry,
+    /// At a syscall's return.
+    SyscallReturn,
+}
+
+/// One syscall a thread made, as the plugin saw it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Syscall {
+    /// Index into [`ThreadLog::execs`] of the block after it.
+    pub at: u32,
+    /// The syscall number (x86-64).
+    pub num: u32,
+    /// Host ns at entry.
+    pub enter_ns: u64,
+    /// Return value and host ns at return; `None` if it never returned (exit, a
+    /// successful exec) or the log ends first.
+    pub ret: Option<(i64, u64)>,
+}
+
 /// A thread's block executions in order.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadLog {
@@ -118,6 +163,11 @@ pub struct ThreadLog {
     pub execs: Vec<Exec>,
     /// Executions as [`BlockLog::parse_compact`] keeps them.
     pub compact: CompactExecs,
+    /// Host times in stream order (empty in logs of plugins before host time): periodic
+    /// stamps and every syscall's entry and return.
+    pub host: Vec<HostStamp>,
+    /// Syscalls in order (a return whose entry the flight recorder overwrote is left out).
+    pub syscalls: Vec<Syscall>,
 }
 
 /// A thread's executions at 4 bytes each instead of an [`Exec`]'s 16: the block ids, and
@@ -210,6 +260,18 @@ pub struct ForkInfo {
     pub clock: u64,
 }
 
+/// A thread called `execve`/`execveat` (whether it returned is in its
+/// [`ThreadLog::syscalls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecCall {
+    /// The calling thread.
+    pub tid: u32,
+    /// Host ns at the call.
+    pub ns: u64,
+    /// The program it asked for (empty if the plugin could not read it).
+    pub path: String,
+}
+
 /// A whole block log.
 #[derive(Clone, Debug, Default)]
 pub struct BlockLog {
@@ -227,6 +289,8 @@ pub struct BlockLog {
     pub ring_copies: Vec<RingCopy>,
     /// Set in a forked child's log.
     pub fork: Option<ForkInfo>,
+    /// `execve`/`execveat` calls in log order.
+    pub exec_calls: Vec<ExecCall>,
 }
 
 fn malformed(offset: usize, what: impl Into<String>) -> LogError {
@@ -294,23 +358,59 @@ pub fn parse_maps(text: &str) -> Vec<MapEntry> {
 fn parse_execs(
     p: &[u8],
     at: usize,
-    mut push: impl FnMut(Option<u64>, u32),
+    mut word: impl FnMut(Word) -> Option<()>,
 ) -> Result<(), LogError> {
     let mut pending_clock = None;
     let mut q = 0;
     while let Some(w) = u32_at(p, q) {
         q += 4;
-        if w == MARKER {
-            let Some(c) = u64_at(p, q) else {
-                return Err(malformed(at + q, "truncated clock marker"));
-            };
-            q += 8;
-            pending_clock = Some(c);
-            continue;
-        }
-        push(pending_clock.take(), w);
+        let item = match w {
+            MARKER => {
+                let Some(c) = u64_at(p, q) else {
+                    return Err(malformed(at + q, "truncated clock marker"));
+                };
+                q += 8;
+                pending_clock = Some(c);
+                continue;
+            }
+            HOST => {
+                let Some(ns) = u64_at(p, q) else {
+                    return Err(malformed(at + q, "truncated host time"));
+                };
+                q += 8;
+                Word::Host(ns)
+            }
+            SYSCALL => {
+                let (Some(num), Some(ns)) = (u32_at(p, q), u64_at(p, q + 4)) else {
+                    return Err(malformed(at + q, "truncated syscall entry"));
+                };
+                q += 12;
+                Word::SyscallEntry(num, ns)
+            }
+            SYSRET => {
+                let (Some(ret), Some(ns)) = (u64_at(p, q), u64_at(p, q + 8)) else {
+                    return Err(malformed(at + q, "truncated syscall return"));
+                };
+                q += 16;
+                Word::SyscallReturn(ret, ns)
+            }
+            tb => Word::Exec(pending_clock.take(), tb),
+        };
+        word(item).ok_or_else(|| malformed(at + q, "too many blocks in one thread"))?;
     }
     Ok(())
+}
+
+/// One item of an exec stream.
+enum Word {
+    /// A block execution, with the clock when a marker gave one.
+    Exec(Option<u64>, u32),
+    /// Host ns at which the next block starts.
+    Host(u64),
+    /// Syscall entry: number, host ns.
+    SyscallEntry(u32, u64),
+    /// Syscall return: value, host ns.
+    SyscallReturn(u64, u64),
 }
 
 /// The length of the longest prefix of a log made of whole chunks: what a log cut
@@ -448,12 +548,47 @@ impl BlockLog {
                     let idx = *thread_index.entry(tid).or_insert_with(|| {
                         log.threads.push(ThreadLog {
                             tid,
-                            ..Default::default()
+                            ..ThreadLog::default()
                         });
                         log.threads.len() - 1
                     });
                     let thread = &mut log.threads[idx];
-                    parse_execs(p, start, |clock, tb| thread.push(clock, tb, compact))?;
+                    parse_execs(p, start, |w| {
+                        let here = u32::try_from(thread.len()).ok()?;
+                        match w {
+                            Word::Exec(clock, tb) => thread.push(clock, tb, compact),
+                            Word::Host(ns) => thread.host.push(HostStamp {
+                                at: here,
+                                ns,
+                                kind: StampKind::Block,
+                            }),
+                            Word::SyscallEntry(num, ns) => {
+                                thread.host.push(HostStamp {
+                                    at: here,
+                                    ns,
+                                    kind: StampKind::SyscallEntry,
+                                });
+                                thread.syscalls.push(Syscall {
+                                    at: here,
+                                    num,
+                                    enter_ns: ns,
+                                    ret: None,
+                                });
+                            }
+                            Word::SyscallReturn(ret, ns) => {
+                                thread.host.push(HostStamp {
+                                    at: here,
+                                    ns,
+                                    kind: StampKind::SyscallReturn,
+                                });
+                                if let Some(s) = thread.syscalls.last_mut().filter(|s| s.at == here)
+                                {
+                                    s.ret = Some((ret as i64, ns));
+                                }
+                            }
+                        }
+                        Some(())
+                    })?;
                 }
                 KIND_HIT => {
                     let (Some(hit), Some(trigger), Some(tb), Some(clock)) =
@@ -477,11 +612,16 @@ impl BlockLog {
                         return Err(malformed(at, "short ring copy chunk"));
                     };
                     let mut execs = Vec::new();
-                    parse_execs(&p[16..], start + 16, |clock, tb| {
-                        execs.push(Exec {
-                            clock: clock.unwrap_or(u64::MAX),
-                            tb,
-                        })
+                    // Host times in copies are not used: a snapshot's threads keep the
+                    // stamps of their own exec chunks.
+                    parse_execs(&p[16..], start + 16, |w| {
+                        if let Word::Exec(clock, tb) = w {
+                            execs.push(Exec {
+                                clock: clock.unwrap_or(u64::MAX),
+                                tb,
+                            });
+                        }
+                        Some(())
                     })?;
                     log.ring_copies.push(RingCopy {
                         hit,
@@ -511,6 +651,16 @@ impl BlockLog {
                     log.maps.push(MapsSnapshot {
                         clock,
                         entries: parse_maps(&text),
+                    });
+                }
+                KIND_EXEC_CALL => {
+                    let Some(ns) = u64_at(p, 0) else {
+                        return Err(malformed(at, "short exec chunk"));
+                    };
+                    log.exec_calls.push(ExecCall {
+                        tid,
+                        ns,
+                        path: String::from_utf8_lossy(&p[8..]).into_owned(),
                     });
                 }
                 other => return Err(malformed(at, format!("unknown chunk kind {other}"))),

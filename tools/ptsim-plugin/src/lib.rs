@@ -16,10 +16,26 @@
 //! * `KIND_MAPS`: `clock u64` then the text of `/proc/self/maps`, written whenever a
 //!   block is translated outside every mapping of the last snapshot.
 //!
+//! Host time (`CLOCK_MONOTONIC`, ns) is in each thread's exec stream too (words reserved
+//! for it: `u32::MAX - 1 ..= u32::MAX - 7`):
+//!
+//! * `HOST` (`u32::MAX - 1`) then `u64` ns: the host time at which the next block starts.
+//!   Written at a thread's first block, at the start of every ring slot and every
+//!   [`STAMP_EVERY`] blocks of the thread.
+//! * `SYSCALL` (`u32::MAX - 2`) then `u32` number, `u64` ns: the thread entered that
+//!   syscall (after the last block logged) at that host time.
+//! * `SYSRET` (`u32::MAX - 3`) then `u64` return value (an `i64`), `u64` ns: the syscall
+//!   returned. An `execve`/`execveat` without a `SYSRET` replaced the program: qemu-user
+//!   runs the new one natively, untraced.
+//! * `KIND_EXEC_CALL` chunks (kind 4): `ns u64`, then the path the thread asked
+//!   `execve`/`execveat` to run (empty if unreadable), written at the call's entry,
+//!   after the calling thread's buffer (without a ring, other threads' buffered blocks
+//!   are lost by a successful exec; their rings are not).
+//!
 //! The global clock counts guest instructions over all threads: the nominal time base.
 //!
 //! With `ring=BYTES` the plugin is a flight recorder: each thread writes its executions
-//! into a ring of slots in its own file `ring-TID.bin` beside the log, mapped shared, so
+//! into a ring of slots in its own file `ring-PID-TID.bin` beside the log, mapped shared, so
 //! what it holds survives however the process ends (a Ctrl-C or a crash kills qemu-user
 //! without running plugin exit callbacks). Each slot is `[seq u64][used u32][size u32]`
 //! (`size`: the slot's data capacity, so the file describes itself) and
@@ -50,12 +66,12 @@
 //! QEMU ships no plugin header in Debian, so the few API functions used are declared here
 //! from the QEMU 7.2 `qemu-plugin.h` prototypes.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 /// Chunk kind: process header.
 const KIND_HEADER: u8 = 0;
@@ -65,6 +81,8 @@ const KIND_TBS: u8 = 1;
 const KIND_EXEC: u8 = 2;
 /// Chunk kind: a `/proc/self/maps` snapshot.
 const KIND_MAPS: u8 = 3;
+/// Chunk kind: a thread called `execve`/`execveat` (host ns, path).
+const KIND_EXEC_CALL: u8 = 4;
 /// Chunk kind: a trigger hit.
 const KIND_HIT: u8 = 8;
 /// Chunk kind: a ring slot copied at a trigger hit (`multi=1`).
@@ -73,6 +91,18 @@ const KIND_RING_COPY: u8 = 9;
 const KIND_FORK: u8 = 10;
 /// Exec-stream word announcing a clock value.
 const MARKER: u32 = u32::MAX;
+/// Exec-stream word announcing a host time (ns) at which the next block starts.
+const HOST: u32 = u32::MAX - 1;
+/// Exec-stream word: syscall entry (`u32` number, `u64` host ns).
+const SYSCALL: u32 = u32::MAX - 2;
+/// Exec-stream word: syscall return (`u64` value, `u64` host ns).
+const SYSRET: u32 = u32::MAX - 3;
+/// Blocks of one thread between two host stamps: reading the clock (a vDSO call) costs
+/// about as much as logging a block, so every 4096th keeps it under 0.1 %.
+const STAMP_EVERY: u32 = 4096;
+/// Syscall numbers that replace the program (x86-64).
+const SYS_EXECVE: i64 = 59;
+const SYS_EXECVEAT: i64 = 322;
 /// Identifies the log format version.
 const MAGIC: u32 = 0x5054_5332; // "PTS2"
 /// Per-thread buffer size before it is handed to the file.
@@ -86,6 +116,8 @@ type PluginId = u64;
 type TbTransCb = extern "C" fn(PluginId, *mut c_void);
 type ExecCb = extern "C" fn(c_uint, *mut c_void);
 type AtExitCb = extern "C" fn(PluginId, *mut c_void);
+type SyscallCb = extern "C" fn(PluginId, c_uint, i64, u64, u64, u64, u64, u64, u64, u64, u64);
+type SyscallRetCb = extern "C" fn(PluginId, c_uint, i64, i64);
 
 extern "C" {
     fn qemu_plugin_register_vcpu_tb_trans_cb(id: PluginId, cb: TbTransCb);
@@ -101,6 +133,8 @@ extern "C" {
         flags: c_int,
         userdata: *mut c_void,
     );
+    fn qemu_plugin_register_vcpu_syscall_cb(id: PluginId, cb: SyscallCb);
+    fn qemu_plugin_register_vcpu_syscall_ret_cb(id: PluginId, cb: SyscallRetCb);
     fn qemu_plugin_register_atexit_cb(id: PluginId, cb: AtExitCb, userdata: *mut c_void);
     fn qemu_plugin_tb_n_insns(tb: *const c_void) -> usize;
     fn qemu_plugin_tb_vaddr(tb: *const c_void) -> u64;
@@ -156,8 +190,9 @@ struct Proc {
     out: Mutex<BufWriter<File>>,
     /// Mappings of the last maps snapshot.
     maps: Mutex<Vec<MapLine>>,
-    /// Every live thread's buffer, so the exit handler can flush them all.
-    threads: Mutex<Vec<Arc<Mutex<ThreadBuf>>>>,
+    /// Every live thread's state (as addresses), so the exit handler can write what
+    /// their buffers hold and a trigger hit can copy their rings.
+    threads: Mutex<Vec<usize>>,
     /// Trigger hits so far.
     hits: AtomicU32,
 }
@@ -172,13 +207,30 @@ fn proc() -> Option<&'static Proc> {
 }
 static CLOCK: AtomicU64 = AtomicU64::new(0);
 static NEXT_TB: AtomicU32 = AtomicU32::new(0);
+/// Set (under the log's lock) once the exit handler wrote every thread's buffer: what
+/// threads still running write afterwards must not be written twice.
+static EXITED: AtomicBool = AtomicBool::new(false);
 
-/// One thread's pending executions.
-struct ThreadBuf {
+/// One thread's recording state, reached from the hot path through a plain thread-local
+/// pointer. Only its own thread writes it; without a ring, the exit handler of another
+/// thread reads `tid`, `data` (fixed then) and `published`.
+struct ThreadState {
     tid: u32,
     /// Clock value the next block starts at if no other thread runs first.
     expected: u64,
-    buf: Vec<u8>,
+    /// Blocks left before the next host stamp.
+    countdown: u32,
+    /// The current chunk's bytes: a ring slot's data, or `buf`.
+    data: *mut u8,
+    /// Bytes of the current chunk used and its capacity.
+    used: usize,
+    cap: usize,
+    /// Where `used` is published after every write: the ring slot's header (so the file
+    /// describes itself however qemu ends), or `own_used`.
+    published: *const AtomicU32,
+    own_used: AtomicU32,
+    /// Without a ring: the chunk being filled.
+    buf: Box<[u8]>,
     /// Flight recorder: the thread's mapped ring file, if it could be made.
     ring: Option<Ring>,
 }
@@ -188,16 +240,13 @@ struct Ring {
     base: *mut u8,
     slots: usize,
     chunk: usize,
-    /// Slot being filled, its sequence number and fill level.
+    /// Slot being filled and its sequence number.
     slot: usize,
     seq: u64,
-    used: usize,
-    /// Slots with a lower sequence number were copied at an earlier hit, unchanged since.
+    /// Slots with a lower sequence number were copied at an earlier hit, unchanged
+    /// since. Only the copier (under [`Proc::threads`]) touches it.
     copied: u64,
 }
-
-// SAFETY: the mapping is only touched by the thread owning the ring, under its mutex.
-unsafe impl Send for Ring {}
 
 impl Ring {
     /// Creates `dir/ring-PID-TID.bin` (new, private, not following links) and maps it.
@@ -241,7 +290,6 @@ impl Ring {
             chunk,
             slot: 0,
             seq: 0,
-            used: 0,
             copied: 0,
         };
         r.begin_slot();
@@ -253,51 +301,34 @@ impl Ring {
         unsafe { self.base.add(slot * (SLOT_HEADER + self.chunk)) }
     }
 
-    /// Starts the current slot: a new sequence number, nothing used yet.
-    fn begin_slot(&mut self) {
+    /// Starts the current slot: a new sequence number, nothing used yet. Returns the
+    /// slot's data and its `used` word (4-aligned: slot sizes are multiples of 8).
+    fn begin_slot(&mut self) -> (*mut u8, *const AtomicU32) {
         self.seq += 1;
-        self.used = 0;
         let p = self.slot_ptr(self.slot);
-        // SAFETY: the header lies inside the mapping; written with unaligned stores.
+        // SAFETY: the header lies inside the mapping, 8-aligned.
         unsafe {
-            std::ptr::write_unaligned(p as *mut u64, self.seq);
-            std::ptr::write_unaligned(p.add(8) as *mut u32, 0);
-            std::ptr::write_unaligned(p.add(12) as *mut u32, self.chunk as u32);
+            std::ptr::write(p as *mut u64, self.seq);
+            std::ptr::write(p.add(8) as *mut u32, 0);
+            std::ptr::write(p.add(12) as *mut u32, self.chunk as u32);
+            (p.add(SLOT_HEADER), p.add(8) as *const AtomicU32)
         }
-    }
-
-    /// Appends exec-stream bytes; false when the slot is full (nothing written).
-    fn append(&mut self, bytes: &[u8]) -> bool {
-        if self.used + bytes.len() > self.chunk {
-            return false;
-        }
-        let p = self.slot_ptr(self.slot);
-        // SAFETY: `used + len <= chunk`: inside this slot's data.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                p.add(SLOT_HEADER + self.used),
-                bytes.len(),
-            );
-            self.used += bytes.len();
-            std::ptr::write_unaligned(p.add(8) as *mut u32, self.used as u32);
-        }
-        true
     }
 
     /// Writes the slots changed since the last copy to `out` as `KIND_RING_COPY` chunks.
-    fn copy_to<W: Write + ?Sized>(&mut self, out: &mut W, hit: u32, tid: u32) {
+    fn copy_to<W: Write + ?Sized>(&self, copied: &mut u64, out: &mut W, hit: u32, tid: u32) {
         for slot in 0..self.slots {
             let p = self.slot_ptr(slot);
             // SAFETY: the header and `used <= chunk` data bytes lie inside the mapping;
-            // only this ring's owner writes it, and it is locked out while we copy.
+            // its owner may be writing the slot now:
+            // the reader cuts each copy at the hit's clock.
             let (seq, data) = unsafe {
                 let seq = std::ptr::read_unaligned(p as *const u64);
                 let used =
                     (std::ptr::read_unaligned(p.add(8) as *const u32) as usize).min(self.chunk);
                 (seq, std::slice::from_raw_parts(p.add(SLOT_HEADER), used))
             };
-            if seq < self.copied || seq == 0 || data.is_empty() {
+            if seq < *copied || seq == 0 || data.is_empty() {
                 continue;
             }
             let mut payload = Vec::with_capacity(16 + data.len());
@@ -308,34 +339,135 @@ impl Ring {
             write_chunk(out, KIND_RING_COPY, tid, &payload);
         }
         // The slot being filled grows: copied again at the next hit.
-        self.copied = self.seq;
+        *copied = self.seq;
     }
 
     /// Moves to the next slot, overwriting the oldest.
-    fn next_slot(&mut self) {
+    fn next_slot(&mut self) -> (*mut u8, *const AtomicU32) {
         self.slot = (self.slot + 1) % self.slots;
-        self.begin_slot();
+        self.begin_slot()
     }
 }
 
-/// Owner of a thread's buffer: flushes it when the guest thread exits.
-struct ThreadSlot(Arc<Mutex<ThreadBuf>>);
+impl ThreadState {
+    /// Appends bytes that fit (`used + b.len() <= cap`).
+    #[inline(always)]
+    fn put(&mut self, b: &[u8]) {
+        // SAFETY: the caller checked the room; `data` holds `cap` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.as_ptr(), self.data.add(self.used), b.len());
+            self.used += b.len();
+            (*self.published).store(self.used as u32, Ordering::Release);
+        }
+    }
 
-impl Drop for ThreadSlot {
-    fn drop(&mut self) {
-        if let (Some(shared), Some(p)) = (SHARED.get(), proc()) {
-            if let Ok(mut tb) = self.0.lock() {
-                flush_thread(shared, &mut tb);
+    /// Appends one whole record. When the chunk is full the next one is started, opening
+    /// with the clock `clock` and the host time, so every chunk (ring slot) is dated.
+    fn append(&mut self, rec: &[u8], clock: u64) {
+        if self.used + rec.len() > self.cap {
+            self.next_chunk();
+            let mut head = Rec::default();
+            head.word(MARKER).u64(clock).word(HOST).u64(now_ns());
+            self.put(head.bytes());
+            self.countdown = STAMP_EVERY;
+        }
+        self.put(rec);
+    }
+
+    /// Ends the current chunk: the ring moves to its next slot, the buffer goes to the log.
+    fn next_chunk(&mut self) {
+        if let Some(r) = self.ring.as_mut() {
+            let (data, published) = r.next_slot();
+            self.data = data;
+            self.published = published;
+        } else {
+            self.flush();
+        }
+        self.used = 0;
+    }
+
+    /// Writes the buffer to the log (not with a ring: its file holds the data already).
+    fn flush(&mut self) {
+        if self.ring.is_some() || self.used == 0 {
+            return;
+        }
+        if let Some(p) = proc() {
+            if let Ok(mut out) = p.out.lock() {
+                if !EXITED.load(Ordering::Relaxed) {
+                    write_chunk(&mut *out, KIND_EXEC, self.tid, &self.buf[..self.used]);
+                }
             }
+        }
+        self.used = 0;
+        self.own_used.store(0, Ordering::Release);
+    }
+}
+
+/// A small record built on the stack.
+struct Rec {
+    b: [u8; 48],
+    n: usize,
+}
+
+impl Default for Rec {
+    fn default() -> Self {
+        Rec { b: [0; 48], n: 0 }
+    }
+}
+
+impl Rec {
+    fn word(&mut self, w: u32) -> &mut Self {
+        self.b[self.n..self.n + 4].copy_from_slice(&w.to_le_bytes());
+        self.n += 4;
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.b[self.n..self.n + 8].copy_from_slice(&v.to_le_bytes());
+        self.n += 8;
+        self
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.b[..self.n]
+    }
+}
+
+/// The host's monotonic clock in ns.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// Owner of a thread's state: writes what it holds when the guest thread exits, and
+/// frees it.
+struct Owner(*mut ThreadState);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = STATE.try_with(|s| s.set(std::ptr::null_mut()));
+        // SAFETY: the state is this thread's own, created by `new_state` (a forked
+        // child forgets the parent's owner instead of dropping it: `in_child`).
+        let mut st = unsafe { Box::from_raw(self.0) };
+        st.flush();
+        if let Some(p) = proc() {
             if let Ok(mut threads) = p.threads.lock() {
-                threads.retain(|t| !Arc::ptr_eq(t, &self.0));
+                threads.retain(|&t| t != self.0 as usize);
             }
         }
     }
 }
 
 thread_local! {
-    static SLOT: RefCell<Option<ThreadSlot>> = const { RefCell::new(None) };
+    /// This thread's state, or null before its first block (and in a forked child).
+    static STATE: Cell<*mut ThreadState> = const { Cell::new(std::ptr::null_mut()) };
+    /// Frees the state when the thread ends (a destructor the hot path does not touch).
+    static OWNER: RefCell<Option<Owner>> = const { RefCell::new(None) };
 }
 
 fn write_chunk<W: Write + ?Sized>(out: &mut W, kind: u8, tid: u32, payload: &[u8]) {
@@ -346,20 +478,6 @@ fn write_chunk<W: Write + ?Sized>(out: &mut W, kind: u8, tid: u32, payload: &[u8
     // A failed write cannot be reported to the guest; the reader detects truncation.
     let _ = out.write_all(&head);
     let _ = out.write_all(payload);
-}
-
-/// Writes the thread's pending executions to the log (not with a ring: its file holds
-/// them already).
-fn flush_thread(_shared: &Shared, tb: &mut ThreadBuf) {
-    if tb.buf.is_empty() {
-        return;
-    }
-    if let Some(p) = proc() {
-        if let Ok(mut out) = p.out.lock() {
-            write_chunk(&mut *out, KIND_EXEC, tb.tid, &tb.buf);
-        }
-    }
-    tb.buf.clear();
 }
 
 /// `(block id, trigger address)` of every block given a trigger callback: hits are rare,
@@ -377,10 +495,12 @@ extern "C" fn in_child() {
     let parent = proc();
     // Nothing of the parent's may be written from here: not even by a failure path below.
     PROC.store(std::ptr::null_mut(), Ordering::Release);
-    // The forking thread is the child's only one; its buffer is the parent's.
-    let _ = SLOT.try_with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            std::mem::forget(s.take());
+    // The forking thread is the child's only one; its state is the parent's: left
+    // untouched (never written, never freed), so the child makes its own.
+    let _ = STATE.try_with(|s| s.set(std::ptr::null_mut()));
+    let _ = OWNER.try_with(|o| {
+        if let Ok(mut o) = o.try_borrow_mut() {
+            std::mem::forget(o.take());
         }
     });
     let (Some(shared), Some(parent)) = (SHARED.get(), parent) else {
@@ -466,31 +586,76 @@ extern "C" {
     fn getpid() -> c_int;
 }
 
-fn new_slot(shared: &Shared) -> ThreadSlot {
+/// This thread's state, made at its first use; `None` in a forked child or after the
+/// thread's destructors ran.
+#[inline]
+fn state() -> Option<&'static mut ThreadState> {
+    let p = STATE.try_with(|s| s.get()).ok()?;
+    if !p.is_null() {
+        // SAFETY: a non-null STATE is this thread's own live state.
+        return Some(unsafe { &mut *p });
+    }
+    new_state()
+}
+
+#[cold]
+fn new_state() -> Option<&'static mut ThreadState> {
+    let shared = SHARED.get()?;
+    let p = proc()?;
     let tid = gettid();
-    let p = proc();
-    let pid = p.map_or(0, |p| p.pid);
     let ring = shared
         .ring
         .as_ref()
-        .and_then(|(dir, slots)| Ring::create(dir, pid, tid, *slots, shared.chunk));
+        .and_then(|(dir, slots)| Ring::create(dir, p.pid, tid, *slots, shared.chunk));
     if shared.ring.is_some() && ring.is_none() {
         say(&format!("ptsim-plugin: cannot create the ring file of thread {tid}; its executions are written to the log\n"));
     }
-    let buf = Arc::new(Mutex::new(ThreadBuf {
+    let buf = if ring.is_some() {
+        Box::default()
+    } else {
+        vec![0u8; shared.chunk].into_boxed_slice()
+    };
+    let st = Box::into_raw(Box::new(ThreadState {
         tid,
         expected: u64::MAX,
-        buf: Vec::with_capacity(shared.chunk + 16),
+        countdown: 0,
+        data: std::ptr::null_mut(),
+        used: 0,
+        cap: shared.chunk,
+        published: std::ptr::null(),
+        own_used: AtomicU32::new(0),
+        buf,
         ring,
     }));
-    if let Some(mut threads) = p.and_then(|p| p.threads.lock().ok()) {
-        threads.push(buf.clone());
+    // SAFETY: just made; fields point into the state's own buffer or its ring.
+    let s = unsafe { &mut *st };
+    match s.ring.as_ref() {
+        Some(r) => {
+            s.data = r.slot_ptr(r.slot).wrapping_add(SLOT_HEADER);
+            s.published = r.slot_ptr(r.slot).wrapping_add(8) as *const AtomicU32;
+        }
+        None => {
+            s.data = s.buf.as_mut_ptr();
+            s.published = &s.own_used;
+        }
     }
-    ThreadSlot(buf)
+    if let Ok(mut threads) = p.threads.lock() {
+        threads.push(st as usize);
+    }
+    if OWNER
+        .try_with(|o| *o.borrow_mut() = Some(Owner(st)))
+        .is_err()
+    {
+        // The thread is ending: its destructors ran already.
+        return None;
+    }
+    let _ = STATE.try_with(|c| c.set(st));
+    Some(s)
 }
 
+/// Runs at every block: the hot path. Appends the block id to the thread's chunk when
+/// nothing else is due (same thread as before, no host stamp due, room left).
 extern "C" fn on_exec(_vcpu: c_uint, userdata: *mut c_void) {
-    let Some(shared) = SHARED.get() else { return };
     if STOPPED.load(Ordering::Relaxed) {
         return;
     }
@@ -498,45 +663,112 @@ extern "C" fn on_exec(_vcpu: c_uint, userdata: *mut c_void) {
     let id = (ud >> 16) as u32;
     let n = ud & 0xffff;
     let start = CLOCK.fetch_add(n, Ordering::Relaxed);
-    let _ = SLOT.try_with(|slot| {
-        let mut slot = slot.borrow_mut();
-        let slot = slot.get_or_insert_with(|| new_slot(shared));
-        let Ok(mut tb) = slot.0.lock() else { return };
-        let tb = &mut *tb;
-        if let Some(r) = tb.ring.as_mut() {
-            // Every slot starts with the clock, so the slots left after older ones were
-            // overwritten still say when their first block ran.
-            let clocked = start == tb.expected && r.used > 0;
-            let mut word = [0u8; 16];
-            let len = if clocked {
-                word[..4].copy_from_slice(&id.to_le_bytes());
-                4
-            } else {
-                word[..4].copy_from_slice(&MARKER.to_le_bytes());
-                word[4..12].copy_from_slice(&start.to_le_bytes());
-                word[12..16].copy_from_slice(&id.to_le_bytes());
-                16
-            };
-            if !r.append(&word[..len]) {
-                r.next_slot();
-                word[..4].copy_from_slice(&MARKER.to_le_bytes());
-                word[4..12].copy_from_slice(&start.to_le_bytes());
-                word[12..16].copy_from_slice(&id.to_le_bytes());
-                r.append(&word);
-            }
-            tb.expected = start + n;
+    let p = STATE.with(|s| s.get());
+    // SAFETY: a non-null STATE is this thread's own live state.
+    if let Some(st) = unsafe { p.as_mut() } {
+        if start == st.expected && st.countdown != 0 && st.used + 4 <= st.cap {
+            st.put(&id.to_le_bytes());
+            st.expected = start + n;
+            st.countdown -= 1;
             return;
         }
-        if start != tb.expected {
-            tb.buf.extend_from_slice(&MARKER.to_le_bytes());
-            tb.buf.extend_from_slice(&start.to_le_bytes());
+    }
+    exec_slow(id, start, n);
+}
+
+/// A block whose record needs a clock marker, a host stamp or a new chunk.
+#[cold]
+#[inline(never)]
+fn exec_slow(id: u32, start: u64, n: u64) {
+    let Some(st) = state() else { return };
+    let mut rec = Rec::default();
+    // Every chunk starts with the clock and the host time, so the ring slots left after
+    // older ones were overwritten still say when their first block ran.
+    let fresh = st.used == 0;
+    if start != st.expected || fresh {
+        rec.word(MARKER).u64(start);
+    }
+    if st.countdown == 0 || fresh {
+        rec.word(HOST).u64(now_ns());
+        st.countdown = STAMP_EVERY;
+    }
+    rec.word(id);
+    st.append(rec.bytes(), start);
+    st.expected = start + n;
+    st.countdown -= 1;
+}
+
+/// Reads a NUL-terminated string of the guest (an x86-64 guest on an x86-64 host runs at
+/// guest base 0: guest addresses are host addresses), without faulting on a bad pointer.
+fn guest_string(addr: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; 4096];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: reads into our own buffer; a bad remote range fails with EFAULT (partial
+    // reads stop at the first unmapped page).
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n <= 0 {
+        return Vec::new();
+    }
+    buf.truncate(n as usize);
+    match buf.iter().position(|&b| b == 0) {
+        Some(end) => buf.truncate(end),
+        None => buf.clear(),
+    }
+    buf
+}
+
+/// Syscall entry: dated in the thread's stream; an `exec` also says what it runs, and
+/// everything buffered goes to the file first (a successful exec ends qemu at once).
+extern "C" fn on_syscall(
+    _id: PluginId,
+    _vcpu: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    _a3: u64,
+    _a4: u64,
+    _a5: u64,
+    _a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    if STOPPED.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(st) = state() else { return };
+    let ns = now_ns();
+    let mut rec = Rec::default();
+    rec.word(SYSCALL).word(num as u32).u64(ns);
+    st.append(rec.bytes(), st.expected);
+    if num == SYS_EXECVE || num == SYS_EXECVEAT {
+        let path = guest_string(if num == SYS_EXECVE { a1 } else { a2 });
+        st.flush();
+        let Some(p) = proc() else { return };
+        if let Ok(mut out) = p.out.lock() {
+            let mut payload = ns.to_le_bytes().to_vec();
+            payload.extend_from_slice(&path);
+            write_chunk(&mut *out, KIND_EXEC_CALL, st.tid, &payload);
+            let _ = out.flush();
         }
-        tb.buf.extend_from_slice(&id.to_le_bytes());
-        tb.expected = start + n;
-        if tb.buf.len() >= shared.chunk {
-            flush_thread(shared, tb);
-        }
-    });
+    }
+}
+
+/// Syscall return: dated in the thread's stream.
+extern "C" fn on_syscall_ret(_id: PluginId, _vcpu: c_uint, _num: i64, ret: i64) {
+    if STOPPED.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(st) = state() else { return };
+    let mut rec = Rec::default();
+    rec.word(SYSRET).u64(ret as u64).u64(now_ns());
+    st.append(rec.bytes(), st.expected);
 }
 
 /// The exec callback of a trigger's block: logs it as any block, then the hit.
@@ -560,11 +792,7 @@ extern "C" fn on_trigger_insn(_vcpu: c_uint, userdata: *mut c_void) {
     let ud = userdata as usize as u64;
     let n = ud & 0xffff;
     // The block's start on the clock: what the thread expects next, less this block.
-    let Ok(Some((tid, clock))) = SLOT.try_with(|s| {
-        let s = s.borrow();
-        let tb = s.as_ref()?.0.lock().ok()?;
-        Some((tb.tid, tb.expected.wrapping_sub(n)))
-    }) else {
+    let Some((tid, clock)) = state().map(|st| (st.tid, st.expected.wrapping_sub(n))) else {
         return;
     };
     // Only the first hit counts without `multi`: it ends the recording.
@@ -592,30 +820,29 @@ extern "C" fn on_trigger_insn(_vcpu: c_uint, userdata: *mut c_void) {
     }
     if !shared.multi {
         // Nothing more is recorded: what the threads hold goes out now, so the log is
-        // whole however the program ends.
-        let threads = p.threads.lock().map(|t| t.clone()).unwrap_or_default();
-        for t in threads {
-            if let Ok(mut tb) = t.lock() {
-                flush_thread(shared, &mut tb);
-            }
-        }
-        if let Ok(mut out) = p.out.lock() {
-            let _ = out.flush();
-        }
+        // whole however the program ends (their rings hold theirs already).
+        write_published(p);
         return;
     }
     // Each ring as it stands now (later blocks are cut off by the reader at `clock`).
-    // Every thread is locked out of its ring while it is copied.
-    let threads = p.threads.lock().map(|t| t.clone()).unwrap_or_default();
-    for t in threads {
-        let Ok(mut tb) = t.lock() else { continue };
-        let tid = tb.tid;
-        if let (Some(r), Ok(mut out)) = (tb.ring.as_mut(), p.out.lock()) {
-            r.copy_to(&mut *out, hit, tid);
+    if let Ok(threads) = p.threads.lock() {
+        if let Ok(mut out) = p.out.lock() {
+            for &t in threads.iter() {
+                let t = t as *mut ThreadState;
+                // SAFETY: registered states stay alive until their owner removes them
+                // under `threads`, which we hold; a ring's geometry is fixed once made,
+                // and `copied` is only touched here, under that lock.
+                unsafe {
+                    let tid = std::ptr::read(std::ptr::addr_of!((*t).tid));
+                    if let Some(r) = (*std::ptr::addr_of_mut!((*t).ring)).as_mut() {
+                        let mut copied = r.copied;
+                        r.copy_to(&mut copied, &mut *out, hit, tid);
+                        r.copied = copied;
+                    }
+                }
+            }
+            let _ = out.flush();
         }
-    }
-    if let Ok(mut out) = p.out.lock() {
-        let _ = out.flush();
     }
 }
 
@@ -793,16 +1020,41 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
 }
 
 extern "C" fn on_exit(_id: PluginId, _p: *mut c_void) {
-    let (Some(shared), Some(p)) = (SHARED.get(), proc()) else {
+    if let Some(p) = proc() {
+        write_published(p);
+    }
+}
+
+/// Writes what every thread without a ring has published to the log, once: threads
+/// still running (this is not a synchronised point) keep their state, and nothing they
+/// write afterwards goes out (`EXITED`).
+fn write_published(p: &Proc) {
+    let Ok(threads) = p.threads.lock() else {
         return;
     };
-    let threads = p.threads.lock().map(|t| t.clone()).unwrap_or_default();
-    for t in threads {
-        if let Ok(mut tb) = t.lock() {
-            flush_thread(shared, &mut tb);
-        }
-    }
     if let Ok(mut out) = p.out.lock() {
+        if EXITED.load(Ordering::Relaxed) {
+            return;
+        }
+        for &t in threads.iter() {
+            let t = t as *const ThreadState;
+            // SAFETY: registered states stay alive until their owner removes them under
+            // `threads`, which we hold; `tid` and `data` are fixed without a ring, and
+            // the bytes below `own_used` are complete (released after writing).
+            unsafe {
+                if (*std::ptr::addr_of!((*t).ring)).is_some() {
+                    continue;
+                }
+                let used = (*std::ptr::addr_of!((*t).own_used)).load(Ordering::Acquire) as usize;
+                let data = std::ptr::read(std::ptr::addr_of!((*t).data));
+                let tid = std::ptr::read(std::ptr::addr_of!((*t).tid));
+                if used > 0 {
+                    let bytes = std::slice::from_raw_parts(data, used);
+                    write_chunk(&mut *out, KIND_EXEC, tid, bytes);
+                }
+            }
+        }
+        EXITED.store(true, Ordering::Relaxed);
         let _ = out.flush();
     }
 }
@@ -874,7 +1126,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
     let pid = unsafe { getpid() } as u32;
     write_chunk(&mut file, KIND_HEADER, 0, &header(pid));
     // A ring of several slots at least, so reusing one loses little.
-    let chunk = ring_bytes.map_or(FLUSH_AT, |r| (r / 8).clamp(1024, FLUSH_AT));
+    // Slot sizes are multiples of 8, so every slot header is aligned.
+    let chunk = ring_bytes.map_or(FLUSH_AT, |r| (r / 8).clamp(1024, FLUSH_AT) & !7);
     let ring = ring_bytes.map(|r| {
         let dir = std::path::Path::new(&out_path)
             .parent()
@@ -904,6 +1157,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
     // SAFETY: registering callbacks with the id QEMU gave us.
     unsafe {
         qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
+        qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);
+        qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret);
         qemu_plugin_register_atexit_cb(id, on_exit, std::ptr::null_mut());
     }
     0
