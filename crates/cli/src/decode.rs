@@ -8,7 +8,7 @@ use ptscope_dlfilter_reader::{AnyScript, Choice, DlfilterOptions};
 use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::ordered::OrderedSink;
-use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_stacks::transcript::TranscriptSink;
 use ptscope_stacks::StackWriter;
 use ptscope_stacks::TraceSink;
@@ -679,6 +679,8 @@ const MAX_HELD: usize = 100_000;
 struct Extras {
     ocaml_exception_info: Option<OcamlExceptionInfo>,
     debug_info: rustc_hash::FxHashMap<u64, ptscope_stacks::legacy::SourcePosition>,
+    /// Every event is exactly timed (an emulate recording): see `SegmentsConfig`.
+    exact_times: bool,
 }
 
 fn extras(
@@ -691,6 +693,7 @@ fn extras(
         return Extras {
             ocaml_exception_info: None,
             debug_info: Default::default(),
+            exact_times: false,
         };
     };
     let b = match *bias {
@@ -709,6 +712,7 @@ fn extras(
     Extras {
         ocaml_exception_info,
         debug_info,
+        exact_times: false,
     }
 }
 
@@ -1025,6 +1029,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         .unwrap_or_else(ptscope_decode::perf::default_perf);
     let inputs = specs.len();
     let all_text = specs.iter().all(|s| matches!(s, InputSpec::Text(_)));
+    let exact_times = specs.iter().all(|s| matches!(s, InputSpec::Emulate(..)));
     let (tx, rx) = std::sync::mpsc::sync_channel(8);
     let quiet = args.quiet || crate::messages::quiet();
     let choice = match args.decoder {
@@ -1096,7 +1101,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                         let w = writer.insert(make(
                             sink,
                             first,
-                            extras(&exe, &mut bias, totals, ctx.executable_implied),
+                            Extras {
+                                exact_times,
+                                ..extras(&exe, &mut bias, totals, ctx.executable_implied)
+                            },
                         ));
                         for e in held.drain(..) {
                             feed(w, &mut range, &e, &strings);
@@ -1153,7 +1161,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
             let w = writer.insert(make(
                 sink,
                 first,
-                extras(&exe, &mut bias, totals, ctx.executable_implied),
+                Extras {
+                    exact_times,
+                    ..extras(&exe, &mut bias, totals, ctx.executable_implied)
+                },
             ));
             for e in held.drain(..) {
                 feed(w, &mut range, &e, &strings);
@@ -1278,7 +1289,14 @@ fn run_writer<S: TraceSink>(
             args,
             sink,
             |sink, earliest_time, x: Extras| {
-                SegmentsWriter::new(sink, config_for(earliest_time, x).into())
+                let exact_times = x.exact_times;
+                SegmentsWriter::new(
+                    sink,
+                    SegmentsConfig {
+                        exact_times,
+                        ..config_for(earliest_time, x).into()
+                    },
+                )
             },
             on_end,
             totals,

@@ -368,8 +368,13 @@ struct FileSyms {
 }
 
 /// A symbol's name as perf prints it: C++ names demangled without their parameter list
-/// (`std::error_category::error_category`), so traces match the other paths'.
+/// (`std::error_category::error_category`), Rust's without their hash, so traces match
+/// the other paths'.
 fn perf_name(raw: &str) -> std::borrow::Cow<'_, str> {
+    // Rust's names (v0 `_R…`, or legacy `_ZN…17h<hash>E`) as perf prints them: no hash.
+    if let Some(r) = ptscope_symbols::demangle_rust(raw) {
+        return r.into();
+    }
     if !raw.starts_with("_Z") {
         return raw.into();
     }
@@ -429,6 +434,14 @@ fn better(a: &Candidate<'_>, b: &Candidate<'_>) -> bool {
     }
     if under(a.name) != under(b.name) {
         return under(a.name) < under(b.name);
+    }
+    // perf compares the names it shows: Rust's demangled (`<usize as Display>::fmt`
+    // over `<u64 as Display>::fmt`, one function under two mangled names of one length).
+    if let (Some(da), Some(db)) = (
+        ptscope_symbols::demangle_rust(a.name),
+        ptscope_symbols::demangle_rust(b.name),
+    ) {
+        return da.len() > db.len();
     }
     a.name.len() > b.name.len()
 }

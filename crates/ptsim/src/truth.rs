@@ -256,6 +256,7 @@ fn derive_inner(
         // Return addresses of the calls made, to tell a return from a signal delivered
         // right after it (whose handler is the next block the log shows).
         let mut returns: Vec<u64> = Vec::new();
+        let hidden = hidden_handlers(log, &flows, t);
         // A compact thread's clocks: given at some executions, else where the last ended.
         let mut given = t.compact.clocks.iter().peekable();
         let mut ended = 0u64;
@@ -322,15 +323,23 @@ fn derive_inner(
                     returns.push(fall);
                     (Some(target), Some(step(StepKind::Call, target)))
                 }
-                Flow::IndirectJmp => (next, next.map(|n| step(StepKind::IndirectJmp, n))),
+                Flow::IndirectJmp => {
+                    let to = hidden.get(&i).copied().or(next);
+                    (to, to.map(|n| step(StepKind::IndirectJmp, n)))
+                }
                 Flow::IndirectCall => {
                     returns.push(fall);
-                    (next, next.map(|n| step(StepKind::IndirectCall, n)))
+                    let to = hidden.get(&i).copied().or(next);
+                    (to, to.map(|n| step(StepKind::IndirectCall, n)))
                 }
                 Flow::Return => {
                     let top = returns.last().copied();
                     let to = match (next, top) {
-                        (Some(n), Some(r)) if n != r && signalled_after(log, &flows, t, i, r) => {
+                        (Some(n), Some(r))
+                            if n != r
+                                && (hidden.contains_key(&i)
+                                    || signalled_after(log, &flows, t, i, r)) =>
+                        {
                             Some(r)
                         }
                         _ => next,
@@ -499,6 +508,111 @@ fn signalled_after(log: &BlockLog, flows: &[Flow], t: &ThreadLog, i: usize, ret:
     false
 }
 
+/// The returns, indirect jumps and indirect calls (by index into the thread's blocks)
+/// right after which a signal handler ran, with where that handler's `rt_sigreturn`
+/// resumed. QEMU delivers signals between blocks, so the block log shows the handler as
+/// the branch's destination; [`signalled_after`] sees it only where the code resumes
+/// where a return's call pushed, not after the handler changed where the code resumes
+/// (Go's asynchronous preemption resumes in `runtime.asyncPreempt`, which returns to the
+/// interrupted pc later), nor after an indirect branch (Go's `gogo` entering a
+/// goroutine).
+///
+/// A handler is known by its shape: the code after the branch returns, at its own depth
+/// and before any visible asynchronous transfer, to an address no call pushed, and that
+/// block ends in a syscall that resumes neither after itself nor in the code again (the
+/// signal trampoline's `rt_sigreturn`). Ordinary code returns where a call pushed; a
+/// handler returning into its trampoline has the trampoline's syscall next, before any
+/// return of its own. One pass: branches awaiting the return that ends their code are kept
+/// on a stack, deepest last, and a return settles those its depth drops below.
+fn hidden_handlers(
+    log: &BlockLog,
+    flows: &[Flow],
+    t: &ThreadLog,
+) -> rustc_hash::FxHashMap<usize, u64> {
+    let n = t.len();
+    let mut found = rustc_hash::FxHashMap::default();
+    let mut depth = 0i64;
+    let mut returns: Vec<u64> = Vec::new();
+    // (branch index, depth of the code after it), depths never decreasing.
+    let mut waiting: Vec<(usize, i64)> = Vec::new();
+    let vaddr = |k: usize| (k < n).then(|| log.tb_by_id(t.tb_id(k)).vaddr);
+    for i in 0..n {
+        let id = t.tb_id(i);
+        let tb = log.tb_by_id(id);
+        let Some(next) = vaddr(i + 1) else {
+            break;
+        };
+        let fall = tb.end();
+        // Where a branch of known outcome continues: elsewhere, an asynchronous
+        // transfer (a visible signal delivery) began code that is not the one awaited.
+        let expected = match flows[id as usize] {
+            Flow::Cond { target } => (next == target || next == fall).then_some(next),
+            Flow::Jmp { target } => Some(target),
+            Flow::Call { target } => {
+                depth += 1;
+                returns.push(fall);
+                Some(target)
+            }
+            Flow::IndirectCall => {
+                depth += 1;
+                returns.push(fall);
+                waiting.push((i, depth));
+                Some(next)
+            }
+            Flow::IndirectJmp => {
+                waiting.push((i, depth));
+                Some(next)
+            }
+            Flow::Return => {
+                depth -= 1;
+                // The code the branches at this depth began returns here.
+                let mut settled = None;
+                while let Some(&(b, d)) = waiting.last() {
+                    if d <= depth {
+                        break;
+                    }
+                    waiting.pop();
+                    // The latest such branch began the code that returns.
+                    settled.get_or_insert(b);
+                }
+                if let Some(b) = settled {
+                    let into_trampoline = !returns.contains(&next) && (i + 1 < n) && {
+                        let s = t.tb_id(i + 1);
+                        flows[s as usize] == Flow::Syscall
+                            && vaddr(i + 2).is_some_and(|r| {
+                                r != log.tb_by_id(s).end() && Some(r) != vaddr(b + 1)
+                            })
+                    };
+                    if into_trampoline {
+                        if let Some(r) = vaddr(i + 2) {
+                            found.insert(b, r);
+                        }
+                    }
+                }
+                let top = returns.last().copied();
+                if let Some(k) = returns.iter().rposition(|&r| r == next) {
+                    returns.truncate(k);
+                }
+                if top.is_some_and(|r| r != next) {
+                    waiting.push((i, depth));
+                }
+                Some(next)
+            }
+            Flow::Syscall => Some(fall),
+            Flow::Abandoned => Some(tb.last_addr()),
+            Flow::Other => Some(if next == tb.last_addr() && ends_in_rep(tb) {
+                next
+            } else {
+                fall
+            }),
+        };
+        if expected != Some(next) {
+            waiting.clear();
+        }
+    }
+    found
+}
+
 /// A frame of the true call stack.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
@@ -538,5 +652,177 @@ impl StackReplay {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocklog::Exec;
+
+    /// A one-instruction block at `vaddr`.
+    fn tb(vaddr: u64, insn: &[u8]) -> Option<TbDef> {
+        Some(TbDef {
+            vaddr,
+            n_insns: 1,
+            size: insn.len() as u32,
+            last: insn.to_vec(),
+            first: insn.to_vec(),
+        })
+    }
+
+    /// `blocks` executed in order by one thread, one instruction each.
+    fn log(blocks: &[Option<TbDef>], order: &[u32]) -> BlockLog {
+        BlockLog {
+            pid: 1,
+            tbs: blocks.to_vec(),
+            threads: vec![ThreadLog {
+                tid: 1,
+                execs: order
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &tb)| Exec {
+                        clock: i as u64,
+                        tb,
+                    })
+                    .collect(),
+                ..ThreadLog::default()
+            }],
+            ..BlockLog::default()
+        }
+    }
+
+    const RET: &[u8] = &[0xc3];
+    const SYSCALL: &[u8] = &[0x0f, 0x05];
+    const NOP: &[u8] = &[0x90];
+
+    /// `call 0x2000` at 0x1000.
+    fn call_0x2000() -> Option<TbDef> {
+        tb(0x1000, &[0xe8, 0xfb, 0x0f, 0x00, 0x00])
+    }
+
+    /// A signal delivered as `f` returns to 0x1005, whose handler makes the code resume
+    /// elsewhere (Go's asynchronous preemption: `rt_sigreturn` enters `asyncPreempt`,
+    /// which returns to 0x1005 later). The return still went to 0x1005, where the
+    /// signal stopped the code; before, the handler passed for the return's destination.
+    #[test]
+    fn signal_after_a_return_whose_handler_redirects_the_resumption() {
+        let blocks = [
+            call_0x2000(),       // 0: call f
+            tb(0x2000, RET),     // 1: f returns to 0x1005
+            tb(0x3000, RET),     // 2: the handler returns into the trampoline
+            tb(0x4000, SYSCALL), // 3: rt_sigreturn
+            tb(0x5000, RET),     // 4: the injected call returns to 0x1005
+            tb(0x1005, NOP),     // 5: the caller goes on
+        ];
+        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 3, 4, 5]), 1);
+        let steps: Vec<(StepKind, u64, u64)> = traces[0]
+            .steps
+            .iter()
+            .map(|s| (s.kind, s.from, s.to))
+            .collect();
+        let async_stop = StepKind::Async {
+            before: Interrupted::Other,
+        };
+        assert_eq!(
+            steps,
+            [
+                (StepKind::Start, 0, 0x1000),
+                (StepKind::Call, 0x1000, 0x2000),
+                (StepKind::Return, 0x2000, 0x1005),
+                (async_stop, 0x1005, 0),
+                (StepKind::Start, 0, 0x3000),
+                (StepKind::Return, 0x3000, 0x4000),
+                (StepKind::Syscall, 0x4000, 0),
+                (StepKind::Start, 0, 0x5000),
+                (StepKind::Return, 0x5000, 0x1005),
+            ]
+        );
+    }
+
+    /// A handler that returns into its trampoline is not a signal after a return, even
+    /// when the interrupted code does not resume at the last call's return address.
+    #[test]
+    fn handler_returning_into_its_trampoline_is_a_return() {
+        let blocks = [
+            call_0x2000(),       // 0: call f
+            tb(0x2000, NOP),     // 1: f runs; a signal interrupts it after this block
+            tb(0x3000, RET),     // 2: the handler returns into the trampoline
+            tb(0x4000, SYSCALL), // 3: rt_sigreturn
+            tb(0x2001, RET),     // 4: f goes on and returns
+        ];
+        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 3, 4]), 1);
+        let returns: Vec<(u64, u64)> = traces[0]
+            .steps
+            .iter()
+            .filter(|s| s.kind == StepKind::Return)
+            .map(|s| (s.from, s.to))
+            .collect();
+        assert_eq!(returns, [(0x3000, 0x4000)]);
+    }
+
+    /// A signal delivered right after an indirect jump (Go's `gogo` entering a new
+    /// goroutine): the jump went where the handler's `rt_sigreturn` resumes; before, the
+    /// handler passed for its target.
+    #[test]
+    fn signal_after_an_indirect_jump() {
+        let blocks = [
+            tb(0x1000, &[0xff, 0xe0]), // 0: jmp *%rax
+            tb(0x3000, RET),           // 1: the handler returns into the trampoline
+            tb(0x4000, SYSCALL),       // 2: rt_sigreturn
+            tb(0x2000, NOP),           // 3: the jump's target runs
+        ];
+        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 3]), 1);
+        let steps: Vec<(StepKind, u64, u64)> = traces[0]
+            .steps
+            .iter()
+            .map(|s| (s.kind, s.from, s.to))
+            .collect();
+        let async_stop = StepKind::Async {
+            before: Interrupted::Other,
+        };
+        assert_eq!(
+            steps,
+            [
+                (StepKind::Start, 0, 0x1000),
+                (StepKind::IndirectJmp, 0x1000, 0x2000),
+                (async_stop, 0x2000, 0),
+                (StepKind::Start, 0, 0x3000),
+                (StepKind::Return, 0x3000, 0x4000),
+                (StepKind::Syscall, 0x4000, 0),
+                (StepKind::Start, 0, 0x2000),
+            ]
+        );
+    }
+
+    /// A function reached by an indirect jump that returns where a call pushed, into a
+    /// syscall at whose return a signal is delivered, is no handler: the jump goes to it.
+    #[test]
+    fn return_into_a_syscall_interrupted_by_a_signal_is_no_handler() {
+        let blocks = [
+            tb(0x1000, &[0xff, 0xd0]), // 0: call *%rax, returns to 0x1002
+            tb(0x2000, &[0xff, 0xe3]), // 1: jmp *%rbx
+            tb(0x3000, RET),           // 2: returns to 0x1002
+            tb(0x1002, SYSCALL),       // 3: a signal is delivered at its return
+            tb(0x5000, RET),           // 4: the handler returns into the trampoline
+            tb(0x6000, SYSCALL),       // 5: rt_sigreturn
+            tb(0x1004, NOP),           // 6: after the first syscall
+        ];
+        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 3, 4, 5, 6]), 1);
+        let branches: Vec<(StepKind, u64, u64)> = traces[0]
+            .steps
+            .iter()
+            .filter(|s| !matches!(s.kind, StepKind::Start | StepKind::Syscall))
+            .map(|s| (s.kind, s.from, s.to))
+            .collect();
+        assert_eq!(
+            branches,
+            [
+                (StepKind::IndirectCall, 0x1000, 0x2000),
+                (StepKind::IndirectJmp, 0x2000, 0x3000),
+                (StepKind::Return, 0x3000, 0x1002),
+                (StepKind::Return, 0x5000, 0x6000),
+            ]
+        );
     }
 }

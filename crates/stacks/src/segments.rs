@@ -79,6 +79,11 @@ pub struct SegmentsConfig {
     pub hits: Vec<Hit>,
     /// Join segments across decode errors when the stacks line up (on by default).
     pub stitch: bool,
+    /// Every event has its own exact time (the emulate backend's instruction clock): stack
+    /// changes sharing a time took no time between them (a call and the signal that
+    /// stopped the code before the callee's first instruction), so that time is not
+    /// spread over them as it is for Intel PT's coarse packet times.
+    pub exact_times: bool,
 }
 
 impl Default for SegmentsConfig {
@@ -92,6 +97,7 @@ impl Default for SegmentsConfig {
             debug_info: FxHashMap::default(),
             hits: Vec::new(),
             stitch: true,
+            exact_times: false,
         }
     }
 }
@@ -108,6 +114,7 @@ impl From<LegacyConfig> for SegmentsConfig {
             debug_info: c.debug_info,
             hits: c.hits,
             stitch: true,
+            exact_times: false,
         }
     }
 }
@@ -1888,7 +1895,12 @@ fn write_thread<S: TraceSink>(
         if entries.is_empty() {
             continue;
         }
-        smear(entries, seg.end_time, &mut times);
+        if config.exact_times {
+            times.clear();
+            times.extend(entries.iter().map(|e| e.time));
+        } else {
+            smear(entries, seg.end_time, &mut times);
+        }
         let start = times[0].max(last_written);
         // Segment boundary: stitch onto what is open, or close it.
         frame_path(ts, entries[0].leaf, &mut path);

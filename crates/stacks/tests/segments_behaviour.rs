@@ -1207,3 +1207,120 @@ fn an_unnamed_jump_across_objects_into_an_ancestor_unwinds() {
         s.done
     );
 }
+
+/// Go's asynchronous preemption: the handler makes the interrupted code resume in
+/// `runtime.asyncPreempt`, as if called where the signal stopped it (the interrupted pc
+/// pushed as its return address). `asyncPreempt` runs in the handler's place from the
+/// `rt_sigreturn` on and returns to that pc: back in the interrupted frame, which goes on
+/// calling. That return is no handler returning into a trampoline (which left
+/// `unicode.init` nested in itself).
+#[test]
+fn a_call_injected_by_a_handler_returns_to_the_interrupted_frame() {
+    let mut b = Build::new();
+    b.k(
+        0,
+        Kind::Call,
+        (0x103, "runtime.main"),
+        (0x200, "unicode.init"),
+    );
+    b.br(
+        10,
+        Some(Kind::Async),
+        Some(TraceStateChange::End),
+        (0x230, "unicode.init"),
+        (0, ""),
+        false,
+    );
+    trace_start(&mut b, 20, (0x400, "runtime.sigtramp"));
+    b.k_to(
+        30,
+        Kind::Return,
+        (0x420, "runtime.sigtramp"),
+        (0x600, "runtime.sigreturn", 0),
+    );
+    syscall_stop(&mut b, 35, (0x607, "runtime.sigreturn"));
+    trace_start(&mut b, 40, (0x700, "runtime.asyncPreempt"));
+    b.k(
+        45,
+        Kind::Call,
+        (0x710, "runtime.asyncPreempt"),
+        (0x800, "runtime.asyncPreempt2"),
+    );
+    b.k(
+        50,
+        Kind::Return,
+        (0x810, "runtime.asyncPreempt2"),
+        (0x715, "runtime.asyncPreempt"),
+    );
+    b.k(
+        60,
+        Kind::Return,
+        (0x720, "runtime.asyncPreempt"),
+        (0x230, "unicode.init"),
+    );
+    b.k(
+        70,
+        Kind::Call,
+        (0x240, "unicode.init"),
+        (0x900, "runtime.mapassign"),
+    );
+    b.k(
+        80,
+        Kind::Return,
+        (0x910, "runtime.mapassign"),
+        (0x245, "unicode.init"),
+    );
+    b.k(
+        90,
+        Kind::Return,
+        (0x250, "unicode.init"),
+        (0x108, "runtime.main"),
+    );
+    let s = b.run(SegmentsConfig::default(), None);
+    for slice in [
+        (0, 90, 1, "unicode.init"),
+        (20, 30, 2, "runtime.sigtramp"),
+        (30, 40, 2, "runtime.sigreturn"),
+        (40, 60, 2, "runtime.asyncPreempt"),
+        (45, 50, 3, "runtime.asyncPreempt2"),
+        (70, 80, 2, "runtime.mapassign"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(
+        s.done.iter().filter(|d| d.3 == "unicode.init").count(),
+        1,
+        "{:?}",
+        s.done
+    );
+}
+
+/// With exact times (the emulate backend), a call and the signal that stopped the code
+/// before the callee's first instruction share one time: the callee ran for no time, and
+/// the stop's `[untraced]` frame starts at once. Spread as for Intel PT's coarse times,
+/// the callee was shown running for half the time to the next event.
+#[test]
+fn exact_times_are_not_spread() {
+    let mut b = Build::new();
+    b.k(0, Kind::Call, (0x103, "_start"), (0x200, "main"));
+    b.k(10, Kind::Call, (0x210, "main"), (0x300, "casgstatus"));
+    b.br(
+        10,
+        Some(Kind::Async),
+        Some(TraceStateChange::End),
+        (0x300, "casgstatus"),
+        (0, ""),
+        false,
+    );
+    trace_start(&mut b, 50, (0x300, "casgstatus"));
+    b.k(60, Kind::Return, (0x340, "casgstatus"), (0x215, "main"));
+    b.k(70, Kind::Return, (0x230, "main"), (0x108, "_start"));
+    let exact = SegmentsConfig {
+        exact_times: true,
+        ..SegmentsConfig::default()
+    };
+    let s = b.run(exact, None);
+    for slice in [(10, 60, 2, "casgstatus"), (10, 50, 3, "[untraced]")] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+}

@@ -254,8 +254,37 @@ impl<T> Cx<'_, T> {
             self.ts.signals.label_return = dst.offset == 0 && dst.ip != 0;
             return false;
         }
+        if self.injected_call_return(dst) {
+            return true;
+        }
         self.replace_signal_frame(dst);
         self.ts.signals.trampoline = true;
+        true
+    }
+
+    /// A handler may make the interrupted code resume in a function of its choosing, as
+    /// if that function had been called where the code stopped (Go's asynchronous
+    /// preemption pushes the interrupted pc and resumes in `runtime.asyncPreempt`): the
+    /// function, in the handler's place since the `rt_sigreturn`, returns to where the
+    /// delivery stopped the code. That return ends the delivery, like an `rt_sigreturn`
+    /// resuming there; taken as a handler's return into its trampoline, it left the
+    /// function's frame on the stack for good. True when handled so.
+    fn injected_call_return(&mut self, dst: &Location) -> bool {
+        let Some(d) = self.ts.signals.deliveries.last().copied() else {
+            return false;
+        };
+        let leaf = self.ts.leaf;
+        if d.resume != dst.ip || self.ts.frames[leaf as usize].parent != d.interrupted {
+            return false;
+        }
+        self.ts.signals.deliveries.pop();
+        self.ts.leaf = d.interrupted;
+        self.record(Flow::Return);
+        if self.is_sentinel(self.ts.leaf) {
+            self.ensure_src(dst);
+        } else {
+            self.ensure_current(dst);
+        }
         true
     }
 
