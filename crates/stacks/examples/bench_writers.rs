@@ -16,10 +16,10 @@
 
 use ptscope_decode::Decoder;
 use ptscope_event::Event;
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::ordered::OrderedSink;
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
-use ptscope_stacks::{Arg, StackWriter, TraceSink};
+use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::{Arg, StackWriter, TraceSink, WriterConfig};
 use std::time::Instant;
 
 #[path = "../tests/common/fixtures.rs"]
@@ -130,9 +130,9 @@ fn main() {
         "legacy" => run(
             LegacyWriter::new(
                 CountingSink::default(),
-                LegacyConfig {
+                WriterConfig {
                     earliest_time: first,
-                    ..LegacyConfig::default()
+                    ..WriterConfig::default()
                 },
             ),
             &events,
@@ -144,9 +144,9 @@ fn main() {
             let (fed, ordered) = feed(
                 LegacyWriter::new(
                     OrderedSink::new(CountingSink::default()),
-                    LegacyConfig {
+                    WriterConfig {
                         earliest_time: first,
-                        ..LegacyConfig::default()
+                        ..WriterConfig::default()
                     },
                 ),
                 &events,
@@ -159,9 +159,9 @@ fn main() {
         _ => run(
             SegmentsWriter::new(
                 CountingSink::default(),
-                SegmentsConfig {
+                WriterConfig {
                     earliest_time: first,
-                    ..SegmentsConfig::default()
+                    ..WriterConfig::default()
                 },
             ),
             &events,

@@ -13,7 +13,8 @@
 //!
 //! ```
 //! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
-//! use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+//! use ptscope_stacks::legacy::LegacyWriter;
+//! use ptscope_stacks::{StackWriter, WriterConfig};
 //! use ptscope_stacks::transcript::TranscriptSink;
 //!
 //! let mut strings = StringTable::new();
@@ -31,7 +32,7 @@
 //!         dst: Location::new(0x20, dst, 0),
 //!     },
 //! };
-//! let mut w = LegacyWriter::new(TranscriptSink::default(), LegacyConfig::default());
+//! let mut w = LegacyWriter::new(TranscriptSink::default(), WriterConfig::default());
 //! w.write_event(&branch(0, Kind::Call, main, foo), &strings);
 //! w.write_event(&branch(10, Kind::Return, foo, main), &strings);
 //! let sink = w.finish(&strings);
@@ -43,31 +44,13 @@
 //! ```
 
 use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::{StackWriter, WriterConfig};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread,
-    TraceScope, TraceStateChange,
+    Event, EventData, ExtraEvent, Kind, Location, StringTable, Symbol, Thread, TraceScope,
+    TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-
-/// Options of the legacy writer.
-#[derive(Clone, Debug, Default)]
-pub struct LegacyConfig {
-    /// Which privilege levels were traced.
-    pub scope: TraceScope,
-    /// Append ` [inferred start time]` to frames whose start was guessed (the test transcripts use it).
-    pub annotate_inferred_start_times: bool,
-    /// OCaml trap addresses; `Some` switches exception tracking to the exact, address-based mode.
-    pub ocaml_exception_info: Option<OcamlExceptionInfo>,
-    /// perf time (ns) that becomes trace time 0; usually the first event's time.
-    pub earliest_time: u64,
-    /// Display names for processes, by pid (e.g. the command line).
-    pub process_names: FxHashMap<u32, String>,
-    /// Source positions of function starts, by function start address.
-    pub debug_info: FxHashMap<u64, SourcePosition>,
-    /// Breakpoint hits to show on their own track.
-    pub hits: Vec<Hit>,
-}
 
 /// Where a function starts in the source.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,7 +197,7 @@ pub fn ocaml_int64_hex(v: u64) -> String {
 struct Ctx<'a, S: TraceSink> {
     sink: &'a mut S,
     strings: &'a StringTable,
-    config: &'a LegacyConfig,
+    config: &'a WriterConfig,
     in_filtered_region: bool,
     warned: &'a mut WarnedOnce,
 }
@@ -230,7 +213,7 @@ struct WarnedOnce {
 /// magic-trace's streaming stack writer.
 pub struct LegacyWriter<S: TraceSink> {
     sink: S,
-    config: LegacyConfig,
+    config: WriterConfig,
     threads: Vec<ThreadInfo<S::Thread>>,
     thread_index: FxHashMap<Thread, usize>,
     in_filtered_region: bool,
@@ -242,7 +225,7 @@ pub struct LegacyWriter<S: TraceSink> {
 
 impl<S: TraceSink> LegacyWriter<S> {
     /// A writer feeding `sink`; writes the breakpoint hits at once.
-    pub fn new(sink: S, config: LegacyConfig) -> Self {
+    pub fn new(sink: S, config: WriterConfig) -> Self {
         let base_time = config
             .hits
             .iter()
@@ -269,72 +252,6 @@ impl<S: TraceSink> LegacyWriter<S> {
 
     fn write_hits(&mut self) {
         crate::tracks::write_hits(&mut self.sink, &self.config.hits, self.base_time);
-    }
-
-    /// Feeds one event (all of it is written: no filter range).
-    pub fn write_event(&mut self, event: &Event, strings: &StringTable) {
-        self.write_event_filtered(event, true, strings)
-    }
-
-    /// Feeds one event; `should_write` is false outside a `--filter` range.
-    pub fn write_event_filtered(
-        &mut self,
-        event: &Event,
-        should_write: bool,
-        strings: &StringTable,
-    ) {
-        // Names apply whatever the filter says, and are not part of the stacks.
-        if let Event::Ok { thread, data, .. } = event {
-            if data.is_task() {
-                let process_names = &self.config.process_names;
-                self.tracks
-                    .observe(&mut self.sink, *thread, data, strings, process_names);
-                return;
-            }
-            // magic-trace's algorithm knows no context switches: a sampled frame lasts
-            // until a sample without it, through any time off CPU (docs/sampling.md).
-            if matches!(data, EventData::Switch { .. }) {
-                return;
-            }
-        }
-        // TSX: events inside a transaction only happened if it commits, so hold them
-        // until we know; an abort discards them.
-        match event {
-            Event::Ok {
-                data,
-                in_transaction,
-                ..
-            } => {
-                let is_abort = matches!(
-                    data,
-                    EventData::Trace {
-                        kind: Some(Kind::TxAbort),
-                        ..
-                    }
-                );
-                if is_abort {
-                    self.transaction_events.clear();
-                    self.write_event_inner(event, should_write, strings);
-                } else if *in_transaction {
-                    self.transaction_events
-                        .push_back((event.clone(), should_write));
-                } else {
-                    while let Some((ev, sw)) = self.transaction_events.pop_front() {
-                        self.write_event_inner(&ev, sw, strings);
-                    }
-                    self.write_event_inner(event, should_write, strings);
-                }
-            }
-            Event::DecodeError { .. } => {
-                if !self.transaction_events.is_empty() {
-                    self.sink.warning(
-                        "Warning: error received during transaction, dropping all transaction events",
-                    );
-                    self.transaction_events.clear();
-                }
-                self.write_event_inner(event, should_write, strings);
-            }
-        }
     }
 
     fn thread_slot(&mut self, event: &Event) -> usize {
@@ -511,21 +428,81 @@ impl<S: TraceSink> LegacyWriter<S> {
             }
         }
     }
+}
 
-    /// Closes every open frame at each thread's last event (a snapshot boundary), keeping the writer usable.
-    pub fn end_snapshot(&mut self, to_time: Option<u64>, strings: &StringTable) {
-        self.end_of_trace(to_time, strings);
+impl<S: TraceSink> StackWriter<S> for LegacyWriter<S> {
+    fn write_event(&mut self, event: &Event, strings: &StringTable) {
+        self.write_event_filtered(event, true, strings)
+    }
+
+    fn write_event_filtered(&mut self, event: &Event, should_write: bool, strings: &StringTable) {
+        // Names apply whatever the filter says, and are not part of the stacks.
+        if let Event::Ok { thread, data, .. } = event {
+            if data.is_task() {
+                let process_names = &self.config.process_names;
+                self.tracks
+                    .observe(&mut self.sink, *thread, data, strings, process_names);
+                return;
+            }
+            // magic-trace's algorithm knows no context switches: a sampled frame lasts
+            // until a sample without it, through any time off CPU (docs/sampling.md).
+            if matches!(data, EventData::Switch { .. }) {
+                return;
+            }
+        }
+        // TSX: events inside a transaction only happened if it commits, so hold them
+        // until we know; an abort discards them.
+        match event {
+            Event::Ok {
+                data,
+                in_transaction,
+                ..
+            } => {
+                let is_abort = matches!(
+                    data,
+                    EventData::Trace {
+                        kind: Some(Kind::TxAbort),
+                        ..
+                    }
+                );
+                if is_abort {
+                    self.transaction_events.clear();
+                    self.write_event_inner(event, should_write, strings);
+                } else if *in_transaction {
+                    self.transaction_events
+                        .push_back((event.clone(), should_write));
+                } else {
+                    while let Some((ev, sw)) = self.transaction_events.pop_front() {
+                        self.write_event_inner(&ev, sw, strings);
+                    }
+                    self.write_event_inner(event, should_write, strings);
+                }
+            }
+            Event::DecodeError { .. } => {
+                if !self.transaction_events.is_empty() {
+                    self.sink.warning(
+                        "Warning: error received during transaction, dropping all transaction events",
+                    );
+                    self.transaction_events.clear();
+                }
+                self.write_event_inner(event, should_write, strings);
+            }
+        }
+    }
+
+    /// Closes every open frame at each thread's last event, keeping the writer usable.
+    fn end_snapshot(&mut self, strings: &StringTable) {
+        self.end_of_trace(None, strings);
     }
 
     /// Closes every open frame and returns the sink.
-    pub fn finish(mut self, strings: &StringTable) -> S {
+    fn finish(mut self, strings: &StringTable) -> S {
         self.end_of_trace(None, strings);
         self.sink
     }
 
-    /// The sink, e.g. to mark the end of the input stream in a transcript.
-    pub fn sink_mut(&mut self) -> &mut S {
-        &mut self.sink
+    fn end_of_input(&mut self) {
+        self.sink.end_of_input();
     }
 }
 

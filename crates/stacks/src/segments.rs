@@ -21,7 +21,8 @@
 //!
 //! ```
 //! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
-//! use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+//! use ptscope_stacks::segments::SegmentsWriter;
+//! use ptscope_stacks::{StackWriter, WriterConfig};
 //! use ptscope_stacks::transcript::TranscriptSink;
 //!
 //! let mut s = StringTable::new();
@@ -33,7 +34,7 @@
 //!     in_transaction: false,
 //!     data: EventData::Trace { change: None, kind: Some(kind), src, dst },
 //! };
-//! let mut w = SegmentsWriter::new(TranscriptSink::default(), SegmentsConfig::default());
+//! let mut w = SegmentsWriter::new(TranscriptSink::default(), WriterConfig::default());
 //! // The snapshot starts inside `f`; only the return reveals that `main` called it.
 //! w.write_event(&br(0, Kind::Call, at(0x110, f), at(0x200, g)), &s);
 //! w.write_event(&br(10, Kind::Return, at(0x210, g), at(0x115, f)), &s);
@@ -48,76 +49,18 @@
 //! );
 //! ```
 
-use crate::legacy::{ocaml_int64_hex, Hit, LegacyConfig, SourcePosition};
+use crate::legacy::ocaml_int64_hex;
 use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::{StackWriter, WriterConfig};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread,
-    TraceScope, TraceStateChange,
+    Event, EventData, ExtraEvent, Kind, Location, StringTable, Symbol, Thread, TraceScope,
+    TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
 mod signals;
 mod unwind;
-
-/// Options of the segments writer.
-#[derive(Clone, Debug)]
-pub struct SegmentsConfig {
-    /// Which privilege levels were traced.
-    pub scope: TraceScope,
-    /// Append ` [inferred start time]` to frames whose start was inferred (for transcripts).
-    pub annotate_inferred_start_times: bool,
-    /// OCaml trap addresses; `Some` switches exception tracking to the exact mode.
-    pub ocaml_exception_info: Option<OcamlExceptionInfo>,
-    /// perf time (ns) that becomes trace time 0.
-    pub earliest_time: u64,
-    /// Display names for processes, by pid.
-    pub process_names: FxHashMap<u32, String>,
-    /// Source positions of function starts, by start address.
-    pub debug_info: FxHashMap<u64, SourcePosition>,
-    /// Breakpoint hits to show on their own track.
-    pub hits: Vec<Hit>,
-    /// Join segments across decode errors when the stacks line up (on by default).
-    pub stitch: bool,
-    /// Every event has its own exact time (the emulate backend's instruction clock): stack
-    /// changes sharing a time took no time between them (a call and the signal that
-    /// stopped the code before the callee's first instruction), so that time is not
-    /// spread over them as it is for Intel PT's coarse packet times.
-    pub exact_times: bool,
-}
-
-impl Default for SegmentsConfig {
-    fn default() -> Self {
-        SegmentsConfig {
-            scope: TraceScope::default(),
-            annotate_inferred_start_times: false,
-            ocaml_exception_info: None,
-            earliest_time: 0,
-            process_names: FxHashMap::default(),
-            debug_info: FxHashMap::default(),
-            hits: Vec::new(),
-            stitch: true,
-            exact_times: false,
-        }
-    }
-}
-
-impl From<LegacyConfig> for SegmentsConfig {
-    /// The same options as the legacy writer's, with stitching on.
-    fn from(c: LegacyConfig) -> Self {
-        SegmentsConfig {
-            scope: c.scope,
-            annotate_inferred_start_times: c.annotate_inferred_start_times,
-            ocaml_exception_info: c.ocaml_exception_info,
-            earliest_time: c.earliest_time,
-            process_names: c.process_names,
-            debug_info: c.debug_info,
-            hits: c.hits,
-            stitch: true,
-            exact_times: false,
-        }
-    }
-}
 
 const SENTINEL: u8 = 1;
 const INFERRED_START: u8 = 2;
@@ -311,7 +254,7 @@ impl Locations {
 /// The segment-based stack writer.
 pub struct SegmentsWriter<S: TraceSink> {
     sink: S,
-    config: SegmentsConfig,
+    config: WriterConfig,
     threads: Vec<ThreadState<S::Thread>>,
     index: FxHashMap<Thread, usize>,
     last_thread: Option<(Thread, usize)>,
@@ -337,7 +280,7 @@ fn is_kernel(ip: u64) -> bool {
 
 impl<S: TraceSink> SegmentsWriter<S> {
     /// A writer feeding `sink`.
-    pub fn new(sink: S, config: SegmentsConfig) -> Self {
+    pub fn new(sink: S, config: WriterConfig) -> Self {
         let base_time = config
             .hits
             .iter()
@@ -368,91 +311,6 @@ impl<S: TraceSink> SegmentsWriter<S> {
         let mut hits = self.config.hits.clone();
         hits.sort_by_key(|h| h.time);
         crate::tracks::write_hits(&mut self.sink, &hits, self.base_time);
-    }
-
-    /// The sink (e.g. to mark the end of input in a transcript).
-    pub fn sink_mut(&mut self) -> &mut S {
-        &mut self.sink
-    }
-
-    /// Feeds one event; `should_write` is false outside a `--filter` range. Frames are
-    /// tracked outside ranges too, so a range starts with the right stack (its frames
-    /// marked as inferred starts) and ends with every open frame closed.
-    pub fn write_event_filtered(
-        &mut self,
-        event: &Event,
-        should_write: bool,
-        strings: &StringTable,
-    ) {
-        if event.is_task() {
-            // Names are not part of the stacks; a filter does not hide them.
-            return self.write_event(event, strings);
-        }
-        if should_write != self.in_region {
-            self.in_region = should_write;
-            let t = event
-                .time()
-                .map(|t| t.wrapping_sub(self.base_time) as i64)
-                .or_else(|| self.regions.last().map(|r| r.0))
-                .unwrap_or(0);
-            self.regions.push((t, should_write));
-        }
-        self.write_event(event, strings);
-    }
-
-    /// Feeds one event.
-    pub fn write_event(&mut self, event: &Event, strings: &StringTable) {
-        if let Event::Ok { thread, data, .. } = event {
-            if data.is_task() {
-                let process_names = &self.config.process_names;
-                self.tracks
-                    .observe(&mut self.sink, *thread, data, strings, process_names);
-                if matches!(data, EventData::Comm { exec: true, .. }) {
-                    self.exec(event, *thread);
-                }
-                return;
-            }
-            if matches!(data, EventData::Switch { .. }) {
-                self.switches = true;
-                // A thread never sampled has no stack to interrupt, and no track; a
-                // branch trace is exact about when its thread ran (its clock stays).
-                if !self
-                    .index
-                    .get(thread)
-                    .is_some_and(|&i| self.threads[i].sampled)
-                {
-                    return;
-                }
-            }
-        }
-        // TSX: events inside a transaction count only if it commits.
-        match event {
-            Event::Ok {
-                data,
-                in_transaction,
-                ..
-            } => {
-                let abort = matches!(
-                    data,
-                    EventData::Trace {
-                        kind: Some(Kind::TxAbort),
-                        ..
-                    }
-                );
-                if abort {
-                    self.transaction.clear();
-                } else if *in_transaction {
-                    self.transaction.push_back(event.clone());
-                    return;
-                } else {
-                    while let Some(e) = self.transaction.pop_front() {
-                        self.ingest(&e, strings);
-                    }
-                }
-            }
-            Event::DecodeError { .. } => self.transaction.clear(),
-        }
-        self.ingest(event, strings);
     }
 
     fn thread_slot(&mut self, event: &Event) -> usize {
@@ -664,41 +522,6 @@ impl<S: TraceSink> SegmentsWriter<S> {
         ts.last_time = time;
         new_segment(ts, time, Join::Never);
     }
-
-    /// Ends a snapshot: every thread continues in a new segment that is never stitched.
-    pub fn end_snapshot(&mut self, strings: &StringTable) {
-        self.transaction.clear();
-        for ts in self.threads.iter_mut() {
-            let t = ts.last_time;
-            flush_off_cpu_at_end(ts, &mut self.locs, strings, &self.config);
-            new_segment(ts, t, Join::Never);
-        }
-    }
-
-    /// Writes everything and returns the sink.
-    pub fn finish(mut self, strings: &StringTable) -> S {
-        while let Some(e) = self.transaction.pop_front() {
-            self.ingest(&e, strings);
-        }
-        let threads = std::mem::take(&mut self.threads);
-        for mut ts in threads {
-            flush_off_cpu_at_end(&mut ts, &mut self.locs, strings, &self.config);
-            close_segment(&mut ts);
-            if self.config.stitch {
-                add_process_entry(&mut ts, &mut self.locs, strings);
-                extend_roots_backwards(&mut ts, &self.locs);
-            }
-            write_thread(
-                &mut self.sink,
-                &ts,
-                &self.locs,
-                strings,
-                &self.config,
-                &self.regions,
-            );
-        }
-        self.sink
-    }
 }
 
 fn ts_track<T: Copy>(ts: &mut ThreadState<T>, idx: usize) -> Option<T> {
@@ -859,7 +682,7 @@ struct Cx<'a, T> {
     ts: &'a mut ThreadState<T>,
     locs: &'a mut Locations,
     strings: &'a StringTable,
-    config: &'a SegmentsConfig,
+    config: &'a WriterConfig,
     time: i64,
     /// The recording has context switches.
     switches: bool,
@@ -872,7 +695,7 @@ fn flush_off_cpu_at_end<T>(
     ts: &mut ThreadState<T>,
     locs: &mut Locations,
     strings: &StringTable,
-    config: &SegmentsConfig,
+    config: &WriterConfig,
 ) {
     let last_out = match ts.off_cpu.last() {
         Some(o) if o.back.is_none() => Some(o.out),
@@ -1532,7 +1355,7 @@ struct WriteCx<'a, S: TraceSink> {
     track: S::Thread,
     locs: &'a Locations,
     strings: &'a StringTable,
-    config: &'a SegmentsConfig,
+    config: &'a WriterConfig,
     /// False outside a `--filter` range: frames are tracked, nothing is written.
     enabled: bool,
 }
@@ -1841,7 +1664,7 @@ fn write_thread<S: TraceSink>(
     ts: &ThreadState<S::Thread>,
     locs: &Locations,
     strings: &StringTable,
-    config: &SegmentsConfig,
+    config: &WriterConfig,
     regions: &[(i64, bool)],
 ) {
     let mut cx = WriteCx {
@@ -2210,20 +2033,116 @@ fn write_thread<S: TraceSink>(
     }
 }
 
-impl<S: TraceSink> crate::StackWriter<S> for SegmentsWriter<S> {
+impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
     fn write_event(&mut self, event: &Event, strings: &StringTable) {
-        SegmentsWriter::write_event(self, event, strings)
+        if let Event::Ok { thread, data, .. } = event {
+            if data.is_task() {
+                let process_names = &self.config.process_names;
+                self.tracks
+                    .observe(&mut self.sink, *thread, data, strings, process_names);
+                if matches!(data, EventData::Comm { exec: true, .. }) {
+                    self.exec(event, *thread);
+                }
+                return;
+            }
+            if matches!(data, EventData::Switch { .. }) {
+                self.switches = true;
+                // A thread never sampled has no stack to interrupt, and no track; a
+                // branch trace is exact about when its thread ran (its clock stays).
+                if !self
+                    .index
+                    .get(thread)
+                    .is_some_and(|&i| self.threads[i].sampled)
+                {
+                    return;
+                }
+            }
+        }
+        // TSX: events inside a transaction count only if it commits.
+        match event {
+            Event::Ok {
+                data,
+                in_transaction,
+                ..
+            } => {
+                let abort = matches!(
+                    data,
+                    EventData::Trace {
+                        kind: Some(Kind::TxAbort),
+                        ..
+                    }
+                );
+                if abort {
+                    self.transaction.clear();
+                } else if *in_transaction {
+                    self.transaction.push_back(event.clone());
+                    return;
+                } else {
+                    while let Some(e) = self.transaction.pop_front() {
+                        self.ingest(&e, strings);
+                    }
+                }
+            }
+            Event::DecodeError { .. } => self.transaction.clear(),
+        }
+        self.ingest(event, strings);
     }
+
+    /// Frames are tracked outside ranges too, so a range starts with the right stack
+    /// (its frames marked as inferred starts) and ends with every open frame closed.
     fn write_event_filtered(&mut self, event: &Event, should_write: bool, strings: &StringTable) {
-        SegmentsWriter::write_event_filtered(self, event, should_write, strings)
+        if event.is_task() {
+            // Names are not part of the stacks; a filter does not hide them.
+            return self.write_event(event, strings);
+        }
+        if should_write != self.in_region {
+            self.in_region = should_write;
+            let t = event
+                .time()
+                .map(|t| t.wrapping_sub(self.base_time) as i64)
+                .or_else(|| self.regions.last().map(|r| r.0))
+                .unwrap_or(0);
+            self.regions.push((t, should_write));
+        }
+        self.write_event(event, strings);
     }
-    fn sink_mut(&mut self) -> &mut S {
-        SegmentsWriter::sink_mut(self)
+
+    fn end_of_input(&mut self) {
+        self.sink.end_of_input();
     }
+
+    /// Ends a snapshot: every thread continues in a new segment that is never stitched.
     fn end_snapshot(&mut self, strings: &StringTable) {
-        SegmentsWriter::end_snapshot(self, strings)
+        self.transaction.clear();
+        for ts in self.threads.iter_mut() {
+            let t = ts.last_time;
+            flush_off_cpu_at_end(ts, &mut self.locs, strings, &self.config);
+            new_segment(ts, t, Join::Never);
+        }
     }
-    fn finish(self, strings: &StringTable) -> S {
-        SegmentsWriter::finish(self, strings)
+
+    /// Writes everything and returns the sink.
+    fn finish(mut self, strings: &StringTable) -> S {
+        while let Some(e) = self.transaction.pop_front() {
+            self.ingest(&e, strings);
+        }
+        let threads = std::mem::take(&mut self.threads);
+        for mut ts in threads {
+            flush_off_cpu_at_end(&mut ts, &mut self.locs, strings, &self.config);
+            close_segment(&mut ts);
+            if self.config.stitch {
+                add_process_entry(&mut ts, &mut self.locs, strings);
+                extend_roots_backwards(&mut ts, &self.locs);
+            }
+            write_thread(
+                &mut self.sink,
+                &ts,
+                &self.locs,
+                strings,
+                &self.config,
+                &self.regions,
+            );
+        }
+        self.sink
     }
 }
