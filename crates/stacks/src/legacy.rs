@@ -44,10 +44,10 @@
 //! ```
 
 use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::tracks::{ExtraTracks, Mark};
 use crate::{StackWriter, WriterConfig};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, StringTable, Symbol, Thread, TraceScope,
-    TraceStateChange,
+    Event, EventData, Kind, Location, StringTable, Symbol, Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -160,8 +160,8 @@ struct ThreadInfo<T> {
     /// The time the last event was written at: `last_event_time`, or 1 ns later when
     /// it was slid past a decode error (or was the thread's first event).
     last_written_time: i64,
-    track_group_id: u32,
-    extra_event_tracks: [Option<T>; 2],
+    /// Tracks of extra events' samples.
+    extra_tracks: ExtraTracks<T>,
 }
 
 impl<T> ThreadInfo<T> {
@@ -284,8 +284,7 @@ impl<S: TraceSink> LegacyWriter<S> {
             closing: false,
             last_event_time: effective_time,
             last_written_time: effective_time,
-            track_group_id,
-            extra_event_tracks: [None, None],
+            extra_tracks: ExtraTracks::new(track_group_id),
         });
         let i = self.threads.len() - 1;
         self.thread_index.insert(thread, i);
@@ -965,53 +964,24 @@ fn write_ok<S: TraceSink>(
             count,
             name,
         } => {
-            let idx = match name {
-                ExtraEvent::BranchMisses => 0,
-                ExtraEvent::CacheMisses => 1,
+            let mark = Mark {
+                thread,
+                time,
+                location,
             };
-            let track = match ti.extra_event_tracks[idx] {
-                Some(t) => t,
-                None => {
-                    let t = ctx.sink.allocate_thread(ti.track_group_id, name.name());
-                    ti.extra_event_tracks[idx] = Some(t);
-                    t
-                }
-            };
-            let mut args = vec![
-                Arg::new("timestamp", ArgValue::Int(time)),
-                Arg::new(
-                    "symbol",
-                    ArgValue::Str(ctx.strings.display(location.symbol)),
-                ),
-                Arg::new("addr", ArgValue::Pointer(location.ip)),
-                Arg::new("count", ArgValue::Int(*count as i64)),
-            ];
-            if let Some(pid) = thread.pid {
-                args.push(Arg::new("pid", ArgValue::Int(pid as i64)));
-            }
-            if let Some(tid) = thread.tid {
-                args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
-            }
-            ctx.complete(track, name.name(), time, time, &args, false);
+            let write = ctx.in_filtered_region;
+            let extra = &mut ti.extra_tracks;
+            extra.write_sample(ctx.sink, *name, mark, *count, write, ctx.strings);
         }
         EventData::Ptwrite { location, data } => {
-            let payload = format!("0x{data:x}");
-            let mut args = vec![
-                Arg::new("timestamp", ArgValue::Int(time)),
-                Arg::new(
-                    "symbol",
-                    ArgValue::Str(ctx.strings.display(location.symbol)),
-                ),
-                Arg::new("addr", ArgValue::Pointer(location.ip)),
-                Arg::new("data", ArgValue::Str(&payload)),
-            ];
-            if let Some(pid) = thread.pid {
-                args.push(Arg::new("pid", ArgValue::Int(pid as i64)));
+            if ctx.in_filtered_region {
+                let mark = Mark {
+                    thread,
+                    time,
+                    location,
+                };
+                mark.write_ptwrite(ctx.sink, ti.track, *data, ctx.strings);
             }
-            if let Some(tid) = thread.tid {
-                args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
-            }
-            ctx.complete(ti.track, "PTWRITE", time, time, &args, false);
         }
         EventData::Power { freq_mhz } => {
             let args = [Arg::new("freq (MHz)", ArgValue::Int(*freq_mhz as i64))];

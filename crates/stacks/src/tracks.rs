@@ -1,9 +1,10 @@
 //! What both stack writers write the same way: process and thread tracks and their
-//! names, and trigger hits.
+//! names, trigger hits, and the events that are not part of a stack (extra events'
+//! samples and ptwrite payloads).
 
 use crate::legacy::Hit;
 use crate::sink::{Arg, ArgValue, TraceSink};
-use ptscope_event::{EventData, StringTable, Thread};
+use ptscope_event::{EventData, ExtraEvent, Location, StringTable, Thread};
 use rustc_hash::FxHashMap;
 
 /// The tracks of processes and threads, and the names perf gave them.
@@ -144,5 +145,105 @@ pub(crate) fn write_hits<S: TraceSink>(sink: &mut S, hits: &[Hit], base_time: u6
         args.push(Arg::new("tid", ArgValue::Int(hit.tid as i64)));
         args.push(Arg::new("ip", ArgValue::Pointer(hit.ip)));
         sink.duration_complete(thread, &format!("hit {}", hit.symbol), start, time, &args);
+    }
+}
+
+/// Where and when an event that is not part of the stack happened.
+#[derive(Clone, Copy)]
+pub(crate) struct Mark<'a> {
+    /// The thread it happened on.
+    pub(crate) thread: Thread,
+    /// Trace time (ns).
+    pub(crate) time: i64,
+    /// The instruction it happened at.
+    pub(crate) location: &'a Location,
+}
+
+impl Mark<'_> {
+    /// Writes the mark as a zero-length slice `name` on `track`, with its place and
+    /// `value` as args.
+    fn write<S: TraceSink>(
+        &self,
+        sink: &mut S,
+        track: S::Thread,
+        name: &str,
+        value: Arg<'_>,
+        strings: &StringTable,
+    ) {
+        let mut args = vec![
+            Arg::new("timestamp", ArgValue::Int(self.time)),
+            Arg::new(
+                "symbol",
+                ArgValue::Str(strings.display(self.location.symbol)),
+            ),
+            Arg::new("addr", ArgValue::Pointer(self.location.ip)),
+            value,
+        ];
+        if let Some(pid) = self.thread.pid {
+            args.push(Arg::new("pid", ArgValue::Int(pid as i64)));
+        }
+        if let Some(tid) = self.thread.tid {
+            args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
+        }
+        sink.duration_complete(track, name, self.time, self.time, &args);
+    }
+
+    /// Writes a ptwrite's payload as a `PTWRITE` slice on its thread's `track`.
+    pub(crate) fn write_ptwrite<S: TraceSink>(
+        &self,
+        sink: &mut S,
+        track: S::Thread,
+        data: u64,
+        strings: &StringTable,
+    ) {
+        let payload = format!("0x{data:x}");
+        let value = Arg::new("data", ArgValue::Str(&payload));
+        self.write(sink, track, "PTWRITE", value, strings);
+    }
+}
+
+/// A thread's tracks for extra events' samples, one per [`ExtraEvent`], made in the
+/// thread's group on first use.
+pub(crate) struct ExtraTracks<T> {
+    group: u32,
+    tracks: [Option<T>; 2],
+}
+
+impl<T: Copy> ExtraTracks<T> {
+    /// No tracks yet, to be made in track group `group`.
+    pub(crate) fn new(group: u32) -> Self {
+        ExtraTracks {
+            group,
+            tracks: [None, None],
+        }
+    }
+
+    /// Writes a sample of `event` (`count` occurrences at `mark`) on its track, which is
+    /// made even when the sample is not written (`write` false: outside a filter range).
+    pub(crate) fn write_sample<S: TraceSink<Thread = T>>(
+        &mut self,
+        sink: &mut S,
+        event: ExtraEvent,
+        mark: Mark<'_>,
+        count: u64,
+        write: bool,
+        strings: &StringTable,
+    ) {
+        let idx = match event {
+            ExtraEvent::BranchMisses => 0,
+            ExtraEvent::CacheMisses => 1,
+        };
+        let track = match self.tracks[idx] {
+            Some(t) => t,
+            None => {
+                let t = sink.allocate_thread(self.group, event.name());
+                self.tracks[idx] = Some(t);
+                t
+            }
+        };
+        if write {
+            let value = Arg::new("count", ArgValue::Int(count as i64));
+            mark.write(sink, track, event.name(), value, strings);
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! the stack changes that point into them, and the segments those fall into.
 
 use super::signals;
-use ptscope_event::{Location, StringTable, Symbol};
+use crate::tracks::ExtraTracks;
+use ptscope_event::{Location, StringTable, Symbol, Thread};
 use rustc_hash::FxHashMap;
 
 pub(super) const SENTINEL: u8 = 1;
@@ -93,8 +94,10 @@ pub(super) struct Segment {
 
 pub(super) struct ThreadState<T> {
     pub(super) track: T,
-    pub(super) track_group_id: u32,
-    pub(super) extra_tracks: [Option<T>; 2],
+    /// The thread it is.
+    pub(super) thread: Thread,
+    /// Tracks of extra events' samples.
+    pub(super) extra_tracks: ExtraTracks<T>,
     pub(super) frames: Vec<Frame>,
     pub(super) entries: Vec<Entry>,
     pub(super) segments: Vec<Segment>,
@@ -114,6 +117,8 @@ pub(super) struct ThreadState<T> {
     pub(super) errors: Vec<(i64, String)>,
     /// CPU frequency changes: (time, MHz).
     pub(super) power: Vec<(i64, u32)>,
+    /// ptwrite payloads inside a `--filter` range: (time, where, payload).
+    pub(super) ptwrites: Vec<(i64, Location, u64)>,
     /// Times off CPU since the last sample, oldest first: which frames they interrupt
     /// is known only at the next sample (those it shares with the last one).
     pub(super) off_cpu: Vec<OffCpu>,

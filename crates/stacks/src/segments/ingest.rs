@@ -7,11 +7,11 @@ use super::frames::{
 };
 use super::{signals, SegmentsWriter};
 use crate::legacy::ocaml_int64_hex;
-use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::sink::TraceSink;
+use crate::tracks::{ExtraTracks, Mark};
 use crate::WriterConfig;
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, StringTable, Symbol, Thread, TraceScope,
-    TraceStateChange,
+    Event, EventData, Kind, Location, StringTable, Symbol, Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 
@@ -40,8 +40,8 @@ impl<S: TraceSink> SegmentsWriter<S> {
             .unwrap_or(0);
         let mut ts = ThreadState {
             track,
-            track_group_id,
-            extra_tracks: [None, None],
+            thread,
+            extra_tracks: ExtraTracks::new(track_group_id),
             frames: Vec::new(),
             entries: Vec::new(),
             segments: Vec::new(),
@@ -54,6 +54,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             fresh: true,
             errors: Vec::new(),
             power: Vec::new(),
+            ptwrites: Vec::new(),
             off_cpu: Vec::new(),
             last_sample: None,
             sampled: false,
@@ -176,34 +177,20 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     count,
                     name,
                 } => {
-                    let idx = (*name == ExtraEvent::CacheMisses) as usize;
-                    let track = match ts_track(&mut self.threads[slot], idx) {
-                        Some(t) => t,
-                        None => {
-                            let g = self.threads[slot].track_group_id;
-                            let t = self.sink.allocate_thread(g, name.name());
-                            self.threads[slot].extra_tracks[idx] = Some(t);
-                            t
-                        }
+                    let mark = Mark {
+                        thread: *thread,
+                        time,
+                        location,
                     };
-                    let mut args = vec![
-                        Arg::new("timestamp", ArgValue::Int(time)),
-                        Arg::new("symbol", ArgValue::Str(strings.display(location.symbol))),
-                        Arg::new("addr", ArgValue::Pointer(location.ip)),
-                        Arg::new("count", ArgValue::Int(*count as i64)),
-                    ];
-                    if let Some(pid) = thread.pid {
-                        args.push(Arg::new("pid", ArgValue::Int(pid as i64)));
-                    }
-                    if let Some(tid) = thread.tid {
-                        args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
-                    }
-                    self.sink
-                        .duration_complete(track, name.name(), time, time, &args);
+                    let extra = &mut self.threads[slot].extra_tracks;
+                    extra.write_sample(&mut self.sink, *name, mark, *count, true, strings);
                 }
                 EventData::Ptwrite { location, data } => {
-                    // Shown as an error-free marker; it does not change the stack.
-                    let _ = (location, data);
+                    // It does not change the stack: written by the write pass, in time
+                    // order on the thread's track, as the legacy writer shows it.
+                    if self.in_region {
+                        cx.ts.ptwrites.push((time, *location, *data));
+                    }
                 }
                 // Taken by `write_event` before a thread's stack is touched.
                 EventData::Comm { .. } | EventData::Fork { .. } => {}
@@ -228,10 +215,6 @@ impl<S: TraceSink> SegmentsWriter<S> {
         ts.last_time = time;
         new_segment(ts, time, Join::Never);
     }
-}
-
-pub(super) fn ts_track<T: Copy>(ts: &mut ThreadState<T>, idx: usize) -> Option<T> {
-    ts.extra_tracks[idx]
 }
 
 #[derive(PartialEq, Eq, Clone, Copy)]

@@ -11,8 +11,9 @@ use super::frames::{
 use super::go::Parked;
 use super::stitch::Stitch;
 use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::tracks::Mark;
 use crate::WriterConfig;
-use ptscope_event::StringTable;
+use ptscope_event::{Location, StringTable};
 use rustc_hash::FxHashMap;
 use std::iter::Peekable;
 use std::slice;
@@ -69,6 +70,8 @@ pub(super) struct ThreadWriter<'a, S: TraceSink> {
     errors: Peekable<slice::Iter<'a, (i64, String)>>,
     /// CPU frequency changes not yet written.
     power: Peekable<slice::Iter<'a, (i64, u32)>>,
+    /// ptwrite payloads not yet written.
+    ptwrites: Peekable<slice::Iter<'a, (i64, Location, u64)>>,
     /// Time of the last event written: nothing is written before it.
     pub(super) last_written: i64,
     /// When the previous segment ended.
@@ -106,6 +109,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
             times: Vec::new(),
             errors: ts.errors.iter().peekable(),
             power: ts.power.iter().peekable(),
+            ptwrites: ts.ptwrites.iter().peekable(),
             last_written: i64::MIN,
             prev_end: 0,
             parked: Vec::new(),
@@ -342,7 +346,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         o.samples + self.samples.remove(&o.frame).unwrap_or(0)
     }
 
-    /// Writes the CPU frequency changes up to `upto`.
+    /// Writes the CPU frequency changes and ptwrite payloads up to `upto`.
     fn counters(&mut self, upto: i64) {
         while let Some(&&(t, f)) = self.power.peek() {
             if t > upto {
@@ -358,6 +362,20 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
                 t,
                 &[Arg::new("freq (MHz)", ArgValue::Int(f as i64))],
             );
+        }
+        // Only those inside a `--filter` range were kept.
+        while let Some(&&(time, ref location, data)) = self.ptwrites.peek() {
+            if time > upto {
+                break;
+            }
+            self.ptwrites.next();
+            let thread = self.ts.thread;
+            let mark = Mark {
+                thread,
+                time,
+                location,
+            };
+            mark.write_ptwrite(self.sink, self.track, data, self.strings);
         }
     }
 
