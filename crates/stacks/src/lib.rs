@@ -7,6 +7,53 @@
 //!   errors and writes well-nested, time-ordered slices (the default).
 //! - [`ordered`] restores per-thread time order for writers that emit slices late.
 //! - [`sink`] is the interface every output (FXT, transcript) implements.
+//!
+//! Both writers implement [`StackWriter`] and take a [`WriterConfig`]. A call and its
+//! return on one thread, through the segments writer, as a magic-trace transcript:
+//!
+//! ```
+//! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
+//! use ptscope_stacks::segments::SegmentsWriter;
+//! use ptscope_stacks::transcript::TranscriptSink;
+//! use ptscope_stacks::{StackWriter, WriterConfig};
+//!
+//! let mut strings = StringTable::new();
+//! let main = Symbol::FromPerf(strings.intern("main"));
+//! let work = Symbol::FromPerf(strings.intern("work"));
+//! let branch = |time, kind, src, dst| Event::Ok {
+//!     thread: Thread { pid: Some(42), tid: Some(42) },
+//!     time,
+//!     in_transaction: false,
+//!     data: EventData::Trace {
+//!         change: None,
+//!         kind: Some(kind),
+//!         src: Location::new(0x1000, src, 0x10),
+//!         dst: Location::new(0x2000, dst, 0),
+//!     },
+//! };
+//! let events = [
+//!     branch(5_000, Kind::Call, main, work),   // main calls work at 5 us...
+//!     branch(7_500, Kind::Return, work, main), // ...which returns 2.5 us later
+//! ];
+//! // Trace time 0 is perf time 5 us.
+//! let config = WriterConfig { earliest_time: 5_000, ..WriterConfig::default() };
+//! let mut writer = SegmentsWriter::new(TranscriptSink::default(), config);
+//! for event in &events {
+//!     writer.write_event(event, &strings);
+//! }
+//! writer.end_of_input();
+//! let transcript = writer.finish(&strings).render();
+//! print!("{transcript}");
+//! // `main` was running before the call: its start is the trace's.
+//! assert_eq!(
+//!     transcript,
+//!     "INPUT TRACE STREAM ENDED, any lines printed below this were deferred\n\
+//!      ->      0ns BEGIN main\n\
+//!      ->      0ns BEGIN work\n\
+//!      ->    2.5us END   work\n\
+//!      ->    2.5us END   main\n"
+//! );
+//! ```
 
 pub mod legacy;
 pub mod ordered;
