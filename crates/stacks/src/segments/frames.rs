@@ -70,9 +70,9 @@ pub(super) enum Join {
     /// taken as a tail jump, as within a segment.
     Unwound,
     /// After the C++ unwinder jumped to a landing pad in a function the segment never
-    /// saw (see [`unwind`](super::unwind)): joined where its outermost frames line up with open ones,
-    /// never a tail jump. The innermost `skip` frames open before it (the unwinder and
-    /// the frames its caller rules out) are not candidates.
+    /// saw (see [`unwind`](super::unwind)): joined where its outermost frames line up
+    /// with open ones, never a tail jump. The innermost `skip` frames open before it
+    /// (the unwinder and the frames its caller rules out) are not candidates.
     Landed { skip: u32 },
 }
 
