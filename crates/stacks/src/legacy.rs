@@ -964,22 +964,14 @@ fn write_ok<S: TraceSink>(
             count,
             name,
         } => {
-            let mark = Mark {
-                thread,
-                time,
-                location,
-            };
+            let mark = Mark::at(thread, time, location);
             let write = ctx.in_filtered_region;
             let extra = &mut ti.extra_tracks;
             extra.write_sample(ctx.sink, *name, mark, *count, write, ctx.strings);
         }
         EventData::Ptwrite { location, data } => {
             if ctx.in_filtered_region {
-                let mark = Mark {
-                    thread,
-                    time,
-                    location,
-                };
+                let mark = Mark::at(thread, time, location);
                 mark.write_ptwrite(ctx.sink, ti.track, *data, ctx.strings);
             }
         }

@@ -159,7 +159,16 @@ pub(crate) struct Mark<'a> {
     pub(crate) location: &'a Location,
 }
 
-impl Mark<'_> {
+impl<'a> Mark<'a> {
+    /// What happened on `thread` at `time`, at `location`.
+    pub(crate) fn at(thread: Thread, time: i64, location: &'a Location) -> Self {
+        Mark {
+            thread,
+            time,
+            location,
+        }
+    }
+
     /// Writes the mark as a zero-length slice `name` on `track`, with its place and
     /// `value` as args.
     fn write<S: TraceSink>(

@@ -177,11 +177,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     count,
                     name,
                 } => {
-                    let mark = Mark {
-                        thread: *thread,
-                        time,
-                        location,
-                    };
+                    let mark = Mark::at(*thread, time, location);
                     let extra = &mut self.threads[slot].extra_tracks;
                     extra.write_sample(&mut self.sink, *name, mark, *count, true, strings);
                 }
@@ -319,7 +315,13 @@ impl<T> Cx<'_, T> {
     /// entry. The search is bounded: a stack that only grows (returns never seen)
     /// must not make every mismatch cost its whole depth.
     pub(super) fn find(&self, symbol: Symbol) -> Option<u32> {
-        let mut f = self.ts.leaf;
+        self.find_from(self.ts.leaf, symbol)
+    }
+
+    /// Nearest frame at or above `from` running `symbol`, as [`find`](Self::find) from
+    /// the leaf.
+    pub(super) fn find_from(&self, from: u32, symbol: Symbol) -> Option<u32> {
+        let mut f = from;
         for _ in 0..MAX_FIND_DEPTH {
             let fr = self.ts.frames[f as usize];
             if fr.flags & SENTINEL != 0 {

@@ -27,8 +27,8 @@
 //! libc, called by the exported `longjmp`) still counts when its caller is an unwinder,
 //! or when it crosses objects, which a function's parts never do.
 
-use super::frames::{unversioned, Flow, Join, KERNEL_ENTRY, SENTINEL};
-use super::ingest::{Cx, MAX_FIND_DEPTH};
+use super::frames::{unversioned, Flow, Join};
+use super::ingest::Cx;
 use ptscope_event::{Location, Symbol};
 
 /// Where the jump from an unwinder entry point may land, relative to the frame that
@@ -158,25 +158,5 @@ impl<T> Cx<'_, T> {
         self.split(Join::Landed { skip });
         self.ensure_current(dst);
         true
-    }
-
-    /// Nearest frame at or above `from` running `symbol` (bounded, without crossing a
-    /// kernel entry), as [`Cx::find`] from the leaf.
-    fn find_from(&self, from: u32, symbol: Symbol) -> Option<u32> {
-        let mut f = from;
-        for _ in 0..MAX_FIND_DEPTH {
-            let fr = self.ts.frames[f as usize];
-            if fr.flags & SENTINEL != 0 {
-                return None;
-            }
-            if self.locs.list[fr.loc as usize].symbol == symbol {
-                return Some(f);
-            }
-            if fr.flags & KERNEL_ENTRY != 0 {
-                return None;
-            }
-            f = fr.parent;
-        }
-        None
     }
 }

@@ -173,20 +173,23 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
 
     /// Closes the open frames above the first `keep` at the previous segment's end.
     fn close_above(&mut self, keep: usize) {
+        let t = self.prev_end.max(self.last_written);
+        if self.open.len() > keep {
+            self.close_to(keep, t, true);
+            self.last_written = t;
+        }
+    }
+
+    /// Ends the open frames above the first `keep` at `t`. At a segment boundary, the
+    /// end of a frame open at the previous segment's end is a guess.
+    fn close_to(&mut self, keep: usize, t: i64, at_boundary: bool) {
         let ts = self.ts;
         while self.open.len() > keep {
             let Some(o) = self.open.pop() else { break };
             self.is_open[o.frame as usize] = false;
-            let t = self.prev_end.max(self.last_written);
             let samples = self.take_samples(&o);
-            self.end(
-                &ts.frames[o.shown as usize],
-                t,
-                o.at_gap,
-                o.unverified,
-                samples,
-            );
-            self.last_written = t;
+            let frame = &ts.frames[o.shown as usize];
+            self.end(frame, t, at_boundary && o.at_gap, o.unverified, samples);
         }
     }
 
@@ -249,19 +252,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
                 .rposition(|o| o.frame == f)
                 .map_or(base, |p| p + 1)
         };
-        while self.open.len() > keep {
-            if let Some(o) = self.open.pop() {
-                self.is_open[o.frame as usize] = false;
-                let samples = self.take_samples(&o);
-                self.end(
-                    &ts.frames[o.shown as usize],
-                    t,
-                    false,
-                    o.unverified,
-                    samples,
-                );
-            }
-        }
+        self.close_to(keep, t, false);
         // A label root continued across a gap under its caller's name: the return
         // onto the label is where the frame's code becomes the label's, so its slice
         // goes on under that name from here (as it would without the gap).
@@ -319,7 +310,6 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
     /// After the last segment: the errors left, the counters, and every open frame
     /// closed at the thread's end.
     fn finish(mut self) {
-        let ts = self.ts;
         for e in self.errors.by_ref() {
             let (t, name) = (e.0.max(self.last_written), &e.1);
             if self.enabled {
@@ -329,16 +319,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         }
         self.counters(i64::MAX);
         let t = self.prev_end.max(self.last_written);
-        while let Some(o) = self.open.pop() {
-            let samples = self.take_samples(&o);
-            self.end(
-                &ts.frames[o.shown as usize],
-                t,
-                false,
-                o.unverified,
-                samples,
-            );
-        }
+        self.close_to(0, t, false);
     }
 
     /// The leaf samples an ending slice shows: its own and its frame's.
@@ -370,11 +351,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
             }
             self.ptwrites.next();
             let thread = self.ts.thread;
-            let mark = Mark {
-                thread,
-                time,
-                location,
-            };
+            let mark = Mark::at(thread, time, location);
             mark.write_ptwrite(self.sink, self.track, data, self.strings);
         }
     }
