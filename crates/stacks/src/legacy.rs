@@ -45,6 +45,7 @@
 
 use crate::sink::{Arg, ArgValue, TraceSink};
 use crate::tracks::{ExtraTracks, Mark};
+use crate::transaction::Transaction;
 use crate::{StackWriter, WriterConfig};
 use ptscope_event::{
     Event, EventData, Kind, Location, StringTable, Symbol, Thread, TraceScope, TraceStateChange,
@@ -217,7 +218,8 @@ pub struct LegacyWriter<S: TraceSink> {
     threads: Vec<ThreadInfo<S::Thread>>,
     thread_index: FxHashMap<Thread, usize>,
     in_filtered_region: bool,
-    transaction_events: VecDeque<(Event, bool)>,
+    /// Events of an open TSX transaction, each with its `should_write`.
+    transaction: Transaction<bool>,
     warned: WarnedOnce,
     base_time: u64,
     tracks: crate::tracks::Tracks<S::Thread>,
@@ -237,7 +239,7 @@ impl<S: TraceSink> LegacyWriter<S> {
             threads: Vec::new(),
             thread_index: FxHashMap::default(),
             in_filtered_region: true,
-            transaction_events: VecDeque::new(),
+            transaction: Transaction::default(),
             warned: WarnedOnce::default(),
             base_time,
             tracks: crate::tracks::Tracks::default(),
@@ -451,42 +453,18 @@ impl<S: TraceSink> StackWriter<S> for LegacyWriter<S> {
         }
         // TSX: events inside a transaction only happened if it commits, so hold them
         // until we know; an abort discards them.
-        match event {
-            Event::Ok {
-                data,
-                in_transaction,
-                ..
-            } => {
-                let is_abort = matches!(
-                    data,
-                    EventData::Trace {
-                        kind: Some(Kind::TxAbort),
-                        ..
-                    }
-                );
-                if is_abort {
-                    self.transaction_events.clear();
-                    self.write_event_inner(event, should_write, strings);
-                } else if *in_transaction {
-                    self.transaction_events
-                        .push_back((event.clone(), should_write));
-                } else {
-                    while let Some((ev, sw)) = self.transaction_events.pop_front() {
-                        self.write_event_inner(&ev, sw, strings);
-                    }
-                    self.write_event_inner(event, should_write, strings);
-                }
-            }
-            Event::DecodeError { .. } => {
-                if !self.transaction_events.is_empty() {
-                    self.sink.warning(
-                        "Warning: error received during transaction, dropping all transaction events",
-                    );
-                    self.transaction_events.clear();
-                }
-                self.write_event_inner(event, should_write, strings);
-            }
+        let Some(admitted) = self.transaction.admit(event, should_write) else {
+            return;
+        };
+        if admitted.dropped_at_error {
+            self.sink.warning(
+                "Warning: error received during transaction, dropping all transaction events",
+            );
         }
+        for (ev, sw) in admitted.earlier {
+            self.write_event_inner(&ev, sw, strings);
+        }
+        self.write_event_inner(event, should_write, strings);
     }
 
     /// Closes every open frame at each thread's last event, keeping the writer usable.

@@ -60,6 +60,7 @@ pub mod ordered;
 pub mod segments;
 pub mod sink;
 mod tracks;
+mod transaction;
 pub mod transcript;
 
 pub use sink::{Arg, ArgValue, TraceSink};

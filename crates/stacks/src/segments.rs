@@ -50,10 +50,10 @@
 //! ```
 
 use crate::sink::TraceSink;
+use crate::transaction::Transaction;
 use crate::{StackWriter, WriterConfig};
-use ptscope_event::{Event, EventData, Kind, StringTable, Thread};
+use ptscope_event::{Event, EventData, StringTable, Thread};
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
 
 mod frames;
 mod go;
@@ -76,7 +76,7 @@ pub struct SegmentsWriter<S: TraceSink> {
     index: FxHashMap<Thread, usize>,
     last_thread: Option<(Thread, usize)>,
     locs: Locations,
-    transaction: VecDeque<Event>,
+    transaction: Transaction<()>,
     base_time: u64,
     warned_impossible: bool,
     warned_traps: bool,
@@ -106,7 +106,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             index: FxHashMap::default(),
             last_thread: None,
             locs: Locations::default(),
-            transaction: VecDeque::new(),
+            transaction: Transaction::default(),
             base_time,
             warned_impossible: false,
             warned_traps: false,
@@ -153,31 +153,11 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
             }
         }
         // TSX: events inside a transaction count only if it commits.
-        match event {
-            Event::Ok {
-                data,
-                in_transaction,
-                ..
-            } => {
-                let abort = matches!(
-                    data,
-                    EventData::Trace {
-                        kind: Some(Kind::TxAbort),
-                        ..
-                    }
-                );
-                if abort {
-                    self.transaction.clear();
-                } else if *in_transaction {
-                    self.transaction.push_back(event.clone());
-                    return;
-                } else {
-                    while let Some(e) = self.transaction.pop_front() {
-                        self.ingest(&e, strings);
-                    }
-                }
-            }
-            Event::DecodeError { .. } => self.transaction.clear(),
+        let Some(admitted) = self.transaction.admit(event, ()) else {
+            return;
+        };
+        for (e, ()) in admitted.earlier {
+            self.ingest(&e, strings);
         }
         self.ingest(event, strings);
     }
@@ -217,7 +197,7 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
 
     /// Writes everything and returns the sink.
     fn finish(mut self, strings: &StringTable) -> S {
-        while let Some(e) = self.transaction.pop_front() {
+        for (e, ()) in self.transaction.take() {
             self.ingest(&e, strings);
         }
         let threads = std::mem::take(&mut self.threads);
