@@ -124,17 +124,15 @@ fn main() {
         .max()
         .unwrap_or(first);
     let span = last - first + 1000;
+    let config = WriterConfig {
+        earliest_time: first,
+        ..WriterConfig::default()
+    };
     let before = peak_rss_kib();
     let start = Instant::now();
     let (fed, out) = match which.as_str() {
         "legacy" => run(
-            LegacyWriter::new(
-                CountingSink::default(),
-                WriterConfig {
-                    earliest_time: first,
-                    ..WriterConfig::default()
-                },
-            ),
+            LegacyWriter::new(CountingSink::default(), config),
             &events,
             span,
             target,
@@ -142,13 +140,7 @@ fn main() {
         ),
         "legacy-ordered" => {
             let (fed, ordered) = feed(
-                LegacyWriter::new(
-                    OrderedSink::new(CountingSink::default()),
-                    WriterConfig {
-                        earliest_time: first,
-                        ..WriterConfig::default()
-                    },
-                ),
+                LegacyWriter::new(OrderedSink::new(CountingSink::default()), config),
                 &events,
                 span,
                 target,
@@ -157,13 +149,7 @@ fn main() {
             (fed, ordered.finish().expect("spool").events)
         }
         _ => run(
-            SegmentsWriter::new(
-                CountingSink::default(),
-                WriterConfig {
-                    earliest_time: first,
-                    ..WriterConfig::default()
-                },
-            ),
+            SegmentsWriter::new(CountingSink::default(), config),
             &events,
             span,
             target,

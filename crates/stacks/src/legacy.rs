@@ -228,11 +228,7 @@ pub struct LegacyWriter<S: TraceSink> {
 impl<S: TraceSink> LegacyWriter<S> {
     /// A writer feeding `sink`; writes the breakpoint hits at once.
     pub fn new(sink: S, config: WriterConfig) -> Self {
-        let base_time = config
-            .hits
-            .iter()
-            .map(|h| h.time)
-            .fold(config.earliest_time, u64::min);
+        let base_time = config.base_time();
         let mut w = LegacyWriter {
             sink,
             config,

@@ -118,6 +118,16 @@ impl Default for WriterConfig {
     }
 }
 
+impl WriterConfig {
+    /// The perf time that becomes trace time 0: `earliest_time`, or an earlier hit's.
+    fn base_time(&self) -> u64 {
+        self.hits
+            .iter()
+            .map(|h| h.time)
+            .fold(self.earliest_time, u64::min)
+    }
+}
+
 /// A stack reconstruction strategy: events in, slices out to a [`TraceSink`].
 ///
 /// Implemented by every writer so tools (the CLI, the fidelity harness) can swap them;

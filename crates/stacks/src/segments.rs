@@ -94,11 +94,7 @@ pub struct SegmentsWriter<S: TraceSink> {
 impl<S: TraceSink> SegmentsWriter<S> {
     /// A writer feeding `sink`.
     pub fn new(sink: S, config: WriterConfig) -> Self {
-        let base_time = config
-            .hits
-            .iter()
-            .map(|h| h.time)
-            .fold(config.earliest_time, u64::min);
+        let base_time = config.base_time();
         let mut w = SegmentsWriter {
             sink,
             config,

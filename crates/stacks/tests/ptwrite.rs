@@ -8,37 +8,28 @@ use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::TranscriptSink;
 use ptscope_stacks::{Arg, StackWriter, TraceSink, WriterConfig};
 
-/// Everything a writer emits, one line per call, args included.
+/// The complete slices a writer emits (ptwrite is one), args included.
 #[derive(Default)]
-struct Recorder {
+struct Completes {
     lines: Vec<String>,
     tracks: u32,
 }
 
-impl TraceSink for Recorder {
+impl TraceSink for Completes {
     type Thread = u32;
     fn allocate_pid(&mut self, _: &str) -> u32 {
-        self.tracks += 1;
-        self.tracks
+        self.allocate_thread(0, "")
     }
     fn allocate_thread(&mut self, _: u32, _: &str) -> u32 {
         self.tracks += 1;
         self.tracks
     }
-    fn duration_begin(&mut self, t: u32, name: &str, time: i64, args: &[Arg<'_>]) {
-        self.lines.push(format!("{t} {time} BEGIN {name} {args:?}"));
-    }
-    fn duration_end(&mut self, t: u32, name: &str, time: i64, args: &[Arg<'_>]) {
-        self.lines.push(format!("{t} {time} END {name} {args:?}"));
-    }
     fn duration_complete(&mut self, t: u32, name: &str, s: i64, e: i64, args: &[Arg<'_>]) {
-        self.lines
-            .push(format!("{t} {s} COMPLETE {name} until {e} {args:?}"));
+        self.lines.push(format!("{t} {name} {s}..{e} {args:?}"));
     }
-    fn duration_instant(&mut self, t: u32, name: &str, time: i64, args: &[Arg<'_>]) {
-        self.lines
-            .push(format!("{t} {time} INSTANT {name} {args:?}"));
-    }
+    fn duration_begin(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
+    fn duration_end(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
+    fn duration_instant(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
     fn counter(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
     fn warning(&mut self, _: &str) {}
 }
@@ -63,25 +54,25 @@ fn events(s: &mut StringTable) -> Vec<Event> {
         src,
         dst,
     };
+    let ptwrite = EventData::Ptwrite {
+        location: at(0x2008, f),
+        data: 0x2a,
+    };
     vec![
         ok(1_000, br(Kind::Call, at(0x1010, main), at(0x2000, f))),
-        ok(
-            1_020,
-            EventData::Ptwrite {
-                location: at(0x2008, f),
-                data: 0x2a,
-            },
-        ),
+        ok(1_020, ptwrite),
         ok(1_040, br(Kind::Return, at(0x2010, f), at(0x1015, main))),
     ]
 }
 
-fn run<S: TraceSink, W: StackWriter<S>>(mut w: W, events: &[Event], s: &StringTable) -> S {
-    for e in events {
-        w.write_event(e, s);
+/// Runs `events` through `w`, event `i` inside the `--filter` range if `keep(i)`.
+fn run<S: TraceSink, W: StackWriter<S>>(mut w: W, keep: impl Fn(usize) -> bool) -> S {
+    let mut s = StringTable::new();
+    for (i, e) in events(&mut s).iter().enumerate() {
+        w.write_event_filtered(e, keep(i), &s);
     }
     w.end_of_input();
-    w.finish(s)
+    w.finish(&s)
 }
 
 fn config() -> WriterConfig {
@@ -91,47 +82,29 @@ fn config() -> WriterConfig {
     }
 }
 
+/// The complete slices of both writers: (legacy, segments).
+fn both(keep: impl Fn(usize) -> bool + Copy) -> (Vec<String>, Vec<String>) {
+    let legacy = run(LegacyWriter::new(Completes::default(), config()), keep);
+    let segments = run(SegmentsWriter::new(Completes::default(), config()), keep);
+    (legacy.lines, segments.lines)
+}
+
 #[test]
 fn segments_writer_shows_ptwrite_as_legacy_does() {
-    let mut s = StringTable::new();
-    let events = events(&mut s);
-    let legacy = run(
-        LegacyWriter::new(Recorder::default(), config()),
-        &events,
-        &s,
-    );
-    let segments = run(
-        SegmentsWriter::new(Recorder::default(), config()),
-        &events,
-        &s,
-    );
-    let ptwrites = |r: &Recorder| -> Vec<String> {
-        r.lines
-            .iter()
-            .filter(|l| l.contains("PTWRITE"))
-            .cloned()
-            .collect()
-    };
-    let expected = ptwrites(&legacy);
-    assert_eq!(expected.len(), 1, "legacy: {:#?}", legacy.lines);
-    assert!(expected[0].contains("\"0x2a\""), "{expected:?}");
-    assert_eq!(
-        ptwrites(&segments),
-        expected,
-        "segments: {:#?}",
-        segments.lines
-    );
+    let (legacy, segments) = both(|_| true);
+    assert_eq!(legacy.len(), 1, "legacy: {legacy:#?}");
+    assert!(legacy[0].contains("PTWRITE 20..20"), "{legacy:?}");
+    assert!(legacy[0].contains("Str(\"0x2a\")"), "{legacy:?}");
+    assert_eq!(segments, legacy);
 }
 
 #[test]
 fn ptwrite_is_in_time_order_among_the_slices() {
     // The segments writer writes each thread in time order (FXT needs it), so the
     // payload comes between the begin and the end of the frame that wrote it.
-    let mut s = StringTable::new();
-    let events = events(&mut s);
     let w = SegmentsWriter::new(TranscriptSink::default(), config());
     assert_eq!(
-        run(w, &events, &s).lines,
+        run(w, |_| true).lines,
         [
             "INPUT TRACE STREAM ENDED, any lines printed below this were deferred",
             "->      0ns BEGIN main",
@@ -146,30 +119,8 @@ fn ptwrite_is_in_time_order_among_the_slices() {
 
 #[test]
 fn ptwrite_outside_a_filter_range_is_left_out_by_both() {
-    let mut s = StringTable::new();
-    let events = events(&mut s);
-    fn filtered<S: TraceSink, W: StackWriter<S>>(mut w: W, events: &[Event], s: &StringTable) -> S {
-        // Only the ptwrite (the second event) is outside the range.
-        for (i, e) in events.iter().enumerate() {
-            w.write_event_filtered(e, i != 1, s);
-        }
-        w.finish(s)
-    }
-    let legacy = filtered(
-        LegacyWriter::new(Recorder::default(), config()),
-        &events,
-        &s,
-    );
-    let segments = filtered(
-        SegmentsWriter::new(Recorder::default(), config()),
-        &events,
-        &s,
-    );
-    for (writer, r) in [("legacy", legacy), ("segments", segments)] {
-        assert!(
-            !r.lines.iter().any(|l| l.contains("PTWRITE")),
-            "{writer}: {:#?}",
-            r.lines
-        );
-    }
+    // Only the ptwrite (the second event) is outside the range.
+    let (legacy, segments) = both(|i| i != 1);
+    assert_eq!(legacy, Vec::<String>::new());
+    assert_eq!(segments, legacy);
 }
