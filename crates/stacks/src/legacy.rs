@@ -44,7 +44,7 @@
 //! ```
 
 use crate::sink::{Arg, ArgValue, TraceSink};
-use crate::tracks::{ExtraTracks, Mark};
+use crate::tracks::{ExtraTracks, FrameBegin, Mark};
 use crate::transaction::Transaction;
 use crate::{StackWriter, WriterConfig};
 use ptscope_event::{
@@ -556,33 +556,11 @@ fn write_pending_as<S: TraceSink>(
             offset,
             from_untraced,
         } => {
-            let mut args: [Arg<'_>; 6] = [Arg::new("", ArgValue::Int(0)); 6];
-            let mut n = 0;
-            args[n] = Arg::new("address", ArgValue::Pointer(addr));
-            n += 1;
-            let base_address = addr.wrapping_sub(offset);
-            let debug = ctx.config.debug_info.get(&base_address);
-            if let Some(pos) = debug {
-                args[n] = Arg::new("line", ArgValue::Int(pos.line));
-                args[n + 1] = Arg::new("col", ArgValue::Int(pos.col));
-                n += 2;
-            }
-            args[n] = Arg::new("symbol", ArgValue::Interned(display));
-            n += 1;
-            if let Some(f) = debug.and_then(|p| p.file.as_deref()) {
-                args[n] = Arg::new("file", ArgValue::Interned(f));
-                n += 1;
-            }
-            if from_untraced {
-                args[n] = Arg::new("inferred_start_time", ArgValue::Interned("true"));
-                n += 1;
-            }
-            if ctx.config.annotate_inferred_start_times && from_untraced {
-                let name = format!("{display} [inferred start time]");
-                ctx.begin(track, &name, time, &args[..n], deferred);
-            } else {
-                ctx.begin(track, display, time, &args[..n], deferred);
-            }
+            let config = ctx.config;
+            let debug = config.debug_info.get(&addr.wrapping_sub(offset));
+            let annotate = config.annotate_inferred_start_times;
+            let begin = FrameBegin::new(display, Some(addr), debug, from_untraced, annotate);
+            ctx.begin(track, begin.name(), time, begin.args(), deferred);
         }
         PendingKind::Ret => ctx.end(track, display, time),
         PendingKind::RetFromUntraced { reset_time } => {

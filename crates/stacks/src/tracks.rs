@@ -2,10 +2,11 @@
 //! names, trigger hits, and the events that are not part of a stack (extra events'
 //! samples and ptwrite payloads).
 
-use crate::legacy::Hit;
+use crate::legacy::{Hit, SourcePosition};
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::{EventData, ExtraEvent, Location, StringTable, Thread};
 use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 
 /// The tracks of processes and threads, and the names perf gave them.
 ///
@@ -254,5 +255,63 @@ impl<T: Copy> ExtraTracks<T> {
             let value = Arg::new("count", ArgValue::Int(count as i64));
             mark.write(sink, track, event.name(), value, strings);
         }
+    }
+}
+
+/// A frame's begin as both writers show it: its name, marked when its start was
+/// inferred and the output asks for it (the transcripts), and its args.
+pub(crate) struct FrameBegin<'a> {
+    name: Cow<'a, str>,
+    args: [Arg<'a>; 6],
+    n: usize,
+}
+
+impl<'a> FrameBegin<'a> {
+    /// The begin of frame `name` at `address` (if known), starting at `debug` in the
+    /// source; `inferred`: its start is a guess, shown in its name if `annotate`.
+    pub(crate) fn new(
+        name: &'a str,
+        address: Option<u64>,
+        debug: Option<&'a SourcePosition>,
+        inferred: bool,
+        annotate: bool,
+    ) -> Self {
+        let mut args: [Arg<'a>; 6] = [Arg::new("", ArgValue::Int(0)); 6];
+        let mut n = 0;
+        if let Some(a) = address {
+            args[n] = Arg::new("address", ArgValue::Pointer(a));
+            n += 1;
+        }
+        if let Some(pos) = debug {
+            args[n] = Arg::new("line", ArgValue::Int(pos.line));
+            args[n + 1] = Arg::new("col", ArgValue::Int(pos.col));
+            n += 2;
+        }
+        args[n] = Arg::new("symbol", ArgValue::Interned(name));
+        n += 1;
+        if let Some(f) = debug.and_then(|p| p.file.as_deref()) {
+            args[n] = Arg::new("file", ArgValue::Interned(f));
+            n += 1;
+        }
+        if inferred {
+            args[n] = Arg::new("inferred_start_time", ArgValue::Interned("true"));
+            n += 1;
+        }
+        let name = if inferred && annotate {
+            Cow::Owned(format!("{name} [inferred start time]"))
+        } else {
+            Cow::Borrowed(name)
+        };
+        FrameBegin { name, args, n }
+    }
+
+    /// The slice's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The slice's args.
+    pub(crate) fn args(&self) -> &[Arg<'a>] {
+        &self.args[..self.n]
     }
 }

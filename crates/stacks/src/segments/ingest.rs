@@ -121,17 +121,17 @@ impl<S: TraceSink> SegmentsWriter<S> {
                 self.sink.warning(&warning);
             }
             Event::Ok { thread, data, .. } => match data {
-                EventData::Trace {
+                &EventData::Trace {
                     change,
                     kind,
-                    src,
-                    dst,
+                    ref src,
+                    ref dst,
                 } => {
                     // A branch trace is exact about when the thread ran: switches are
                     // for sampled stacks only (a `perf script` of PT may print them).
                     cx.ts.off_cpu.clear();
                     cx.ts.sampled = false;
-                    if let Some(w) = cx.branch(*kind, *change, src, dst) {
+                    if let Some(w) = cx.branch(kind, change, src, dst) {
                         if !self.warned_impossible && w == Warn::Impossible {
                             self.warned_impossible = true;
                             self.sink.warning(&format!(

@@ -11,7 +11,7 @@ use super::frames::{
 use super::go::Parked;
 use super::stitch::Stitch;
 use crate::sink::{Arg, ArgValue, TraceSink};
-use crate::tracks::Mark;
+use crate::tracks::{FrameBegin, Mark};
 use crate::WriterConfig;
 use ptscope_event::{Location, StringTable};
 use rustc_hash::FxHashMap;
@@ -391,35 +391,12 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         }
         let loc = self.locs.list[frame.loc as usize];
         let name = self.strings.display(loc.symbol);
-        let mut args: [Arg<'_>; 6] = [Arg::new("", ArgValue::Int(0)); 6];
-        let mut n = 0;
-        if loc.ip != 0 {
-            args[n] = Arg::new("address", ArgValue::Pointer(loc.ip));
-            n += 1;
-        }
         let debug = self.config.debug_info.get(&loc.ip.wrapping_sub(loc.offset));
-        if let Some(pos) = debug {
-            args[n] = Arg::new("line", ArgValue::Int(pos.line));
-            args[n + 1] = Arg::new("col", ArgValue::Int(pos.col));
-            n += 2;
-        }
-        args[n] = Arg::new("symbol", ArgValue::Interned(name));
-        n += 1;
-        if let Some(f) = debug.and_then(|p| p.file.as_deref()) {
-            args[n] = Arg::new("file", ArgValue::Interned(f));
-            n += 1;
-        }
-        if inferred {
-            args[n] = Arg::new("inferred_start_time", ArgValue::Interned("true"));
-            n += 1;
-        }
-        if inferred && self.config.annotate_inferred_start_times {
-            let annotated = format!("{name} [inferred start time]");
-            self.sink
-                .duration_begin(self.track, &annotated, time, &args[..n]);
-        } else {
-            self.sink.duration_begin(self.track, name, time, &args[..n]);
-        }
+        let address = (loc.ip != 0).then_some(loc.ip);
+        let annotate = self.config.annotate_inferred_start_times;
+        let begin = FrameBegin::new(name, address, debug, inferred, annotate);
+        self.sink
+            .duration_begin(self.track, begin.name(), time, begin.args());
     }
 
     /// Ends `frame`'s slice; `samples` (leaf samples it held) goes on the end event,
