@@ -6,12 +6,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ptscope_decode::{Decoder, RecordingKind, Stats, Warning};
 use ptscope_dlfilter_reader::{AnyScript, Choice, DlfilterOptions};
 use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::ordered::OrderedSink;
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::TranscriptSink;
-use ptscope_stacks::StackWriter;
 use ptscope_stacks::TraceSink;
+use ptscope_stacks::{StackWriter, WriterConfig};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -679,7 +679,7 @@ const MAX_HELD: usize = 100_000;
 struct Extras {
     ocaml_exception_info: Option<OcamlExceptionInfo>,
     debug_info: rustc_hash::FxHashMap<u64, ptscope_stacks::legacy::SourcePosition>,
-    /// Every event is exactly timed (an emulate recording): see `SegmentsConfig`.
+    /// Every event is exactly timed (an emulate recording): see `WriterConfig`.
     exact_times: bool,
 }
 
@@ -973,7 +973,6 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     args: &DecodeArgs,
     sink: S,
     make_writer: impl FnOnce(S, u64, Extras) -> W,
-    on_end_of_input: impl FnOnce(&mut S),
     totals: &mut Totals,
     (ctx, scope): (DecodeContext, TraceScope),
 ) -> Result<(S, StringTable)> {
@@ -1189,7 +1188,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     }
     match writer {
         Some(mut w) => {
-            on_end_of_input(w.sink_mut());
+            w.end_of_input();
             let sink = w.finish(&strings);
             Ok((sink, strings))
         }
@@ -1251,9 +1250,8 @@ fn report(totals: &Totals) {
 fn run_writer<S: TraceSink>(
     specs: Vec<InputSpec>,
     args: &DecodeArgs,
-    config: LegacyConfig,
+    config: WriterConfig,
     sink: S,
-    on_end: impl FnOnce(&mut S),
     totals: &mut Totals,
     ctx: DecodeContext,
 ) -> Result<(S, StringTable)> {
@@ -1265,7 +1263,7 @@ fn run_writer<S: TraceSink>(
     let ctx = DecodeContext { end_at, ..ctx };
     let scope = config.scope;
     // Both writers take the same options; what only the input knows is added per input.
-    let config_for = move |earliest_time, x: Extras| LegacyConfig {
+    let config_for = move |earliest_time, x: Extras| WriterConfig {
         earliest_time,
         ocaml_exception_info: config
             .ocaml_exception_info
@@ -1280,7 +1278,6 @@ fn run_writer<S: TraceSink>(
             args,
             sink,
             |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
-            on_end,
             totals,
             (ctx, scope),
         ),
@@ -1292,13 +1289,12 @@ fn run_writer<S: TraceSink>(
                 let exact_times = x.exact_times;
                 SegmentsWriter::new(
                     sink,
-                    SegmentsConfig {
+                    WriterConfig {
                         exact_times,
-                        ..config_for(earliest_time, x).into()
+                        ..config_for(earliest_time, x)
                     },
                 )
             },
-            on_end,
             totals,
             (ctx, scope),
         ),
@@ -1376,12 +1372,12 @@ pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
         Some(s) => s,
         None => recorded_scope(&specs, args).unwrap_or_default(),
     };
-    let config = LegacyConfig {
+    let config = WriterConfig {
         scope,
         annotate_inferred_start_times: args.format == Format::Transcript,
         ocaml_exception_info,
         hits,
-        ..LegacyConfig::default()
+        ..WriterConfig::default()
     };
     let mut totals = Totals::default();
     match args.format {
@@ -1391,7 +1387,6 @@ pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
                 args,
                 config,
                 TranscriptSink::default(),
-                |s| s.end_of_input(),
                 &mut totals,
                 ctx,
             )?;
@@ -1419,18 +1414,10 @@ pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
             let sink = if args.writer == WriterKind::Legacy {
                 // The legacy writer emits inferred frames late; restore per-thread time
                 // order. The segments writer writes in order already.
-                run_writer(
-                    specs,
-                    args,
-                    config,
-                    OrderedSink::new(fxt),
-                    |_| {},
-                    &mut totals,
-                    ctx,
-                )
-                .and_then(|(s, _)| Ok(s.finish()?))?
+                run_writer(specs, args, config, OrderedSink::new(fxt), &mut totals, ctx)
+                    .and_then(|(s, _)| Ok(s.finish()?))?
             } else {
-                run_writer(specs, args, config, fxt, |_| {}, &mut totals, ctx).map(|(s, _)| s)?
+                run_writer(specs, args, config, fxt, &mut totals, ctx).map(|(s, _)| s)?
             };
             let mut sink = sink;
             info_track(&mut sink, &totals.markers);

@@ -8,8 +8,9 @@ use common::*;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{install_filter, DlfilterOptions, DlfilterScript, RecordReader};
 use ptscope_event::{Event, StringTable};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::TranscriptSink;
+use ptscope_stacks::{StackWriter, WriterConfig};
 use std::path::Path;
 
 fn transcript(events: &[Event], strings: &StringTable) -> String {
@@ -20,15 +21,15 @@ fn transcript(events: &[Event], strings: &StringTable) -> String {
         .unwrap_or(0);
     let mut w = SegmentsWriter::new(
         TranscriptSink::default(),
-        SegmentsConfig {
+        WriterConfig {
             earliest_time,
-            ..SegmentsConfig::default()
+            ..WriterConfig::default()
         },
     );
     for e in events {
         w.write_event(e, strings);
     }
-    w.sink_mut().end_of_input();
+    w.end_of_input();
     w.finish(strings).render()
 }
 

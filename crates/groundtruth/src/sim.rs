@@ -20,8 +20,9 @@ use anyhow::{bail, Context, Result};
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{Choice, DlfilterOptions};
 use ptscope_event::{Event, EventData, Kind, StringTable, Sym, Symbol, Thread};
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::legacy::LegacyWriter;
+use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::{StackWriter, WriterConfig};
 use ptscope_symbols::{Mappings, NameTable, Namer};
 use ptsim::blocklog::BlockLog;
 use ptsim::expected::{Branch, BranchKind, ThreadExpectation};
@@ -781,9 +782,9 @@ where
 pub fn legacy(sink: TimelineSink, earliest: u64) -> LegacyWriter<TimelineSink> {
     LegacyWriter::new(
         sink,
-        LegacyConfig {
+        WriterConfig {
             earliest_time: earliest,
-            ..LegacyConfig::default()
+            ..WriterConfig::default()
         },
     )
 }
@@ -792,9 +793,9 @@ pub fn legacy(sink: TimelineSink, earliest: u64) -> LegacyWriter<TimelineSink> {
 pub fn segments(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSink> {
     SegmentsWriter::new(
         sink,
-        SegmentsConfig {
+        WriterConfig {
             earliest_time: earliest,
-            ..SegmentsConfig::default()
+            ..WriterConfig::default()
         },
     )
 }

@@ -16,7 +16,8 @@
 //! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
 //! on the stack.
 
-use super::{Cx, Flow, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use super::frames::{is_kernel, Flow, Frame, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use super::ingest::{Cx, MAX_FIND_DEPTH};
 use ptscope_event::{Kind, Location, TraceStateChange};
 
 /// Longest syscall instruction: `syscall`, `sysenter` and `int 0x80` are all 2 bytes.
@@ -87,7 +88,7 @@ impl<T> Cx<'_, T> {
                     kind,
                     None | Some(Kind::Syscall | Kind::Async | Kind::Interrupt)
                 );
-                let user = src.ip != 0 && !super::is_kernel(src.ip);
+                let user = src.ip != 0 && !is_kernel(src.ip);
                 sig.stop = (resumable && user).then(|| Stop {
                     resume: if syscall {
                         src.ip + SYSCALL_LEN
@@ -119,7 +120,7 @@ impl<T> Cx<'_, T> {
         let Some(stop) = sig.stop.take() else {
             return false;
         };
-        if dst.ip == 0 || dst.ip == stop.resume || super::is_kernel(dst.ip) {
+        if dst.ip == 0 || dst.ip == stop.resume || is_kernel(dst.ip) {
             return false;
         }
         if stop.syscall && self.sigreturn(dst) {
@@ -176,7 +177,7 @@ impl<T> Cx<'_, T> {
     /// Is `frame` the leaf or one of its callers (within the search bound)?
     fn on_stack(&self, frame: u32) -> bool {
         let mut f = self.ts.leaf;
-        for _ in 0..super::MAX_FIND_DEPTH {
+        for _ in 0..MAX_FIND_DEPTH {
             if f == frame {
                 return true;
             }
@@ -201,7 +202,7 @@ impl<T> Cx<'_, T> {
             return false;
         }
         let trampoline = self.ts.frames.len() as u32;
-        self.ts.frames.push(super::Frame {
+        self.ts.frames.push(Frame {
             loc: fr.loc,
             parent: root,
             flags: SIGNAL,
@@ -293,7 +294,7 @@ impl<T> Cx<'_, T> {
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
         let l = self.locs.intern(loc);
-        self.ts.frames.push(super::Frame {
+        self.ts.frames.push(Frame {
             loc: l,
             parent: fr.parent,
             flags: SIGNAL,
