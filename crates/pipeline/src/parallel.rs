@@ -7,8 +7,9 @@
 //! one table the stack writer uses. Memory stays bounded: each worker is at most a few
 //! batches ahead.
 
+use crate::names::remap;
 use ptscope_decode::{Decoder, Stats, Warning};
-use ptscope_event::{Event, EventData, Location, StringTable, Sym, Symbol};
+use ptscope_event::{Event, StringTable, Sym};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -135,44 +136,6 @@ fn worker(
     }
 }
 
-fn remap_sym(s: &mut Sym, map: &[Sym]) {
-    if let Some(&g) = map.get(s.0 as usize) {
-        *s = g;
-    }
-}
-
-fn remap_location(l: &mut Location, map: &[Sym]) {
-    if let Symbol::FromPerf(s) = &mut l.symbol {
-        remap_sym(s, map);
-    }
-    if let Some(d) = &mut l.dso {
-        remap_sym(d, map);
-    }
-}
-
-/// Rewrites a part's name handles into the shared table's.
-fn remap(event: &mut Event, map: &[Sym]) {
-    match event {
-        Event::DecodeError { message, .. } => remap_sym(message, map),
-        Event::Ok { data, .. } => match data {
-            EventData::Trace { src, dst, .. } => {
-                remap_location(src, map);
-                remap_location(dst, map);
-            }
-            EventData::StackSample { callstack } => {
-                for l in callstack {
-                    remap_location(l, map);
-                }
-            }
-            EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
-                remap_location(location, map)
-            }
-            EventData::Comm { name, .. } => remap_sym(name, map),
-            EventData::Power { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
-        },
-    }
-}
-
 /// What a parallel parse hands back besides the events it delivered.
 pub(crate) struct Outcome {
     /// Totals over all parts.
@@ -264,6 +227,7 @@ pub(crate) fn parse_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ptscope_event::EventData;
 
     /// Only files whose headers carry the pid are cut in parts.
     #[test]
