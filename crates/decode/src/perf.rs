@@ -444,17 +444,8 @@ pub struct PerfScript {
 }
 
 impl PerfScript {
-    /// Starts `perf script` with a fresh string table.
+    /// Starts `perf script`; the script owns the table its events' names are interned in.
     pub fn spawn(options: &PerfScriptOptions) -> Result<Self, Error> {
-        PerfScript::spawn_with_strings(options, StringTable::new())
-    }
-
-    /// Starts `perf script`, interning names into `strings`: to continue another
-    /// decoder's stream of the same file, whose names must keep their handles.
-    pub fn spawn_with_strings(
-        options: &PerfScriptOptions,
-        strings: StringTable,
-    ) -> Result<Self, Error> {
         let kind = match options.kind {
             Some(k) => k,
             None => detect_recording_kind(&options.perf, &options.input)?,
@@ -469,7 +460,7 @@ impl PerfScript {
             .stdin(Stdio::null());
         let (perf, stdout) = PerfProcess::spawn(&mut cmd)?;
         Ok(PerfScript {
-            decoder: Decoder::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
+            decoder: Decoder::new(BufReader::with_capacity(1 << 20, stdout)),
             perf,
             kind,
         })

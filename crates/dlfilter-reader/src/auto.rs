@@ -12,7 +12,7 @@
 use crate::jit::JitNames;
 use crate::{DlfilterOptions, DlfilterScript, Error};
 use ptscope_decode::{PerfScript, PerfScriptOptions, Stats, Warning};
-use ptscope_event::source::{EventSource, Finished, SourceError};
+use ptscope_event::source::{EventSource, Finished, SourceError, TableMap};
 use ptscope_event::{Event, EventData, Kind, StringTable, Symbol};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -84,6 +84,14 @@ pub struct AnyScript {
 enum Inner {
     Dlfilter(Box<DlfilterScript>),
     Text(Box<PerfScript>),
+    /// The text path continuing a dlfilter stream that failed: the names already
+    /// delivered keep their handles, so the text script's names are moved into the
+    /// dlfilter's table.
+    Continued {
+        script: Box<PerfScript>,
+        strings: StringTable,
+        map: TableMap,
+    },
 }
 
 /// Which decoder to use.
@@ -197,16 +205,31 @@ impl AnyScript {
                             self.delivered
                         ));
                         self.notices.extend(script.take_notices());
-                        // The names already delivered stay valid: the table moves over,
-                        // and so does what is known about the JIT maps among them.
+                        // The names already delivered stay valid: the table is kept,
+                        // and so is what is known about the JIT maps among them.
                         self.jit = std::mem::take(&mut script.jit);
-                        let strings = script.take_strings_keeping_names();
-                        let text = PerfScript::spawn_with_strings(&opts, strings)?;
+                        let text = PerfScript::spawn(&opts)?;
                         self.skip = self.delivered;
-                        self.inner = Inner::Text(Box::new(text));
+                        let failed = std::mem::replace(
+                            &mut self.inner,
+                            Inner::Continued {
+                                script: Box::new(text),
+                                strings: StringTable::new(),
+                                map: TableMap::new(),
+                            },
+                        );
+                        if let (Inner::Dlfilter(old), Inner::Continued { strings, .. }) =
+                            (failed, &mut self.inner)
+                        {
+                            *strings = old.into_strings();
+                        }
                     }
                 },
-                Inner::Text(script) => {
+                Inner::Continued {
+                    script,
+                    strings,
+                    map,
+                } => {
                     let Some(mut e) = script.next_event()? else {
                         return Ok(None);
                     };
@@ -218,6 +241,15 @@ impl AnyScript {
                         }
                         continue;
                     }
+                    map.apply(&mut e, script.strings(), strings);
+                    self.jit.apply(&mut e, strings);
+                    self.delivered += 1;
+                    return Ok(Some(e));
+                }
+                Inner::Text(script) => {
+                    let Some(mut e) = script.next_event()? else {
+                        return Ok(None);
+                    };
                     self.jit.apply(&mut e, script.decoder_mut().strings_mut());
                     self.delivered += 1;
                     return Ok(Some(e));
@@ -248,6 +280,7 @@ impl AnyScript {
         match &self.inner {
             Inner::Dlfilter(script) => script.strings(),
             Inner::Text(script) => script.strings(),
+            Inner::Continued { strings, .. } => strings,
         }
     }
 
@@ -256,6 +289,7 @@ impl AnyScript {
         match self.inner {
             Inner::Dlfilter(script) => script.into_strings(),
             Inner::Text(script) => script.into_strings(),
+            Inner::Continued { strings, .. } => strings,
         }
     }
 
@@ -263,7 +297,7 @@ impl AnyScript {
     pub fn stats(&self) -> Stats {
         match &self.inner {
             Inner::Dlfilter(script) => script.stats(),
-            Inner::Text(script) => *script.decoder().stats(),
+            Inner::Text(script) | Inner::Continued { script, .. } => *script.decoder().stats(),
         }
     }
 
@@ -271,7 +305,9 @@ impl AnyScript {
     pub fn warnings(&self) -> Vec<Warning> {
         match &self.inner {
             Inner::Dlfilter(script) => script.warnings().to_vec(),
-            Inner::Text(script) => script.decoder().warnings().to_vec(),
+            Inner::Text(script) | Inner::Continued { script, .. } => {
+                script.decoder().warnings().to_vec()
+            }
         }
     }
 
@@ -279,7 +315,9 @@ impl AnyScript {
     pub fn finish(&mut self) -> Result<(), Error> {
         match &mut self.inner {
             Inner::Dlfilter(script) => DlfilterScript::finish(script),
-            Inner::Text(script) => Ok(PerfScript::finish(script)?),
+            Inner::Text(script) | Inner::Continued { script, .. } => {
+                Ok(PerfScript::finish(script)?)
+            }
         }
     }
 }

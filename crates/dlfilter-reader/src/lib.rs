@@ -330,12 +330,6 @@ impl DlfilterScript {
         self.reader.take_strings()
     }
 
-    /// Takes the string table for another decoder of the same input, keeping what
-    /// is known about its JIT-map names (they stay valid).
-    pub(crate) fn take_strings_keeping_names(&mut self) -> StringTable {
-        self.reader.take_strings()
-    }
-
     /// Totals so far.
     pub fn stats(&self) -> Stats {
         self.reader.stats()

@@ -56,7 +56,7 @@
 //! # Ok::<(), SourceError>(())
 //! ```
 
-use crate::{Event, StringTable};
+use crate::{Event, EventData, Location, StringTable, Sym, Symbol};
 use std::fmt;
 
 /// Why a source stopped early (reading failed, perf died, a record was corrupt): each
@@ -122,6 +122,71 @@ impl Finished {
             notices: Vec::new(),
             markers: Vec::new(),
         }
+    }
+}
+
+/// Names moved from one table into another: each handle of the source table gets the
+/// other's handle for the same name, interned in the source's order, so the handles
+/// are those one shared table would have given. A consumer that keeps one table over
+/// several sources (each owning its own) moves every event through one of these.
+#[derive(Clone, Debug, Default)]
+pub struct TableMap {
+    map: Vec<Sym>,
+}
+
+impl TableMap {
+    /// A map of an empty source table.
+    pub fn new() -> Self {
+        TableMap::default()
+    }
+
+    /// Interns `name`, the source table's next entry, into `into`.
+    pub fn add(&mut self, name: &str, into: &mut StringTable) {
+        self.map.push(into.intern(name));
+    }
+
+    /// Interns the names `from` gained since the last call into `into`.
+    pub fn sync(&mut self, from: &StringTable, into: &mut StringTable) {
+        for i in self.map.len()..from.len() {
+            self.map.push(into.intern(from.get(Sym(i as u32))));
+        }
+    }
+
+    /// Rewrites `event`'s handles (the source table's) into the other table's.
+    pub fn rewrite(&self, event: &mut Event) {
+        let sym = |s: &mut Sym| {
+            if let Some(&g) = self.map.get(s.0 as usize) {
+                *s = g;
+            }
+        };
+        let location = |l: &mut Location| {
+            if let Symbol::FromPerf(s) = &mut l.symbol {
+                sym(s);
+            }
+            if let Some(d) = &mut l.dso {
+                sym(d);
+            }
+        };
+        match event {
+            Event::DecodeError { message, .. } => sym(message),
+            Event::Ok { data, .. } => match data {
+                EventData::Trace { src, dst, .. } => {
+                    location(src);
+                    location(dst);
+                }
+                EventData::StackSample { callstack } => callstack.iter_mut().for_each(location),
+                EventData::EventSample { location: l, .. }
+                | EventData::Ptwrite { location: l, .. } => location(l),
+                EventData::Comm { name, .. } => sym(name),
+                EventData::Power { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
+            },
+        }
+    }
+
+    /// [`TableMap::sync`] then [`TableMap::rewrite`]: `event` came from `from`.
+    pub fn apply(&mut self, event: &mut Event, from: &StringTable, into: &mut StringTable) {
+        self.sync(from, into);
+        self.rewrite(event);
     }
 }
 
@@ -227,4 +292,56 @@ pub struct Stats {
     pub warnings: u64,
     /// Groups deliberately skipped (`psb` and other synthesized PT events with no meaning here).
     pub ignored: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TableMap;
+    use crate::{Event, EventData, Location, StringTable, Symbol, Thread};
+
+    fn call(strings: &mut StringTable, name: &str) -> Event {
+        let sym = strings.intern(name);
+        let dso = strings.intern("/bin/x");
+        Event::Ok {
+            thread: Thread::default(),
+            time: 1,
+            in_transaction: false,
+            data: EventData::StackSample {
+                callstack: vec![Location {
+                    dso: Some(dso),
+                    ..Location::new(1, Symbol::FromPerf(sym), 0)
+                }],
+            },
+        }
+    }
+
+    /// Two sources with tables of their own, moved into one table, give the handles one
+    /// table shared by both (interning in the same order) gives.
+    #[test]
+    fn moved_names_get_the_handles_a_shared_table_gives() {
+        let mut shared = StringTable::new();
+        let want: Vec<Event> = ["a", "b", "a", "c"]
+            .iter()
+            .map(|n| call(&mut shared, n))
+            .collect();
+        let mut one = StringTable::new();
+        let mut into = StringTable::new();
+        let mut got = Vec::new();
+        let mut map = TableMap::new();
+        for n in ["a", "b"] {
+            let mut e = call(&mut one, n);
+            map.apply(&mut e, &one, &mut into);
+            got.push(e);
+        }
+        // The second source starts its table afresh.
+        let mut two = StringTable::new();
+        let mut map = TableMap::new();
+        for n in ["a", "c"] {
+            let mut e = call(&mut two, n);
+            map.apply(&mut e, &two, &mut into);
+            got.push(e);
+        }
+        assert_eq!(got, want);
+        assert_eq!(into.len(), shared.len());
+    }
 }

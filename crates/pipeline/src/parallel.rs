@@ -7,8 +7,8 @@
 //! one table the stack writer uses. Memory stays bounded: each worker is at most a few
 //! batches ahead.
 
-use crate::names::remap;
 use ptscope_decode::{Decoder, Stats, Warning};
+use ptscope_event::source::TableMap;
 use ptscope_event::{Event, StringTable, Sym};
 use std::fs::File;
 use std::io;
@@ -178,7 +178,7 @@ pub(crate) fn parse_file(
         }
         let mut done_bytes = 0u64;
         'parts: for (k, &(start, end)) in ranges.iter().enumerate() {
-            let mut map: Vec<Sym> = Vec::new();
+            let mut map = TableMap::new();
             loop {
                 let msg = match rxs[k % WORKERS].recv() {
                     Ok(m) => m,
@@ -187,9 +187,11 @@ pub(crate) fn parse_file(
                 };
                 match msg {
                     Part::Batch(names, mut events) => {
-                        map.extend(names.iter().map(|n| strings.intern(n)));
+                        for n in &names {
+                            map.add(n, strings);
+                        }
                         for e in events.iter_mut() {
-                            remap(e, &map);
+                            map.rewrite(e);
                         }
                         if !deliver(strings, events) {
                             break 'parts;

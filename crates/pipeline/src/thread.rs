@@ -2,10 +2,10 @@
 //! batches to the writer's thread, so parsing overlaps stack reconstruction and output.
 
 use crate::inputs::InputSpec;
-use crate::names::TableMap;
 use crate::Observer;
 use ptscope_decode::{Stats, Warning};
 use ptscope_dlfilter_reader::Choice;
+use ptscope_event::source::TableMap;
 use ptscope_event::{Event, StringTable, Sym};
 use std::path::{Path, PathBuf};
 
