@@ -230,24 +230,49 @@ pub(crate) fn reading(opts: &DecodeOptions, scope: TraceScope) -> Reading {
     }
 }
 
-/// Runs the decoding thread over `specs` and hands every event to `f` with the names
-/// so far, without a writer.
-pub(crate) fn each_event(
+/// What the writer's side is handed, in order.
+pub(crate) enum Step {
+    /// The next event.
+    Event(Event),
+    /// An input ended (a snapshot boundary unless it was the last).
+    InputDone,
+}
+
+/// Runs the decoding thread over `specs` and hands every event, and every input's end,
+/// to `f` with the names so far (demangled for display with `demangle`). Returns the
+/// names.
+pub(crate) fn each_step(
     specs: Vec<InputSpec>,
     reading: Reading,
     demangle: bool,
     observer: &dyn Observer,
     totals: &mut Totals,
-    mut f: impl FnMut(Event, &StringTable),
+    mut f: impl FnMut(Step, &StringTable, &mut Totals),
 ) -> Result<StringTable, Error> {
     let (tx, rx) = std::sync::mpsc::sync_channel(8);
     let mut strings = StringTable::new();
-    std::thread::scope(|scope| {
+    let mut stopping = false;
+    std::thread::scope(|threads| {
         let decoder = std::thread::Builder::new()
             .name("ptscope-decode".into())
-            .spawn_scoped(scope, move || decode_inputs(specs, reading, observer, tx))
+            .spawn_scoped(threads, move || decode_inputs(specs, reading, observer, tx))
             .map_err(Error::Thread)?;
-        for msg in rx {
+        loop {
+            // Polled, so an interrupt stops the decode even while perf prints nothing (it
+            // can think for seconds before its first line): perf is ended, the decoding
+            // thread sees its input end, and what it had decoded still arrives and is
+            // written.
+            let msg = match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(m) => m,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if observer.stopped() && !stopping {
+                        stopping = true;
+                        ptscope_decode::perf::stop_all();
+                    }
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            };
             match msg {
                 Msg::Batch {
                     new_strings,
@@ -255,10 +280,13 @@ pub(crate) fn each_event(
                 } => {
                     intern_new(&mut strings, &new_strings, demangle);
                     for e in events {
-                        f(e, &strings);
+                        f(Step::Event(e), &strings, totals);
                     }
                 }
-                done => totals.add(done, observer),
+                done => {
+                    totals.add(done, observer);
+                    f(Step::InputDone, &strings, totals);
+                }
             }
         }
         if decoder.join().is_err() {
@@ -266,7 +294,7 @@ pub(crate) fn each_event(
                 .errors
                 .push("the decoding thread failed; the trace holds what was decoded before".into());
         }
-        Ok(())
+        Ok::<(), Error>(())
     })?;
     totals.interrupted = observer.stopped();
     Ok(strings)
@@ -274,13 +302,13 @@ pub(crate) fn each_event(
 
 /// Feeds every input through one writer, snapshot by snapshot.
 #[allow(clippy::too_many_arguments)]
-fn drive<S: TraceSink, W: StackWriter<S>>(
+fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     specs: Vec<InputSpec>,
     opts: &DecodeOptions,
     scope: TraceScope,
     end_at: Option<u64>,
     sink: S,
-    make_writer: impl FnOnce(S, u64, Extras) -> W,
+    make_writer: F,
     on_end_of_input: impl FnOnce(&mut S),
     totals: &mut Totals,
     observer: &dyn Observer,
@@ -329,116 +357,88 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
     let all_text = specs.iter().all(|s| matches!(s, InputSpec::Text(_)));
     let exact_times = specs.iter().all(|s| matches!(s, InputSpec::Emulate(..)));
     let reading = reading(opts, scope);
-    let (tx, rx) = std::sync::mpsc::sync_channel(8);
+    // The writer starts at the trace's first time with what the executable adds, and
+    // is given the events held back until then.
+    let start = |(sink, make): (S, F),
+                 first: u64,
+                 held: &mut Vec<Event>,
+                 bias: &mut Option<u64>,
+                 totals: &mut Totals,
+                 range: &mut Option<RangeFilter>,
+                 strings: &StringTable| {
+        let extras = extras(&exe, bias, totals, opts.executable_implied);
+        let mut w = make(
+            sink,
+            first,
+            Extras {
+                exact_times,
+                ..extras
+            },
+        );
+        for e in held.drain(..) {
+            feed(&mut w, range, &e, strings);
+        }
+        w
+    };
     let mut writer: Option<W> = None;
     let mut pending = Some((sink, make_writer));
-    let mut strings = StringTable::new();
     let mut done = 0;
-    let mut stopping = false;
-    std::thread::scope(|threads| {
-        let decoder = std::thread::Builder::new()
-            .name("ptscope-decode".into())
-            .spawn_scoped(threads, move || decode_inputs(specs, reading, observer, tx))
-            .map_err(Error::Thread)?;
-        loop {
-            // Polled, so an interrupt stops the decode even while perf prints nothing (it
-            // can think for seconds before its first line): perf is ended, the decoding
-            // thread sees its input end, and what it had decoded still arrives and is
-            // written.
-            let msg = match rx.recv_timeout(std::time::Duration::from_millis(50)) {
-                Ok(m) => m,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if observer.stopped() && !stopping {
-                        stopping = true;
-                        ptscope_decode::perf::stop_all();
-                    }
-                    continue;
+    let strings = each_step(
+        specs,
+        reading,
+        demangle,
+        observer,
+        totals,
+        |step, strings, totals| match step {
+            Step::Event(event) => {
+                // A trigger's snapshot ends at the hit: samples perf took while ptscope
+                // was still stopping the program are after the moment asked for.
+                if end_at.is_some_and(|t| event.time().is_some_and(|et| et > t)) {
+                    return;
                 }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-            };
-            match msg {
-                Msg::Batch {
-                    new_strings,
-                    events,
-                } => {
-                    intern_new(&mut strings, &new_strings, demangle);
-                    for event in events {
-                        // A trigger's snapshot ends at the hit: samples perf took while
-                        // ptscope was still stopping the program are after the moment
-                        // asked for.
-                        if end_at.is_some_and(|t| event.time().is_some_and(|et| et > t)) {
-                            continue;
-                        }
-                        if writer.is_none() {
-                            if bias.is_none() {
-                                bias = exe.as_ref().and_then(|e| e.bias_from(&event, &strings));
-                            }
-                            // Thread names (perf's are at time 0 for threads that existed
-                            // before recording) must not decide where the trace starts.
-                            if (bias.is_none() || event.is_sideband()) && held.len() < MAX_HELD {
-                                held.push(event);
-                                continue;
-                            }
-                            let Some((sink, make)) = pending.take() else {
-                                break;
-                            };
-                            let first = first_time(&held, &event);
-                            let w = writer.insert(make(
-                                sink,
-                                first,
-                                Extras {
-                                    exact_times,
-                                    ..extras(&exe, &mut bias, totals, opts.executable_implied)
-                                },
-                            ));
-                            for e in held.drain(..) {
-                                feed(w, &mut range, &e, &strings);
-                            }
-                        }
-                        if let Some(w) = writer.as_mut() {
-                            feed(w, &mut range, &event, &strings);
-                        }
+                if writer.is_none() {
+                    if bias.is_none() {
+                        bias = exe.as_ref().and_then(|e| e.bias_from(&event, strings));
                     }
+                    // Thread names (perf's are at time 0 for threads that existed
+                    // before recording) must not decide where the trace starts.
+                    if (bias.is_none() || event.is_sideband()) && held.len() < MAX_HELD {
+                        held.push(event);
+                        return;
+                    }
+                    let Some(p) = pending.take() else {
+                        return;
+                    };
+                    let first = first_time(&held, &event);
+                    let w = start(p, first, &mut held, &mut bias, totals, &mut range, strings);
+                    writer = Some(w);
                 }
-                done_msg => {
-                    totals.add(done_msg, observer);
-                    done += 1;
-                    // Each perf.data file is one snapshot: close its frames before the
-                    // next, unless the files are the pieces of one rotated sampling
-                    // recording (and this one does not end one of its snapshots).
-                    if done < inputs && (!rotated || ends_snapshot[done - 1]) {
-                        if let Some(w) = writer.as_mut() {
-                            w.end_snapshot(&strings);
-                        }
+                if let Some(w) = writer.as_mut() {
+                    feed(w, &mut range, &event, strings);
+                }
+            }
+            Step::InputDone => {
+                done += 1;
+                // Each perf.data file is one snapshot: close its frames before the next,
+                // unless the files are the pieces of one rotated sampling recording (and
+                // this one does not end one of its snapshots).
+                if done < inputs && (!rotated || ends_snapshot[done - 1]) {
+                    if let Some(w) = writer.as_mut() {
+                        w.end_snapshot(strings);
                     }
                 }
             }
-        }
-        if decoder.join().is_err() {
-            totals
-                .errors
-                .push("the decoding thread failed; the trace holds what was decoded before".into());
-        }
-        Ok::<(), Error>(())
-    })?;
+        },
+    )?;
     // Names alone (a recording without samples) are not a trace: that stays an error.
     if writer.is_none() && held.iter().any(|e| !e.is_sideband()) {
-        if let Some((sink, make)) = pending.take() {
+        if let Some(p) = pending.take() {
             let first = first_time(&held, &held[0]);
-            let w = writer.insert(make(
-                sink,
-                first,
-                Extras {
-                    exact_times,
-                    ..extras(&exe, &mut bias, totals, opts.executable_implied)
-                },
+            writer = Some(start(
+                p, first, &mut held, &mut bias, totals, &mut range, &strings,
             ));
-            for e in held.drain(..) {
-                feed(w, &mut range, &e, &strings);
-            }
         }
     }
-    totals.interrupted = observer.stopped();
     // A filter or trigger that never matched is no error, but must not pass unsaid.
     if let Some(note) = range.as_ref().and_then(|r| r.note(&strings)) {
         totals.notes.push(note);

@@ -631,6 +631,18 @@ pub fn for_each_event(
     let reading = drive::reading(opts, scope(opts, &specs));
     let mut totals = Totals::default();
     let demangle = opts.demangle && opts.format == Format::Fxt;
-    let strings = drive::each_event(specs, reading, demangle, observer, &mut totals, f)?;
+    let mut f = f;
+    let strings = drive::each_step(
+        specs,
+        reading,
+        demangle,
+        observer,
+        &mut totals,
+        |step, strings, _| {
+            if let drive::Step::Event(e) = step {
+                f(e, strings);
+            }
+        },
+    )?;
     Ok((strings, totals.into()))
 }
