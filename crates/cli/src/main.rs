@@ -1,10 +1,8 @@
 //! The `ptscope` command line: a thin layer over the stage crates.
 
 mod decode;
-mod exe;
 mod mem;
 mod messages;
-mod parallel;
 mod run;
 
 use clap::{Parser, Subcommand};

@@ -12,7 +12,8 @@
 //! # Ok::<(), ptscope_decode::Error>(())
 //! ```
 
-use crate::{Decoder, Error};
+use crate::{Decoder, Error, Stats, Warning};
+use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
 use std::io::{BufReader, Read};
@@ -104,6 +105,49 @@ pub fn tail(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
+/// How running perf went wrong: the one error every caller of [`PerfProcess`] reports.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PerfError {
+    /// perf could not be started.
+    #[error("could not run `{program}`: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// perf was started but could not be waited for.
+    #[error("waiting for `{command}`: {source}")]
+    Wait {
+        /// The command line.
+        command: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// perf ran but exited unsuccessfully.
+    #[error("`{command}` failed ({status}){}", stderr_suffix(.stderr))]
+    Failed {
+        /// The command line, for the message.
+        command: String,
+        /// How it exited.
+        status: ExitStatus,
+        /// The end of what it printed on stderr.
+        stderr: String,
+    },
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    let t = stderr.trim();
+    if t.is_empty() {
+        String::new()
+    } else {
+        format!(":\n{t}")
+    }
+}
+
 /// A running perf whose stdout the caller reads: its stderr is drained on a thread (only
 /// the end kept, for error messages), and it is killed if dropped before being waited for.
 /// Both decode paths (text and dlfilter) run perf through this.
@@ -117,18 +161,23 @@ pub struct PerfProcess {
 
 impl PerfProcess {
     /// Starts `cmd` with stdout and stderr piped; returns it and the stdout to read.
-    pub fn spawn(cmd: &mut Command) -> std::io::Result<(PerfProcess, ChildStdout)> {
+    pub fn spawn(cmd: &mut Command) -> Result<(PerfProcess, ChildStdout), PerfError> {
         // Its own process group: a terminal's Ctrl-C reaches ptscope, whose policy decides
         // (stop decoding and keep what was read), not perf, whose death would read as a
         // failure. It still dies with ptscope: its next write meets a closed pipe.
         std::os::unix::process::CommandExt::process_group(cmd, 0);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let command = describe(cmd);
-        let mut child = cmd.spawn()?;
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let spawn_error = |source| PerfError::Spawn { program, source };
+        let mut child = cmd.spawn().map_err(spawn_error)?;
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(std::io::Error::other("no pipes to the child"));
+            return Err(PerfError::Wait {
+                command,
+                source: std::io::Error::other("no pipes to the child"),
+            });
         };
         register(child.id());
         let process = PerfProcess {
@@ -146,20 +195,30 @@ impl PerfProcess {
     }
 
     /// Waits for perf (killing it first if its output was not drained, which is not a
-    /// failure) and returns how it failed, with the tail of its stderr, if it did.
-    /// Once perf has been waited for, later calls return `Ok(None)`.
-    pub fn wait(&mut self, stopped_early: bool) -> std::io::Result<Option<(ExitStatus, String)>> {
+    /// failure) and says how it failed, with the tail of its stderr, if it did.
+    /// Once perf has been waited for, later calls return `Ok(())`.
+    pub fn finish(&mut self, stopped_early: bool) -> Result<(), PerfError> {
         if self.done {
-            return Ok(None);
+            return Ok(());
         }
         self.done = true;
         unregister(self.child.id());
         if stopped_early {
             let _ = self.child.kill();
         }
-        let status = self.child.wait()?;
+        let status = self.child.wait().map_err(|source| PerfError::Wait {
+            command: self.command.clone(),
+            source,
+        })?;
         let kept = self.take_stderr();
-        Ok((!status.success() && !stopped_early).then(|| (status, tail(&kept))))
+        if status.success() || stopped_early {
+            return Ok(());
+        }
+        Err(PerfError::Failed {
+            command: self.command.clone(),
+            status,
+            stderr: tail(&kept),
+        })
     }
 
     /// Stops perf and returns the end of its stderr (to explain why its output stopped).
@@ -237,16 +296,17 @@ fn keep_stderr_tail(mut stderr: impl Read + Send + 'static) -> JoinHandle<Vec<u8
 pub fn detect_recording_kind(perf: &Path, input: &Path) -> Result<RecordingKind, Error> {
     let mut cmd = Command::new(perf);
     cmd.arg("evlist").arg("-i").arg(input).stdin(Stdio::null());
-    let out = cmd.output().map_err(|source| Error::Spawn {
+    let out = cmd.output().map_err(|source| PerfError::Spawn {
         program: perf.display().to_string(),
         source,
     })?;
     if !out.status.success() {
-        return Err(Error::PerfFailed {
+        return Err(PerfError::Failed {
             command: describe(&cmd),
             status: out.status,
             stderr: tail(&out.stderr),
-        });
+        }
+        .into());
     }
     let text = String::from_utf8_lossy(&out.stdout);
     if text.lines().any(|l| l.contains("intel_pt")) {
@@ -384,16 +444,8 @@ pub struct PerfScript {
 }
 
 impl PerfScript {
-    /// Starts `perf script` with a fresh string table.
+    /// Starts `perf script`; the script owns the table its events' names are interned in.
     pub fn spawn(options: &PerfScriptOptions) -> Result<Self, Error> {
-        PerfScript::spawn_with_strings(options, StringTable::new())
-    }
-
-    /// Starts `perf script`, interning names into `strings`.
-    pub fn spawn_with_strings(
-        options: &PerfScriptOptions,
-        strings: StringTable,
-    ) -> Result<Self, Error> {
         let kind = match options.kind {
             Some(k) => k,
             None => detect_recording_kind(&options.perf, &options.input)?,
@@ -406,12 +458,9 @@ impl PerfScript {
             .args(&options.extra_args)
             .env("PAGER", "cat")
             .stdin(Stdio::null());
-        let (perf, stdout) = PerfProcess::spawn(&mut cmd).map_err(|source| Error::Spawn {
-            program: options.perf.display().to_string(),
-            source,
-        })?;
+        let (perf, stdout) = PerfProcess::spawn(&mut cmd)?;
         Ok(PerfScript {
-            decoder: Decoder::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
+            decoder: Decoder::new(BufReader::with_capacity(1 << 20, stdout)),
             perf,
             kind,
         })
@@ -447,22 +496,37 @@ impl PerfScript {
         self.decoder.strings()
     }
 
-    /// Takes the string table, leaving an empty one (e.g. to reuse for the next file).
-    pub fn take_strings(&mut self) -> StringTable {
-        self.decoder.take_strings()
+    /// Gives the string table back.
+    pub fn into_strings(self) -> StringTable {
+        self.decoder.into_strings()
     }
 
     /// Waits for perf and reports how it exited, with its stderr tail on failure. If
     /// the events were not drained, perf is stopped first (that is not an error).
     pub fn finish(&mut self) -> Result<(), Error> {
         let stopped_early = !self.decoder.is_finished();
-        match self.perf.wait(stopped_early)? {
-            None => Ok(()),
-            Some((status, stderr)) => Err(Error::PerfFailed {
-                command: self.perf.command().to_string(),
-                status,
-                stderr,
-            }),
+        Ok(self.perf.finish(stopped_early)?)
+    }
+}
+
+impl EventSource for PerfScript {
+    fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
+        Ok(self.decoder.next_event()?)
+    }
+    fn strings(&self) -> &StringTable {
+        self.decoder.strings()
+    }
+    fn stats(&self) -> Stats {
+        *self.decoder.stats()
+    }
+    fn warnings(&self) -> Vec<Warning> {
+        self.decoder.warnings().to_vec()
+    }
+    fn finish(mut self: Box<Self>) -> Finished {
+        let failure = PerfScript::finish(&mut self).err().map(SourceError::from);
+        Finished {
+            failure,
+            ..Finished::new(self.into_strings())
         }
     }
 }

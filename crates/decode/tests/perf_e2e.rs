@@ -1,7 +1,7 @@
 //! The perf runner, end to end: a real `perf record` of a small C program on this
 //! machine, and a fake perf for the failure paths.
 
-use ptscope_decode::{Error, PerfScript, PerfScriptOptions, RecordingKind};
+use ptscope_decode::{Error, PerfError, PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_event::{Event, EventData};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -164,7 +164,7 @@ fn real_perf_failure_reports_its_stderr() {
     std::fs::write(&data, b"this is not a perf.data file\n").expect("write");
     let err = ptscope_decode::perf::detect_recording_kind(Path::new("perf"), &data)
         .expect_err("evlist must fail on garbage");
-    let Error::PerfFailed { stderr, .. } = &err else {
+    let Error::Perf(PerfError::Failed { stderr, .. }) = &err else {
         panic!("{err:?}")
     };
     assert!(!stderr.trim().is_empty(), "{err}");
@@ -209,7 +209,7 @@ fn failing_perf_keeps_events_and_reports_stderr_tail() {
     assert_eq!(events.len(), 2);
     assert!(matches!(events[1], Event::DecodeError { .. }));
     let err = script.finish().expect_err("exit 3 is a failure");
-    let Error::PerfFailed { status, stderr, .. } = &err else {
+    let Error::Perf(PerfError::Failed { status, stderr, .. }) = &err else {
         panic!("{err:?}")
     };
     assert_eq!(status.code(), Some(3));
@@ -227,5 +227,8 @@ fn missing_perf_binary_is_a_spawn_error() {
     options.perf = PathBuf::from("/nonexistent/ptscope-perf");
     options.kind = Some(RecordingKind::Sampling);
     let err = PerfScript::spawn(&options).expect_err("no such binary");
-    assert!(matches!(err, Error::Spawn { .. }), "{err:?}");
+    assert!(
+        matches!(err, Error::Perf(PerfError::Spawn { .. })),
+        "{err:?}"
+    );
 }

@@ -50,12 +50,13 @@ fn text_path(data: &Path) -> Decoded {
         events.push(e);
     }
     s.finish().expect("perf script exit");
-    let strings = s.take_strings();
+    let text_lines = s.decoder().stats().lines;
+    let strings = s.into_strings();
     Decoded {
         events: events.iter().map(|e| norm(e, &strings)).collect(),
         samples: events.iter().filter(|e| !e.is_sideband()).count(),
         transcript: transcript(&events, &strings),
-        text_lines: s.decoder().stats().lines,
+        text_lines,
     }
 }
 
@@ -72,7 +73,7 @@ fn dlfilter_path(data: &Path) -> Decoded {
     // path reads too: such a line is an event, or skipped (`ignored`) for an exit.
     let tasks = events.iter().filter(|e| e.is_sideband()).count() as u64;
     let text_lines = s.stats().lines - tasks - s.stats().ignored;
-    let strings = s.take_strings();
+    let strings = s.into_strings();
     Decoded {
         events: events.iter().map(|e| norm(e, &strings)).collect(),
         samples: events.iter().filter(|e| !e.is_sideband()).count(),
@@ -376,7 +377,7 @@ fn exec_into_a_program_with_the_same_addresses() {
         late.push(e);
     }
     s.finish().expect("perf exit");
-    let strings = s.take_strings();
+    let strings = s.into_strings();
     let late: Vec<String> = late.iter().map(|e| norm(e, &strings)).collect();
     assert_eq!(late, d.events, "late callback");
 

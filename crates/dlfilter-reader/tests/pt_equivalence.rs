@@ -105,7 +105,7 @@ fn text_path(data: &Path) -> Decoded {
     Decoded {
         events,
         text_lines: s.decoder().stats().lines,
-        strings: s.take_strings(),
+        strings: s.into_strings(),
     }
 }
 
@@ -122,7 +122,7 @@ fn dlfilter_path(data: &Path, keep_jumps: bool) -> Decoded {
     Decoded {
         events,
         text_lines: s.stats().lines,
-        strings: s.take_strings(),
+        strings: s.into_strings(),
     }
 }
 

@@ -27,7 +27,10 @@
 //! assert_eq!(strings.display(Symbol::FromPerf(foo)), "foo");
 //! ```
 
+pub mod source;
+
 use rustc_hash::FxHashMap;
+pub use source::EventSource;
 use std::fmt;
 
 /// A handle to a string interned in a [`StringTable`].

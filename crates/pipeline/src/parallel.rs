@@ -8,7 +8,8 @@
 //! batches ahead.
 
 use ptscope_decode::{Decoder, Stats, Warning};
-use ptscope_event::{Event, EventData, Location, StringTable, Sym, Symbol};
+use ptscope_event::source::TableMap;
+use ptscope_event::{Event, StringTable, Sym};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -135,44 +136,6 @@ fn worker(
     }
 }
 
-fn remap_sym(s: &mut Sym, map: &[Sym]) {
-    if let Some(&g) = map.get(s.0 as usize) {
-        *s = g;
-    }
-}
-
-fn remap_location(l: &mut Location, map: &[Sym]) {
-    if let Symbol::FromPerf(s) = &mut l.symbol {
-        remap_sym(s, map);
-    }
-    if let Some(d) = &mut l.dso {
-        remap_sym(d, map);
-    }
-}
-
-/// Rewrites a part's name handles into the shared table's.
-fn remap(event: &mut Event, map: &[Sym]) {
-    match event {
-        Event::DecodeError { message, .. } => remap_sym(message, map),
-        Event::Ok { data, .. } => match data {
-            EventData::Trace { src, dst, .. } => {
-                remap_location(src, map);
-                remap_location(dst, map);
-            }
-            EventData::StackSample { callstack } => {
-                for l in callstack {
-                    remap_location(l, map);
-                }
-            }
-            EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
-                remap_location(location, map)
-            }
-            EventData::Comm { name, .. } => remap_sym(name, map),
-            EventData::Power { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
-        },
-    }
-}
-
 /// What a parallel parse hands back besides the events it delivered.
 pub(crate) struct Outcome {
     /// Totals over all parts.
@@ -215,7 +178,7 @@ pub(crate) fn parse_file(
         }
         let mut done_bytes = 0u64;
         'parts: for (k, &(start, end)) in ranges.iter().enumerate() {
-            let mut map: Vec<Sym> = Vec::new();
+            let mut map = TableMap::new();
             loop {
                 let msg = match rxs[k % WORKERS].recv() {
                     Ok(m) => m,
@@ -224,9 +187,11 @@ pub(crate) fn parse_file(
                 };
                 match msg {
                     Part::Batch(names, mut events) => {
-                        map.extend(names.iter().map(|n| strings.intern(n)));
+                        for n in &names {
+                            map.add(n, strings);
+                        }
                         for e in events.iter_mut() {
-                            remap(e, &map);
+                            map.rewrite(e);
                         }
                         if !deliver(strings, events) {
                             break 'parts;
@@ -264,6 +229,7 @@ pub(crate) fn parse_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ptscope_event::EventData;
 
     /// Only files whose headers carry the pid are cut in parts.
     #[test]
