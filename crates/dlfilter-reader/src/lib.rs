@@ -32,7 +32,7 @@ mod records;
 
 pub use auto::{is_dropped_jump, open, perf_version, version_supports_dlfilter, AnyScript, Choice};
 pub use ptscope_symbols::MapTrust;
-pub use records::RecordReader;
+pub use records::{CorruptKind, IdKind, RecordReader};
 
 use ptscope_decode::perf::{detect_recording_kind, RecordingKind};
 use ptscope_decode::{Stats, Warning};
@@ -99,12 +99,14 @@ pub enum Error {
         events: u64,
     },
     /// A record did not make sense.
-    #[error("malformed dlfilter record at byte {offset}: {what}")]
+    #[error("malformed dlfilter {record} record at byte {offset}: {kind}")]
     Corrupt {
-        /// Offset in the stream.
+        /// Offset of the record in the stream.
         offset: u64,
+        /// The kind of record (`"stack sample"`, `"chain"`, …).
+        record: &'static str,
         /// What was wrong.
-        what: String,
+        kind: CorruptKind,
     },
     /// The text path (used as the fallback) failed.
     #[error(transparent)]
