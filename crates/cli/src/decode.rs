@@ -482,8 +482,9 @@ impl InputSpec {
             InputSpec::PerfData(p) => {
                 let mut opts = DlfilterOptions::new(p);
                 opts.perf = perf.to_path_buf();
-                let kind = ptscope_decode::perf::detect_recording_kind(perf, p)
-                    .with_context(|| format!("cannot decode {}", p.display()))?;
+                let kind = ptscope_decode::header::read_header(p)
+                    .with_context(|| format!("cannot decode {}", p.display()))?
+                    .kind();
                 opts.kind = Some(kind);
                 // Jumps within a function change no stack, but their timestamps bound how
                 // far calls are spread in time: keep them so both paths give one trace.
@@ -1335,15 +1336,11 @@ pub fn exit_status(report: &Report) -> i32 {
 
 /// The scope a sampling recording was made with, so `ptscope decode DIR` of a
 /// `run --trace-include-kernel` recording keeps its kernel frames.
-fn recorded_scope(specs: &[InputSpec], args: &DecodeArgs) -> Option<TraceScope> {
+fn recorded_scope(specs: &[InputSpec]) -> Option<TraceScope> {
     let InputSpec::PerfData(p) = specs.first()? else {
         return None;
     };
-    let perf = args
-        .perf
-        .clone()
-        .unwrap_or_else(ptscope_decode::perf::default_perf);
-    ptscope_decode::perf::recorded_scope(&perf, p)
+    ptscope_decode::header::read_header(p).ok()?.scope()
 }
 
 /// Writes `markers` as instants on a track of their own ("ptscope" / "trace info"), where
@@ -1374,7 +1371,7 @@ pub fn run(args: &DecodeArgs, ctx: DecodeContext) -> Result<Report> {
     };
     let scope = match args.scope {
         Some(s) => s,
-        None => recorded_scope(&specs, args).unwrap_or_default(),
+        None => recorded_scope(&specs).unwrap_or_default(),
     };
     let config = LegacyConfig {
         scope,

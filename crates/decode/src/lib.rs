@@ -65,6 +65,7 @@
 
 #![warn(missing_docs)]
 
+pub mod header;
 mod parse;
 pub mod perf;
 mod warning;
@@ -96,6 +97,9 @@ pub enum Error {
     /// Reading the input failed.
     #[error("reading perf script output: {0}")]
     Io(#[from] io::Error),
+    /// The recording's header could not be read.
+    #[error(transparent)]
+    Header(#[from] header::HeaderError),
     /// A program (perf) could not be started.
     #[error("could not run `{program}`: {source}")]
     Spawn {

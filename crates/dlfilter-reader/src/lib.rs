@@ -34,7 +34,8 @@ pub use auto::{is_dropped_jump, open, perf_version, version_supports_dlfilter, A
 pub use ptscope_symbols::MapTrust;
 pub use records::{CorruptKind, IdKind, RecordReader};
 
-use ptscope_decode::perf::{detect_recording_kind, RecordingKind};
+use ptscope_decode::header::read_header;
+use ptscope_decode::perf::RecordingKind;
 use ptscope_decode::{Stats, Warning};
 use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
@@ -183,7 +184,7 @@ pub struct DlfilterOptions {
     pub perf: PathBuf,
     /// The `perf.data` file.
     pub input: PathBuf,
-    /// `None` asks `perf evlist`.
+    /// `None` reads it from the recording's header.
     pub kind: Option<RecordingKind>,
     /// Where the private directory holding the filter is made ([`install_filter`]);
     /// `None` is the system temporary directory (`$TMPDIR`, else `/tmp`). Nothing is
@@ -265,7 +266,7 @@ impl DlfilterScript {
     ) -> Result<Self, Error> {
         let kind = match options.kind {
             Some(k) => k,
-            None => detect_recording_kind(&options.perf, &options.input).map_err(|e| {
+            None => read_header(&options.input).map(|h| h.kind()).map_err(|e| {
                 Error::Unsupported(format!("cannot tell what kind of recording this is: {e}"))
             })?,
         };
