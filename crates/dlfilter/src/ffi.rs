@@ -256,15 +256,9 @@ pub unsafe extern "C" fn filter_event(
     sample: *const Sample,
     ctx: *mut c_void,
 ) -> c_int {
-    if data.is_null() || sample.is_null() {
-        return 0;
-    }
-    let st = &mut *data.cast::<State>();
-    if st.early {
-        // Only samples `filter_event_early` left to perf get here: perf prints them.
-        return 0;
-    }
-    handle(st, &*sample, ctx)
+    // With `early`, only samples `filter_event_early` left to perf get here: perf
+    // prints them.
+    handle_in(false, data, sample, ctx)
 }
 
 /// Handles a sample before perf resolves its address (with `--dlarg early`): a sample
@@ -275,11 +269,17 @@ pub unsafe extern "C" fn filter_event_early(
     sample: *const Sample,
     ctx: *mut c_void,
 ) -> c_int {
+    handle_in(true, data, sample, ctx)
+}
+
+/// Handles the sample if this callback (`early` or not) is the one the filter works
+/// in; the other callback leaves it to perf (0).
+unsafe fn handle_in(early: bool, data: *mut c_void, sample: *const Sample, ctx: Ctx) -> c_int {
     if data.is_null() || sample.is_null() {
         return 0;
     }
     let st = &mut *data.cast::<State>();
-    if !st.early {
+    if st.early != early {
         return 0;
     }
     handle(st, &*sample, ctx)
