@@ -1,5 +1,6 @@
 //! The `ptscope` command line: a thin layer over the stage crates.
 
+mod advice;
 mod decode;
 mod mem;
 mod messages;

@@ -44,7 +44,10 @@ pub fn warn(msg: impl Display) {
 /// The reason a command failed, with each cause once: a cause whose text the message
 /// already contains (io errors repeated by a wrapper's Display) is not printed again.
 pub fn error(e: &anyhow::Error) {
-    emit(format_args!("ptscope: error: {}", error_text(e)));
+    match crate::advice::for_error(e) {
+        Some(advice) => emit(format_args!("ptscope: error: {}; {advice}", error_text(e))),
+        None => emit(format_args!("ptscope: error: {}", error_text(e))),
+    }
 }
 
 /// The text [`error`] prints (without the prefix).

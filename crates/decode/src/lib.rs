@@ -65,6 +65,7 @@
 
 #![warn(missing_docs)]
 
+pub mod header;
 mod parse;
 pub mod perf;
 mod warning;
@@ -99,6 +100,9 @@ pub enum Error {
     /// perf could not be started, or failed.
     #[error(transparent)]
     Perf(#[from] perf::PerfError),
+    /// The recording's header could not be read.
+    #[error(transparent)]
+    Header(#[from] header::HeaderError),
 }
 
 /// The group whose header was read last and which further tab lines may extend.

@@ -17,7 +17,7 @@ use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
 use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 
@@ -64,7 +64,7 @@ pub struct PerfScriptOptions {
     pub perf: PathBuf,
     /// The `perf.data` file.
     pub input: PathBuf,
-    /// `None` asks `perf evlist` which kind of recording `input` is.
+    /// `None` reads it from `input`'s header.
     pub kind: Option<RecordingKind>,
     /// Appended to the `perf script` command line (e.g. `--dlfilter`, `--stitch-lbr`).
     pub extra_args: Vec<OsString>,
@@ -292,146 +292,6 @@ fn keep_stderr_tail(mut stderr: impl Read + Send + 'static) -> JoinHandle<Vec<u8
     })
 }
 
-/// Asks `perf evlist` whether `input` is an Intel PT recording.
-pub fn detect_recording_kind(perf: &Path, input: &Path) -> Result<RecordingKind, Error> {
-    let mut cmd = Command::new(perf);
-    cmd.arg("evlist").arg("-i").arg(input).stdin(Stdio::null());
-    let out = cmd.output().map_err(|source| PerfError::Spawn {
-        program: perf.display().to_string(),
-        source,
-    })?;
-    if !out.status.success() {
-        return Err(PerfError::Failed {
-            command: describe(&cmd),
-            status: out.status,
-            stderr: tail(&out.stderr),
-        }
-        .into());
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    if text.lines().any(|l| l.contains("intel_pt")) {
-        return Ok(RecordingKind::IntelPt);
-    }
-    // On a machine without the intel_pt PMU (decoding a recording made elsewhere) perf
-    // cannot name the event: `unknown attr type: 8`. The file's own PMU table can.
-    let unknown: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("unknown attr type: "))
-        .map(|t| t.split(|c: char| !c.is_ascii_digit()).next().unwrap_or(""))
-        .filter(|t| !t.is_empty())
-        .collect();
-    if !unknown.is_empty() && header_maps_intel_pt(perf, input, &unknown) {
-        return Ok(RecordingKind::IntelPt);
-    }
-    Ok(RecordingKind::Sampling)
-}
-
-/// The scope a sampling recording asks for, from its first event's modifier as `perf
-/// evlist` prints it: `cpu-clock:k` → k, `cycles/freq=1000/uk` → uk, `…:u` → u. None
-/// (perf's default, both levels counted) means u: a trace of user space in which a
-/// sample's time in the kernel is one `[kernel: …]` frame; `ptscope run` records its
-/// default so, and its `--trace-include-kernel` with an explicit `uk`. `None` for Intel
-/// PT recordings (their scope is a decoding choice) or when perf cannot tell.
-pub fn recorded_scope(perf: &Path, input: &Path) -> Option<ptscope_event::TraceScope> {
-    let out = Command::new(perf)
-        .arg("evlist")
-        .arg("-i")
-        .arg(input)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let first = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))?;
-    scope_of_event_name(first)
-}
-
-/// The scope an event name's modifier gives (see [`recorded_scope`]).
-pub fn scope_of_event_name(name: &str) -> Option<ptscope_event::TraceScope> {
-    use ptscope_event::TraceScope;
-    if name.contains("intel_pt") || name.starts_with("unknown attr") {
-        return None;
-    }
-    // `name/config/mods` or `name:mods`; a config may itself hold `:` or `/`.
-    let mods = match (name.rfind('/'), name.rfind(':')) {
-        (Some(slash), _) if name[..slash].contains('/') => &name[slash + 1..],
-        (_, Some(colon)) => &name[colon + 1..],
-        _ => "",
-    };
-    if !mods.chars().all(|c| c.is_ascii_alphabetic()) {
-        return Some(TraceScope::UserspaceAndKernel);
-    }
-    Some(match (mods.contains('u'), mods.contains('k')) {
-        (false, true) => TraceScope::Kernel,
-        (true, true) => TraceScope::UserspaceAndKernel,
-        _ => TraceScope::Userspace,
-    })
-}
-
-/// True if the recording's `pmu mappings` header names one of `types` `intel_pt`.
-fn header_maps_intel_pt(perf: &Path, input: &Path, types: &[&str]) -> bool {
-    let out = Command::new(perf)
-        .args(["report", "--header-only", "-i"])
-        .arg(input)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output();
-    let Ok(out) = out else { return false };
-    pmu_maps_intel_pt(&String::from_utf8_lossy(&out.stdout), types)
-}
-
-/// Reads `# pmu mappings: cpu = 4, intel_pt = 8` from `perf report --header-only`.
-fn pmu_maps_intel_pt(header: &str, types: &[&str]) -> bool {
-    header
-        .lines()
-        .filter(|l| l.contains("pmu mappings:"))
-        .flat_map(|l| l.split(':').nth(1).unwrap_or("").split(','))
-        .filter_map(|m| m.split_once('='))
-        .any(|(name, ty)| name.trim() == "intel_pt" && types.contains(&ty.trim()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{pmu_maps_intel_pt, scope_of_event_name};
-    use ptscope_event::TraceScope;
-
-    #[test]
-    fn a_recording_asks_for_the_kernel_only_with_a_k_modifier() {
-        let u = Some(TraceScope::Userspace);
-        let uk = Some(TraceScope::UserspaceAndKernel);
-        let k = Some(TraceScope::Kernel);
-        for (name, want) in [
-            // What `ptscope run` records: default, --trace-include-kernel, --kernel-only.
-            ("cpu-clock/freq=10000/", u),
-            ("cpu-clock/freq=10000/uk", uk),
-            ("cpu-clock/freq=10000/k", k),
-            ("cpu-clock/freq=10000/u", u),
-            // perf's own names.
-            ("cpu-clock", u),
-            ("cycles:pp", u),
-            ("cycles:ukpp", uk),
-            ("cpu-clock:k", k),
-            ("intel_pt//u", None),
-        ] {
-            assert_eq!(scope_of_event_name(name), want, "{name}");
-        }
-    }
-
-    #[test]
-    fn intel_pt_is_found_in_the_pmu_table() {
-        let h = "# nrcpus online : 2\n# pmu mappings: cpu = 4, intel_pt = 8, software = 1\n";
-        assert!(pmu_maps_intel_pt(h, &["8"]));
-        assert!(!pmu_maps_intel_pt(h, &["4"]));
-        assert!(!pmu_maps_intel_pt("# pmu mappings: cpu = 4\n", &["8"]));
-    }
-}
-
 /// A running `perf script` whose stdout is decoded as it arrives.
 ///
 /// Drain events with [`PerfScript::next_event`], then call [`PerfScript::finish`] to
@@ -448,7 +308,7 @@ impl PerfScript {
     pub fn spawn(options: &PerfScriptOptions) -> Result<Self, Error> {
         let kind = match options.kind {
             Some(k) => k,
-            None => detect_recording_kind(&options.perf, &options.input)?,
+            None => crate::header::read_header(&options.input)?.kind(),
         };
         let mut cmd = Command::new(&options.perf);
         cmd.arg("script")

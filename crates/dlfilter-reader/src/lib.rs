@@ -32,9 +32,10 @@ mod records;
 
 pub use auto::{is_dropped_jump, open, perf_version, version_supports_dlfilter, AnyScript, Choice};
 pub use ptscope_symbols::MapTrust;
-pub use records::RecordReader;
+pub use records::{CorruptKind, IdKind, RecordReader};
 
-use ptscope_decode::perf::{detect_recording_kind, RecordingKind};
+use ptscope_decode::header::read_header;
+use ptscope_decode::perf::RecordingKind;
 use ptscope_decode::{PerfError, Stats, Warning};
 use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{Event, StringTable};
@@ -84,12 +85,14 @@ pub enum Error {
         events: u64,
     },
     /// A record did not make sense.
-    #[error("malformed dlfilter record at byte {offset}: {what}")]
+    #[error("malformed dlfilter {record} record at byte {offset}: {kind}")]
     Corrupt {
-        /// Offset in the stream.
+        /// Offset of the record in the stream.
         offset: u64,
+        /// The kind of record (`"stack sample"`, `"chain"`, …).
+        record: &'static str,
         /// What was wrong.
-        what: String,
+        kind: CorruptKind,
     },
     /// The text path (used as the fallback) failed.
     #[error(transparent)]
@@ -157,7 +160,7 @@ pub struct DlfilterOptions {
     pub perf: PathBuf,
     /// The `perf.data` file.
     pub input: PathBuf,
-    /// `None` asks `perf evlist`.
+    /// `None` reads it from the recording's header.
     pub kind: Option<RecordingKind>,
     /// Where the private directory holding the filter is made ([`install_filter`]);
     /// `None` is the system temporary directory (`$TMPDIR`, else `/tmp`). Nothing is
@@ -231,7 +234,7 @@ impl DlfilterScript {
     pub fn spawn(options: &DlfilterOptions) -> Result<Self, Error> {
         let kind = match options.kind {
             Some(k) => k,
-            None => detect_recording_kind(&options.perf, &options.input).map_err(|e| {
+            None => read_header(&options.input).map(|h| h.kind()).map_err(|e| {
                 Error::Unsupported(format!("cannot tell what kind of recording this is: {e}"))
             })?,
         };

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{
-    install_filter, open, Choice, DlfilterOptions, DlfilterScript, Error,
+    install_filter, open, Choice, CorruptKind, DlfilterOptions, DlfilterScript, Error,
 };
 use std::path::{Path, PathBuf};
 
@@ -235,7 +235,7 @@ fn a_stream_corrupt_mid_way_continues_on_the_text_path() {
             }
         };
         assert!(
-            matches!(&err, Error::Corrupt { offset, what } if *offset == cut as u64 && what.contains("unknown record type 99")),
+            matches!(&err, Error::Corrupt { offset, kind: CorruptKind::UnknownRecord(99), .. } if *offset == cut as u64),
             "{err}"
         );
         assert!(!got.is_empty() && got.len() < want.len());

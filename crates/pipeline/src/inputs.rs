@@ -50,13 +50,12 @@ impl InputSpec {
             InputSpec::PerfData(p) => {
                 let mut opts = DlfilterOptions::new(p);
                 opts.perf = perf.to_path_buf();
-                let kind =
-                    ptscope_decode::perf::detect_recording_kind(perf, p).map_err(|source| {
-                        Error::RecordingKind {
-                            path: p.clone(),
-                            source,
-                        }
-                    })?;
+                let kind = ptscope_decode::header::read_header(p)
+                    .map_err(|source| Error::RecordingKind {
+                        path: p.clone(),
+                        source: source.into(),
+                    })?
+                    .kind();
                 opts.kind = Some(kind);
                 // Jumps within a function change no stack, but their timestamps bound how
                 // far calls are spread in time: keep them so both paths give one trace.

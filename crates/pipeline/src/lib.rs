@@ -359,7 +359,7 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// perf cannot tell what kind of recording a file is.
+    /// The recording's header cannot be read, so its kind is unknown.
     #[error("cannot decode {}", path.display())]
     RecordingKind {
         /// The recording.
@@ -521,9 +521,9 @@ fn scope(opts: &DecodeOptions, specs: &[inputs::InputSpec]) -> TraceScope {
         return s;
     }
     match specs.first() {
-        Some(inputs::InputSpec::PerfData(p)) => {
-            ptscope_decode::perf::recorded_scope(&opts.perf, p).unwrap_or_default()
-        }
+        Some(inputs::InputSpec::PerfData(p)) => (ptscope_decode::header::read_header(p).ok())
+            .and_then(|h| h.scope())
+            .unwrap_or_default(),
         _ => TraceScope::default(),
     }
 }
