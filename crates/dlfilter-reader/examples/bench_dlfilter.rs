@@ -2,8 +2,7 @@
 //! also with `keep_jumps`), and perf with a do-nothing dlfilter (the floor).
 //! Usage: `bench_dlfilter PERF.DATA [RUNS] [PATHS] [pt|sampling]`, PATHS a comma list
 //! of `text,dlf,keep,floor,early0,raw` or `all`. Best of RUNS for each figure. The kind is
-//! asked of `perf evlist` unless given (a perf on a machine without Intel PT cannot name
-//! the `intel_pt` event of a simulated recording).
+//! read from the recording's header unless given.
 
 use ptscope_decode::header::read_header;
 use ptscope_decode::perf::default_perf;
