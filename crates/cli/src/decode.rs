@@ -678,7 +678,7 @@ const MAX_HELD: usize = 100_000;
 /// What the executable adds to a writer's configuration.
 struct Extras {
     ocaml_exception_info: Option<OcamlExceptionInfo>,
-    debug_info: rustc_hash::FxHashMap<u64, ptscope_stacks::legacy::SourcePosition>,
+    debug_info: rustc_hash::FxHashMap<u64, ptscope_event::SourcePosition>,
     /// Every event is exactly timed (an emulate recording): see `SegmentsConfig`.
     exact_times: bool,
 }

@@ -409,6 +409,36 @@ impl fmt::Display for TraceScope {
     }
 }
 
+/// Where a function starts in the source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourcePosition {
+    /// File name, if known.
+    pub file: Option<String>,
+    /// 1-based line.
+    pub line: i64,
+    /// Column, 0 when unknown.
+    pub col: i64,
+}
+
+/// A trigger breakpoint hit, shown as a `hit SYMBOL` slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// The symbol the breakpoint was set on.
+    pub symbol: String,
+    /// perf time of the hit (ns).
+    pub time: u64,
+    /// Thread that hit it.
+    pub tid: u32,
+    /// Instruction pointer at the hit.
+    pub ip: u64,
+    /// Start time passed by the stop indicator (ns), when the symbol is the stop indicator.
+    pub passed_time: u64,
+    /// Value passed by the stop indicator.
+    pub passed_value: i64,
+    /// True when `symbol` is ptscope's stop indicator (its registers carry arguments).
+    pub is_stop_indicator: bool,
+}
+
 /// Addresses of OCaml exception-handling code, from `.note.ocaml_eh` or a test case.
 #[derive(Clone, Debug, Default)]
 pub struct OcamlExceptionInfo {

@@ -10,7 +10,7 @@ use crate::control::{Command, ControlFifos};
 use crate::process::{self, describe_exit, Perf, Program};
 use crate::trigger::{self, Breakpoint, TriggerSpec};
 use anyhow::{bail, Context, Result};
-use ptscope_stacks::legacy::Hit;
+use ptscope_event::Hit;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};

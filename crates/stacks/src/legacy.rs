@@ -44,8 +44,8 @@
 
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread,
-    TraceScope, TraceStateChange,
+    Event, EventData, ExtraEvent, Hit, Kind, Location, OcamlExceptionInfo, SourcePosition,
+    StringTable, Symbol, Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -67,36 +67,6 @@ pub struct LegacyConfig {
     pub debug_info: FxHashMap<u64, SourcePosition>,
     /// Breakpoint hits to show on their own track.
     pub hits: Vec<Hit>,
-}
-
-/// Where a function starts in the source.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SourcePosition {
-    /// File name, if known.
-    pub file: Option<String>,
-    /// 1-based line.
-    pub line: i64,
-    /// Column, 0 when unknown.
-    pub col: i64,
-}
-
-/// A trigger breakpoint hit, shown as a `hit SYMBOL` slice.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hit {
-    /// The symbol the breakpoint was set on.
-    pub symbol: String,
-    /// perf time of the hit (ns).
-    pub time: u64,
-    /// Thread that hit it.
-    pub tid: u32,
-    /// Instruction pointer at the hit.
-    pub ip: u64,
-    /// Start time passed by the stop indicator (ns), when the symbol is the stop indicator.
-    pub passed_time: u64,
-    /// Value passed by the stop indicator.
-    pub passed_value: i64,
-    /// True when `symbol` is ptscope's stop indicator (its registers carry arguments).
-    pub is_stop_indicator: bool,
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -48,11 +48,11 @@
 //! );
 //! ```
 
-use crate::legacy::{ocaml_int64_hex, Hit, LegacyConfig, SourcePosition};
+use crate::legacy::{ocaml_int64_hex, LegacyConfig};
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread,
-    TraceScope, TraceStateChange,
+    Event, EventData, ExtraEvent, Hit, Kind, Location, OcamlExceptionInfo, SourcePosition,
+    StringTable, Symbol, Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;

@@ -1,9 +1,8 @@
 //! What both stack writers write the same way: process and thread tracks and their
 //! names, and trigger hits.
 
-use crate::legacy::Hit;
 use crate::sink::{Arg, ArgValue, TraceSink};
-use ptscope_event::{EventData, StringTable, Thread};
+use ptscope_event::{EventData, Hit, StringTable, Thread};
 use rustc_hash::FxHashMap;
 
 /// The tracks of processes and threads, and the names perf gave them.
