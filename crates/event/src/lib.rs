@@ -385,6 +385,20 @@ impl TraceScope {
         }
     }
 
+    /// perf's event modifier for this scope (`u`, `uk` or `k`), which [`TraceScope::parse`] reads back.
+    pub fn modifier(self) -> &'static str {
+        match self {
+            TraceScope::Userspace => "u",
+            TraceScope::UserspaceAndKernel => "uk",
+            TraceScope::Kernel => "k",
+        }
+    }
+
+    /// True if the kernel is traced.
+    pub fn includes_kernel(self) -> bool {
+        self != TraceScope::Userspace
+    }
+
     /// Whether an address belongs to a privilege level in this scope: on x86-64 and
     /// arm64 the kernel lives in the upper half, where perf's callchains put it too.
     /// The last 4 KiB (perf's context markers, and the `-1` a failed user-space unwind
@@ -401,11 +415,7 @@ impl TraceScope {
 
 impl fmt::Display for TraceScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TraceScope::Userspace => "u",
-            TraceScope::UserspaceAndKernel => "uk",
-            TraceScope::Kernel => "k",
-        })
+        f.write_str(self.modifier())
     }
 }
 
