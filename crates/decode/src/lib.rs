@@ -283,7 +283,7 @@ impl State {
                     if err.unknown_key {
                         self.warn(line_no, WarningKind::UnknownTraceErrorField, line);
                     }
-                    let message = parse::intern_bytes(&mut self.strings, err.message);
+                    let message = self.strings.intern_bytes(err.message);
                     self.emit(Event::DecodeError {
                         thread: err.thread,
                         time: err.time,
@@ -450,7 +450,7 @@ impl State {
             return;
         }
         self.comms.insert(tid, comm.to_vec());
-        let name = parse::intern_bytes(&mut self.strings, comm);
+        let name = self.strings.intern_bytes(comm);
         self.emit(Event::Ok {
             thread,
             time,
@@ -474,7 +474,7 @@ impl State {
                 if let Some(tid) = thread.tid {
                     self.comms.insert(tid, name.to_vec());
                 }
-                let name = parse::intern_bytes(&mut self.strings, name);
+                let name = self.strings.intern_bytes(name);
                 (thread, EventData::Comm { name, exec })
             }
             parse::TaskRecord::Fork { thread, parent } => {

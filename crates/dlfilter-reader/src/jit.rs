@@ -9,7 +9,6 @@
 //! the opened file) gets the name perf gives code it has no symbol for,
 //! `[unknown @ IP (DSO)]`, and the decode gets one notice per map.
 
-use crate::records::int64_hex;
 use ptscope_event::{Event, EventData, Location, StringTable, Symbol};
 use ptscope_symbols::{is_jit_map_name, MapTrust};
 use std::path::Path;
@@ -90,7 +89,7 @@ impl JitNames {
         // What the decoders make of perf's `[unknown] (DSO)`.
         self.scratch.clear();
         self.scratch.push_str("[unknown @ ");
-        int64_hex(&mut self.scratch, loc.ip);
+        ptscope_event::write_ocaml_int64_hex(&mut self.scratch, loc.ip);
         self.scratch.push_str(" (");
         self.scratch.push_str(strings.get(dso));
         self.scratch.push_str(")]");

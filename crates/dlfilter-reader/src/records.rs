@@ -9,7 +9,6 @@ use ptscope_event::{
     TraceStateChange,
 };
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::io::{self, BufRead, ErrorKind, Read};
 
 /// Text is handed to the text decoder in chunks of at most about this size, cut
@@ -82,16 +81,6 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 fn id(v: i32) -> Option<u32> {
     // As in the text decoder: perf's 0 and negative ids mean "not known".
     (v > 0).then_some(v as u32)
-}
-
-/// Formats `v` like OCaml's `Int64.Hex.to_string`, as the text decoder names unknown symbols.
-pub(crate) fn int64_hex(out: &mut String, v: u64) {
-    let signed = v as i64;
-    let _ = if signed < 0 {
-        write!(out, "-0x{:x}", signed.unsigned_abs())
-    } else {
-        write!(out, "0x{:x}", signed)
-    };
 }
 
 /// The fields every sample record starts with.
@@ -402,7 +391,7 @@ impl Tables {
                     // Ids are dense and sent in order; anything else is a lost record.
                     return Err(format!("name id {id}, expected {}", self.names.len()));
                 }
-                let sym = intern_bytes(&mut self.strings, &p[4..]);
+                let sym = self.strings.intern_bytes(&p[4..]);
                 self.names.push(Some(sym));
             }
             format::REC_STACK => {
@@ -646,7 +635,7 @@ impl Tables {
             None => {
                 self.scratch.clear();
                 self.scratch.push_str("[unknown @ ");
-                int64_hex(&mut self.scratch, ip);
+                ptscope_event::write_ocaml_int64_hex(&mut self.scratch, ip);
                 self.scratch.push_str(" (");
                 self.scratch.push_str(self.strings.get(dso));
                 self.scratch.push_str(")]");
@@ -721,13 +710,6 @@ fn branch_kind(flags: u32) -> Option<(bool, bool, Option<Kind>)> {
         _ => None,
     };
     Some((start, end, kind))
-}
-
-fn intern_bytes(strings: &mut StringTable, bytes: &[u8]) -> Sym {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => strings.intern(s),
-        Err(_) => strings.intern(&String::from_utf8_lossy(bytes)),
-    }
 }
 
 /// `read_exact`, which retries on EINTR and reports a short read as `UnexpectedEof`.

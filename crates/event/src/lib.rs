@@ -61,6 +61,16 @@ impl StringTable {
         sym
     }
 
+    /// Returns the handle of `bytes` read as UTF-8, invalid sequences replaced (which
+    /// allocates only then): perf passes names as raw bytes.
+    #[inline]
+    pub fn intern_bytes(&mut self, bytes: &[u8]) -> Sym {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => self.intern(s),
+            Err(_) => self.intern(&String::from_utf8_lossy(bytes)),
+        }
+    }
+
     /// Returns the handle of `s` if it was interned before.
     pub fn lookup(&self, s: &str) -> Option<Sym> {
         self.map.get(s).copied()
@@ -404,7 +414,7 @@ impl TraceScope {
     /// The last 4 KiB (perf's context markers, and the `-1` a failed user-space unwind
     /// ends with) count as user space, as they always did.
     pub fn includes_address(self, ip: u64) -> bool {
-        let kernel = (ip as i64) < 0 && ip < (-4095i64) as u64;
+        let kernel = is_kernel_address(ip) && ip < (-4095i64) as u64;
         match self {
             TraceScope::Userspace => !kernel,
             TraceScope::UserspaceAndKernel => true,
@@ -417,6 +427,31 @@ impl fmt::Display for TraceScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.modifier())
     }
+}
+
+/// True for an address in the upper half, where x86-64 and arm64 put the kernel.
+pub fn is_kernel_address(ip: u64) -> bool {
+    (ip as i64) < 0
+}
+
+/// Appends `v` as OCaml's `Int64.Hex.to_string` shows it: read as signed, `-0x…` when
+/// negative. magic-trace names unknown addresses and trap addresses this way.
+pub fn write_ocaml_int64_hex(out: &mut String, v: u64) {
+    use std::fmt::Write;
+    let signed = v as i64;
+    // Writing to a String cannot fail.
+    let _ = if signed < 0 {
+        write!(out, "-0x{:x}", signed.unsigned_abs())
+    } else {
+        write!(out, "0x{signed:x}")
+    };
+}
+
+/// `v` as OCaml's `Int64.Hex.to_string` shows it (see [`write_ocaml_int64_hex`]).
+pub fn ocaml_int64_hex(v: u64) -> String {
+    let mut s = String::new();
+    write_ocaml_int64_hex(&mut s, v);
+    s
 }
 
 /// Where a function starts in the source.
@@ -507,6 +542,17 @@ mod tests {
         assert!(r(150, 200).is_empty());
         assert!(r(10, 3).is_empty());
         assert!(t.is_entertrap(50) && !t.is_entertrap(51));
+    }
+
+    #[test]
+    fn int64_hex_matches_ocaml() {
+        assert_eq!(ocaml_int64_hex(0), "0x0");
+        assert_eq!(ocaml_int64_hex(0x7f00), "0x7f00");
+        assert_eq!(ocaml_int64_hex(0xffff_ffff_af00_1100), "-0x50ffef00");
+        assert_eq!(ocaml_int64_hex(1 << 63), "-0x8000000000000000");
+        let mut s = String::from("x ");
+        write_ocaml_int64_hex(&mut s, 16);
+        assert_eq!(s, "x 0x10");
     }
 
     #[test]

@@ -44,8 +44,8 @@
 
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Hit, Kind, Location, OcamlExceptionInfo, SourcePosition,
-    StringTable, Symbol, Thread, TraceScope, TraceStateChange,
+    is_kernel_address, ocaml_int64_hex, Event, EventData, ExtraEvent, Hit, Kind, Location,
+    OcamlExceptionInfo, SourcePosition, StringTable, Symbol, Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -163,20 +163,6 @@ impl<T> ThreadInfo<T> {
 
     fn set_callstack_from_addr(&mut self, addr: u64, time: i64) {
         self.set_callstack(is_kernel_address(addr), time);
-    }
-}
-
-fn is_kernel_address(addr: u64) -> bool {
-    (addr as i64) < 0
-}
-
-/// Formats like OCaml's `Int64.Hex.to_string`: signed, `-0x…` for negative values.
-pub fn ocaml_int64_hex(v: u64) -> String {
-    let s = v as i64;
-    if s < 0 {
-        format!("-0x{:x}", s.unsigned_abs())
-    } else {
-        format!("0x{s:x}")
     }
 }
 
@@ -746,7 +732,8 @@ fn end_of_thread<S: TraceSink>(
     ti.set_callstack(is_kernel, time);
 }
 
-const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
+/// Where Go's `gogo` returns to when it resumes a goroutine (both writers use it).
+pub(crate) const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
 
 /// A return that knows about Go's `gogo`, which switches goroutine stacks: control
 /// comes back as if from the last `runtime.mcall`/`runtime.morestack`, or, at start-up,

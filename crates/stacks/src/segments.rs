@@ -48,11 +48,11 @@
 //! );
 //! ```
 
-use crate::legacy::{ocaml_int64_hex, LegacyConfig};
+use crate::legacy::{LegacyConfig, GOGO_DESTINATIONS};
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Hit, Kind, Location, OcamlExceptionInfo, SourcePosition,
-    StringTable, Symbol, Thread, TraceScope, TraceStateChange,
+    is_kernel_address, ocaml_int64_hex, Event, EventData, ExtraEvent, Hit, Kind, Location,
+    OcamlExceptionInfo, SourcePosition, StringTable, Symbol, Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -151,8 +151,6 @@ const LIBC_START_MAIN: &[&str] = &["__libc_start_main", "__libc_start_main_impl"
 const LOADER_START_LABEL: &str = "_dl_start_user";
 /// Called by `__libc_start_main` alone (glibc 2.34 and later).
 const LIBC_START_CALL_MAIN: &str = "__libc_start_call_main";
-/// Where a parked goroutine's stack switches to the scheduler.
-const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
 /// How many later segments are searched for evidence of what survived a gap.
 const MAX_LOOKAHEAD: usize = 64;
 /// How far up the stack a long return or unwind is looked for.
@@ -329,10 +327,6 @@ pub struct SegmentsWriter<S: TraceSink> {
     /// The recording has context switches ([`EventData::Switch`]): gaps between
     /// samples are then not taken as time off CPU, switches say exactly when it was.
     switches: bool,
-}
-
-fn is_kernel(ip: u64) -> bool {
-    (ip as i64) < 0
 }
 
 impl<S: TraceSink> SegmentsWriter<S> {
@@ -1057,7 +1051,7 @@ impl<T> Cx<'_, T> {
         self.ensure_src(src);
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
-        if fr.flags & KERNEL_ENTRY != 0 && is_kernel(dst.ip) {
+        if fr.flags & KERNEL_ENTRY != 0 && is_kernel_address(dst.ip) {
             // A kernel return above the first kernel frame seen: its caller was there
             // since the kernel was entered.
             let caller = self.insert_caller(leaf, dst);
@@ -1170,7 +1164,7 @@ impl<T> Cx<'_, T> {
                 break;
             }
             let loc = self.locs.list[fr.loc as usize];
-            let kernel_frame = is_kernel(loc.ip) || fr.flags & KERNEL_ENTRY != 0;
+            let kernel_frame = is_kernel_address(loc.ip) || fr.flags & KERNEL_ENTRY != 0;
             if !kernel_frame && !self.leaf_is_synthetic() {
                 break;
             }
@@ -1270,7 +1264,7 @@ impl<T> Cx<'_, T> {
                 }
             }
             (None, Some(Start)) => {
-                if self.config.scope == TraceScope::Kernel && !is_kernel(dst.ip) {
+                if self.config.scope == TraceScope::Kernel && !is_kernel_address(dst.ip) {
                     return warn;
                 }
                 if self.leaf_is_synthetic() {

@@ -87,7 +87,7 @@ impl<T> Cx<'_, T> {
                     kind,
                     None | Some(Kind::Syscall | Kind::Async | Kind::Interrupt)
                 );
-                let user = src.ip != 0 && !super::is_kernel(src.ip);
+                let user = src.ip != 0 && !ptscope_event::is_kernel_address(src.ip);
                 sig.stop = (resumable && user).then(|| Stop {
                     resume: if syscall {
                         src.ip + SYSCALL_LEN
@@ -119,7 +119,7 @@ impl<T> Cx<'_, T> {
         let Some(stop) = sig.stop.take() else {
             return false;
         };
-        if dst.ip == 0 || dst.ip == stop.resume || super::is_kernel(dst.ip) {
+        if dst.ip == 0 || dst.ip == stop.resume || ptscope_event::is_kernel_address(dst.ip) {
             return false;
         }
         if stop.syscall && self.sigreturn(dst) {
