@@ -240,8 +240,7 @@ impl RangeFilter {
             Event::Ok {
                 data: EventData::StackSample { callstack },
                 ..
-            } => callstack
-                .iter()
+            } => (strings.stack(*callstack))
                 .rev()
                 .map(|l| strings.display(l.symbol))
                 .find(|n| *n == self.start || *n == self.stop),
@@ -416,14 +415,22 @@ impl Source {
 struct SourceNames<'a>(&'a mut Source);
 
 impl ptscope_symbols::NameTable for SourceNames<'_> {
-    fn get(&self, sym: ptscope_event::Sym) -> &str {
-        self.0.strings().get(sym)
+    fn strings(&self) -> &StringTable {
+        self.0.strings()
     }
     fn intern(&mut self, name: &str) -> ptscope_event::Sym {
         match &mut *self.0 {
             Source::Text(d, _) => d.intern(name),
             Source::Perf(p) => p.strings_mut().intern(name),
             Source::Emulate(e) => e.strings_mut().intern(name),
+        }
+    }
+    fn intern_stack(&mut self, frames: &[ptscope_event::Location]) -> ptscope_event::StackHandle {
+        let frames = frames.iter().copied();
+        match &mut *self.0 {
+            Source::Text(d, _) => d.intern_stack(frames),
+            Source::Perf(p) => p.strings_mut().intern_stack(frames),
+            Source::Emulate(e) => e.strings_mut().intern_stack(frames),
         }
     }
 }
@@ -721,6 +728,8 @@ fn extras(
 enum Msg {
     Batch {
         new_strings: Vec<Box<str>>,
+        /// Stacks interned since the last batch, in handle order.
+        new_stacks: Vec<Box<[ptscope_event::Location]>>,
         events: Vec<Event>,
     },
     /// One input is done (a snapshot boundary).
@@ -755,16 +764,20 @@ fn decode_inputs(
     let mut namer = ptscope_symbols::Namer::new(naming, naming);
     namer.set_fold_kernel(fold_kernel);
     let last = specs.len().saturating_sub(1);
-    let mut sent = 0usize;
-    let flush = |strings: &StringTable, sent: &mut usize, events: Vec<Event>| Msg::Batch {
-        new_strings: {
-            let v = (*sent..strings.len())
-                .map(|i| Box::<str>::from(strings.get(ptscope_event::Sym(i as u32))))
-                .collect();
-            *sent = strings.len();
-            v
-        },
-        events,
+    let mut sent = (0usize, 0usize);
+    let flush = |strings: &StringTable, sent: &mut (usize, usize), events: Vec<Event>| {
+        let new_strings = (sent.0..strings.len())
+            .map(|i| Box::<str>::from(strings.get(ptscope_event::Sym(i as u32))))
+            .collect();
+        let new_stacks = (sent.1..strings.stack_count())
+            .map(|i| (strings.stack(ptscope_event::StackHandle(i as u32)).copied()).collect())
+            .collect();
+        *sent = (strings.len(), strings.stack_count());
+        Msg::Batch {
+            new_strings,
+            new_stacks,
+            events,
+        }
     };
     // Summed over the inputs: a rotated recording is several files.
     let mut lost = ptscope_symbols::Lost::default();
@@ -1065,6 +1078,7 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
         match msg {
             Msg::Batch {
                 new_strings,
+                new_stacks,
                 events,
             } => {
                 for s in &new_strings {
@@ -1074,6 +1088,10 @@ fn drive<S: TraceSink, W: StackWriter<S>>(
                             strings.set_display(sym, &d);
                         }
                     }
+                }
+                // In order, so they get the handles they have in the decoder's table.
+                for frames in &new_stacks {
+                    strings.intern_stack(frames.iter().copied());
                 }
                 for event in events {
                     // A trigger's snapshot ends at the hit: samples perf took while ptscope

@@ -72,7 +72,7 @@ impl ExeInfo {
             Event::Ok {
                 data: EventData::StackSample { callstack },
                 ..
-            } => callstack.iter().find_map(check),
+            } => strings.stack(*callstack).find_map(check),
             _ => None,
         }
     }

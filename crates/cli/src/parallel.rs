@@ -8,7 +8,7 @@
 //! batches ahead.
 
 use ptscope_decode::{Decoder, Stats, Warning};
-use ptscope_event::{Event, EventData, Location, StringTable, Sym, Symbol};
+use ptscope_event::{Event, EventData, Location, StackHandle, StringTable, Sym, Symbol};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -29,7 +29,7 @@ pub(crate) const MIN_SIZE: u64 = 64 << 20;
 /// What a worker reports about one part.
 enum Part {
     /// Events, with the names the part's table gained since its previous batch.
-    Batch(Vec<Box<str>>, Vec<Event>),
+    Batch(Vec<Box<str>>, Vec<Box<[Location]>>, Vec<Event>),
     /// The part is done.
     Done(Stats, Vec<Warning>),
     /// Reading the part failed.
@@ -109,6 +109,7 @@ fn worker(
         }
         let mut d = Decoder::new(io::Cursor::new(buf));
         let mut sent = 0usize;
+        let mut sent_stacks = 0usize;
         let mut events = Vec::with_capacity(BATCH);
         loop {
             let next = d.next_event();
@@ -122,8 +123,12 @@ fn worker(
                     .map(|i| Box::<str>::from(table.get(Sym(i as u32))))
                     .collect();
                 sent = table.len();
+                let stacks = (sent_stacks..table.stack_count())
+                    .map(|i| table.stack(StackHandle(i as u32)).copied().collect())
+                    .collect();
+                sent_stacks = table.stack_count();
                 let full = std::mem::replace(&mut events, Vec::with_capacity(BATCH));
-                if tx.send(Part::Batch(names, full)).is_err() {
+                if tx.send(Part::Batch(names, stacks, full)).is_err() {
                     return;
                 }
             }
@@ -151,7 +156,7 @@ fn remap_location(l: &mut Location, map: &[Sym]) {
 }
 
 /// Rewrites a part's name handles into the shared table's.
-fn remap(event: &mut Event, map: &[Sym]) {
+fn remap(event: &mut Event, map: &[Sym], stack_map: &[StackHandle]) {
     match event {
         Event::DecodeError { message, .. } => remap_sym(message, map),
         Event::Ok { data, .. } => match data {
@@ -159,11 +164,7 @@ fn remap(event: &mut Event, map: &[Sym]) {
                 remap_location(src, map);
                 remap_location(dst, map);
             }
-            EventData::StackSample { callstack } => {
-                for l in callstack {
-                    remap_location(l, map);
-                }
-            }
+            EventData::StackSample { callstack } => *callstack = stack_map[callstack.0 as usize],
             EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
                 remap_location(location, map)
             }
@@ -216,6 +217,7 @@ pub(crate) fn parse_file(
         let mut done_bytes = 0u64;
         'parts: for (k, &(start, end)) in ranges.iter().enumerate() {
             let mut map: Vec<Sym> = Vec::new();
+            let mut stack_map: Vec<StackHandle> = Vec::new();
             loop {
                 let msg = match rxs[k % WORKERS].recv() {
                     Ok(m) => m,
@@ -223,10 +225,16 @@ pub(crate) fn parse_file(
                     Err(_) => break 'parts,
                 };
                 match msg {
-                    Part::Batch(names, mut events) => {
+                    Part::Batch(names, stacks, mut events) => {
                         map.extend(names.iter().map(|n| strings.intern(n)));
+                        stack_map.extend(stacks.iter().map(|frames| {
+                            strings.intern_stack(frames.iter().map(|&(mut l)| {
+                                remap_location(&mut l, &map);
+                                l
+                            }))
+                        }));
                         for e in events.iter_mut() {
-                            remap(e, &map);
+                            remap(e, &map, &stack_map);
                         }
                         if !deliver(strings, events) {
                             break 'parts;

@@ -20,9 +20,10 @@
 //!             names.push(decoder.strings().display(dst.symbol).to_owned());
 //!         }
 //!         Event::Ok { data: EventData::StackSample { callstack }, .. } => {
-//!             // Root first.
-//!             for frame in callstack {
-//!                 names.push(decoder.strings().display(frame.symbol).to_owned());
+//!             // Root first; the stack is interned in the decoder's table.
+//!             let strings = decoder.strings();
+//!             for frame in strings.stack(callstack) {
+//!                 names.push(strings.display(frame.symbol).to_owned());
 //!             }
 //!         }
 //!         other => panic!("unexpected {other:?}"),
@@ -74,7 +75,7 @@ pub use warning::{MissingField, Stats, Warning, WarningKind, PT_FIELDS, SAMPLING
 
 use parse::{EventClass, Scratch};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Location, StringTable, Sym, Thread, TraceStateChange,
+    Event, EventData, ExtraEvent, Location, StackHandle, StringTable, Sym, Thread, TraceStateChange,
 };
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -530,15 +531,15 @@ impl State {
                 }
             },
             None => {
-                let callstack: Vec<Location> = if !self.frames.is_empty() || tab_lines > 0 {
-                    self.frames.iter().rev().copied().collect()
+                let callstack = if !self.frames.is_empty() || tab_lines > 0 {
+                    self.strings.intern_stack(self.frames.iter().rev().copied())
                 } else if let Some(loc) = inline {
-                    vec![loc]
+                    self.strings.intern_stack([loc])
                 } else if rest_blank {
                     // perf prints a sample's location or callchain whenever it has
                     // `ip`: a bare header means perf script ran without it.
                     self.note_missing(MissingField::Ip);
-                    Vec::new()
+                    self.strings.intern_stack([])
                 } else {
                     let text = std::mem::take(&mut self.header_text);
                     self.warn(line, WarningKind::UnsupportedEvent, &text);
@@ -692,6 +693,11 @@ impl<R: BufRead> Decoder<R> {
     /// [`Decoder::strings_mut`], which must assume the table was replaced).
     pub fn intern(&mut self, name: &str) -> Sym {
         self.st.strings.intern(name)
+    }
+
+    /// Interns a consumer's own stack in the events' table (as [`Decoder::intern`]).
+    pub fn intern_stack(&mut self, frames: impl IntoIterator<Item = Location>) -> StackHandle {
+        self.st.strings.intern_stack(frames)
     }
 
     /// Mutable access to the table. The decoder's symbol cache is dropped, since the

@@ -28,6 +28,8 @@ pub(crate) struct JitNames {
     state: Vec<u8>,
     notices: Vec<String>,
     scratch: String,
+    /// A sampled stack's frames while they are fixed.
+    frames: Vec<Location>,
 }
 
 impl JitNames {
@@ -61,12 +63,20 @@ impl JitNames {
                 self.fix(dst, strings);
             }
             EventData::StackSample { callstack } => {
-                for l in callstack {
-                    self.fix(l, strings);
+                let mut frames = std::mem::take(&mut self.frames);
+                frames.clear();
+                frames.extend(strings.stack(*callstack).copied());
+                let mut changed = false;
+                for l in &mut frames {
+                    changed |= self.fix(l, strings);
                 }
+                if changed {
+                    *callstack = strings.intern_stack(frames.iter().copied());
+                }
+                self.frames = frames;
             }
             EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
-                self.fix(location, strings)
+                self.fix(location, strings);
             }
             EventData::Power { .. }
             | EventData::Comm { .. }
@@ -76,15 +86,15 @@ impl JitNames {
     }
 
     #[inline]
-    fn fix(&mut self, loc: &mut Location, strings: &mut StringTable) {
-        let Some(dso) = loc.dso else { return };
+    fn fix(&mut self, loc: &mut Location, strings: &mut StringTable) -> bool {
+        let Some(dso) = loc.dso else { return false };
         let i = dso.0 as usize;
         let state = match self.state.get(i) {
             Some(&s) if s != UNCHECKED => s,
             _ => self.check(i, strings.get(dso)),
         };
         if state != HIDE {
-            return;
+            return false;
         }
         // What the decoders make of perf's `[unknown] (DSO)`.
         self.scratch.clear();
@@ -95,6 +105,7 @@ impl JitNames {
         self.scratch.push_str(")]");
         loc.symbol = Symbol::FromPerf(strings.intern(&self.scratch));
         loc.offset = 0;
+        true
     }
 
     #[cold]

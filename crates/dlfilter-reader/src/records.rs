@@ -5,7 +5,7 @@ use crate::format::{self, Class, NO_NAME};
 use crate::Error;
 use ptscope_decode::{Decoder, Stats, Warning, DEFAULT_KEPT_WARNINGS};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, StringTable, Sym, Symbol, Thread,
+    Event, EventData, ExtraEvent, Kind, Location, StackHandle, StringTable, Sym, Symbol, Thread,
     TraceStateChange,
 };
 use std::collections::VecDeque;
@@ -52,8 +52,9 @@ struct Tables {
     names: Vec<Option<Sym>>,
     /// Filter location id → location (callchain frames, branch ends).
     locs: Vec<Location>,
-    /// Filter chain id → callchain, root first (as events carry stacks).
-    chains: Vec<Vec<Location>>,
+    /// Filter chain id → the callchain interned in `strings` (the filter sends each
+    /// distinct chain once, so it is interned once).
+    chains: Vec<StackHandle>,
     unknown_dso: Option<Sym>,
     scratch: String,
     /// Branch flags → their meaning, for the flag sets seen so far.
@@ -425,23 +426,17 @@ impl Tables {
                         self.chains.len()
                     ));
                 }
-                let mut chain = if id < self.chains.len() {
-                    // The filter started its ids again: reuse the slot and its memory.
-                    std::mem::take(&mut self.chains[id])
-                } else {
-                    Vec::with_capacity(n)
-                };
-                chain.clear();
-                // perf lists frames leaf first; stacks are root first.
-                for i in (0..n).rev() {
-                    let l = u32_at(p, 8 + i * 4);
-                    let loc = self
-                        .locs
-                        .get(l as usize)
-                        .ok_or_else(|| format!("location id {l} used before it was sent"))?;
-                    chain.push(*loc);
+                let frame = |i: usize| u32_at(p, 8 + i * 4) as usize;
+                if let Some(l) = (0..n).map(frame).find(|&l| l >= self.locs.len()) {
+                    return Err(format!("location id {l} used before it was sent"));
                 }
+                // perf lists frames leaf first; stacks are root first.
+                let locs = &self.locs;
+                let chain = self
+                    .strings
+                    .intern_stack((0..n).rev().map(|i| locs[frame(i)]));
                 if id < self.chains.len() {
+                    // The filter started its ids again: the slot names another chain.
                     self.chains[id] = chain;
                 } else {
                     self.chains.push(chain);
@@ -461,7 +456,7 @@ impl Tables {
                         name,
                     },
                     None => EventData::StackSample {
-                        callstack: vec![loc],
+                        callstack: self.strings.intern_stack([loc]),
                     },
                 };
                 return Ok(Some(event(c, false, data)));
@@ -501,20 +496,18 @@ impl Tables {
     /// A stack sample's event: `id` names the chain.
     #[inline(always)]
     fn stack(&self, c: Common, period: u64, id: u32) -> Result<Option<Event>, String> {
-        let chain = self
+        let chain = *self
             .chains
             .get(id as usize)
             .ok_or_else(|| format!("chain id {id} used before it was sent"))?;
         let data = match extra(c.class) {
             Some(name) => EventData::EventSample {
                 // perf's leaf frame: the last of a root-first chain.
-                location: *chain.last().ok_or("empty chain")?,
+                location: *self.strings.stack(chain).next_back().ok_or("empty chain")?,
                 count: period,
                 name,
             },
-            None => EventData::StackSample {
-                callstack: chain.clone(),
-            },
+            None => EventData::StackSample { callstack: chain },
         };
         Ok(Some(event(c, false, data)))
     }
@@ -799,8 +792,7 @@ mod tests {
                     data: EventData::StackSample { callstack },
                     ..
                 })) => {
-                    let names: Vec<&str> = callstack
-                        .iter()
+                    let names: Vec<&str> = (r.strings().stack(callstack))
                         .map(|l| r.strings().display(l.symbol))
                         .collect();
                     out.push(format!("{time} {}", names.join(">")));

@@ -19,7 +19,9 @@ use crate::sink::{Recon, ReconThread, TimelineSink};
 use anyhow::{bail, Context, Result};
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{Choice, DlfilterOptions};
-use ptscope_event::{Event, EventData, Kind, StringTable, Sym, Symbol, Thread};
+use ptscope_event::{
+    Event, EventData, Kind, Location, StackHandle, StringTable, Sym, Symbol, Thread,
+};
 use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
 use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
 use ptscope_symbols::{Mappings, NameTable, Namer};
@@ -111,11 +113,14 @@ fn namer(perf_data: &Path) -> Namer {
 struct TextNames<'a>(&'a mut PerfScript);
 
 impl NameTable for TextNames<'_> {
-    fn get(&self, sym: Sym) -> &str {
-        self.0.strings().get(sym)
+    fn strings(&self) -> &StringTable {
+        self.0.strings()
     }
     fn intern(&mut self, name: &str) -> Sym {
         self.0.decoder_mut().intern(name)
+    }
+    fn intern_stack(&mut self, frames: &[Location]) -> StackHandle {
+        self.0.decoder_mut().intern_stack(frames.iter().copied())
     }
 }
 

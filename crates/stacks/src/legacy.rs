@@ -1000,6 +1000,7 @@ fn write_ok<S: TraceSink>(
         // Taken by `write_event_filtered` before a thread's stack is touched.
         EventData::Comm { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
         EventData::StackSample { callstack } => {
+            let callstack = ctx.strings.stack(*callstack);
             // Keep the common prefix (by address) of the old and new stacks; return out
             // of the rest and call into the new frames. Synthetic frames share address 0
             // (`[kernel: read]`, `[kernel: openat]`): their names tell them apart.
@@ -1007,7 +1008,7 @@ fn write_ok<S: TraceSink>(
                 .callstack
                 .stack
                 .iter()
-                .zip(callstack.iter())
+                .zip(callstack.clone())
                 .take_while(|(a, b)| a.ip == b.ip && a.symbol == b.symbol)
                 .count();
             let how_many_ret = ti.callstack.stack.len() - matching;
@@ -1015,7 +1016,7 @@ fn write_ok<S: TraceSink>(
                 ret(ctx, ti, time);
             }
             let depth = ti.callstack.stack.len();
-            for loc in callstack.iter().skip(depth) {
+            for loc in callstack.skip(depth) {
                 call(ctx, ti, time, loc);
             }
         }

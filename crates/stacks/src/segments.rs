@@ -320,6 +320,8 @@ pub struct SegmentsWriter<S: TraceSink> {
     warned_traps: bool,
     /// Sampled frames outside the scope were dropped and the user was told.
     warned_scope: bool,
+    /// A sampled stack's frames in scope (reused: no allocation per sample).
+    sample_frames: Vec<Location>,
     /// Changes of the `--filter` region: (trace time, events now written?).
     regions: Vec<(i64, bool)>,
     in_region: bool,
@@ -349,6 +351,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             warned_impossible: false,
             warned_traps: false,
             warned_scope: false,
+            sample_frames: Vec::new(),
             regions: Vec::new(),
             in_region: true,
             tracks: crate::tracks::Tracks::default(),
@@ -579,25 +582,21 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     // perf samples whole callchains whatever the event's `u`/`k`:
                     // keep only the frames of the levels the trace is about.
                     let scope = cx.config.scope;
-                    if callstack.iter().all(|l| scope.includes_address(l.ip)) {
-                        cx.sample(callstack)
-                    } else {
-                        let kept: Vec<Location> = callstack
-                            .iter()
-                            .filter(|l| scope.includes_address(l.ip))
-                            .copied()
-                            .collect();
-                        cx.sample(&kept);
-                        if !self.warned_scope {
-                            self.warned_scope = true;
-                            let (left, keep) = match scope {
-                                TraceScope::Kernel => ("user-space", "k"),
-                                _ => ("kernel", "u"),
-                            };
-                            self.sink.warning(&format!(
-                                "Note: sampled stacks hold {left} frames, left out of the trace as the scope is `{keep}` (decode with --scope uk to keep them)"
-                            ));
-                        }
+                    let callstack = strings.stack(*callstack);
+                    let all = callstack.len();
+                    let kept = &mut self.sample_frames;
+                    kept.clear();
+                    kept.extend(callstack.filter(|l| scope.includes_address(l.ip)));
+                    cx.sample(kept);
+                    if kept.len() != all && !self.warned_scope {
+                        self.warned_scope = true;
+                        let (left, keep) = match scope {
+                            TraceScope::Kernel => ("user-space", "k"),
+                            _ => ("kernel", "u"),
+                        };
+                        self.sink.warning(&format!(
+                            "Note: sampled stacks hold {left} frames, left out of the trace as the scope is `{keep}` (decode with --scope uk to keep them)"
+                        ));
                     }
                 }
                 EventData::Power { freq_mhz } => cx.ts.power.push((time, *freq_mhz)),

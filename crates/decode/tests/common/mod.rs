@@ -207,7 +207,7 @@ pub fn render(event: Option<&Event>, strings: &StringTable) -> String {
                 }
                 EventData::Power { freq_mhz } => format!("(Power (freq {freq_mhz}))"),
                 EventData::StackSample { callstack } => {
-                    let frames: Vec<String> = callstack.iter().map(loc).collect();
+                    let frames: Vec<String> = strings.stack(*callstack).map(loc).collect();
                     format!("(Stacktrace_sample (callstack ({})))", frames.join(" "))
                 }
                 EventData::EventSample {
