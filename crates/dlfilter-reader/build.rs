@@ -9,10 +9,10 @@ fn main() {
     let src = manifest.join("../dlfilter/src/lib.rs");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    println!("cargo:rerun-if-changed={}", src.display());
+    // The whole folder: the filter's modules are files beside `lib.rs`.
     println!(
         "cargo:rerun-if-changed={}",
-        manifest.join("../dlfilter/src/format.rs").display()
+        manifest.join("../dlfilter/src").display()
     );
     let status = Command::new(rustc)
         .arg(&src)

@@ -1,10 +1,9 @@
 //! The `ptscope` command line: a thin layer over the stage crates.
 
+mod advice;
 mod decode;
-mod exe;
 mod mem;
 mod messages;
-mod parallel;
 mod run;
 
 use clap::{Parser, Subcommand};

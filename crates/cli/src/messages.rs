@@ -44,23 +44,49 @@ pub fn warn(msg: impl Display) {
 /// The reason a command failed, with each cause once: a cause whose text the message
 /// already contains (io errors repeated by a wrapper's Display) is not printed again.
 pub fn error(e: &anyhow::Error) {
-    emit(format_args!("ptscope: error: {}", error_text(e)));
+    match crate::advice::for_error(e) {
+        Some(advice) => emit(format_args!("ptscope: error: {}; {advice}", error_text(e))),
+        None => emit(format_args!("ptscope: error: {}", error_text(e))),
+    }
 }
 
 /// The text [`error`] prints (without the prefix).
 pub fn error_text(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let c = cause.to_string();
-        if c.is_empty() || text.contains(&c) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&c);
+    ptscope_pipeline::error_text(e.as_ref())
+}
+
+/// What a decode has to say once the trace is written (`output`): notices, lines
+/// perf printed that were skipped, why the trace is incomplete, where it is.
+pub fn report(report: &ptscope_pipeline::Report, output: &std::path::Path) {
+    for n in &report.notices {
+        warn(n);
     }
-    text
+    if report.skipped_lines > 0 {
+        let mut m = format!(
+            "{} line(s) of perf output were not understood and were skipped; the first:",
+            report.skipped_lines
+        );
+        for w in &report.first_skipped {
+            m.push_str(&format!("\n  {w}"));
+        }
+        warn(m);
+    }
+    for e in &report.incomplete {
+        warn(format!("the trace is incomplete: {e}"));
+    }
+    if report.interrupted {
+        warn(format!(
+            "decoding was interrupted; the trace holds the {} events decoded before",
+            report.events
+        ));
+    }
+    if output != std::path::Path::new("-") {
+        info(format!(
+            "wrote {} ({} events); open it at https://ui.perfetto.dev",
+            output.display(),
+            report.events
+        ));
+    }
 }
 
 #[cfg(test)]

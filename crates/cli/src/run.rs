@@ -1,11 +1,12 @@
 //! `ptscope run` and `ptscope attach`: record with perf, then decode the working directory
 //! exactly as `ptscope decode DIR` does.
 
-use crate::decode::{self, DecodeArgs, DecoderKind, Format, WriterKind};
+use crate::decode::{self, DecoderKind};
 use crate::messages;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use ptscope_event::TraceScope;
+use ptscope_pipeline::{DecodeOptions, Input};
 use ptscope_record::argv::{
     parse_snapshot_bound, Backend, CallGraph, SnapshotBound, TimerResolution,
 };
@@ -412,29 +413,24 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         stop_at + 1,
         format!("ptscope: interrupted again: quitting; {kept_message}"),
     );
-    let args = DecodeArgs {
-        input: Some(working_dir.clone()),
-        perf_script: None,
+    let options = DecodeOptions {
         output: a.output.clone(),
         scope: Some(scope),
-        writer: WriterKind::Segments,
-        format: Format::Fxt,
-        ocaml_exception_info: None,
         executable: outcome.exe.clone(),
         filter,
         missed_trigger: match &opts.trigger {
             Some(TriggerSpec::Symbol(name)) if outcome.hits.is_empty() => Some(name.clone()),
             _ => None,
         },
-        no_demangle: false,
-        no_inline: false,
         decoder: a.decoder,
-        perf: Some(perf),
-        quiet: a.quiet,
-        clock: None,
+        perf,
+        // Taken from the command line `ptscope run` started: a trace that never enters
+        // it (a program that exited at once) needs no notice.
+        executable_implied: true,
+        ..DecodeOptions::new(Input::Recording(working_dir.clone()))
     };
     decode_keeping_the_recording(
-        &args,
+        &options,
         stop_at,
         temp,
         a.working_directory.is_some(),
@@ -447,19 +443,14 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
 /// whole, and kept (and named) when the decode failed or was cut short; one the user
 /// placed with `-w` is always kept. The program's failure status wins over ptscope's.
 fn decode_keeping_the_recording(
-    args: &DecodeArgs,
+    options: &DecodeOptions,
     stop_at: usize,
     temp: Option<tempfile::TempDir>,
     user_dir: bool,
     kept_message: &str,
     program_code: Option<i32>,
 ) -> Result<i32> {
-    let ctx = decode::DecodeContext {
-        executable_implied: true,
-        stop_at,
-        end_at: None,
-    };
-    let result = decode::run(args, ctx);
+    let result = decode::run(options, stop_at);
     let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
     if user_dir {
         drop(temp);
@@ -769,26 +760,21 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         stop_at + 1,
         format!("ptscope: interrupted again: quitting; {kept_message}"),
     );
-    let args = DecodeArgs {
-        input: Some(working_dir.clone()),
-        perf_script: None,
+    let mut options = DecodeOptions {
         output: a.output.clone(),
         scope: Some(TraceScope::Userspace),
-        writer: WriterKind::Segments,
-        format: Format::Fxt,
-        ocaml_exception_info: None,
         executable: Some(exe),
         filter,
-        missed_trigger: None,
-        no_demangle: false,
-        no_inline: false,
         decoder: a.decoder,
-        perf: a.perf.clone(),
-        quiet: a.quiet,
-        clock: a.clock,
+        executable_implied: true,
+        clock: a.clock.map(Into::into),
+        ..DecodeOptions::new(Input::Recording(working_dir.clone()))
     };
+    if let Some(perf) = &a.perf {
+        options.perf = perf.clone();
+    }
     decode_keeping_the_recording(
-        &args,
+        &options,
         stop_at,
         temp,
         a.working_directory.is_some(),

@@ -352,3 +352,82 @@ fn the_flight_recorder_keeps_the_last_moments_of_a_crashing_program() {
         "the signal's path is missing"
     );
 }
+
+/// Generated code: an RWX page holds a function that calls `hook`; it runs 100 times, is
+/// rewritten in place (a new immediate), and runs 50 times more.
+const JIT: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
+__attribute__((noinline)) int hook(int x) { __asm__ volatile(""); return x * 2; }
+typedef int (*fn)(void);
+static unsigned char *emit(unsigned char *p, int imm) {
+    /* sub rsp,8; mov edi,imm; mov rax,hook; call rax; add rsp,8; ret */
+    unsigned char code[] = {0x48, 0x83, 0xEC, 0x08, 0xBF, 0, 0, 0, 0, 0x48, 0xB8, 0, 0, 0, 0, 0, 0, 0, 0,
+                            0xFF, 0xD0, 0x48, 0x83, 0xC4, 0x08, 0xC3};
+    uint64_t h = (uint64_t)(uintptr_t)&hook;
+    memcpy(code + 5, &imm, 4);
+    memcpy(code + 11, &h, 8);
+    memcpy(p, code, sizeof code);
+    return p;
+}
+__attribute__((noinline)) int run_jit(fn f, int n) { int s = 0; for (int i = 0; i < n; i++) s += f(); return s; }
+int main(void) {
+    unsigned char *p = mmap(0, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 1;
+    fn f = (fn)emit(p, 5);
+    int a = run_jit(f, 100);
+    emit(p, 7);
+    int b = run_jit(f, 50);
+    printf("%d %d\n", a, b);
+    return 0;
+}
+"#;
+
+#[test]
+fn generated_and_rewritten_code_is_traced_without_a_crash() {
+    let Some(plugin) = plugin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    compile(dir.path(), "jit", JIT);
+    let out = run(
+        &plugin,
+        dir.path(),
+        &[
+            "run",
+            "--backend",
+            "emulate",
+            "-w",
+            "rec",
+            "-o",
+            "t.fxt.gz",
+            "--",
+            "./jit",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The rewrite took effect under emulation: 100 × 10, then 50 × 14.
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000 700");
+    let t = transcript(&plugin, dir.path(), "rec", "./jit");
+    let names: Vec<&str> = t
+        .lines()
+        .filter_map(|l| l.split_once(" BEGIN ").map(|(_, n)| n))
+        .collect();
+    let runs: Vec<usize> = (0..names.len())
+        .filter(|&i| names[i] == "run_jit")
+        .collect();
+    assert_eq!(runs.len(), 2, "two run_jit calls: {names:?}");
+    // Inside each run_jit: only the generated function (unnamed) calling hook, every time.
+    for (&start, n) in runs.iter().zip([100, 50]) {
+        let inside = &names[start + 1..start + 1 + 2 * n];
+        for pair in inside.chunks(2) {
+            assert_eq!(pair, ["[unknown]", "hook"], "in run_jit: {pair:?}");
+        }
+    }
+    let ends = t.lines().filter(|l| l.ends_with("END   hook")).count();
+    assert_eq!(ends, 150, "every hook call ends");
+}

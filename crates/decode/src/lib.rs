@@ -66,14 +66,16 @@
 
 #![warn(missing_docs)]
 
+pub mod header;
 mod parse;
 pub mod perf;
 mod warning;
 
-pub use perf::{PerfScript, PerfScriptOptions, RecordingKind};
+pub use perf::{PerfError, PerfProcess, PerfScript, PerfScriptOptions, RecordingKind};
 pub use warning::{MissingField, Stats, Warning, WarningKind, PT_FIELDS, SAMPLING_FIELDS};
 
 use parse::{EventClass, Scratch};
+use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{
     Event, EventData, ExtraEvent, Location, StackHandle, StringTable, Sym, Thread, TraceStateChange,
 };
@@ -81,7 +83,6 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
-use std::process::ExitStatus;
 
 /// Longest line the decoder buffers; longer lines are dropped with a warning so
 /// memory stays bounded whatever the input.
@@ -97,34 +98,12 @@ pub enum Error {
     /// Reading the input failed.
     #[error("reading perf script output: {0}")]
     Io(#[from] io::Error),
-    /// A program (perf) could not be started.
-    #[error("could not run `{program}`: {source}")]
-    Spawn {
-        /// The program.
-        program: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// perf ran but exited unsuccessfully.
-    #[error("`{command}` failed ({status}){}", stderr_suffix(.stderr))]
-    PerfFailed {
-        /// The command line, for the message.
-        command: String,
-        /// How it exited.
-        status: ExitStatus,
-        /// The end of what it printed on stderr.
-        stderr: String,
-    },
-}
-
-fn stderr_suffix(stderr: &str) -> String {
-    let t = stderr.trim();
-    if t.is_empty() {
-        String::new()
-    } else {
-        format!(":\n{t}")
-    }
+    /// perf could not be started, or failed.
+    #[error(transparent)]
+    Perf(#[from] perf::PerfError),
+    /// The recording's header could not be read.
+    #[error(transparent)]
+    Header(#[from] header::HeaderError),
 }
 
 /// The group whose header was read last and which further tab lines may extend.
@@ -571,14 +550,24 @@ pub struct Decoder<R> {
     spill: Vec<u8>,
     overlong: bool,
     eof: bool,
+    /// The input's size, when it is a file (for progress).
+    size: Option<u64>,
     st: State,
 }
 
 impl Decoder<BufReader<File>> {
     /// Opens a file of `perf script` text with a large read buffer.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
-        let file = File::open(path)?;
-        Ok(Decoder::new(BufReader::with_capacity(1 << 20, file)))
+        Ok(Decoder::from_file(File::open(path)?))
+    }
+
+    /// Decodes an open file of `perf script` text; its size is the progress's total
+    /// ([`EventSource::size`]).
+    pub fn from_file(file: File) -> Self {
+        let size = file.metadata().map(|m| m.len()).ok().filter(|&n| n > 0);
+        let mut d = Decoder::new(BufReader::with_capacity(1 << 20, file));
+        d.size = size;
+        d
     }
 }
 
@@ -595,6 +584,7 @@ impl<R: BufRead> Decoder<R> {
             spill: Vec::new(),
             overlong: false,
             eof: false,
+            size: None,
             st: State {
                 strings,
                 scratch: Scratch::default(),
@@ -707,11 +697,6 @@ impl<R: BufRead> Decoder<R> {
         &mut self.st.strings
     }
 
-    /// Takes the table, leaving an empty one for the events still to come.
-    pub fn take_strings(&mut self) -> StringTable {
-        std::mem::take(self.strings_mut())
-    }
-
     /// Gives the string table back, e.g. to decode the next snapshot into it.
     pub fn into_strings(self) -> StringTable {
         self.st.strings
@@ -755,6 +740,32 @@ fn push_capped(spill: &mut Vec<u8>, overlong: &mut bool, bytes: &[u8]) {
         *overlong = true;
     } else {
         spill.extend_from_slice(bytes);
+    }
+}
+
+impl<R: BufRead + Send> EventSource for Decoder<R> {
+    fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
+        Ok(Decoder::next_event(self)?)
+    }
+    fn strings(&self) -> &StringTable {
+        &self.st.strings
+    }
+    fn stats(&self) -> Stats {
+        self.st.stats
+    }
+    fn warnings(&self) -> Vec<Warning> {
+        self.st.warnings.clone()
+    }
+    fn size(&self) -> Option<u64> {
+        self.size
+    }
+    fn finish(self: Box<Self>) -> Finished {
+        // A field perf script was run without: say which, and how to get it.
+        let notices = self.st.missing.iter().map(|m| m.to_string()).collect();
+        Finished {
+            notices,
+            ..Finished::new(self.st.strings)
+        }
     }
 }
 

@@ -434,7 +434,7 @@ fn replacing_the_string_table_midway_keeps_names_right() {
     };
     let e = d.next_event().expect("slice").expect("event");
     assert_eq!(name(&d, &e), "fn_5");
-    let old = d.take_strings();
+    let old = std::mem::take(d.strings_mut());
     assert!(old.lookup("fn_5").is_some());
     let e = d.next_event().expect("slice").expect("event");
     assert_eq!(name(&d, &e), "fn_5");

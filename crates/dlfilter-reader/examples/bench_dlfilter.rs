@@ -5,7 +5,8 @@
 //! asked of `perf evlist` unless given (a perf on a machine without Intel PT cannot name
 //! the `intel_pt` event of a simulated recording).
 
-use ptscope_decode::perf::{default_perf, detect_recording_kind};
+use ptscope_decode::header::read_header;
+use ptscope_decode::perf::default_perf;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{install_filter, DlfilterOptions, DlfilterScript};
 use std::path::{Path, PathBuf};
@@ -130,7 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("pt") => RecordingKind::IntelPt,
         Some("sampling") => RecordingKind::Sampling,
         Some(other) => return Err(format!("unknown kind {other}").into()),
-        None => detect_recording_kind(&default_perf(), &data)?,
+        None => read_header(&data)?.kind(),
     };
     let installed = install_filter(&std::env::temp_dir())?;
     let filter = installed.path().to_path_buf();

@@ -12,6 +12,7 @@
 use crate::jit::JitNames;
 use crate::{DlfilterOptions, DlfilterScript, Error};
 use ptscope_decode::{PerfScript, PerfScriptOptions, Stats, Warning};
+use ptscope_event::source::{EventSource, Finished, SourceError, TableMap};
 use ptscope_event::{Event, EventData, Kind, StringTable, Symbol};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -83,6 +84,14 @@ pub struct AnyScript {
 enum Inner {
     Dlfilter(Box<DlfilterScript>),
     Text(Box<PerfScript>),
+    /// The text path continuing a dlfilter stream that failed: the names already
+    /// delivered keep their handles, so the text script's names are moved into the
+    /// dlfilter's table.
+    Continued {
+        script: Box<PerfScript>,
+        strings: Box<StringTable>,
+        map: TableMap,
+    },
 }
 
 /// Which decoder to use.
@@ -110,7 +119,6 @@ fn text_options(o: &DlfilterOptions) -> PerfScriptOptions {
 /// without a program-name prefix); later notices come from [`AnyScript::take_notices`].
 pub fn open(
     options: &DlfilterOptions,
-    strings: StringTable,
     choice: Choice,
 ) -> Result<(AnyScript, Option<String>), Error> {
     let text = text_options(options);
@@ -122,12 +130,12 @@ pub fn open(
         jit: JitNames::new(options.map_trust.clone()),
         notices: Vec::new(),
     };
-    let to_text = |strings: StringTable, why: Option<String>| -> Result<_, Error> {
-        let script = PerfScript::spawn_with_strings(&text, strings)?;
+    let to_text = |why: Option<String>| -> Result<_, Error> {
+        let script = PerfScript::spawn(&text)?;
         Ok((any(Inner::Text(Box::new(script)), None), why))
     };
     if choice == Choice::Text {
-        return to_text(strings, None);
+        return to_text(None);
     }
     let refuse = |why: String| -> Result<(AnyScript, Option<String>), Error> {
         Err(Error::Unsupported(why))
@@ -142,20 +150,13 @@ pub fn open(
             if choice == Choice::Dlfilter {
                 return refuse(why);
             }
-            return to_text(
-                strings,
-                Some(format!("{why}; decoding perf script text instead")),
-            );
+            return to_text(Some(format!("{why}; decoding perf script text instead")));
         }
     }
-    let backup = strings.clone();
-    let mut script = match DlfilterScript::spawn_with_strings(options, strings) {
+    let mut script = match DlfilterScript::spawn(options) {
         Ok(s) => s,
         Err(e) if choice == Choice::Auto => {
-            return to_text(
-                backup,
-                Some(format!("{e}; decoding perf script text instead")),
-            )
+            return to_text(Some(format!("{e}; decoding perf script text instead")))
         }
         Err(e) => return Err(e),
     };
@@ -171,10 +172,7 @@ pub fn open(
             if choice == Choice::Dlfilter {
                 return refuse(why);
             }
-            to_text(
-                backup,
-                Some(format!("{why}; decoding perf script text instead")),
-            )
+            to_text(Some(format!("{why}; decoding perf script text instead")))
         }
     }
 }
@@ -207,16 +205,31 @@ impl AnyScript {
                             self.delivered
                         ));
                         self.notices.extend(script.take_notices());
-                        // The names already delivered stay valid: the table moves over,
-                        // and so does what is known about the JIT maps among them.
+                        // The names already delivered stay valid: the table is kept,
+                        // and so is what is known about the JIT maps among them.
                         self.jit = std::mem::take(&mut script.jit);
-                        let strings = script.take_strings_keeping_names();
-                        let text = PerfScript::spawn_with_strings(&opts, strings)?;
+                        let text = PerfScript::spawn(&opts)?;
                         self.skip = self.delivered;
-                        self.inner = Inner::Text(Box::new(text));
+                        let failed = std::mem::replace(
+                            &mut self.inner,
+                            Inner::Continued {
+                                script: Box::new(text),
+                                strings: Box::default(),
+                                map: TableMap::new(),
+                            },
+                        );
+                        if let (Inner::Dlfilter(old), Inner::Continued { strings, .. }) =
+                            (failed, &mut self.inner)
+                        {
+                            **strings = old.into_strings();
+                        }
                     }
                 },
-                Inner::Text(script) => {
+                Inner::Continued {
+                    script,
+                    strings,
+                    map,
+                } => {
                     let Some(mut e) = script.next_event()? else {
                         return Ok(None);
                     };
@@ -228,6 +241,15 @@ impl AnyScript {
                         }
                         continue;
                     }
+                    map.apply(&mut e, script.strings(), &mut *strings);
+                    self.jit.apply(&mut e, &mut *strings);
+                    self.delivered += 1;
+                    return Ok(Some(e));
+                }
+                Inner::Text(script) => {
+                    let Some(mut e) = script.next_event()? else {
+                        return Ok(None);
+                    };
                     self.jit.apply(&mut e, script.decoder_mut().strings_mut());
                     self.delivered += 1;
                     return Ok(Some(e));
@@ -258,24 +280,16 @@ impl AnyScript {
         match &self.inner {
             Inner::Dlfilter(script) => script.strings(),
             Inner::Text(script) => script.strings(),
+            Inner::Continued { strings, .. } => strings,
         }
     }
 
-    /// The table, for a later step that names locations anew (new names only: the
-    /// names already interned keep their handles).
-    pub fn strings_mut(&mut self) -> &mut StringTable {
-        match &mut self.inner {
-            Inner::Dlfilter(script) => script.strings_mut(),
-            Inner::Text(script) => script.decoder_mut().strings_mut(),
-        }
-    }
-
-    /// Takes the string table, leaving an empty one.
-    pub fn take_strings(&mut self) -> StringTable {
-        self.jit.reset();
-        match &mut self.inner {
-            Inner::Dlfilter(script) => script.take_strings(),
-            Inner::Text(script) => script.take_strings(),
+    /// Gives the string table back.
+    pub fn into_strings(self) -> StringTable {
+        match self.inner {
+            Inner::Dlfilter(script) => script.into_strings(),
+            Inner::Text(script) => script.into_strings(),
+            Inner::Continued { strings, .. } => *strings,
         }
     }
 
@@ -283,7 +297,7 @@ impl AnyScript {
     pub fn stats(&self) -> Stats {
         match &self.inner {
             Inner::Dlfilter(script) => script.stats(),
-            Inner::Text(script) => *script.decoder().stats(),
+            Inner::Text(script) | Inner::Continued { script, .. } => *script.decoder().stats(),
         }
     }
 
@@ -291,15 +305,43 @@ impl AnyScript {
     pub fn warnings(&self) -> Vec<Warning> {
         match &self.inner {
             Inner::Dlfilter(script) => script.warnings().to_vec(),
-            Inner::Text(script) => script.decoder().warnings().to_vec(),
+            Inner::Text(script) | Inner::Continued { script, .. } => {
+                script.decoder().warnings().to_vec()
+            }
         }
     }
 
     /// Waits for perf and reports how it exited.
     pub fn finish(&mut self) -> Result<(), Error> {
         match &mut self.inner {
-            Inner::Dlfilter(script) => script.finish(),
-            Inner::Text(script) => Ok(script.finish()?),
+            Inner::Dlfilter(script) => DlfilterScript::finish(script),
+            Inner::Text(script) | Inner::Continued { script, .. } => {
+                Ok(PerfScript::finish(script)?)
+            }
+        }
+    }
+}
+
+impl EventSource for AnyScript {
+    fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
+        Ok(AnyScript::next_event(self)?)
+    }
+    fn strings(&self) -> &StringTable {
+        AnyScript::strings(self)
+    }
+    fn stats(&self) -> Stats {
+        AnyScript::stats(self)
+    }
+    fn warnings(&self) -> Vec<Warning> {
+        AnyScript::warnings(self)
+    }
+    fn finish(mut self: Box<Self>) -> Finished {
+        let failure = AnyScript::finish(&mut self).err().map(SourceError::from);
+        let notices = self.take_notices();
+        Finished {
+            failure,
+            notices,
+            ..Finished::new(self.into_strings())
         }
     }
 }

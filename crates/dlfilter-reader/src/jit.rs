@@ -41,11 +41,6 @@ impl JitNames {
         }
     }
 
-    /// Forgets what was learnt about names: the string table was replaced.
-    pub(crate) fn reset(&mut self) {
-        self.state.clear();
-    }
-
     /// Notices so far (maps ignored), oldest first.
     pub(crate) fn take_notices(&mut self) -> Vec<String> {
         std::mem::take(&mut self.notices)

@@ -32,17 +32,19 @@ mod records;
 
 pub use auto::{is_dropped_jump, open, perf_version, version_supports_dlfilter, AnyScript, Choice};
 pub use ptscope_symbols::MapTrust;
-pub use records::RecordReader;
+pub use records::{CorruptKind, IdKind, RecordReader};
 
-use ptscope_decode::perf::{detect_recording_kind, RecordingKind};
-use ptscope_decode::{Stats, Warning};
+use ptscope_decode::header::read_header;
+use ptscope_decode::perf::RecordingKind;
+use ptscope_decode::{PerfError, Stats, Warning};
+use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::io::{self, BufReader};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{ChildStdout, Command, Stdio};
 
 /// The filter shared object, compiled from `crates/dlfilter` by this crate's build script.
 pub static FILTER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libptscope_dlfilter.so"));
@@ -64,15 +66,9 @@ pub enum Error {
     /// Reading perf's output failed.
     #[error("reading perf's output: {0}")]
     Io(#[from] io::Error),
-    /// perf could not be started.
-    #[error("could not run `{program}`: {source}")]
-    Spawn {
-        /// The program.
-        program: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    /// perf could not be started, or failed.
+    #[error(transparent)]
+    Perf(#[from] PerfError),
     /// The filter could not be written out.
     #[error("cannot write the dlfilter to {path}: {source}")]
     Install {
@@ -82,16 +78,6 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// perf exited unsuccessfully.
-    #[error("`{command}` failed ({status}){}", suffix(.stderr))]
-    PerfFailed {
-        /// The command line.
-        command: String,
-        /// How it exited.
-        status: ExitStatus,
-        /// The end of its stderr.
-        stderr: String,
-    },
     /// The stream ended without the filter's end record: perf stopped early.
     #[error("perf's output ended before the dlfilter finished ({events} events decoded before it are kept)")]
     Truncated {
@@ -99,12 +85,14 @@ pub enum Error {
         events: u64,
     },
     /// A record did not make sense.
-    #[error("malformed dlfilter record at byte {offset}: {what}")]
+    #[error("malformed dlfilter {record} record at byte {offset}: {kind}")]
     Corrupt {
-        /// Offset in the stream.
+        /// Offset of the record in the stream.
         offset: u64,
+        /// The kind of record (`"stack sample"`, `"chain"`, …).
+        record: &'static str,
         /// What was wrong.
-        what: String,
+        kind: CorruptKind,
     },
     /// The text path (used as the fallback) failed.
     #[error(transparent)]
@@ -112,15 +100,6 @@ pub enum Error {
     /// perf did not load the filter (too old, or the library was rejected).
     #[error("perf did not run the dlfilter: {0}")]
     Unsupported(String),
-}
-
-fn suffix(stderr: &str) -> String {
-    let t = stderr.trim();
-    if t.is_empty() {
-        String::new()
-    } else {
-        format!(":\n{t}")
-    }
 }
 
 /// The filter written out for perf to load, in a private directory that is removed
@@ -181,7 +160,7 @@ pub struct DlfilterOptions {
     pub perf: PathBuf,
     /// The `perf.data` file.
     pub input: PathBuf,
-    /// `None` asks `perf evlist`.
+    /// `None` reads it from the recording's header.
     pub kind: Option<RecordingKind>,
     /// Where the private directory holding the filter is made ([`install_filter`]);
     /// `None` is the system temporary directory (`$TMPDIR`, else `/tmp`). Nothing is
@@ -251,19 +230,11 @@ pub struct DlfilterScript {
 }
 
 impl DlfilterScript {
-    /// Starts perf with a fresh string table.
+    /// Starts perf; the script owns the table its events' names are interned in.
     pub fn spawn(options: &DlfilterOptions) -> Result<Self, Error> {
-        DlfilterScript::spawn_with_strings(options, StringTable::new())
-    }
-
-    /// Starts perf, interning names into `strings`.
-    pub fn spawn_with_strings(
-        options: &DlfilterOptions,
-        strings: StringTable,
-    ) -> Result<Self, Error> {
         let kind = match options.kind {
             Some(k) => k,
-            None => detect_recording_kind(&options.perf, &options.input).map_err(|e| {
+            None => read_header(&options.input).map(|h| h.kind()).map_err(|e| {
                 Error::Unsupported(format!("cannot tell what kind of recording this is: {e}"))
             })?,
         };
@@ -301,18 +272,14 @@ impl DlfilterScript {
         cmd.args(&options.extra_args)
             .env("PAGER", "cat")
             .stdin(Stdio::null());
-        // Its own process group, so the terminal's Ctrl-C reaches ptscope only: perf cut
-        // short by it would look like a failed stream, and `--decoder auto` would start
-        // the whole decode again on the text path instead of stopping. ptscope stops
-        // perf itself (`finish`, or dropping the script).
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let (perf, stdout) = PerfProcess::spawn(&mut cmd).map_err(|source| Error::Spawn {
-            program: options.perf.display().to_string(),
-            source,
-        })?;
+        // PerfProcess puts perf in its own process group, so the terminal's Ctrl-C
+        // reaches ptscope only: perf cut short by it would look like a failed stream, and
+        // `--decoder auto` would start the whole decode again on the text path instead
+        // of stopping. ptscope stops perf itself (`finish`, or dropping the script).
+        let (perf, stdout) = PerfProcess::spawn(&mut cmd)?;
         grow_pipe(&stdout);
         Ok(DlfilterScript {
-            reader: RecordReader::with_strings(BufReader::with_capacity(1 << 20, stdout), strings),
+            reader: RecordReader::new(BufReader::with_capacity(1 << 20, stdout)),
             perf,
             kind,
             jit: jit::JitNames::new(options.map_trust.clone()),
@@ -361,21 +328,8 @@ impl DlfilterScript {
         self.reader.strings()
     }
 
-    /// The table, for a later step that names locations anew (new names only: the
-    /// names already interned keep their handles).
-    pub fn strings_mut(&mut self) -> &mut StringTable {
-        self.reader.strings_mut()
-    }
-
-    /// Takes the string table, leaving an empty one.
-    pub fn take_strings(&mut self) -> StringTable {
-        self.jit.reset();
-        self.reader.take_strings()
-    }
-
-    /// Takes the string table for another decoder of the same input, keeping what
-    /// is known about its JIT-map names (they stay valid).
-    pub(crate) fn take_strings_keeping_names(&mut self) -> StringTable {
+    /// Gives the string table back.
+    pub fn into_strings(mut self) -> StringTable {
         self.reader.take_strings()
     }
 
@@ -393,18 +347,37 @@ impl DlfilterScript {
     /// the events were not drained, perf is stopped first (that is not an error).
     pub fn finish(&mut self) -> Result<(), Error> {
         let stopped_early = !self.reader.is_finished();
-        match self.perf.wait(stopped_early)? {
-            None => Ok(()),
-            Some((status, stderr)) => Err(Error::PerfFailed {
-                command: self.perf.command().to_string(),
-                status,
-                stderr,
-            }),
-        }
+        Ok(self.perf.finish(stopped_early)?)
     }
 
     /// Stops perf and returns the end of its stderr (for diagnostics).
     fn stderr_now(&mut self) -> String {
         self.perf.kill_and_stderr()
+    }
+}
+
+impl EventSource for DlfilterScript {
+    fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
+        Ok(DlfilterScript::next_event(self)?)
+    }
+    fn strings(&self) -> &StringTable {
+        self.reader.strings()
+    }
+    fn stats(&self) -> Stats {
+        self.reader.stats()
+    }
+    fn warnings(&self) -> Vec<Warning> {
+        self.reader.warnings().to_vec()
+    }
+    fn finish(mut self: Box<Self>) -> Finished {
+        let failure = DlfilterScript::finish(&mut self)
+            .err()
+            .map(SourceError::from);
+        let notices = self.take_notices();
+        Finished {
+            failure,
+            notices,
+            ..Finished::new(self.into_strings())
+        }
     }
 }

@@ -65,18 +65,245 @@ struct Tables {
     end: bool,
 }
 
-#[inline]
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
+/// What was wrong with a record of the filter's stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CorruptKind {
+    /// The stream does not start with the filter's hello record.
+    NoHello,
+    /// The filter writes another version of the format than this reader reads.
+    Version(u32),
+    /// The header's length field is beyond any real record (not allocated).
+    TooLong(u64),
+    /// A field runs past the end of the record.
+    Short {
+        /// Offset of the field in the record's payload.
+        at: usize,
+        /// Bytes the field needs.
+        needed: usize,
+        /// Bytes the payload has.
+        len: usize,
+    },
+    /// A fixed-size record has another size.
+    Length {
+        /// Bytes the payload has.
+        len: usize,
+        /// Bytes this kind of record has.
+        expected: usize,
+    },
+    /// A chain's frame count is 0, beyond perf's limit, or disagrees with its size.
+    ChainFrames {
+        /// Frames the record claims.
+        frames: usize,
+        /// Bytes the payload has.
+        len: usize,
+    },
+    /// A name or location id out of sequence: ids are dense, so a gap is a lost record.
+    OutOfOrder {
+        /// What the id names.
+        table: IdKind,
+        /// The id sent.
+        id: usize,
+        /// The id due next.
+        expected: usize,
+    },
+    /// A chain id beyond the next new one, or beyond the filter's limit.
+    ChainId {
+        /// The id sent.
+        id: usize,
+        /// The largest id allowed here.
+        max: usize,
+    },
+    /// An id used before the record defining it.
+    Unsent {
+        /// What the id names.
+        table: IdKind,
+        /// The id.
+        id: u32,
+    },
+    /// A stack sample whose chain has no frame.
+    EmptyChain,
+    /// A sample class this reader does not know.
+    UnknownClass(u8),
+    /// A record type this reader does not know.
+    UnknownRecord(u8),
+    /// A `NEXT_*` record with no sample record before it to repeat.
+    NoPreviousSample,
+    /// A `NEXT_*` record's time delta overflows the time.
+    TimeOverflow,
+    /// Branch flags perf would not print as words.
+    UnprintableFlags(u32),
 }
 
-#[inline]
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
+/// The kinds of ids the filter defines once and then refers to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum IdKind {
+    /// A symbol or DSO name (`NAME` records).
+    Name,
+    /// An address's location (`LOC` records).
+    Location,
+    /// A callchain (`CHAIN` records).
+    Chain,
+}
+
+impl std::fmt::Display for IdKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IdKind::Name => "name",
+            IdKind::Location => "location",
+            IdKind::Chain => "chain",
+        })
+    }
+}
+
+impl std::fmt::Display for CorruptKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CorruptKind::NoHello => {
+                write!(f, "stream does not start with the filter's hello record")
+            }
+            CorruptKind::Version(v) => write!(
+                f,
+                "filter speaks version {v}, this ptscope reads {}",
+                format::VERSION
+            ),
+            CorruptKind::TooLong(len) => write!(f, "record of {len} bytes"),
+            CorruptKind::Short { at, needed, len } => write!(
+                f,
+                "record too short: a {needed}-byte field at byte {at} of a {len}-byte payload"
+            ),
+            CorruptKind::Length { len, expected } => {
+                write!(f, "bad length {len} (this record has {expected} bytes)")
+            }
+            CorruptKind::ChainFrames { frames, len } => {
+                write!(f, "chain of {frames} frames has {len} bytes")
+            }
+            CorruptKind::OutOfOrder {
+                table,
+                id,
+                expected,
+            } => write!(f, "{table} id {id}, expected {expected}"),
+            CorruptKind::ChainId { id, max } => {
+                write!(f, "chain id {id}, expected at most {max}")
+            }
+            CorruptKind::Unsent { table, id } => {
+                write!(f, "{table} id {id} used before it was sent")
+            }
+            CorruptKind::EmptyChain => write!(f, "empty chain"),
+            CorruptKind::UnknownClass(c) => write!(f, "unknown class {c}"),
+            CorruptKind::UnknownRecord(t) => write!(f, "unknown record type {t}"),
+            CorruptKind::NoPreviousSample => {
+                write!(f, "a next-sample record without a sample record before it")
+            }
+            CorruptKind::TimeOverflow => write!(f, "time overflows"),
+            CorruptKind::UnprintableFlags(x) => write!(f, "unprintable branch flags {x:#x}"),
+        }
+    }
+}
+
+/// What a record of type `ty` is called in messages.
+pub(crate) fn record_name(ty: u8) -> &'static str {
+    match ty {
+        format::REC_HELLO => "hello",
+        format::REC_NAME => "name",
+        format::REC_STACK => "stack sample",
+        format::REC_NEXT_STACK => "next stack sample",
+        format::REC_CHAIN => "chain",
+        format::REC_INLINE => "inline sample",
+        format::REC_BRANCH => "branch",
+        format::REC_NEXT_BRANCH => "next branch",
+        format::REC_LOC => "location",
+        format::REC_END => "end",
+        _ => "unknown",
+    }
+}
+
+/// Reads a record's little-endian fields in order, each checked against the record's
+/// end, without copying (gimli's `Reader` in miniature).
+#[derive(Copy, Clone, Debug)]
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    #[inline(always)]
+    fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf, pos: 0 }
+    }
+
+    /// The next `n` bytes.
+    #[inline(always)]
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], CorruptKind> {
+        let b = self
+            .pos
+            .checked_add(n)
+            .and_then(|end| self.buf.get(self.pos..end))
+            .ok_or(CorruptKind::Short {
+                at: self.pos,
+                needed: n,
+                len: self.buf.len(),
+            })?;
+        self.pos += n;
+        Ok(b)
+    }
+
+    #[inline(always)]
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], CorruptKind> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.bytes(N)?);
+        Ok(a)
+    }
+
+    #[inline(always)]
+    fn u8(&mut self) -> Result<u8, CorruptKind> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    #[inline(always)]
+    fn u32(&mut self) -> Result<u32, CorruptKind> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    #[inline(always)]
+    fn u64(&mut self) -> Result<u64, CorruptKind> {
+        self.array().map(u64::from_le_bytes)
+    }
+
+    /// Passes over `n` bytes the reader has no use for.
+    #[inline(always)]
+    fn skip(&mut self, n: usize) -> Result<(), CorruptKind> {
+        self.bytes(n).map(|_| ())
+    }
+
+    /// Everything after the fields read so far.
+    #[inline(always)]
+    fn rest(&mut self) -> &'a [u8] {
+        let b = &self.buf[self.pos..];
+        self.pos = self.buf.len();
+        b
+    }
+}
+
+/// `Err` unless the payload `p` is exactly `expected` bytes.
+#[inline(always)]
+fn expect_len(p: &[u8], expected: usize) -> Result<(), CorruptKind> {
+    if p.len() == expected {
+        Ok(())
+    } else {
+        Err(CorruptKind::Length {
+            len: p.len(),
+            expected,
+        })
+    }
+}
+
+/// The payload length in a record header.
+#[inline(always)]
+fn header_len(head: &[u8]) -> Result<usize, CorruptKind> {
+    let mut c = Cursor::new(head);
+    c.skip(2)?;
+    Ok(c.u32()? as usize)
 }
 
 fn id(v: i32) -> Option<u32> {
@@ -305,36 +532,28 @@ impl<R: BufRead> RecordReader<R> {
         self.text.clear();
     }
 
-    fn corrupt(&self, what: impl Into<String>) -> Error {
-        Error::Corrupt {
-            offset: self.offset,
-            what: what.into(),
-        }
-    }
-
     /// Reads and converts one binary record.
     fn record(&mut self) -> Result<Option<Event>, Error> {
         // Nearly every record lies wholly in the reader's buffer: convert it in place.
         if let Ok(buf) = self.reader.fill_buf() {
-            if buf.len() >= format::HEADER_LEN {
-                let len = u32_at(buf, 2) as usize;
+            if let Ok(len) = header_len(buf) {
                 let total = format::HEADER_LEN + len;
                 if len <= MAX_RECORD && buf.len() >= total {
-                    let at = self.offset;
-                    let r = self.t.convert(buf[1], &buf[format::HEADER_LEN..total]);
+                    let (at, ty) = (self.offset, buf[1]);
+                    let r = self.t.convert(ty, &buf[format::HEADER_LEN..total]);
                     self.reader.consume(total);
                     self.offset += total as u64;
                     self.stats.bytes += total as u64;
-                    return r.map_err(|what| Error::Corrupt { offset: at, what });
+                    return r.map_err(|kind| corrupt(at, ty, kind));
                 }
             }
         }
         let mut head = [0u8; format::HEADER_LEN];
         read_full(&mut self.reader, &mut head).map_err(|e| self.short(e))?;
         let ty = head[1];
-        let len = u32_at(&head, 2) as usize;
+        let len = header_len(&head).map_err(|kind| corrupt(self.offset, ty, kind))?;
         if len > MAX_RECORD {
-            return Err(self.corrupt(format!("record of {len} bytes")));
+            return Err(corrupt(self.offset, ty, CorruptKind::TooLong(len as u64)));
         }
         self.payload.clear();
         // Grown as bytes arrive, so a length from a damaged header costs no more memory
@@ -351,7 +570,7 @@ impl<R: BufRead> RecordReader<R> {
         self.stats.bytes += (format::HEADER_LEN + len) as u64;
         self.t
             .convert(ty, &self.payload)
-            .map_err(|what| Error::Corrupt { offset: at, what })
+            .map_err(|kind| corrupt(at, ty, kind))
     }
 
     fn short(&self, e: io::Error) -> Error {
@@ -365,76 +584,93 @@ impl<R: BufRead> RecordReader<R> {
     }
 }
 
+/// The error for a corrupt record of type `ty` at byte `offset` of the stream.
+fn corrupt(offset: u64, ty: u8, kind: CorruptKind) -> Error {
+    Error::Corrupt {
+        offset,
+        record: record_name(ty),
+        kind,
+    }
+}
+
 impl Tables {
     /// Converts one record: its event, if it is a sample.
     #[inline(always)]
-    fn convert(&mut self, ty: u8, p: &[u8]) -> Result<Option<Event>, String> {
+    fn convert(&mut self, ty: u8, p: &[u8]) -> Result<Option<Event>, CorruptKind> {
         if !self.hello && ty != format::REC_HELLO {
-            return Err("stream does not start with the filter's hello record".into());
+            return Err(CorruptKind::NoHello);
         }
+        let mut cur = Cursor::new(p);
         match ty {
             format::REC_HELLO => {
-                let v = (p.len() >= 4).then(|| u32_at(p, 0)).ok_or("short hello")?;
+                let v = cur.u32()?;
                 if v != format::VERSION {
-                    return Err(format!(
-                        "filter speaks version {v}, this ptscope reads {}",
-                        format::VERSION
-                    ));
+                    return Err(CorruptKind::Version(v));
                 }
                 self.hello = true;
             }
             format::REC_NAME => {
-                if p.len() < 4 {
-                    return Err("short name record".into());
-                }
-                let id = u32_at(p, 0) as usize;
+                let id = cur.u32()? as usize;
                 if id != self.names.len() {
                     // Ids are dense and sent in order; anything else is a lost record.
-                    return Err(format!("name id {id}, expected {}", self.names.len()));
+                    return Err(CorruptKind::OutOfOrder {
+                        table: IdKind::Name,
+                        id,
+                        expected: self.names.len(),
+                    });
                 }
-                let sym = self.strings.intern_bytes(&p[4..]);
+                let sym = self.strings.intern_bytes(cur.rest());
                 self.names.push(Some(sym));
             }
             format::REC_STACK => {
-                if p.len() != format::STACK_LEN {
-                    return Err("bad stack sample length".into());
-                }
-                let c = self.short_common(p)?;
+                expect_len(p, format::STACK_LEN)?;
+                let c = self.short_common(&mut cur)?;
                 self.last = Some(c);
-                let period = u64_at(p, format::SHORT_LEN);
-                return self.stack(c, period, u32_at(p, format::SHORT_LEN + 8));
+                let period = cur.u64()?;
+                return self.stack(c, period, cur.u32()?);
             }
             format::REC_NEXT_STACK => {
-                if p.len() != format::NEXT_LEN {
-                    return Err("bad next stack sample length".into());
-                }
-                let c = self.next_common(u32_at(p, 0))?;
-                return self.stack(c, u64_at(p, 8), u32_at(p, 4));
+                expect_len(p, format::NEXT_LEN)?;
+                let c = self.next_common(cur.u32()?)?;
+                let id = cur.u32()?;
+                return self.stack(c, cur.u64()?, id);
             }
             format::REC_CHAIN => {
-                let n = (p.len() >= 8).then(|| u32_at(p, 4)).ok_or("short chain")? as usize;
+                let id = cur.u32()? as usize;
+                let n = cur.u32()? as usize;
                 if n == 0
                     || n > MAX_CHAIN_FRAMES
                     || Some(p.len()) != n.checked_mul(4).map(|b| b + 8)
                 {
-                    return Err(format!("chain of {n} frames has {} bytes", p.len()));
+                    return Err(CorruptKind::ChainFrames {
+                        frames: n,
+                        len: p.len(),
+                    });
                 }
-                let id = u32_at(p, 0) as usize;
                 if id > self.chains.len() || id >= format::MAX_CHAINS as usize {
-                    return Err(format!(
-                        "chain id {id}, expected at most {}",
-                        self.chains.len()
-                    ));
+                    return Err(CorruptKind::ChainId {
+                        id,
+                        max: self.chains.len(),
+                    });
                 }
-                let frame = |i: usize| u32_at(p, 8 + i * 4) as usize;
-                if let Some(l) = (0..n).map(frame).find(|&l| l >= self.locs.len()) {
-                    return Err(format!("location id {l} used before it was sent"));
+                // The length was checked: `n` location ids, leaf first.
+                let ids = cur.rest().chunks_exact(4);
+                let id_at = |c: &[u8]| u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                if let Some(l) = ids
+                    .clone()
+                    .map(id_at)
+                    .find(|&l| l as usize >= self.locs.len())
+                {
+                    return Err(CorruptKind::Unsent {
+                        table: IdKind::Location,
+                        id: l,
+                    });
                 }
                 // perf lists frames leaf first; stacks are root first.
                 let locs = &self.locs;
                 let chain = self
                     .strings
-                    .intern_stack((0..n).rev().map(|i| locs[frame(i)]));
+                    .intern_stack(ids.rev().map(|c| locs[id_at(c) as usize]));
                 if id < self.chains.len() {
                     // The filter started its ids again: the slot names another chain.
                     self.chains[id] = chain;
@@ -443,11 +679,9 @@ impl Tables {
                 }
             }
             format::REC_INLINE => {
-                let c = self.common(p)?;
-                if p.len() != format::COMMON_LEN + format::LOC_LEN {
-                    return Err("bad inline sample length".into());
-                }
-                let loc = self.loc(p, format::COMMON_LEN)?;
+                let c = self.common(&mut cur)?;
+                expect_len(p, format::COMMON_LEN + format::LOC_LEN)?;
+                let loc = self.loc(&mut cur)?;
                 self.last = Some(c);
                 let data = match extra(c.class) {
                     Some(name) => EventData::EventSample {
@@ -462,48 +696,50 @@ impl Tables {
                 return Ok(Some(event(c, false, data)));
             }
             format::REC_BRANCH => {
-                if p.len() != format::BRANCH_LEN {
-                    return Err("bad branch length".into());
-                }
-                let c = self.short_common(p)?;
+                expect_len(p, format::BRANCH_LEN)?;
+                let c = self.short_common(&mut cur)?;
                 self.last = Some(c);
-                return self.branch(c, &p[format::SHORT_LEN..]);
+                return self.branch(c, &mut cur);
             }
             format::REC_NEXT_BRANCH => {
-                if p.len() != format::NEXT_LEN {
-                    return Err("bad next branch length".into());
-                }
-                let c = self.next_common(u32_at(p, 0))?;
-                return self.branch(c, &p[4..]);
+                expect_len(p, format::NEXT_LEN)?;
+                let c = self.next_common(cur.u32()?)?;
+                return self.branch(c, &mut cur);
             }
             format::REC_LOC => {
-                if p.len() != 4 + format::LOC_LEN {
-                    return Err("bad location record length".into());
-                }
-                let id = u32_at(p, 0) as usize;
+                expect_len(p, 4 + format::LOC_LEN)?;
+                let id = cur.u32()? as usize;
                 if id != self.locs.len() {
-                    return Err(format!("location id {id}, expected {}", self.locs.len()));
+                    return Err(CorruptKind::OutOfOrder {
+                        table: IdKind::Location,
+                        id,
+                        expected: self.locs.len(),
+                    });
                 }
-                let loc = self.loc(p, 4)?;
+                let loc = self.loc(&mut cur)?;
                 self.locs.push(loc);
             }
             format::REC_END => self.end = true,
-            other => return Err(format!("unknown record type {other}")),
+            other => return Err(CorruptKind::UnknownRecord(other)),
         }
         Ok(None)
     }
 
     /// A stack sample's event: `id` names the chain.
     #[inline(always)]
-    fn stack(&self, c: Common, period: u64, id: u32) -> Result<Option<Event>, String> {
-        let chain = *self
-            .chains
-            .get(id as usize)
-            .ok_or_else(|| format!("chain id {id} used before it was sent"))?;
+    fn stack(&self, c: Common, period: u64, id: u32) -> Result<Option<Event>, CorruptKind> {
+        let chain = *self.chains.get(id as usize).ok_or(CorruptKind::Unsent {
+            table: IdKind::Chain,
+            id,
+        })?;
         let data = match extra(c.class) {
             Some(name) => EventData::EventSample {
                 // perf's leaf frame: the last of a root-first chain.
-                location: *self.strings.stack(chain).next_back().ok_or("empty chain")?,
+                location: *self
+                    .strings
+                    .stack(chain)
+                    .next_back()
+                    .ok_or(CorruptKind::EmptyChain)?,
                 count: period,
                 name,
             },
@@ -512,15 +748,22 @@ impl Tables {
         Ok(Some(event(c, false, data)))
     }
 
-    /// A branch's event from `p`: flags u32, source and destination `LOC` ids.
+    /// A branch's event from the rest of the record: flags u32, source and destination
+    /// `LOC` ids.
     #[inline(always)]
-    fn branch(&mut self, mut c: Common, p: &[u8]) -> Result<Option<Event>, String> {
-        c.flags = u32_at(p, 0);
-        let (s, d) = (u32_at(p, 4), u32_at(p, 8));
-        let (Some(&src), Some(&dst)) = (self.locs.get(s as usize), self.locs.get(d as usize))
-        else {
-            return Err(format!("location id {s} or {d} used before it was sent"));
+    fn branch(&mut self, mut c: Common, cur: &mut Cursor) -> Result<Option<Event>, CorruptKind> {
+        c.flags = cur.u32()?;
+        let (s, d) = (cur.u32()?, cur.u32()?);
+        let loc = |id: u32| {
+            self.locs
+                .get(id as usize)
+                .copied()
+                .ok_or(CorruptKind::Unsent {
+                    table: IdKind::Location,
+                    id,
+                })
         };
+        let (src, dst) = (loc(s)?, loc(d)?);
         let (change, kind) = self.branch_meaning(c.flags)?;
         let in_tx = c.flags & format::flags::IN_TX != 0;
         Ok(Some(event(
@@ -538,11 +781,12 @@ impl Tables {
     /// The common part of a `NEXT_*` record: the previous sample record's, `dt`
     /// nanoseconds later.
     #[inline(always)]
-    fn next_common(&mut self, dt: u32) -> Result<Common, String> {
-        let mut c = self
-            .last
-            .ok_or("a next-sample record without a sample record before it")?;
-        c.time = c.time.checked_add(dt.into()).ok_or("time overflows")?;
+    fn next_common(&mut self, dt: u32) -> Result<Common, CorruptKind> {
+        let mut c = self.last.ok_or(CorruptKind::NoPreviousSample)?;
+        c.time = c
+            .time
+            .checked_add(dt.into())
+            .ok_or(CorruptKind::TimeOverflow)?;
         self.last = Some(c);
         c.flags = 0;
         c.period = 0;
@@ -551,11 +795,11 @@ impl Tables {
 
     /// What branch `flags` mean, from a small table of the flag sets seen so far
     /// (a trace has a handful; the word rules are string comparisons).
-    fn branch_meaning(&mut self, flags: u32) -> Result<BranchMeaning, String> {
+    fn branch_meaning(&mut self, flags: u32) -> Result<BranchMeaning, CorruptKind> {
         if let Some(&(_, m)) = self.flag_table.iter().find(|e| e.0 == flags) {
             return Ok(m);
         }
-        let (start, end, kind) = branch_kind(flags).ok_or("unprintable flags")?;
+        let (start, end, kind) = branch_kind(flags).ok_or(CorruptKind::UnprintableFlags(flags))?;
         let change = match (start, end) {
             (true, false) => Some(TraceStateChange::Start),
             (false, true) => Some(TraceStateChange::End),
@@ -567,57 +811,59 @@ impl Tables {
         Ok((change, kind))
     }
 
-    /// The full common part: the short one, then flags and period.
-    fn common(&self, p: &[u8]) -> Result<Common, String> {
-        if p.len() < format::COMMON_LEN {
-            return Err("short sample record".into());
-        }
-        let mut c = self.short_common(p)?;
-        c.flags = u32_at(p, 24);
-        c.period = u64_at(p, 28);
+    /// The full common part: the short one, then cpu, flags, period and the fields
+    /// the reader does not use (ip, addr, instruction and cycle counts).
+    fn common(&self, cur: &mut Cursor) -> Result<Common, CorruptKind> {
+        let mut c = self.short_common(cur)?;
+        cur.skip(4)?;
+        c.flags = cur.u32()?;
+        c.period = cur.u64()?;
+        cur.skip(8 * 4)?;
         Ok(c)
     }
 
     /// The short common part of `STACK` and `BRANCH` (flags and period left 0).
     #[inline(always)]
-    fn short_common(&self, p: &[u8]) -> Result<Common, String> {
-        if p.len() < format::SHORT_LEN {
-            return Err("short sample record".into());
-        }
-        let class = Class::from_u8(p[0]).ok_or_else(|| format!("unknown class {}", p[0]))?;
+    fn short_common(&self, cur: &mut Cursor) -> Result<Common, CorruptKind> {
+        let c = cur.u8()?;
+        let class = Class::from_u8(c).ok_or(CorruptKind::UnknownClass(c))?;
+        // cpumode and padding.
+        cur.skip(3)?;
+        let pid = id(cur.u32()? as i32);
+        let tid = id(cur.u32()? as i32);
         Ok(Common {
             class,
-            thread: Thread {
-                pid: id(u32_at(p, 4) as i32),
-                tid: id(u32_at(p, 8) as i32),
-            },
-            time: u64_at(p, 12),
+            thread: Thread { pid, tid },
+            time: cur.u64()?,
             flags: 0,
             period: 0,
         })
     }
 
-    fn name(&self, id: u32) -> Result<Option<Sym>, String> {
+    fn name(&self, id: u32) -> Result<Option<Sym>, CorruptKind> {
         if id == NO_NAME {
             return Ok(None);
         }
         match self.names.get(id as usize) {
             Some(Some(s)) => Ok(Some(*s)),
-            _ => Err(format!("name id {id} used before it was sent")),
+            _ => Err(CorruptKind::Unsent {
+                table: IdKind::Name,
+                id,
+            }),
         }
     }
 
     /// A location as the text decoder builds it from `SYM+0xOFF (DSO)` or `[unknown] (DSO)`.
-    fn loc(&mut self, p: &[u8], at: usize) -> Result<Location, String> {
-        let ip = u64_at(p, at);
-        let sym = self.name(u32_at(p, at + 8))?;
-        let dso = match self.name(u32_at(p, at + 12))? {
+    fn loc(&mut self, cur: &mut Cursor) -> Result<Location, CorruptKind> {
+        let ip = cur.u64()?;
+        let sym = self.name(cur.u32()?)?;
+        let dso = match self.name(cur.u32()?)? {
             Some(d) => d,
             None => *self
                 .unknown_dso
                 .get_or_insert_with(|| self.strings.intern("[unknown]")),
         };
-        let offset = u64_at(p, at + 16);
+        let offset = cur.u64()?;
         Ok(match sym {
             Some(s) => Location {
                 ip,
@@ -930,7 +1176,13 @@ mod tests {
         let (events, err, _) = drain(&w.0);
         assert!(events.is_empty());
         assert!(
-            matches!(&err, Some(Error::Corrupt { what, .. }) if what.contains("next-sample")),
+            matches!(
+                &err,
+                Some(Error::Corrupt {
+                    kind: CorruptKind::NoPreviousSample,
+                    ..
+                })
+            ),
             "{err:?}"
         );
     }
@@ -942,8 +1194,32 @@ mod tests {
         let (events, err, _) = drain(&w.0);
         assert!(events.is_empty());
         assert!(
-            matches!(&err, Some(Error::Corrupt { offset: 10, what }) if what.contains("name id 5")),
+            matches!(
+                &err,
+                Some(Error::Corrupt {
+                    offset: 10,
+                    record: "location",
+                    kind: CorruptKind::Unsent {
+                        table: IdKind::Name,
+                        id: 5
+                    }
+                })
+            ),
             "{err:?}"
+        );
+        // The message says which record, where, and what was wrong with it.
+        assert_eq!(
+            err.expect("corrupt").to_string(),
+            "malformed dlfilter location record at byte 10: name id 5 used before it was sent"
+        );
+        // A field past the record's end is caught by the cursor, with its place.
+        let mut w = W::default();
+        w.hello().rec(format::REC_NAME, &[0, 0]);
+        let (_, err, _) = drain(&w.0);
+        assert_eq!(
+            err.expect("corrupt").to_string(),
+            "malformed dlfilter name record at byte 10: record too short: \
+             a 4-byte field at byte 0 of a 2-byte payload"
         );
         let mut w = W::default();
         w.hello().name(0, "a").rec(99, b"").end();
@@ -953,7 +1229,13 @@ mod tests {
         w.rec(format::REC_HELLO, &7u32.to_le_bytes());
         let (_, err, _) = drain(&w.0);
         assert!(
-            matches!(&err, Some(Error::Corrupt { what, .. }) if what.contains("version 7")),
+            matches!(
+                &err,
+                Some(Error::Corrupt {
+                    kind: CorruptKind::Version(7),
+                    ..
+                })
+            ),
             "{err:?}"
         );
         // A length field from garbage is not allocated.

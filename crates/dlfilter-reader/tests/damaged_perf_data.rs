@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions};
-use ptscope_event::StringTable;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
@@ -34,7 +33,7 @@ fn decode(data: &Path, perf: &Path, choice: Choice) -> Outcome {
     let mut o = DlfilterOptions::new(data);
     o.perf = perf.to_path_buf();
     o.kind = Some(RecordingKind::Sampling);
-    let (mut s, _) = match open(&o, StringTable::new(), choice) {
+    let (mut s, _) = match open(&o, choice) {
         Ok(s) => s,
         Err(e) => return Outcome::Failed(e.to_string()),
     };

@@ -8,8 +8,9 @@ use common::*;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{install_filter, DlfilterOptions, DlfilterScript, RecordReader};
 use ptscope_event::{Event, StringTable};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::TranscriptSink;
+use ptscope_stacks::{StackWriter, WriterConfig};
 use std::path::Path;
 
 fn transcript(events: &[Event], strings: &StringTable) -> String {
@@ -20,15 +21,15 @@ fn transcript(events: &[Event], strings: &StringTable) -> String {
         .unwrap_or(0);
     let mut w = SegmentsWriter::new(
         TranscriptSink::default(),
-        SegmentsConfig {
+        WriterConfig {
             earliest_time,
-            ..SegmentsConfig::default()
+            ..WriterConfig::default()
         },
     );
     for e in events {
         w.write_event(e, strings);
     }
-    w.sink_mut().end_of_input();
+    w.end_of_input();
     w.finish(strings).render()
 }
 
@@ -49,12 +50,13 @@ fn text_path(data: &Path) -> Decoded {
         events.push(e);
     }
     s.finish().expect("perf script exit");
-    let strings = s.take_strings();
+    let text_lines = s.decoder().stats().lines;
+    let strings = s.into_strings();
     Decoded {
         events: events.iter().map(|e| norm(e, &strings)).collect(),
         samples: events.iter().filter(|e| !e.is_sideband()).count(),
         transcript: transcript(&events, &strings),
-        text_lines: s.decoder().stats().lines,
+        text_lines,
     }
 }
 
@@ -71,7 +73,7 @@ fn dlfilter_path(data: &Path) -> Decoded {
     // path reads too: such a line is an event, or skipped (`ignored`) for an exit.
     let tasks = events.iter().filter(|e| e.is_sideband()).count() as u64;
     let text_lines = s.stats().lines - tasks - s.stats().ignored;
-    let strings = s.take_strings();
+    let strings = s.into_strings();
     Decoded {
         events: events.iter().map(|e| norm(e, &strings)).collect(),
         samples: events.iter().filter(|e| !e.is_sideband()).count(),
@@ -375,7 +377,7 @@ fn exec_into_a_program_with_the_same_addresses() {
         late.push(e);
     }
     s.finish().expect("perf exit");
-    let strings = s.take_strings();
+    let strings = s.into_strings();
     let late: Vec<String> = late.iter().map(|e| norm(e, &strings)).collect();
     assert_eq!(late, d.events, "late callback");
 

@@ -6,9 +6,8 @@ mod common;
 use common::*;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{
-    install_filter, open, Choice, DlfilterOptions, DlfilterScript, Error,
+    install_filter, open, Choice, CorruptKind, DlfilterOptions, DlfilterScript, Error,
 };
-use ptscope_event::StringTable;
 use std::path::{Path, PathBuf};
 
 /// A `perf` wrapper: reports `version`, and cuts `perf script --dlfilter` off after
@@ -103,8 +102,7 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
     assert!(exit.to_string().contains("Segmentation fault"), "{exit}");
 
     // With the automatic choice the rest comes from the text path: the whole stream.
-    let (mut any, notice) =
-        open(&options(&data, &crashing), StringTable::new(), Choice::Auto).expect("open");
+    let (mut any, notice) = open(&options(&data, &crashing), Choice::Auto).expect("open");
     assert!(any.is_dlfilter() && notice.is_none());
     let mut got = Vec::new();
     while let Some(e) = any.next_event().expect("fallback continues") {
@@ -118,7 +116,7 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
     std::fs::write(&bad, b"not an ELF file").expect("write");
     let mut o = options(&data, Path::new("perf"));
     o.filter = Some(bad);
-    let (mut any, notice) = open(&o, StringTable::new(), Choice::Auto).expect("open");
+    let (mut any, notice) = open(&o, Choice::Auto).expect("open");
     assert!(!any.is_dlfilter());
     let notice = notice.expect("a notice");
     assert!(notice.contains("did not load the dlfilter"), "{notice}");
@@ -127,13 +125,12 @@ fn crash_load_failure_and_old_perf_fall_back_to_text() {
         got.push(norm(&e, any.strings()));
     }
     assert_eq!(got, want);
-    let err = open(&o, StringTable::new(), Choice::Dlfilter).expect_err("explicit choice");
+    let err = open(&o, Choice::Dlfilter).expect_err("explicit choice");
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
 
     // A perf older than 5.14.
     let old = fake_perf(dir, "5.10.0", usize::MAX);
-    let (mut any, notice) =
-        open(&options(&data, &old), StringTable::new(), Choice::Auto).expect("open");
+    let (mut any, notice) = open(&options(&data, &old), Choice::Auto).expect("open");
     assert!(!any.is_dlfilter());
     assert!(notice.is_some_and(|n| n.contains("5.10 is older than 5.14")));
     let mut n = 0;
@@ -213,8 +210,7 @@ fn a_stream_corrupt_mid_way_continues_on_the_text_path() {
     let perf = corrupting_perf(dir);
 
     // Untouched, the wrapper changes nothing (and saves the stream).
-    let (mut any, _) =
-        open(&options(&data, &perf), StringTable::new(), Choice::Auto).expect("open");
+    let (mut any, _) = open(&options(&data, &perf), Choice::Auto).expect("open");
     let mut got = Vec::new();
     while let Some(e) = any.next_event().expect("clean stream") {
         got.push(norm(&e, any.strings()));
@@ -239,15 +235,14 @@ fn a_stream_corrupt_mid_way_continues_on_the_text_path() {
             }
         };
         assert!(
-            matches!(&err, Error::Corrupt { offset, what } if *offset == cut as u64 && what.contains("unknown record type 99")),
+            matches!(&err, Error::Corrupt { offset, kind: CorruptKind::UnknownRecord(99), .. } if *offset == cut as u64),
             "{err}"
         );
         assert!(!got.is_empty() && got.len() < want.len());
         assert_eq!(got[..], want[..got.len()]);
         let before = got.len();
 
-        let (mut any, notice) =
-            open(&options(&data, &perf), StringTable::new(), Choice::Auto).expect("open");
+        let (mut any, notice) = open(&options(&data, &perf), Choice::Auto).expect("open");
         assert!(any.is_dlfilter() && notice.is_none());
         let mut got = Vec::new();
         let mut notices = Vec::new();

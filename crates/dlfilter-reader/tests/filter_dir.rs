@@ -13,7 +13,6 @@ mod common;
 use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions, FILTER_SO};
-use ptscope_event::StringTable;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -76,7 +75,7 @@ fn listing(dir: &Path) -> Vec<(String, u32, u32, u64)> {
 fn decode(data: &Path, tmpdir: &Path) -> (usize, bool) {
     let mut o = DlfilterOptions::new(data);
     o.kind = Some(RecordingKind::Sampling);
-    let (mut s, notice) = open(&o, StringTable::new(), Choice::Auto).expect("open");
+    let (mut s, notice) = open(&o, Choice::Auto).expect("open");
     assert!(notice.is_none(), "{notice:?}");
     // While decoding, the filter sits in one private directory of ours.
     let dirs: Vec<PathBuf> = std::fs::read_dir(tmpdir)
@@ -229,7 +228,7 @@ fn filters_planted_in_a_shared_directory_are_never_loaded_or_written_through() {
     std::fs::write(&bad, b"PERFILE2 but not really").expect("write bad.data");
     let mut o = DlfilterOptions::new(&bad);
     o.kind = Some(RecordingKind::Sampling);
-    if let Ok((mut s, _)) = open(&o, StringTable::new(), Choice::Dlfilter) {
+    if let Ok((mut s, _)) = open(&o, Choice::Dlfilter) {
         while let Ok(Some(_)) = s.next_event() {}
         assert!(s.finish().is_err(), "perf should reject bad.data");
     }

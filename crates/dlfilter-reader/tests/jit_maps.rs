@@ -10,7 +10,6 @@ mod common;
 use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions};
-use ptscope_event::StringTable;
 use std::path::{Path, PathBuf};
 
 /// Copies a loop (`dec rdi; jnz; ret`) into anonymous executable memory and runs it,
@@ -48,7 +47,7 @@ impl Drop for MapGuard {
 fn decode(data: &Path, choice: Choice) -> (Vec<String>, Vec<String>) {
     let mut o = DlfilterOptions::new(data);
     o.kind = Some(RecordingKind::Sampling);
-    let (mut s, notice) = open(&o, StringTable::new(), choice).expect("open");
+    let (mut s, notice) = open(&o, choice).expect("open");
     assert!(notice.is_none(), "{notice:?}");
     assert_eq!(s.is_dlfilter(), choice == Choice::Dlfilter);
     let mut events = Vec::new();

@@ -10,8 +10,9 @@ use common::norm;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{is_dropped_jump, DlfilterOptions, DlfilterScript};
 use ptscope_event::{Event, EventData, StringTable};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::TranscriptSink;
+use ptscope_stacks::{StackWriter, WriterConfig};
 use ptsim::blocklog::BlockLog;
 use ptsim::testing::{compile, record, tools_available};
 use ptsim::{simulate, write_outputs, FaultSpec, SimConfig};
@@ -79,15 +80,15 @@ impl Decoded {
         let earliest_time = self.events.iter().find_map(|e| e.time()).unwrap_or(0);
         let mut w = SegmentsWriter::new(
             TranscriptSink::default(),
-            SegmentsConfig {
+            WriterConfig {
                 earliest_time,
-                ..SegmentsConfig::default()
+                ..WriterConfig::default()
             },
         );
         for e in &self.events {
             w.write_event(e, &self.strings);
         }
-        w.sink_mut().end_of_input();
+        w.end_of_input();
         w.finish(&self.strings).render()
     }
 }
@@ -104,7 +105,7 @@ fn text_path(data: &Path) -> Decoded {
     Decoded {
         events,
         text_lines: s.decoder().stats().lines,
-        strings: s.take_strings(),
+        strings: s.into_strings(),
     }
 }
 
@@ -121,7 +122,7 @@ fn dlfilter_path(data: &Path, keep_jumps: bool) -> Decoded {
     Decoded {
         events,
         text_lines: s.stats().lines,
-        strings: s.take_strings(),
+        strings: s.into_strings(),
     }
 }
 

@@ -1140,3 +1140,30 @@ impl Events {
         (self.stats.events - self.produced) as usize
     }
 }
+
+impl ptscope_event::EventSource for Events {
+    fn next_event(&mut self) -> Result<Option<Event>, ptscope_event::source::SourceError> {
+        Ok(Events::next_event(self))
+    }
+    fn strings(&self) -> &StringTable {
+        &self.strings
+    }
+    fn stats(&self) -> ptscope_event::source::Stats {
+        ptscope_event::source::Stats {
+            events: self.produced,
+            ..Default::default()
+        }
+    }
+    fn warnings(&self) -> Vec<ptscope_event::source::Warning> {
+        Vec::new()
+    }
+    fn finish(self: Box<Self>) -> ptscope_event::source::Finished {
+        let markers = self.markers();
+        ptscope_event::source::Finished {
+            // A log cut short makes the trace incomplete.
+            incomplete: self.notices,
+            markers,
+            ..ptscope_event::source::Finished::new(self.strings)
+        }
+    }
+}

@@ -6,6 +6,7 @@
 use crate::clock::ClockKind;
 use crate::{snapshot, Events, Stats, LOG_NAME, NS_PER_INSN};
 use anyhow::{Context, Result};
+use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{Event, StringTable};
 use ptsim::blocklog::{BlockLog, Hit, LogError, TbDef};
 use std::path::{Path, PathBuf};
@@ -324,13 +325,7 @@ pub struct Trace {
 impl Trace {
     /// Reads the recording in `dir` and makes the events of snapshot `snapshot` (an index
     /// below [`snapshot_count`]); `comm` names the threads; times follow `clock`.
-    pub fn open(
-        dir: &Path,
-        comm: &str,
-        snapshot: usize,
-        strings: StringTable,
-        clock: ClockKind,
-    ) -> Result<Self> {
+    pub fn open(dir: &Path, comm: &str, snapshot: usize, clock: ClockKind) -> Result<Self> {
         let read = read_all_cached(dir)?;
         // Said once, not once per snapshot.
         let notices = if snapshot == 0 {
@@ -375,7 +370,7 @@ impl Trace {
             }
         };
         let time = |c: u64| c.saturating_mul(NS_PER_INSN);
-        let mut strings = strings;
+        let mut strings = StringTable::new();
         let mut parts = Vec::new();
         let mut stats = Stats::default();
         for log in &chosen {
@@ -457,16 +452,6 @@ impl Trace {
         &self.strings
     }
 
-    /// The names, for interning more (the naming step).
-    pub fn strings_mut(&mut self) -> &mut StringTable {
-        &mut self.strings
-    }
-
-    /// Gives the names back, for the next input.
-    pub fn into_strings(self) -> StringTable {
-        self.strings
-    }
-
     /// Figures about the recording (all its processes).
     pub fn stats(&self) -> Stats {
         self.stats
@@ -512,5 +497,32 @@ impl Trace {
         }
         out.sort_by_key(|m| m.0);
         out
+    }
+}
+
+impl EventSource for Trace {
+    fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
+        Ok(Trace::next_event(self))
+    }
+    fn strings(&self) -> &StringTable {
+        &self.strings
+    }
+    fn stats(&self) -> ptscope_event::source::Stats {
+        ptscope_event::source::Stats {
+            events: self.stats.events - self.remaining() as u64,
+            ..Default::default()
+        }
+    }
+    fn warnings(&self) -> Vec<ptscope_event::source::Warning> {
+        Vec::new()
+    }
+    fn finish(self: Box<Self>) -> Finished {
+        let markers = self.markers();
+        Finished {
+            // A log cut short makes the trace incomplete: said, and the exit status shows it.
+            incomplete: self.notices,
+            markers,
+            ..Finished::new(self.strings)
+        }
     }
 }

@@ -6,7 +6,8 @@ use ptscope_emulate::Events;
 use ptscope_event::{Event, EventData, Kind, StringTable};
 use ptscope_groundtruth::sim::{reconstruct_decoded, thread_truths, Decoded, SimProgram, SCALE};
 use ptscope_groundtruth::{score, Fidelity, ReconThread, TimelineSink};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::WriterConfig;
 use std::path::Path;
 
 /// The segments writer as `ptscope decode` configures it for an emulate recording: a
@@ -14,10 +15,10 @@ use std::path::Path;
 fn emulate_segments(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSink> {
     SegmentsWriter::new(
         sink,
-        SegmentsConfig {
+        WriterConfig {
             earliest_time: earliest,
             exact_times: true,
-            ..SegmentsConfig::default()
+            ..WriterConfig::default()
         },
     )
 }

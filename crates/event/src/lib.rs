@@ -27,7 +27,10 @@
 //! assert_eq!(strings.display(Symbol::FromPerf(foo)), "foo");
 //! ```
 
+pub mod source;
+
 use rustc_hash::{FxHashMap, FxHasher};
+pub use source::EventSource;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 

@@ -17,14 +17,12 @@ use crate::names::{Names, StackBuilder, StackId};
 use crate::score::{score_interned, Fidelity, Truth};
 use crate::sink::{Recon, ReconThread, TimelineSink};
 use anyhow::{bail, Context, Result};
-use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
-use ptscope_dlfilter_reader::{Choice, DlfilterOptions};
-use ptscope_event::{
-    Event, EventData, Kind, Location, StackHandle, StringTable, Sym, Symbol, Thread,
-};
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
-use ptscope_symbols::{Mappings, NameTable, Namer};
+use ptscope_event::{Event, EventData, Kind, StringTable, Symbol, Thread};
+use ptscope_pipeline::{DecodeOptions, DecoderKind, Input, Quiet};
+use ptscope_stacks::legacy::LegacyWriter;
+use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::{StackWriter, WriterConfig};
+use ptscope_symbols::{Mappings, Namer};
 use ptsim::blocklog::BlockLog;
 use ptsim::expected::{Branch, BranchKind, ThreadExpectation};
 use ptsim::perfscript::Symbols;
@@ -61,42 +59,27 @@ pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
 
 /// Decodes like [`decode`] but hands each event to `f` as it comes (with the names so
 /// far) instead of keeping them: a recording of millions of events is never held.
-/// Each event has been through `ptscope decode`'s naming step ([`namer`]) before `f`
-/// sees it. Returns the names of every event.
+/// The events are the decode pipeline's ([`ptscope_pipeline::for_each_event`]): the
+/// same sources, set up the same way, and the same naming step `ptscope decode` runs
+/// before its writers. Names are perf's, not demangled, as the truth's are. Returns the
+/// names of every event.
 pub fn decode_each(
     perf_data: &Path,
     path: DecodePath,
     mut f: impl FnMut(Event, &StringTable),
 ) -> Result<StringTable> {
-    let mut n = namer(perf_data);
-    match path {
-        DecodePath::Text => {
-            let mut o = PerfScriptOptions::new(perf_data);
-            o.kind = Some(RecordingKind::IntelPt);
-            let mut s = PerfScript::spawn(&o).context("cannot start perf script")?;
-            while let Some(mut e) = s.next_event()? {
-                n.apply(&mut e, &mut TextNames(&mut s));
-                f(e, s.strings());
-            }
-            s.finish()?;
-            Ok(s.take_strings())
-        }
-        DecodePath::Dlfilter => {
-            let mut o = DlfilterOptions::new(perf_data);
-            o.kind = Some(RecordingKind::IntelPt);
-            // As the CLI: intra-function jumps carry timestamps that bound the writers.
-            o.keep_jumps = true;
-            let (mut s, _) =
-                ptscope_dlfilter_reader::open(&o, StringTable::new(), Choice::Dlfilter)
-                    .context("cannot start perf with the dlfilter")?;
-            while let Some(mut e) = s.next_event()? {
-                n.apply(&mut e, s.strings_mut());
-                f(e, s.strings());
-            }
-            s.finish()?;
-            Ok(s.take_strings())
-        }
+    let mut options = DecodeOptions::new(Input::Recording(perf_data.to_path_buf()));
+    options.decoder = match path {
+        DecodePath::Text => DecoderKind::Text,
+        DecodePath::Dlfilter => DecoderKind::Dlfilter,
+    };
+    options.demangle = false;
+    let (strings, report) =
+        ptscope_pipeline::for_each_event(&options, &Quiet, |e, strings| f(e, strings))?;
+    if let Some(why) = report.incomplete.first() {
+        bail!("decoding {} failed: {why}", perf_data.display());
     }
+    Ok(strings)
 }
 
 /// The naming step `ptscope decode` runs between decoding and its writers, for the
@@ -106,22 +89,6 @@ fn namer(perf_data: &Path) -> Namer {
     let mut n = Namer::new(true, true);
     n.set_mappings(Mappings::read(perf_data).ok());
     n
-}
-
-/// The text decoder's table as the naming step uses it: interning through the decoder
-/// keeps its symbol cache (as `ptscope decode` does).
-struct TextNames<'a>(&'a mut PerfScript);
-
-impl NameTable for TextNames<'_> {
-    fn strings(&self) -> &StringTable {
-        self.0.strings()
-    }
-    fn intern(&mut self, name: &str) -> Sym {
-        self.0.decoder_mut().intern(name)
-    }
-    fn intern_stack(&mut self, frames: &[Location]) -> StackHandle {
-        self.0.decoder_mut().intern_stack(frames.iter().copied())
-    }
 }
 
 /// Names the true stacks' code without symbols as the naming step names the trace's.
@@ -786,9 +753,9 @@ where
 pub fn legacy(sink: TimelineSink, earliest: u64) -> LegacyWriter<TimelineSink> {
     LegacyWriter::new(
         sink,
-        LegacyConfig {
+        WriterConfig {
             earliest_time: earliest,
-            ..LegacyConfig::default()
+            ..WriterConfig::default()
         },
     )
 }
@@ -797,9 +764,9 @@ pub fn legacy(sink: TimelineSink, earliest: u64) -> LegacyWriter<TimelineSink> {
 pub fn segments(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSink> {
     SegmentsWriter::new(
         sink,
-        SegmentsConfig {
+        WriterConfig {
             earliest_time: earliest,
-            ..SegmentsConfig::default()
+            ..WriterConfig::default()
         },
     )
 }

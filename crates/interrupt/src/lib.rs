@@ -5,23 +5,28 @@
 //! thread rather than in the signal handler, so that it can remove registered
 //! temporary files and print a message before exiting.
 //!
-//! ```no_run
-//! use std::time::Duration;
-//!
-//! // Quit at the second press, keeping nothing half-written.
+//! ```
+//! // The first press stops the work gracefully, the second quits (exit 130) after
+//! // removing the half-written output.
 //! ptscope_interrupt::install().expect("signal handlers");
-//! ptscope_interrupt::set_quit(2, "ptscope: interrupted again; quitting");
 //! let base = ptscope_interrupt::presses();
-//! while ptscope_interrupt::presses() == base {
-//!     // ... work in small steps ...
-//!     # break;
+//! ptscope_interrupt::say_at(base + 1, "ptscope: stopping (Ctrl-C again to quit)");
+//! ptscope_interrupt::set_quit(base + 2, "ptscope: interrupted again; quitting");
+//! let dir = tempfile::tempdir().expect("scratch directory");
+//! let _guard = ptscope_interrupt::remove_on_quit(dir.path().join("out.partial"));
+//! let mut steps = 0;
+//! while ptscope_interrupt::presses() == base && steps < 3 {
+//!     steps += 1; // ... work in small steps, checking for a press between them ...
 //! }
+//! assert_eq!(steps, 3);
 //! ```
 //!
-//! Why not the `ctrlc` crate: it handles SIGINT and SIGTERM but not SIGHUP, cannot tell
-//! a terminal's Ctrl-C (sent to the whole foreground process group) from a `kill`
-//! aimed at ptscope alone (which must be passed on to the traced program), and exits
-//! nowhere near the files it should clean up.
+//! This crate is ptscope's only owner of these signals (as samply's `ctrl_c` module is
+//! samply's): callers look at [`presses`] and set the stage's messages, never install
+//! handlers of their own. Why not the `ctrlc` crate: it handles SIGINT and SIGTERM but
+//! not SIGHUP, cannot tell a terminal's Ctrl-C (sent to the whole foreground process
+//! group) from a `kill` aimed at ptscope alone (which must be passed on to the traced
+//! program), and exits nowhere near the files it should clean up.
 
 #![warn(missing_docs)]
 

@@ -1,6 +1,7 @@
 //! Measures FxtSink end to end into a file: `cargo run --release -p ptscope-output
 //! --example sink_throughput [DIR]` writes `DIR/bench.fxt` and `DIR/bench.fxt.gz`
-//! (DIR defaults to the system temp dir) and removes them afterwards.
+//! (DIR defaults to a fresh private directory under the system's temporary one) and
+//! removes them afterwards.
 //!
 //! The workload is call-stack shaped: 2 000 recurring names on 8 threads, nested
 //! begin/end pairs 1-30 deep with an int argument on each begin.
@@ -13,9 +14,15 @@ use std::time::Instant;
 const EVENTS: u64 = 10_000_000;
 
 fn main() {
+    // Not fixed names in /tmp, which another user could have planted links at.
+    let scratch = tempfile::Builder::new()
+        .prefix("ptscope-sink-bench-")
+        .disable_cleanup(std::env::var_os("KEEP").is_some())
+        .tempdir()
+        .expect("temporary directory");
     let dir = std::env::args()
         .nth(1)
-        .map_or_else(std::env::temp_dir, PathBuf::from);
+        .map_or_else(|| scratch.path().to_path_buf(), PathBuf::from);
     let names: Vec<String> = (0..2000)
         .map(|i| format!("Module{}.function_{i}", i % 50))
         .collect();

@@ -142,7 +142,8 @@ fn python_fxt_reads_a_large_trace() {
     let Some(py) = python_with_fxt() else {
         return;
     };
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let scratch = tempfile::tempdir().expect("temporary directory");
+    let dir = scratch.path();
     let gz = dir.join("python_check.fxt.gz");
     let raw = dir.join("python_check.fxt");
     let (spans, events) = representative_trace(&gz);
@@ -166,7 +167,8 @@ fn python_checker_rejects_broken_traces() {
     let Some(py) = python_with_fxt() else {
         return;
     };
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let scratch = tempfile::tempdir().expect("temporary directory");
+    let dir = scratch.path();
     let mut w = ptscope_fxt::FxtWriter::new(Vec::new());
     let t = w.thread(1, 2);
     w.begin(t, "", "a", 0, &[]);

@@ -6,8 +6,12 @@ use ptscope_output::{open_trace_output, read_trace_file, FxtSink};
 use ptscope_stacks::{Arg, ArgValue, TraceSink};
 use std::path::PathBuf;
 
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+/// `name` in a fresh private directory, removed (with what is in it) when the guard
+/// drops, also when the test fails.
+fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join(name);
+    (dir, path)
 }
 
 /// What a stack writer does, written only against the trait.
@@ -49,7 +53,7 @@ fn drive<S: TraceSink>(sink: &mut S) {
 
 #[test]
 fn gzip_trace_round_trips_through_the_trait() {
-    let path = tmp("sink_round_trip.fxt.gz");
+    let (_dir, path) = tmp("sink_round_trip.fxt.gz");
     let out = open_trace_output(&path).unwrap();
     assert!(out.is_gzip());
     let mut sink = FxtSink::new(out);
@@ -125,7 +129,7 @@ fn gzip_trace_round_trips_through_the_trait() {
 
 #[test]
 fn raw_output_for_other_extensions() {
-    let path = tmp("sink_raw.fxt");
+    let (_dir, path) = tmp("sink_raw.fxt");
     let out = open_trace_output(&path).unwrap();
     assert!(!out.is_gzip());
     let mut sink = FxtSink::new(out);
@@ -204,8 +208,7 @@ fn io_errors_are_remembered_until_finish() {
 #[test]
 fn gzip_output_appears_only_after_finish_and_complete() {
     // The encoder's trailer is what `finish` adds: until then there is no file at all.
-    let path = tmp("sink_unfinished.fxt.gz");
-    let _ = std::fs::remove_file(&path);
+    let (_dir, path) = tmp("sink_unfinished.fxt.gz");
     let mut out = open_trace_output(&path).unwrap();
     std::io::Write::write_all(&mut out, b"0123456789").unwrap();
     std::io::Write::flush(&mut out).unwrap();

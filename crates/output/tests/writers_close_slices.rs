@@ -10,10 +10,10 @@ use ptscope_event::{
 };
 use ptscope_fxt::check::{validate_bytes, Report};
 use ptscope_output::FxtSink;
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::ordered::OrderedSink;
 use ptscope_stacks::segments::SegmentsWriter;
-use ptscope_stacks::StackWriter;
+use ptscope_stacks::{StackWriter, WriterConfig};
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -34,10 +34,10 @@ fn events_to_fxt(
     strings: &StringTable,
     legacy: bool,
     snapshots: &[usize],
-    config: &LegacyConfig,
+    config: &WriterConfig,
 ) -> Result<Vec<u8>, String> {
     let earliest_time = events.iter().find_map(|e| e.time()).unwrap_or(0);
-    let config = LegacyConfig {
+    let config = WriterConfig {
         earliest_time,
         ..config.clone()
     };
@@ -54,7 +54,7 @@ fn events_to_fxt(
         }
         Ok(fxt.finish().expect("writing to a Vec"))
     } else {
-        let w = SegmentsWriter::new(FxtSink::new(Vec::new()), config.into());
+        let w = SegmentsWriter::new(FxtSink::new(Vec::new()), config);
         Ok(run(w, events, strings, snapshots)
             .finish()
             .expect("writing to a Vec"))
@@ -82,7 +82,7 @@ fn check_both(
     events: &[Event],
     strings: &StringTable,
     snapshots: &[usize],
-    config: &LegacyConfig,
+    config: &WriterConfig,
 ) -> Result<(), String> {
     for legacy in [true, false] {
         let writer = if legacy { "legacy" } else { "segments" };
@@ -162,7 +162,7 @@ fn a_real_system_wide_recording_closes_every_slice() {
     assert!(events.len() > 100, "only {} samples", events.len());
     let threads: HashSet<Thread> = events.iter().map(|e| e.thread()).collect();
     assert!(threads.len() > 3, "only {} threads", threads.len());
-    let config = LegacyConfig::default();
+    let config = WriterConfig::default();
     check_both("perf record -a -g", &events, &strings, &[], &config).unwrap();
     // The same recording cut into snapshots, as several perf.data files are decoded.
     let cuts = [events.len() / 3, 2 * events.len() / 3];
@@ -194,7 +194,7 @@ fn sample(pid: u32, time_ns: u64, frames: &[(&str, u64)]) -> String {
 fn a_thread_with_one_sample_closes_its_slices() {
     let stack = [("leaf", 0x1030), ("mid", 0x1020), ("main", 0x1010)];
     let other = [("work", 0x2020), ("main", 0x2010)];
-    let config = LegacyConfig::default();
+    let config = WriterConfig::default();
     // The lone sample first (trace time 0), in the middle, and last.
     let cases = [
         sample(7, 1_000, &stack) + &sample(8, 2_000, &other) + &sample(8, 3_000, &other),
@@ -333,7 +333,7 @@ fn mutate_lines(lines: &mut Vec<String>, rng: &mut Rng) {
     }
 }
 
-fn random_config(rng: &mut Rng, events: &[Event]) -> LegacyConfig {
+fn random_config(rng: &mut Rng, events: &[Event]) -> WriterConfig {
     let scope = match rng.below(3) {
         0 => TraceScope::Userspace,
         1 => TraceScope::UserspaceAndKernel,
@@ -354,10 +354,10 @@ fn random_config(rng: &mut Rng, events: &[Event]) -> LegacyConfig {
         let mut pick = || ips[rng.below(ips.len())];
         OcamlExceptionInfo::new(&[pick(), pick()], &[pick(), pick()], &[pick()])
     });
-    LegacyConfig {
+    WriterConfig {
         scope,
         ocaml_exception_info,
-        ..LegacyConfig::default()
+        ..WriterConfig::default()
     }
 }
 

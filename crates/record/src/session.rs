@@ -8,6 +8,7 @@ use crate::caps::{process_owner, Capabilities};
 use crate::control::{Command, ControlFifos};
 use crate::process::{self, describe_exit, Perf, Program};
 use crate::trigger::{self, Breakpoint, TriggerSpec};
+use crate::Error;
 use anyhow::{bail, Context, Result};
 use ptscope_event::{Hit, TraceScope};
 use std::ffi::OsString;
@@ -199,12 +200,12 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         None => Capabilities::detect(&opts.perf)?,
     };
     let backend = match (opts.backend, &caps.intel_pt) {
-        (Some(Backend::Pt), None) => bail!(
-            "{}, so --backend pt cannot work here; use --backend sample (timer sampling with call \
-             stacks), --backend emulate (every call exactly, under qemu-user, much slower), or \
-             record on an Intel machine with PT (bare metal, or a VM with PT passthrough)",
-            caps.why_no_pt()
-        ),
+        (Some(Backend::Pt), None) => {
+            return Err(Error::NoIntelPt {
+                why: caps.why_no_pt(),
+            }
+            .into())
+        }
         (Some(b), _) => b,
         (None, Some(_)) => Backend::Pt,
         (None, None) => {

@@ -3,7 +3,8 @@
 //! `HW_BREAKPOINT_X`) whose samples carry time, tid, ip and the DI/SI registers (the
 //! stop indicator's arguments).
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::Error;
+use anyhow::{bail, Context, Result};
 use ptscope_symbols::{MappedFile, Process};
 use std::os::unix::io::RawFd;
 use std::sync::atomic::{fence, Ordering};
@@ -36,10 +37,10 @@ pub enum TriggerSpec {
 impl TriggerSpec {
     /// Parses `SYMBOL`, `0xADDR`, `FILE:LINE[:COL]`, `.`, with optional `symbol:`, `addr:`,
     /// `line:` prefixes. `?` (the picker) is the caller's business.
-    pub fn parse(s: &str) -> Result<Self> {
+    pub fn parse(s: &str) -> Result<Self, Error> {
         let s = s.trim();
         if s.is_empty() {
-            bail!("--trigger needs a function name, an address, FILE:LINE or `.`");
+            return Err(Error::EmptyTrigger);
         }
         if s == "." {
             return Ok(TriggerSpec::StopIndicator);
@@ -50,7 +51,7 @@ impl TriggerSpec {
         if let Some(rest) = s.strip_prefix("addr:") {
             return parse_addr(rest)
                 .map(TriggerSpec::Address)
-                .ok_or_else(|| anyhow!("`{rest}` is not an address (write 0x…)"));
+                .ok_or_else(|| Error::TriggerNotAnAddress(rest.to_owned()));
         }
         let forced_line = s.strip_prefix("line:");
         let body = forced_line.unwrap_or(s);
@@ -79,7 +80,7 @@ impl TriggerSpec {
         };
         match line {
             Some((file, Some(line), col)) => Ok(TriggerSpec::Line { file, line, col }),
-            _ if forced_line.is_some() => bail!("`{body}` is not FILE:LINE[:COL]"),
+            _ if forced_line.is_some() => Err(Error::TriggerNotALine(body.to_owned())),
             _ => Ok(TriggerSpec::Symbol(s.to_owned())),
         }
     }
@@ -112,9 +113,10 @@ pub fn resolve(spec: &TriggerSpec, pid: u32) -> Result<Vec<Target>> {
             is_stop_indicator: false,
         }]),
         TriggerSpec::Symbol(name) => {
-            let r = proc
-                .resolve(name)
-                .map_err(|e| anyhow!("--trigger {name}: {e}"))?;
+            let r = proc.resolve(name).map_err(|e| Error::TriggerSymbol {
+                name: name.clone(),
+                reason: e.to_string(),
+            })?;
             Ok(vec![Target {
                 address: r.runtime_address,
                 name: r.demangled,
@@ -133,12 +135,11 @@ pub fn resolve(spec: &TriggerSpec, pid: u32) -> Result<Vec<Target>> {
                 }
             }
             if out.is_empty() {
-                bail!(
-                    "--trigger .: {} has no `{STOP_INDICATOR}` function; link the ptscope-stop-indicator \
-                     crate or include ptscope.h and call ptscope_stop_indicator() where the trace should end \
-                     (in the executable or, once loaded, a shared library)",
-                    proc.exe().display()
-                );
+                return Err(Error::NoStopIndicator {
+                    exe: proc.exe().to_path_buf(),
+                    function: STOP_INDICATOR,
+                }
+                .into());
             }
             Ok(out)
         }

@@ -16,10 +16,10 @@
 
 use ptscope_decode::Decoder;
 use ptscope_event::Event;
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::ordered::OrderedSink;
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
-use ptscope_stacks::{Arg, StackWriter, TraceSink};
+use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::{Arg, StackWriter, TraceSink, WriterConfig};
 use std::time::Instant;
 
 #[path = "../tests/common/fixtures.rs"]
@@ -124,17 +124,15 @@ fn main() {
         .max()
         .unwrap_or(first);
     let span = last - first + 1000;
+    let config = WriterConfig {
+        earliest_time: first,
+        ..WriterConfig::default()
+    };
     let before = peak_rss_kib();
     let start = Instant::now();
     let (fed, out) = match which.as_str() {
         "legacy" => run(
-            LegacyWriter::new(
-                CountingSink::default(),
-                LegacyConfig {
-                    earliest_time: first,
-                    ..LegacyConfig::default()
-                },
-            ),
+            LegacyWriter::new(CountingSink::default(), config),
             &events,
             span,
             target,
@@ -142,13 +140,7 @@ fn main() {
         ),
         "legacy-ordered" => {
             let (fed, ordered) = feed(
-                LegacyWriter::new(
-                    OrderedSink::new(CountingSink::default()),
-                    LegacyConfig {
-                        earliest_time: first,
-                        ..LegacyConfig::default()
-                    },
-                ),
+                LegacyWriter::new(OrderedSink::new(CountingSink::default()), config),
                 &events,
                 span,
                 target,
@@ -157,13 +149,7 @@ fn main() {
             (fed, ordered.finish().expect("spool").events)
         }
         _ => run(
-            SegmentsWriter::new(
-                CountingSink::default(),
-                SegmentsConfig {
-                    earliest_time: first,
-                    ..SegmentsConfig::default()
-                },
-            ),
+            SegmentsWriter::new(CountingSink::default(), config),
             &events,
             span,
             target,

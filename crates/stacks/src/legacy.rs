@@ -13,7 +13,8 @@
 //!
 //! ```
 //! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
-//! use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+//! use ptscope_stacks::legacy::LegacyWriter;
+//! use ptscope_stacks::{StackWriter, WriterConfig};
 //! use ptscope_stacks::transcript::TranscriptSink;
 //!
 //! let mut strings = StringTable::new();
@@ -31,7 +32,7 @@
 //!         dst: Location::new(0x20, dst, 0),
 //!     },
 //! };
-//! let mut w = LegacyWriter::new(TranscriptSink::default(), LegacyConfig::default());
+//! let mut w = LegacyWriter::new(TranscriptSink::default(), WriterConfig::default());
 //! w.write_event(&branch(0, Kind::Call, main, foo), &strings);
 //! w.write_event(&branch(10, Kind::Return, foo, main), &strings);
 //! let sink = w.finish(&strings);
@@ -43,31 +44,15 @@
 //! ```
 
 use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::tracks::{ExtraTracks, FrameBegin, Mark};
+use crate::transaction::Transaction;
+use crate::{StackWriter, WriterConfig};
 use ptscope_event::{
-    is_kernel_address, ocaml_int64_hex, Event, EventData, ExtraEvent, Hit, Kind, Location,
-    OcamlExceptionInfo, SourcePosition, StringTable, Symbol, Thread, TraceScope, TraceStateChange,
+    is_kernel_address, ocaml_int64_hex, Event, EventData, Kind, Location, StringTable, Symbol,
+    Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-
-/// Options of the legacy writer.
-#[derive(Clone, Debug, Default)]
-pub struct LegacyConfig {
-    /// Which privilege levels were traced.
-    pub scope: TraceScope,
-    /// Append ` [inferred start time]` to frames whose start was guessed (the test transcripts use it).
-    pub annotate_inferred_start_times: bool,
-    /// OCaml trap addresses; `Some` switches exception tracking to the exact, address-based mode.
-    pub ocaml_exception_info: Option<OcamlExceptionInfo>,
-    /// perf time (ns) that becomes trace time 0; usually the first event's time.
-    pub earliest_time: u64,
-    /// Display names for processes, by pid (e.g. the command line).
-    pub process_names: FxHashMap<u32, String>,
-    /// Source positions of function starts, by function start address.
-    pub debug_info: FxHashMap<u64, SourcePosition>,
-    /// Breakpoint hits to show on their own track.
-    pub hits: Vec<Hit>,
-}
 
 #[derive(Clone, Copy, Debug)]
 enum PendingKind {
@@ -147,8 +132,8 @@ struct ThreadInfo<T> {
     /// The time the last event was written at: `last_event_time`, or 1 ns later when
     /// it was slid past a decode error (or was the thread's first event).
     last_written_time: i64,
-    track_group_id: u32,
-    extra_event_tracks: [Option<T>; 2],
+    /// Tracks of extra events' samples.
+    extra_tracks: ExtraTracks<T>,
 }
 
 impl<T> ThreadInfo<T> {
@@ -170,7 +155,7 @@ impl<T> ThreadInfo<T> {
 struct Ctx<'a, S: TraceSink> {
     sink: &'a mut S,
     strings: &'a StringTable,
-    config: &'a LegacyConfig,
+    config: &'a WriterConfig,
     in_filtered_region: bool,
     warned: &'a mut WarnedOnce,
 }
@@ -186,11 +171,12 @@ struct WarnedOnce {
 /// magic-trace's streaming stack writer.
 pub struct LegacyWriter<S: TraceSink> {
     sink: S,
-    config: LegacyConfig,
+    config: WriterConfig,
     threads: Vec<ThreadInfo<S::Thread>>,
     thread_index: FxHashMap<Thread, usize>,
     in_filtered_region: bool,
-    transaction_events: VecDeque<(Event, bool)>,
+    /// Events of an open TSX transaction, each with its `should_write`.
+    transaction: Transaction<bool>,
     warned: WarnedOnce,
     base_time: u64,
     tracks: crate::tracks::Tracks<S::Thread>,
@@ -198,19 +184,15 @@ pub struct LegacyWriter<S: TraceSink> {
 
 impl<S: TraceSink> LegacyWriter<S> {
     /// A writer feeding `sink`; writes the breakpoint hits at once.
-    pub fn new(sink: S, config: LegacyConfig) -> Self {
-        let base_time = config
-            .hits
-            .iter()
-            .map(|h| h.time)
-            .fold(config.earliest_time, u64::min);
+    pub fn new(sink: S, config: WriterConfig) -> Self {
+        let base_time = config.base_time();
         let mut w = LegacyWriter {
             sink,
             config,
             threads: Vec::new(),
             thread_index: FxHashMap::default(),
             in_filtered_region: true,
-            transaction_events: VecDeque::new(),
+            transaction: Transaction::default(),
             warned: WarnedOnce::default(),
             base_time,
             tracks: crate::tracks::Tracks::default(),
@@ -225,72 +207,6 @@ impl<S: TraceSink> LegacyWriter<S> {
 
     fn write_hits(&mut self) {
         crate::tracks::write_hits(&mut self.sink, &self.config.hits, self.base_time);
-    }
-
-    /// Feeds one event (all of it is written: no filter range).
-    pub fn write_event(&mut self, event: &Event, strings: &StringTable) {
-        self.write_event_filtered(event, true, strings)
-    }
-
-    /// Feeds one event; `should_write` is false outside a `--filter` range.
-    pub fn write_event_filtered(
-        &mut self,
-        event: &Event,
-        should_write: bool,
-        strings: &StringTable,
-    ) {
-        // Names apply whatever the filter says, and are not part of the stacks.
-        if let Event::Ok { thread, data, .. } = event {
-            if data.is_task() {
-                let process_names = &self.config.process_names;
-                self.tracks
-                    .observe(&mut self.sink, *thread, data, strings, process_names);
-                return;
-            }
-            // magic-trace's algorithm knows no context switches: a sampled frame lasts
-            // until a sample without it, through any time off CPU (docs/sampling.md).
-            if matches!(data, EventData::Switch { .. }) {
-                return;
-            }
-        }
-        // TSX: events inside a transaction only happened if it commits, so hold them
-        // until we know; an abort discards them.
-        match event {
-            Event::Ok {
-                data,
-                in_transaction,
-                ..
-            } => {
-                let is_abort = matches!(
-                    data,
-                    EventData::Trace {
-                        kind: Some(Kind::TxAbort),
-                        ..
-                    }
-                );
-                if is_abort {
-                    self.transaction_events.clear();
-                    self.write_event_inner(event, should_write, strings);
-                } else if *in_transaction {
-                    self.transaction_events
-                        .push_back((event.clone(), should_write));
-                } else {
-                    while let Some((ev, sw)) = self.transaction_events.pop_front() {
-                        self.write_event_inner(&ev, sw, strings);
-                    }
-                    self.write_event_inner(event, should_write, strings);
-                }
-            }
-            Event::DecodeError { .. } => {
-                if !self.transaction_events.is_empty() {
-                    self.sink.warning(
-                        "Warning: error received during transaction, dropping all transaction events",
-                    );
-                    self.transaction_events.clear();
-                }
-                self.write_event_inner(event, should_write, strings);
-            }
-        }
     }
 
     fn thread_slot(&mut self, event: &Event) -> usize {
@@ -323,8 +239,7 @@ impl<S: TraceSink> LegacyWriter<S> {
             closing: false,
             last_event_time: effective_time,
             last_written_time: effective_time,
-            track_group_id,
-            extra_event_tracks: [None, None],
+            extra_tracks: ExtraTracks::new(track_group_id),
         });
         let i = self.threads.len() - 1;
         self.thread_index.insert(thread, i);
@@ -467,21 +382,57 @@ impl<S: TraceSink> LegacyWriter<S> {
             }
         }
     }
+}
 
-    /// Closes every open frame at each thread's last event (a snapshot boundary), keeping the writer usable.
-    pub fn end_snapshot(&mut self, to_time: Option<u64>, strings: &StringTable) {
-        self.end_of_trace(to_time, strings);
+impl<S: TraceSink> StackWriter<S> for LegacyWriter<S> {
+    fn write_event(&mut self, event: &Event, strings: &StringTable) {
+        self.write_event_filtered(event, true, strings)
+    }
+
+    fn write_event_filtered(&mut self, event: &Event, should_write: bool, strings: &StringTable) {
+        // Names apply whatever the filter says, and are not part of the stacks.
+        if let Event::Ok { thread, data, .. } = event {
+            if data.is_task() {
+                let process_names = &self.config.process_names;
+                self.tracks
+                    .observe(&mut self.sink, *thread, data, strings, process_names);
+                return;
+            }
+            // magic-trace's algorithm knows no context switches: a sampled frame lasts
+            // until a sample without it, through any time off CPU (docs/sampling.md).
+            if matches!(data, EventData::Switch { .. }) {
+                return;
+            }
+        }
+        // TSX: events inside a transaction only happened if it commits, so hold them
+        // until we know; an abort discards them.
+        let Some(admitted) = self.transaction.admit(event, should_write) else {
+            return;
+        };
+        if admitted.dropped_at_error {
+            self.sink.warning(
+                "Warning: error received during transaction, dropping all transaction events",
+            );
+        }
+        for (ev, sw) in admitted.earlier {
+            self.write_event_inner(&ev, sw, strings);
+        }
+        self.write_event_inner(event, should_write, strings);
+    }
+
+    /// Closes every open frame at each thread's last event, keeping the writer usable.
+    fn end_snapshot(&mut self, strings: &StringTable) {
+        self.end_of_trace(None, strings);
     }
 
     /// Closes every open frame and returns the sink.
-    pub fn finish(mut self, strings: &StringTable) -> S {
+    fn finish(mut self, strings: &StringTable) -> S {
         self.end_of_trace(None, strings);
         self.sink
     }
 
-    /// The sink, e.g. to mark the end of the input stream in a transcript.
-    pub fn sink_mut(&mut self) -> &mut S {
-        &mut self.sink
+    fn end_of_input(&mut self) {
+        self.sink.end_of_input();
     }
 }
 
@@ -562,33 +513,11 @@ fn write_pending_as<S: TraceSink>(
             offset,
             from_untraced,
         } => {
-            let mut args: [Arg<'_>; 6] = [Arg::new("", ArgValue::Int(0)); 6];
-            let mut n = 0;
-            args[n] = Arg::new("address", ArgValue::Pointer(addr));
-            n += 1;
-            let base_address = addr.wrapping_sub(offset);
-            let debug = ctx.config.debug_info.get(&base_address);
-            if let Some(pos) = debug {
-                args[n] = Arg::new("line", ArgValue::Int(pos.line));
-                args[n + 1] = Arg::new("col", ArgValue::Int(pos.col));
-                n += 2;
-            }
-            args[n] = Arg::new("symbol", ArgValue::Interned(display));
-            n += 1;
-            if let Some(f) = debug.and_then(|p| p.file.as_deref()) {
-                args[n] = Arg::new("file", ArgValue::Interned(f));
-                n += 1;
-            }
-            if from_untraced {
-                args[n] = Arg::new("inferred_start_time", ArgValue::Interned("true"));
-                n += 1;
-            }
-            if ctx.config.annotate_inferred_start_times && from_untraced {
-                let name = format!("{display} [inferred start time]");
-                ctx.begin(track, &name, time, &args[..n], deferred);
-            } else {
-                ctx.begin(track, display, time, &args[..n], deferred);
-            }
+            let config = ctx.config;
+            let debug = config.debug_info.get(&addr.wrapping_sub(offset));
+            let annotate = config.annotate_inferred_start_times;
+            let begin = FrameBegin::new(display, Some(addr), debug, from_untraced, annotate);
+            ctx.begin(track, begin.name(), time, begin.args(), deferred);
         }
         PendingKind::Ret => ctx.end(track, display, time),
         PendingKind::RetFromUntraced { reset_time } => {
@@ -945,53 +874,16 @@ fn write_ok<S: TraceSink>(
             count,
             name,
         } => {
-            let idx = match name {
-                ExtraEvent::BranchMisses => 0,
-                ExtraEvent::CacheMisses => 1,
-            };
-            let track = match ti.extra_event_tracks[idx] {
-                Some(t) => t,
-                None => {
-                    let t = ctx.sink.allocate_thread(ti.track_group_id, name.name());
-                    ti.extra_event_tracks[idx] = Some(t);
-                    t
-                }
-            };
-            let mut args = vec![
-                Arg::new("timestamp", ArgValue::Int(time)),
-                Arg::new(
-                    "symbol",
-                    ArgValue::Str(ctx.strings.display(location.symbol)),
-                ),
-                Arg::new("addr", ArgValue::Pointer(location.ip)),
-                Arg::new("count", ArgValue::Int(*count as i64)),
-            ];
-            if let Some(pid) = thread.pid {
-                args.push(Arg::new("pid", ArgValue::Int(pid as i64)));
-            }
-            if let Some(tid) = thread.tid {
-                args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
-            }
-            ctx.complete(track, name.name(), time, time, &args, false);
+            let mark = Mark::at(thread, time, location);
+            let write = ctx.in_filtered_region;
+            let extra = &mut ti.extra_tracks;
+            extra.write_sample(ctx.sink, *name, mark, *count, write, ctx.strings);
         }
         EventData::Ptwrite { location, data } => {
-            let payload = format!("0x{data:x}");
-            let mut args = vec![
-                Arg::new("timestamp", ArgValue::Int(time)),
-                Arg::new(
-                    "symbol",
-                    ArgValue::Str(ctx.strings.display(location.symbol)),
-                ),
-                Arg::new("addr", ArgValue::Pointer(location.ip)),
-                Arg::new("data", ArgValue::Str(&payload)),
-            ];
-            if let Some(pid) = thread.pid {
-                args.push(Arg::new("pid", ArgValue::Int(pid as i64)));
+            if ctx.in_filtered_region {
+                let mark = Mark::at(thread, time, location);
+                mark.write_ptwrite(ctx.sink, ti.track, *data, ctx.strings);
             }
-            if let Some(tid) = thread.tid {
-                args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
-            }
-            ctx.complete(ti.track, "PTWRITE", time, time, &args, false);
         }
         EventData::Power { freq_mhz } => {
             let args = [Arg::new("freq (MHz)", ArgValue::Int(*freq_mhz as i64))];

@@ -706,6 +706,9 @@ impl<S: TraceSink> TraceSink for OrderedSink<S> {
     fn warning(&mut self, message: &str) {
         self.inner.warning(message);
     }
+
+    // `end_of_input` stays the default no-op: a marker passed on now would land before
+    // the slices still held here, which were emitted before it.
 }
 
 #[cfg(test)]

@@ -97,6 +97,9 @@ pub trait TraceSink {
     ) {
         self.duration_complete(thread, name, start, end, args)
     }
+    /// The input has ended: what comes after this was deferred by the writer until its
+    /// end. Only the transcript shows it (magic-trace's tests print a marker there).
+    fn end_of_input(&mut self) {}
     /// A warning meant for the person running ptscope (e.g. a decode error).
     fn warning(&mut self, message: &str) {
         eprintln!("{message}");

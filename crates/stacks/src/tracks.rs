@@ -1,9 +1,11 @@
 //! What both stack writers write the same way: process and thread tracks and their
-//! names, and trigger hits.
+//! names, trigger hits, and the events that are not part of a stack (extra events'
+//! samples and ptwrite payloads).
 
 use crate::sink::{Arg, ArgValue, TraceSink};
-use ptscope_event::{EventData, Hit, StringTable, Thread};
+use ptscope_event::{EventData, ExtraEvent, Hit, Location, SourcePosition, StringTable, Thread};
 use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 
 /// The tracks of processes and threads, and the names perf gave them.
 ///
@@ -143,5 +145,172 @@ pub(crate) fn write_hits<S: TraceSink>(sink: &mut S, hits: &[Hit], base_time: u6
         args.push(Arg::new("tid", ArgValue::Int(hit.tid as i64)));
         args.push(Arg::new("ip", ArgValue::Pointer(hit.ip)));
         sink.duration_complete(thread, &format!("hit {}", hit.symbol), start, time, &args);
+    }
+}
+
+/// Where and when an event that is not part of the stack happened.
+#[derive(Clone, Copy)]
+pub(crate) struct Mark<'a> {
+    /// The thread it happened on.
+    pub(crate) thread: Thread,
+    /// Trace time (ns).
+    pub(crate) time: i64,
+    /// The instruction it happened at.
+    pub(crate) location: &'a Location,
+}
+
+impl<'a> Mark<'a> {
+    /// What happened on `thread` at `time`, at `location`.
+    pub(crate) fn at(thread: Thread, time: i64, location: &'a Location) -> Self {
+        Mark {
+            thread,
+            time,
+            location,
+        }
+    }
+
+    /// Writes the mark as a zero-length slice `name` on `track`, with its place and
+    /// `value` as args.
+    fn write<S: TraceSink>(
+        &self,
+        sink: &mut S,
+        track: S::Thread,
+        name: &str,
+        value: Arg<'_>,
+        strings: &StringTable,
+    ) {
+        let mut args = vec![
+            Arg::new("timestamp", ArgValue::Int(self.time)),
+            Arg::new(
+                "symbol",
+                ArgValue::Str(strings.display(self.location.symbol)),
+            ),
+            Arg::new("addr", ArgValue::Pointer(self.location.ip)),
+            value,
+        ];
+        if let Some(pid) = self.thread.pid {
+            args.push(Arg::new("pid", ArgValue::Int(pid as i64)));
+        }
+        if let Some(tid) = self.thread.tid {
+            args.push(Arg::new("tid", ArgValue::Int(tid as i64)));
+        }
+        sink.duration_complete(track, name, self.time, self.time, &args);
+    }
+
+    /// Writes a ptwrite's payload as a `PTWRITE` slice on its thread's `track`.
+    pub(crate) fn write_ptwrite<S: TraceSink>(
+        &self,
+        sink: &mut S,
+        track: S::Thread,
+        data: u64,
+        strings: &StringTable,
+    ) {
+        let payload = format!("0x{data:x}");
+        let value = Arg::new("data", ArgValue::Str(&payload));
+        self.write(sink, track, "PTWRITE", value, strings);
+    }
+}
+
+/// A thread's tracks for extra events' samples, one per [`ExtraEvent`], made in the
+/// thread's group on first use.
+pub(crate) struct ExtraTracks<T> {
+    group: u32,
+    tracks: [Option<T>; 2],
+}
+
+impl<T: Copy> ExtraTracks<T> {
+    /// No tracks yet, to be made in track group `group`.
+    pub(crate) fn new(group: u32) -> Self {
+        ExtraTracks {
+            group,
+            tracks: [None, None],
+        }
+    }
+
+    /// Writes a sample of `event` (`count` occurrences at `mark`) on its track, which is
+    /// made even when the sample is not written (`write` false: outside a filter range).
+    pub(crate) fn write_sample<S: TraceSink<Thread = T>>(
+        &mut self,
+        sink: &mut S,
+        event: ExtraEvent,
+        mark: Mark<'_>,
+        count: u64,
+        write: bool,
+        strings: &StringTable,
+    ) {
+        let idx = match event {
+            ExtraEvent::BranchMisses => 0,
+            ExtraEvent::CacheMisses => 1,
+        };
+        let track = match self.tracks[idx] {
+            Some(t) => t,
+            None => {
+                let t = sink.allocate_thread(self.group, event.name());
+                self.tracks[idx] = Some(t);
+                t
+            }
+        };
+        if write {
+            let value = Arg::new("count", ArgValue::Int(count as i64));
+            mark.write(sink, track, event.name(), value, strings);
+        }
+    }
+}
+
+/// A frame's begin as both writers show it: its name, marked when its start was
+/// inferred and the output asks for it (the transcripts), and its args.
+pub(crate) struct FrameBegin<'a> {
+    name: Cow<'a, str>,
+    args: [Arg<'a>; 6],
+    n: usize,
+}
+
+impl<'a> FrameBegin<'a> {
+    /// The begin of frame `name` at `address` (if known), starting at `debug` in the
+    /// source; `inferred`: its start is a guess, shown in its name if `annotate`.
+    pub(crate) fn new(
+        name: &'a str,
+        address: Option<u64>,
+        debug: Option<&'a SourcePosition>,
+        inferred: bool,
+        annotate: bool,
+    ) -> Self {
+        let mut args: [Arg<'a>; 6] = [Arg::new("", ArgValue::Int(0)); 6];
+        let mut n = 0;
+        if let Some(a) = address {
+            args[n] = Arg::new("address", ArgValue::Pointer(a));
+            n += 1;
+        }
+        if let Some(pos) = debug {
+            args[n] = Arg::new("line", ArgValue::Int(pos.line));
+            args[n + 1] = Arg::new("col", ArgValue::Int(pos.col));
+            n += 2;
+        }
+        args[n] = Arg::new("symbol", ArgValue::Interned(name));
+        n += 1;
+        if let Some(f) = debug.and_then(|p| p.file.as_deref()) {
+            args[n] = Arg::new("file", ArgValue::Interned(f));
+            n += 1;
+        }
+        if inferred {
+            args[n] = Arg::new("inferred_start_time", ArgValue::Interned("true"));
+            n += 1;
+        }
+        let name = if inferred && annotate {
+            Cow::Owned(format!("{name} [inferred start time]"))
+        } else {
+            Cow::Borrowed(name)
+        };
+        FrameBegin { name, args, n }
+    }
+
+    /// The slice's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The slice's args.
+    pub(crate) fn args(&self) -> &[Arg<'a>] {
+        &self.args[..self.n]
     }
 }

@@ -42,11 +42,6 @@ pub const END_OF_INPUT: &str =
     "INPUT TRACE STREAM ENDED, any lines printed below this were deferred";
 
 impl TranscriptSink {
-    /// Marks the end of the input stream (before the writer is finalised).
-    pub fn end_of_input(&mut self) {
-        self.lines.push(END_OF_INPUT.to_string());
-    }
-
     /// The whole transcript: warnings first, then the lines.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -171,6 +166,10 @@ impl TraceSink for TranscriptSink {
     }
 
     fn counter(&mut self, _t: u32, _name: &str, _time: i64, _args: &[Arg<'_>]) {}
+
+    fn end_of_input(&mut self) {
+        self.lines.push(END_OF_INPUT.to_string());
+    }
 
     fn warning(&mut self, message: &str) {
         self.warnings.push(message.to_string());

@@ -3,8 +3,9 @@
 
 use ptscope_decode::Decoder;
 use ptscope_event::{OcamlExceptionInfo, TraceScope};
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::transcript::TranscriptSink;
+use ptscope_stacks::{StackWriter, WriterConfig};
 use std::path::{Path, PathBuf};
 
 #[path = "common/fixtures.rs"]
@@ -49,12 +50,12 @@ fn replay(case: &Path) -> String {
         let w = writer.get_or_insert_with(|| {
             LegacyWriter::new(
                 TranscriptSink::default(),
-                LegacyConfig {
+                WriterConfig {
                     scope,
                     annotate_inferred_start_times: true,
                     ocaml_exception_info: ocaml_exception_info.clone(),
                     earliest_time: event.time().unwrap_or(0),
-                    ..LegacyConfig::default()
+                    ..WriterConfig::default()
                 },
             )
         });
@@ -62,7 +63,7 @@ fn replay(case: &Path) -> String {
     }
     assert_eq!(decoder.stats().warnings, 0, "{:?}", decoder.warnings());
     let mut w = writer.expect("at least one event");
-    w.sink_mut().end_of_input();
+    w.end_of_input();
     w.finish(decoder.strings()).render()
 }
 

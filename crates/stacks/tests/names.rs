@@ -4,9 +4,9 @@
 //! move time.
 
 use ptscope_event::{Event, EventData, Location, StringTable, Symbol, Thread};
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
+use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::segments::SegmentsWriter;
-use ptscope_stacks::{Arg, StackWriter, TraceSink};
+use ptscope_stacks::{Arg, StackWriter, TraceSink, WriterConfig};
 use std::collections::BTreeMap;
 
 /// Keeps the latest name of every group and track, and each track's group and slices.
@@ -139,20 +139,16 @@ fn both_writers_name_and_group_tracks() {
     let mut s = StringTable::new();
     let evs = events(&mut s);
     // Time 0 is the first sample, as the CLI picks it.
-    let config = LegacyConfig {
+    let config = WriterConfig {
         earliest_time: 1_000,
-        ..LegacyConfig::default()
+        ..WriterConfig::default()
     };
     let legacy = run(
         LegacyWriter::new(Names::default(), config.clone()),
         &evs,
         &s,
     );
-    let segments = run(
-        SegmentsWriter::new(Names::default(), config.into()),
-        &evs,
-        &s,
-    );
+    let segments = run(SegmentsWriter::new(Names::default(), config), &evs, &s);
     for (which, n) in [("legacy", &legacy), ("segments", &segments)] {
         assert_eq!(n.tree(), expected(), "{which}");
         // Only sampled threads have tracks; a name event opens none.
@@ -166,16 +162,12 @@ fn both_writers_name_and_group_tracks() {
 fn a_configured_command_line_wins_over_perfs_name() {
     let mut s = StringTable::new();
     let evs = events(&mut s);
-    let mut config = LegacyConfig {
+    let mut config = WriterConfig {
         earliest_time: 1_000,
-        ..LegacyConfig::default()
+        ..WriterConfig::default()
     };
     config.process_names.insert(11, "./prog --flag".to_string());
-    let n = run(
-        SegmentsWriter::new(Names::default(), config.into()),
-        &evs,
-        &s,
-    );
+    let n = run(SegmentsWriter::new(Names::default(), config), &evs, &s);
     assert!(
         n.tree().contains_key("./prog --flag [pid=11]"),
         "{:?}",

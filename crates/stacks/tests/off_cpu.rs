@@ -5,10 +5,10 @@
 //! (magic-trace's algorithm) ignores switches.
 
 use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
-use ptscope_stacks::legacy::{LegacyConfig, LegacyWriter};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::legacy::LegacyWriter;
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::TranscriptSink;
-use ptscope_stacks::{Arg, TraceSink};
+use ptscope_stacks::{Arg, StackWriter, TraceSink, WriterConfig};
 
 /// Counts the tracks a writer opens.
 #[derive(Default)]
@@ -69,7 +69,7 @@ fn switch(thread: Thread, time: u64, out: bool, preempt: bool) -> Event {
 }
 
 fn segments(events: &[Event], s: &StringTable) -> Vec<String> {
-    let mut w = SegmentsWriter::new(TranscriptSink::default(), SegmentsConfig::default());
+    let mut w = SegmentsWriter::new(TranscriptSink::default(), WriterConfig::default());
     for e in events {
         w.write_event(e, s);
     }
@@ -77,7 +77,7 @@ fn segments(events: &[Event], s: &StringTable) -> Vec<String> {
 }
 
 fn legacy(events: &[Event], s: &StringTable) -> Vec<String> {
-    let mut w = LegacyWriter::new(TranscriptSink::default(), LegacyConfig::default());
+    let mut w = LegacyWriter::new(TranscriptSink::default(), WriterConfig::default());
     for e in events {
         w.write_event(e, s);
     }
@@ -222,7 +222,7 @@ fn switches_alone_show_nothing() {
             "->      2ms END   main",
         ]
     );
-    let mut w = SegmentsWriter::new(Tracks::default(), SegmentsConfig::default());
+    let mut w = SegmentsWriter::new(Tracks::default(), WriterConfig::default());
     for e in &events {
         w.write_event(e, &s);
     }

@@ -5,8 +5,8 @@ use ptscope_event::{
     Event, EventData, Kind, Location, OcamlExceptionInfo, StringTable, Symbol, Thread, TraceScope,
     TraceStateChange,
 };
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
-use ptscope_stacks::{Arg, TraceSink};
+use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::{Arg, StackWriter, TraceSink, WriterConfig};
 
 /// (start, end, depth, name) of every slice, from a sink that checks nesting and order.
 #[derive(Default)]
@@ -136,7 +136,7 @@ impl Build {
     fn k(&mut self, t: u64, kind: Kind, src: (u64, &str), dst: (u64, &str)) {
         self.br(t, Some(kind), None, src, dst, false);
     }
-    fn run(self, config: SegmentsConfig, filter: Option<&dyn Fn(usize) -> bool>) -> Slices {
+    fn run(self, config: WriterConfig, filter: Option<&dyn Fn(usize) -> bool>) -> Slices {
         let mut w = SegmentsWriter::new(Slices::default(), config);
         for (i, e) in self.events.iter().enumerate() {
             match filter {
@@ -204,7 +204,7 @@ fn kernel_entries_nest_over_the_user_stack() {
         (0x106, "main"),
     );
     let s = b.run(
-        SegmentsConfig {
+        WriterConfig {
             scope: TraceScope::UserspaceAndKernel,
             ..Default::default()
         },
@@ -259,7 +259,7 @@ fn aborted_transactions_leave_no_frames() {
         true,
     );
     b.k(50, Kind::Return, (0x250, "work"), (0x105, "main"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     assert!(
         !s.done.iter().any(|d| d.3 == "in_tx_aborted"),
         "{:?}",
@@ -279,7 +279,7 @@ fn filter_ranges_close_and_reopen_the_stack() {
     b.k(40, Kind::Return, (0x410, "c"), (0x240, "a"));
     b.k(50, Kind::Return, (0x250, "a"), (0x105, "main"));
     // Events 1..=2 (b's call and return) are outside the range.
-    let s = b.run(SegmentsConfig::default(), Some(&|i| !(1..=2).contains(&i)));
+    let s = b.run(WriterConfig::default(), Some(&|i| !(1..=2).contains(&i)));
     assert!(!s.done.iter().any(|d| d.3 == "b"), "{:?}", s.done);
     assert!(has(&s, (30, 40, 2, "c")), "{:?}", s.done);
     // a and main were closed when the range was left and reopened when it resumed.
@@ -308,7 +308,7 @@ fn unmatched_entertrap_splits_the_segment() {
     b.k(30, Kind::Call, (0x160, "caml_main"), (0x500, "h"));
     let traps = OcamlExceptionInfo::new(&[], &[], &[0x150]);
     let s = b.run(
-        SegmentsConfig {
+        WriterConfig {
             ocaml_exception_info: Some(traps),
             ..Default::default()
         },
@@ -398,7 +398,7 @@ fn goroutines_keep_their_own_stacks() {
     b.k(150, Kind::Return, (0x320, "main.a"), (0x215, "main.loop"));
     b.k(160, Kind::Call, (0x220, "main.loop"), (0x900, "main.c"));
     b.k(170, Kind::Return, (0x910, "main.c"), (0x225, "main.loop"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     let during = |name: &str, t: i64| {
         s.done
             .iter()
@@ -458,7 +458,7 @@ fn a_root_learnt_from_a_label_stitches_to_its_caller() {
         (0x510, "_dl_init"),
         (0x130, "_dl_start_user"),
     );
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     let roots: Vec<_> = s
         .done
         .iter()
@@ -516,7 +516,7 @@ fn an_unwind_after_a_gap_lands_in_the_frame_open_before_it() {
     );
     b.k(80, Kind::Return, (0x340, "guarded"), (0x220, "main"));
     b.k(90, Kind::Return, (0x230, "main"), (0x120, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     assert!(has(&s, (10, 80, 2, "guarded")), "{:?}", s.done);
     assert!(has(&s, (0, 90, 1, "main")), "{:?}", s.done);
     for (name, depth) in [
@@ -598,7 +598,7 @@ fn a_signal_at_a_syscall_return_runs_on_the_interrupted_frame() {
     trace_start(&mut b, 120, (0x322, "raise"));
     b.k(130, Kind::Return, (0x330, "raise"), (0x225, "main"));
     b.k(140, Kind::Return, (0x230, "main"), (0x108, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 140, 1, "main"),
         (10, 90, 2, "raise"),
@@ -653,7 +653,7 @@ fn unwind_resume_lands_above_its_caller_in_a_recursion() {
     }
     b.k(90, Kind::Return, (0x350, "attempt"), (0x215, "main"));
     b.k(95, Kind::Return, (0x230, "main"), (0x108, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (30, 55, 6, "parse"),
         (24, 65, 5, "nest"),
@@ -705,7 +705,7 @@ fn a_snapshot_starting_mid_unwind_never_puts_a_caller_on_its_callee() {
     );
     b.k(30, Kind::Return, (0x350, "attempt"), (0x215, "main"));
     b.k(35, Kind::Return, (0x230, "main"), (0x108, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     // After the catch: _start > main > attempt, nothing else.
     assert!(has(&s, (25, 30, 2, "attempt")), "{:?}", s.done);
     assert!(has(&s, (25, 35, 1, "main")), "{:?}", s.done);
@@ -742,7 +742,7 @@ fn a_snapshot_starting_in_a_handler_finds_the_interrupted_frame() {
     trace_start(&mut b, 20, (0x322, "raise"));
     b.k(30, Kind::Return, (0x330, "raise"), (0x215, "main"));
     b.k(40, Kind::Return, (0x230, "main"), (0x108, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 40, 1, "main"),
         (0, 30, 2, "raise"),
@@ -798,7 +798,7 @@ fn a_signal_interrupting_a_loop_runs_on_the_interrupted_frame() {
     trace_start(&mut b, 60, (0x330, "spin"));
     b.k(70, Kind::Return, (0x340, "spin"), (0x215, "main"));
     b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 80, 1, "main"),
         (10, 70, 2, "spin"),
@@ -849,7 +849,7 @@ fn an_exec_ends_the_old_program_and_starts_the_new_one_as_root() {
         (0x7020, "_dl_entry"),
         (0x7200, "user_entry"),
     );
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 25, 1, "main"),
         (10, 25, 2, "execve"),
@@ -909,7 +909,7 @@ fn a_gap_across_the_jump_to_the_program_keeps_libc_start_main_under_start() {
         (0x2110, "__libc_start_call_main"),
         (0x3000, "main"),
     );
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (40, 70, 0, "_start"),
         (40, 70, 1, "__libc_start_main"),
@@ -956,7 +956,7 @@ fn a_gap_in_libc_start_main_puts_libc_start_call_main_on_it() {
         (0x2120, "__libc_start_call_main"),
         (0x3000, "main"),
     );
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 40, 0, "_start"),
         (0, 40, 1, "__libc_start_main"),
@@ -982,7 +982,7 @@ fn a_gap_back_into_the_loaders_start_lines_up_with_its_root() {
         (0x1015, "_dl_start_user"),
         (0x1200, "_dl_init"),
     );
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     assert!(
         has(&s, (30, 30, 1, "_dl_init")),
         "_dl_init not on the loader's root: {:?}",
@@ -1064,7 +1064,7 @@ fn a_jump_into_cold_code_an_ancestor_runs_is_not_an_unwind() {
     );
     b.k(70, Kind::Return, (0x4d10, COLD), (0x215, "main"));
     b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 80, 1, "main"),
         (10, 15, 2, IMPORT),
@@ -1108,7 +1108,7 @@ fn a_jump_back_from_cold_code_into_an_ancestors_function_is_not_an_unwind() {
     b.k(60, Kind::Return, (0x620, "load"), (0x325, HOT));
     b.k(70, Kind::Return, (0x330, HOT), (0x215, "main"));
     b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 80, 1, "main"),
         (10, 70, 2, HOT),
@@ -1142,7 +1142,7 @@ fn longjmp_unwinds_to_the_frame_that_called_setjmp() {
         b.k(35, Kind::Call, (0xa10, "longjmp"), (0xb00, jumper));
         jump_in(&mut b, 40, dso, (0xb20, jumper), (0x216, "main", 0x16));
         b.k(50, Kind::Return, (0x230, "main"), (0x108, "_start"));
-        let s = b.run(SegmentsConfig::default(), None);
+        let s = b.run(WriterConfig::default(), None);
         for slice in [
             (0, 50, 1, "main"),
             (20, 40, 2, "work"),
@@ -1192,7 +1192,7 @@ fn an_unnamed_jump_across_objects_into_an_ancestor_unwinds() {
         dst.dso = Some(prog);
     }
     b.k(40, Kind::Return, (0x840, "prog+0x800"), (0x108, "_start"));
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 40, 1, "prog+0x800"),
         (10, 30, 2, "prog+0x300"),
@@ -1276,7 +1276,7 @@ fn a_call_injected_by_a_handler_returns_to_the_interrupted_frame() {
         (0x250, "unicode.init"),
         (0x108, "runtime.main"),
     );
-    let s = b.run(SegmentsConfig::default(), None);
+    let s = b.run(WriterConfig::default(), None);
     for slice in [
         (0, 90, 1, "unicode.init"),
         (20, 30, 2, "runtime.sigtramp"),
@@ -1315,9 +1315,9 @@ fn exact_times_are_not_spread() {
     trace_start(&mut b, 50, (0x300, "casgstatus"));
     b.k(60, Kind::Return, (0x340, "casgstatus"), (0x215, "main"));
     b.k(70, Kind::Return, (0x230, "main"), (0x108, "_start"));
-    let exact = SegmentsConfig {
+    let exact = WriterConfig {
         exact_times: true,
-        ..SegmentsConfig::default()
+        ..WriterConfig::default()
     };
     let s = b.run(exact, None);
     for slice in [(10, 60, 2, "casgstatus"), (10, 50, 3, "[untraced]")] {

@@ -4,9 +4,9 @@
 
 use ptscope_decode::Decoder;
 use ptscope_event::{Event, EventData, OcamlExceptionInfo, TraceScope};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::{TranscriptSink, END_OF_INPUT};
-use ptscope_stacks::{Arg, TraceSink};
+use ptscope_stacks::{Arg, StackWriter, TraceSink, WriterConfig};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -114,18 +114,18 @@ fn run_segments(
     }
     let mut w = SegmentsWriter::new(
         TranscriptSink::default(),
-        SegmentsConfig {
+        WriterConfig {
             scope,
             annotate_inferred_start_times: true,
             ocaml_exception_info: traps,
             earliest_time: events[0].time().expect("time"),
-            ..SegmentsConfig::default()
+            ..WriterConfig::default()
         },
     );
     for e in &events {
         w.write_event(e, d.strings());
     }
-    w.sink_mut().end_of_input();
+    w.end_of_input();
     let t = w.finish(d.strings());
     let mut text = t.render();
     // The segments writer writes everything at the end; drop the marker for slicing.
@@ -243,11 +243,11 @@ fn sampled_stacks_are_reproduced_at_every_sample() {
         let t0_raw = events[0].time().expect("time");
         let mut w = SegmentsWriter::new(
             SliceSink::default(),
-            SegmentsConfig {
+            WriterConfig {
                 earliest_time: t0_raw,
                 // Every frame, kernel ones included (the default `u` drops those).
                 scope: ptscope_event::TraceScope::UserspaceAndKernel,
-                ..SegmentsConfig::default()
+                ..WriterConfig::default()
             },
         );
         for e in &events {

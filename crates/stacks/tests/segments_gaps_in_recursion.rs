@@ -10,8 +10,9 @@
 
 use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
 use ptscope_event::{Sym, TraceStateChange};
-use ptscope_stacks::segments::{SegmentsConfig, SegmentsWriter};
+use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::transcript::TranscriptSink;
+use ptscope_stacks::{StackWriter, WriterConfig};
 
 const THREAD: Thread = Thread {
     pid: Some(1),
@@ -98,7 +99,7 @@ fn gaps_in_a_steady_recursion_do_not_deepen_the_stack() {
         ev.push(branch(t + 30, Kind::Call, at(0x211, f), at(0x301, g)));
         t += 40;
     }
-    let mut w = SegmentsWriter::new(TranscriptSink::default(), SegmentsConfig::default());
+    let mut w = SegmentsWriter::new(TranscriptSink::default(), WriterConfig::default());
     for e in &ev {
         w.write_event(e, &s);
     }

@@ -16,7 +16,8 @@
 //! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
 //! on the stack.
 
-use super::{Cx, Flow, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use super::frames::{Flow, Frame, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use super::ingest::{Cx, MAX_FIND_DEPTH};
 use ptscope_event::{Kind, Location, TraceStateChange};
 
 /// Longest syscall instruction: `syscall`, `sysenter` and `int 0x80` are all 2 bytes.
@@ -176,7 +177,7 @@ impl<T> Cx<'_, T> {
     /// Is `frame` the leaf or one of its callers (within the search bound)?
     fn on_stack(&self, frame: u32) -> bool {
         let mut f = self.ts.leaf;
-        for _ in 0..super::MAX_FIND_DEPTH {
+        for _ in 0..MAX_FIND_DEPTH {
             if f == frame {
                 return true;
             }
@@ -201,7 +202,7 @@ impl<T> Cx<'_, T> {
             return false;
         }
         let trampoline = self.ts.frames.len() as u32;
-        self.ts.frames.push(super::Frame {
+        self.ts.frames.push(Frame {
             loc: fr.loc,
             parent: root,
             flags: SIGNAL,
@@ -293,7 +294,7 @@ impl<T> Cx<'_, T> {
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
         let l = self.locs.intern(loc);
-        self.ts.frames.push(super::Frame {
+        self.ts.frames.push(Frame {
             loc: l,
             parent: fr.parent,
             flags: SIGNAL,

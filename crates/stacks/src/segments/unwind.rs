@@ -27,7 +27,8 @@
 //! libc, called by the exported `longjmp`) still counts when its caller is an unwinder,
 //! or when it crosses objects, which a function's parts never do.
 
-use super::{Cx, Flow, Join, SENTINEL};
+use super::frames::{unversioned, Flow, Join};
+use super::ingest::Cx;
 use ptscope_event::{Location, Symbol};
 
 /// Where the jump from an unwinder entry point may land, relative to the frame that
@@ -47,7 +48,7 @@ fn landing(name: &str) -> Option<Landing> {
     if name.ends_with("@plt") {
         return None;
     }
-    let name = super::unversioned(name);
+    let name = unversioned(name);
     match name {
         "_Unwind_Resume" => Some(Landing::Above),
         "_Unwind_RaiseException" | "_Unwind_Resume_or_Rethrow" | "_Unwind_ForcedUnwind" => {
@@ -61,7 +62,7 @@ fn landing(name: &str) -> Option<Landing> {
 /// (`__longjmp`, `____longjmp_chk`, `__libc_siglongjmp`, …), libgcc's and LLVM's
 /// unwinders, OCaml's raise functions and Go's `gogo`.
 fn exits_non_locally(name: &str) -> bool {
-    let name = super::unversioned(name);
+    let name = unversioned(name);
     name.contains("longjmp")
         || name.starts_with("_Unwind_")
         || name.starts_with("caml_raise")
@@ -157,25 +158,5 @@ impl<T> Cx<'_, T> {
         self.split(Join::Landed { skip });
         self.ensure_current(dst);
         true
-    }
-
-    /// Nearest frame at or above `from` running `symbol` (bounded, without crossing a
-    /// kernel entry), as [`Cx::find`] from the leaf.
-    fn find_from(&self, from: u32, symbol: Symbol) -> Option<u32> {
-        let mut f = from;
-        for _ in 0..super::MAX_FIND_DEPTH {
-            let fr = self.ts.frames[f as usize];
-            if fr.flags & SENTINEL != 0 {
-                return None;
-            }
-            if self.locs.list[fr.loc as usize].symbol == symbol {
-                return Some(f);
-            }
-            if fr.flags & super::KERNEL_ENTRY != 0 {
-                return None;
-            }
-            f = fr.parent;
-        }
-        None
     }
 }

@@ -8,7 +8,8 @@
 //! batches ahead.
 
 use ptscope_decode::{Decoder, Stats, Warning};
-use ptscope_event::{Event, EventData, Location, StackHandle, StringTable, Sym, Symbol};
+use ptscope_event::source::{TableDelta, TableMap, TableSent};
+use ptscope_event::{Event, StringTable};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -28,8 +29,8 @@ pub(crate) const MIN_SIZE: u64 = 64 << 20;
 
 /// What a worker reports about one part.
 enum Part {
-    /// Events, with the names the part's table gained since its previous batch.
-    Batch(Vec<Box<str>>, Vec<Box<[Location]>>, Vec<Event>),
+    /// Events, with the names and stacks the part's table gained since its previous batch.
+    Batch(TableDelta, Vec<Event>),
     /// The part is done.
     Done(Stats, Vec<Warning>),
     /// Reading the part failed.
@@ -108,8 +109,7 @@ fn worker(
             return;
         }
         let mut d = Decoder::new(io::Cursor::new(buf));
-        let mut sent = 0usize;
-        let mut sent_stacks = 0usize;
+        let mut sent = TableSent::default();
         let mut events = Vec::with_capacity(BATCH);
         loop {
             let next = d.next_event();
@@ -118,17 +118,9 @@ fn worker(
                 events.push(e);
             }
             if events.len() == BATCH || (done && !events.is_empty()) {
-                let table = d.strings();
-                let names = (sent..table.len())
-                    .map(|i| Box::<str>::from(table.get(Sym(i as u32))))
-                    .collect();
-                sent = table.len();
-                let stacks = (sent_stacks..table.stack_count())
-                    .map(|i| table.stack(StackHandle(i as u32)).copied().collect())
-                    .collect();
-                sent_stacks = table.stack_count();
+                let delta = TableDelta::since(d.strings(), &mut sent);
                 let full = std::mem::replace(&mut events, Vec::with_capacity(BATCH));
-                if tx.send(Part::Batch(names, stacks, full)).is_err() {
+                if tx.send(Part::Batch(delta, full)).is_err() {
                     return;
                 }
             }
@@ -137,40 +129,6 @@ fn worker(
             }
         }
         let _ = tx.send(Part::Done(*d.stats(), d.warnings().to_vec()));
-    }
-}
-
-fn remap_sym(s: &mut Sym, map: &[Sym]) {
-    if let Some(&g) = map.get(s.0 as usize) {
-        *s = g;
-    }
-}
-
-fn remap_location(l: &mut Location, map: &[Sym]) {
-    if let Symbol::FromPerf(s) = &mut l.symbol {
-        remap_sym(s, map);
-    }
-    if let Some(d) = &mut l.dso {
-        remap_sym(d, map);
-    }
-}
-
-/// Rewrites a part's name handles into the shared table's.
-fn remap(event: &mut Event, map: &[Sym], stack_map: &[StackHandle]) {
-    match event {
-        Event::DecodeError { message, .. } => remap_sym(message, map),
-        Event::Ok { data, .. } => match data {
-            EventData::Trace { src, dst, .. } => {
-                remap_location(src, map);
-                remap_location(dst, map);
-            }
-            EventData::StackSample { callstack } => *callstack = stack_map[callstack.0 as usize],
-            EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
-                remap_location(location, map)
-            }
-            EventData::Comm { name, .. } => remap_sym(name, map),
-            EventData::Power { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
-        },
     }
 }
 
@@ -216,8 +174,7 @@ pub(crate) fn parse_file(
         }
         let mut done_bytes = 0u64;
         'parts: for (k, &(start, end)) in ranges.iter().enumerate() {
-            let mut map: Vec<Sym> = Vec::new();
-            let mut stack_map: Vec<StackHandle> = Vec::new();
+            let mut map = TableMap::new();
             loop {
                 let msg = match rxs[k % WORKERS].recv() {
                     Ok(m) => m,
@@ -225,16 +182,10 @@ pub(crate) fn parse_file(
                     Err(_) => break 'parts,
                 };
                 match msg {
-                    Part::Batch(names, stacks, mut events) => {
-                        map.extend(names.iter().map(|n| strings.intern(n)));
-                        stack_map.extend(stacks.iter().map(|frames| {
-                            strings.intern_stack(frames.iter().map(|&(mut l)| {
-                                remap_location(&mut l, &map);
-                                l
-                            }))
-                        }));
+                    Part::Batch(delta, mut events) => {
+                        map.add_delta(&delta, strings);
                         for e in events.iter_mut() {
-                            remap(e, &map, &stack_map);
+                            map.rewrite(e);
                         }
                         if !deliver(strings, events) {
                             break 'parts;
@@ -272,6 +223,7 @@ pub(crate) fn parse_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ptscope_event::EventData;
 
     /// Only files whose headers carry the pid are cut in parts.
     #[test]

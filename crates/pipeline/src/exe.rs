@@ -1,7 +1,7 @@
 //! What the traced executable itself tells the decoder: OCaml exception traps
 //! (`.note.ocaml_eh`) and the source position of every function start.
 
-use anyhow::{Context, Result};
+use crate::Error;
 use ptscope_event::{
     Event, EventData, Location, OcamlExceptionInfo, SourcePosition, StringTable, Symbol,
 };
@@ -10,10 +10,10 @@ use rustc_hash::FxHashMap;
 use std::path::Path;
 
 /// Facts read once from the executable, in link-time addresses.
-pub struct ExeInfo {
+pub(crate) struct ExeInfo {
     file_name: String,
     /// A PIE is loaded at an address only the recording knows.
-    pub pie: bool,
+    pub(crate) pie: bool,
     functions: FxHashMap<String, u64>,
     traps: Option<OcamlTraps>,
     positions: FxHashMap<u64, SourcePosition>,
@@ -21,12 +21,15 @@ pub struct ExeInfo {
 
 impl ExeInfo {
     /// Reads symbols, line tables and the OCaml note; a missing part is just absent.
-    pub fn load(path: &Path) -> Result<ExeInfo> {
-        let file = MappedFile::open(path)
-            .with_context(|| format!("cannot read the executable {}", path.display()))?;
-        let elf = file
-            .elf()
-            .with_context(|| format!("{} is not a usable ELF file", path.display()))?;
+    pub(crate) fn load(path: &Path) -> Result<ExeInfo, Error> {
+        let file = MappedFile::open(path).map_err(|source| Error::Executable {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let elf = file.elf().map_err(|source| Error::NotElf {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let mut functions = FxHashMap::default();
         let mut starts = Vec::new();
         if let Ok(symbols) = elf.symbols() {
@@ -52,7 +55,7 @@ impl ExeInfo {
     }
 
     /// The load bias, from any event location perf resolved inside the executable.
-    pub fn bias_from(&self, event: &Event, strings: &StringTable) -> Option<u64> {
+    pub(crate) fn bias_from(&self, event: &Event, strings: &StringTable) -> Option<u64> {
         let check = |loc: &Location| -> Option<u64> {
             let dso = strings.get(loc.dso?);
             if Path::new(dso).file_name()?.to_string_lossy() != self.file_name {
@@ -78,7 +81,7 @@ impl ExeInfo {
     }
 
     /// Traps and function positions at run-time addresses.
-    pub fn rebased(
+    pub(crate) fn rebased(
         &self,
         bias: u64,
     ) -> (Option<OcamlExceptionInfo>, FxHashMap<u64, SourcePosition>) {

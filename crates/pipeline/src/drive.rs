@@ -1,0 +1,546 @@
+//! The writer's side: events from the decoding thread through the `--filter` range and
+//! the PIE load-bias hold-back into the chosen stack writer, snapshot by snapshot.
+
+use crate::exe::ExeInfo;
+use crate::inputs::InputSpec;
+use crate::thread::{decode_inputs, Msg, Reading};
+use crate::{DecodeOptions, Error, Format, NoEvents, Notice, Observer, WriterKind};
+use ptscope_decode::Warning;
+use ptscope_event::source::TableDelta;
+use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
+use ptscope_stacks::legacy::LegacyWriter;
+use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::WriterConfig;
+use ptscope_stacks::{StackWriter, TraceSink};
+
+/// A summary of one decode, for the closing message and the exit code.
+#[derive(Default)]
+pub(crate) struct Totals {
+    pub events: u64,
+    pub lines: u64,
+    pub bytes: u64,
+    pub warnings: u64,
+    pub kept: Vec<Warning>,
+    /// Failures that cut the trace short.
+    pub errors: Vec<String>,
+    /// Things worth knowing that do not make the trace incomplete.
+    pub notes: Vec<Notice>,
+    /// Instants for the trace's info track ([`Msg::Done`]).
+    pub markers: Vec<(u64, String)>,
+    pub interrupted: bool,
+}
+
+impl Totals {
+    /// Counts one finished input.
+    fn add(&mut self, msg: Msg, observer: &dyn Observer) {
+        let Msg::Done {
+            stats,
+            warnings,
+            errors,
+            notices,
+            markers,
+        } = msg
+        else {
+            return;
+        };
+        self.notes.extend(notices.into_iter().map(Notice::Source));
+        // Several snapshots each name the clock: it is shown once.
+        for m in markers {
+            if !self.markers.iter().any(|x| x.1 == m.1) {
+                self.markers.push(m);
+            }
+        }
+        self.events += stats.events;
+        self.lines += stats.lines;
+        self.bytes += stats.bytes;
+        self.warnings += stats.warnings;
+        // perf ended by an interrupt is no failure: the interrupt is reported.
+        if !observer.stopped() {
+            self.errors.extend(errors);
+        }
+        for w in warnings {
+            if self.kept.len() < 5 {
+                self.kept.push(w);
+            }
+        }
+    }
+}
+
+/// Interns the names and stacks the decoding thread sent into the writer's table, in
+/// order, so they get the handles they have in the decoder's; with `demangle`, a
+/// mangled name is shown demangled.
+fn intern_new(strings: &mut StringTable, new: &TableDelta, demangle: bool) {
+    for s in &new.names {
+        let sym = strings.intern(s);
+        if demangle {
+            if let std::borrow::Cow::Owned(d) = ptscope_symbols::demangle(s) {
+                strings.set_display(sym, &d);
+            }
+        }
+    }
+    new.mirror_stacks(strings);
+}
+
+/// Which events fall in a `--filter` range: from a call to START to the next call to
+/// STOP (magic-trace decides this in a second decoding pass and drops a START that
+/// has no STOP; one streaming pass keeps it, so a range open at the end is kept).
+struct RangeFilter {
+    start: String,
+    stop: String,
+    inside: bool,
+    /// START was called at least once (else the trace is empty: worth a warning).
+    seen_start: bool,
+    /// STOP was called after a START.
+    seen_stop: bool,
+}
+
+impl RangeFilter {
+    fn should_write(&mut self, event: &Event, strings: &StringTable) -> bool {
+        use ptscope_event::{EventData, Kind};
+        let hit = match event {
+            Event::Ok {
+                data:
+                    EventData::Trace {
+                        kind: Some(Kind::Call),
+                        dst,
+                        ..
+                    },
+                ..
+            } => Some(strings.display(dst.symbol)),
+            // A sample enters the range when its innermost START or STOP frame says so.
+            Event::Ok {
+                data: EventData::StackSample { callstack },
+                ..
+            } => (strings.stack(*callstack))
+                .rev()
+                .map(|l| strings.display(l.symbol))
+                .find(|n| *n == self.start || *n == self.stop),
+            _ => None,
+        };
+        match hit {
+            Some(n) if n == self.start => {
+                self.inside = true;
+                self.seen_start = true;
+            }
+            Some(n) if n == self.stop => {
+                self.seen_stop |= self.inside;
+                self.inside = false;
+            }
+            _ => {}
+        }
+        self.inside
+    }
+
+    /// What the user should know when the range never opened or never closed.
+    fn note(&self, strings: &StringTable) -> Option<Notice> {
+        if !self.seen_start {
+            return Some(Notice::FilterNeverStarted {
+                start: self.start.clone(),
+                similar: crate::names::nearest_names(strings, &self.start, 5),
+            });
+        }
+        if !self.seen_stop && self.start != self.stop {
+            return Some(Notice::FilterNeverStopped {
+                start: self.start.clone(),
+                stop: self.stop.clone(),
+                similar: crate::names::nearest_names(strings, &self.stop, 5),
+            });
+        }
+        None
+    }
+}
+
+/// Writes one event, through the `--filter` range if there is one.
+fn feed<S: TraceSink, W: StackWriter<S>>(
+    w: &mut W,
+    range: &mut Option<RangeFilter>,
+    event: &Event,
+    strings: &StringTable,
+) {
+    match range {
+        Some(r) => {
+            let keep = r.should_write(event, strings);
+            w.write_event_filtered(event, keep, strings);
+        }
+        None => w.write_event(event, strings),
+    }
+}
+
+/// The trace's time 0: the first time of an event that is not side-band (a thread
+/// name, a context switch).
+fn first_time(held: &[Event], next: &Event) -> u64 {
+    held.iter()
+        .chain(std::iter::once(next))
+        .find(|e| !e.is_sideband())
+        .or(held.first())
+        .and_then(Event::time)
+        .unwrap_or(0)
+}
+
+/// Events held back while looking for a PIE executable's load bias.
+const MAX_HELD: usize = 100_000;
+
+/// What the executable adds to a writer's configuration.
+pub(crate) struct Extras {
+    ocaml_exception_info: Option<OcamlExceptionInfo>,
+    debug_info: rustc_hash::FxHashMap<u64, ptscope_event::SourcePosition>,
+    /// Every event is exactly timed (an emulate recording): see `WriterConfig`.
+    exact_times: bool,
+}
+
+fn extras(
+    exe: &Option<ExeInfo>,
+    bias: &mut Option<u64>,
+    totals: &mut Totals,
+    quiet_if_unused: bool,
+) -> Extras {
+    let Some(e) = exe else {
+        return Extras {
+            ocaml_exception_info: None,
+            debug_info: Default::default(),
+            exact_times: false,
+        };
+    };
+    let b = match *bias {
+        Some(b) => b,
+        None => {
+            if !quiet_if_unused {
+                totals.notes.push(Notice::ExecutableNeverEntered);
+            }
+            *bias = Some(0);
+            0
+        }
+    };
+    let (ocaml_exception_info, debug_info) = e.rebased(b);
+    Extras {
+        ocaml_exception_info,
+        debug_info,
+        exact_times: false,
+    }
+}
+
+/// How the decoding thread is set up for `opts`' inputs, and the inputs' kinds.
+pub(crate) fn reading(opts: &DecodeOptions, scope: TraceScope) -> Reading {
+    // Transcripts stay comparable with magic-trace's: perf's names and stacks as printed.
+    let naming = opts.format == Format::Fxt;
+    Reading {
+        perf: opts.perf.clone(),
+        choice: opts.decoder.into(),
+        no_inline: opts.no_inline,
+        naming,
+        // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.
+        fold_kernel: naming && scope == TraceScope::Userspace,
+    }
+}
+
+/// What the writer's side is handed, in order.
+pub(crate) enum Step {
+    /// The next event.
+    Event(Event),
+    /// An input ended (a snapshot boundary unless it was the last).
+    InputDone,
+}
+
+/// Runs the decoding thread over `specs` and hands every event, and every input's end,
+/// to `f` with the names so far (demangled for display with `demangle`). Returns the
+/// names.
+pub(crate) fn each_step(
+    specs: Vec<InputSpec>,
+    reading: Reading,
+    demangle: bool,
+    observer: &dyn Observer,
+    totals: &mut Totals,
+    mut f: impl FnMut(Step, &StringTable, &mut Totals),
+) -> Result<StringTable, Error> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(8);
+    let mut strings = StringTable::new();
+    let mut stopping = false;
+    std::thread::scope(|threads| {
+        let decoder = std::thread::Builder::new()
+            .name("ptscope-decode".into())
+            .spawn_scoped(threads, move || decode_inputs(specs, reading, observer, tx))
+            .map_err(Error::Thread)?;
+        loop {
+            // Polled, so an interrupt stops the decode even while perf prints nothing (it
+            // can think for seconds before its first line): perf is ended, the decoding
+            // thread sees its input end, and what it had decoded still arrives and is
+            // written.
+            let msg = match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(m) => m,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if observer.stopped() && !stopping {
+                        stopping = true;
+                        ptscope_decode::perf::stop_all();
+                    }
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            match msg {
+                Msg::Batch { new, events } => {
+                    intern_new(&mut strings, &new, demangle);
+                    for e in events {
+                        f(Step::Event(e), &strings, totals);
+                    }
+                }
+                done => {
+                    totals.add(done, observer);
+                    f(Step::InputDone, &strings, totals);
+                }
+            }
+        }
+        if decoder.join().is_err() {
+            totals
+                .errors
+                .push("the decoding thread failed; the trace holds what was decoded before".into());
+        }
+        Ok::<(), Error>(())
+    })?;
+    totals.interrupted = observer.stopped();
+    Ok(strings)
+}
+
+/// Feeds every input through one writer, snapshot by snapshot.
+#[allow(clippy::too_many_arguments)]
+fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
+    specs: Vec<InputSpec>,
+    opts: &DecodeOptions,
+    scope: TraceScope,
+    end_at: Option<u64>,
+    sink: S,
+    make_writer: F,
+    totals: &mut Totals,
+    observer: &dyn Observer,
+) -> Result<(S, StringTable), Error> {
+    let exe = match &opts.executable {
+        Some(p) => Some(ExeInfo::load(p)?),
+        None => None,
+    };
+    // A PIE's addresses are known only once an event inside it reveals the load bias.
+    let mut bias: Option<u64> = match &exe {
+        Some(e) if e.pie => None,
+        _ => Some(0),
+    };
+    let mut held: Vec<Event> = Vec::new();
+    let marker = opts
+        .recording_dir()
+        .map(|d| d.join(ptscope_record::session::ROTATED_FILES_MARKER));
+    let rotated = marker.as_ref().is_some_and(|m| m.exists());
+    // With --multi-snapshot sampling the marker names the files that end a snapshot.
+    let ends_snapshot: Vec<bool> = {
+        let ends = marker
+            .as_ref()
+            .and_then(|m| std::fs::read_to_string(m).ok())
+            .unwrap_or_default();
+        let ends: std::collections::HashSet<&str> = ends.lines().collect();
+        specs
+            .iter()
+            .map(|s| match s {
+                InputSpec::PerfData(p) => p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| ends.contains(n)),
+                _ => false,
+            })
+            .collect()
+    };
+    let demangle = opts.demangle && opts.format == Format::Fxt;
+    let mut range = opts.filter.as_ref().map(|(start, stop)| RangeFilter {
+        start: start.clone(),
+        stop: stop.clone(),
+        inside: false,
+        seen_start: false,
+        seen_stop: false,
+    });
+    let inputs = specs.len();
+    let all_text = specs.iter().all(|s| matches!(s, InputSpec::Text(_)));
+    let exact_times = specs.iter().all(|s| matches!(s, InputSpec::Emulate(..)));
+    let reading = reading(opts, scope);
+    // The writer starts at the trace's first time with what the executable adds, and
+    // is given the events held back until then.
+    let start = |(sink, make): (S, F),
+                 first: u64,
+                 held: &mut Vec<Event>,
+                 bias: &mut Option<u64>,
+                 totals: &mut Totals,
+                 range: &mut Option<RangeFilter>,
+                 strings: &StringTable| {
+        let extras = extras(&exe, bias, totals, opts.executable_implied);
+        let mut w = make(
+            sink,
+            first,
+            Extras {
+                exact_times,
+                ..extras
+            },
+        );
+        for e in held.drain(..) {
+            feed(&mut w, range, &e, strings);
+        }
+        w
+    };
+    let mut writer: Option<W> = None;
+    let mut pending = Some((sink, make_writer));
+    let mut done = 0;
+    let strings = each_step(
+        specs,
+        reading,
+        demangle,
+        observer,
+        totals,
+        |step, strings, totals| match step {
+            Step::Event(event) => {
+                // A trigger's snapshot ends at the hit: samples perf took while ptscope
+                // was still stopping the program are after the moment asked for.
+                if end_at.is_some_and(|t| event.time().is_some_and(|et| et > t)) {
+                    return;
+                }
+                if writer.is_none() {
+                    if bias.is_none() {
+                        bias = exe.as_ref().and_then(|e| e.bias_from(&event, strings));
+                    }
+                    // Thread names (perf's are at time 0 for threads that existed
+                    // before recording) must not decide where the trace starts.
+                    if (bias.is_none() || event.is_sideband()) && held.len() < MAX_HELD {
+                        held.push(event);
+                        return;
+                    }
+                    let Some(p) = pending.take() else {
+                        return;
+                    };
+                    let first = first_time(&held, &event);
+                    let w = start(p, first, &mut held, &mut bias, totals, &mut range, strings);
+                    writer = Some(w);
+                }
+                if let Some(w) = writer.as_mut() {
+                    feed(w, &mut range, &event, strings);
+                }
+            }
+            Step::InputDone => {
+                done += 1;
+                // Each perf.data file is one snapshot: close its frames before the next,
+                // unless the files are the pieces of one rotated sampling recording (and
+                // this one does not end one of its snapshots).
+                if done < inputs && (!rotated || ends_snapshot[done - 1]) {
+                    if let Some(w) = writer.as_mut() {
+                        w.end_snapshot(strings);
+                    }
+                }
+            }
+        },
+    )?;
+    // Names alone (a recording without samples) are not a trace: that stays an error.
+    if writer.is_none() && held.iter().any(|e| !e.is_sideband()) {
+        if let Some(p) = pending.take() {
+            let first = first_time(&held, &held[0]);
+            writer = Some(start(
+                p, first, &mut held, &mut bias, totals, &mut range, &strings,
+            ));
+        }
+    }
+    // A filter or trigger that never matched is no error, but must not pass unsaid.
+    if let Some(note) = range.as_ref().and_then(|r| r.note(&strings)) {
+        totals.notes.push(note);
+    }
+    if let Some(t) = &opts.missed_trigger {
+        totals.notes.push(Notice::TriggerNeverHit {
+            trigger: t.clone(),
+            similar: crate::names::nearest_names(&strings, t, 5),
+        });
+    }
+    match writer {
+        Some(mut w) => {
+            w.end_of_input();
+            let sink = w.finish(&strings);
+            Ok((sink, strings))
+        }
+        None => Err(Error::NoEvents(NoEvents {
+            interrupted: totals.interrupted,
+            names_only: !held.is_empty(),
+            causes: totals
+                .errors
+                .iter()
+                .cloned()
+                .chain(totals.notes.iter().map(|n| n.to_string()))
+                .collect(),
+            skipped_lines: totals.warnings,
+            lines: totals.lines,
+            first_skipped: totals.kept.clone(),
+            all_text,
+            empty_input: totals.bytes == 0 && totals.lines == 0,
+            nothing_failed: totals.errors.is_empty(),
+        })),
+    }
+}
+
+/// Runs the chosen stack writer over every input.
+pub(crate) fn run_writer<S: TraceSink>(
+    specs: Vec<InputSpec>,
+    opts: &DecodeOptions,
+    config: WriterConfig,
+    sink: S,
+    totals: &mut Totals,
+    observer: &dyn Observer,
+) -> Result<(S, StringTable), Error> {
+    // One snapshot taken at a trigger hit ends at that hit (several are multi-snapshot).
+    let end_at = match (specs.len(), config.hits.as_slice()) {
+        (1, [.., last]) if last.time > 0 => Some(last.time),
+        _ => None,
+    };
+    let scope = config.scope;
+    // Both writers take the same options; what only the input knows is added per input.
+    let config_for = move |earliest_time, x: Extras| WriterConfig {
+        earliest_time,
+        ocaml_exception_info: config
+            .ocaml_exception_info
+            .clone()
+            .or(x.ocaml_exception_info),
+        debug_info: x.debug_info,
+        ..config.clone()
+    };
+    match opts.writer {
+        WriterKind::Legacy => drive(
+            specs,
+            opts,
+            scope,
+            end_at,
+            sink,
+            |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
+            totals,
+            observer,
+        ),
+        WriterKind::Segments => drive(
+            specs,
+            opts,
+            scope,
+            end_at,
+            sink,
+            |sink, earliest_time, x: Extras| {
+                let exact_times = x.exact_times;
+                SegmentsWriter::new(
+                    sink,
+                    WriterConfig {
+                        exact_times,
+                        ..config_for(earliest_time, x)
+                    },
+                )
+            },
+            totals,
+            observer,
+        ),
+    }
+}
+
+/// Writes `markers` as instants on a track of their own ("ptscope" / "trace info"), where
+/// a Perfetto user sees them beside the threads: what clock an emulate trace's times
+/// follow, and where a thread exec'd out of the trace.
+pub(crate) fn info_track<S: TraceSink>(sink: &mut S, markers: &[(u64, String)]) {
+    if markers.is_empty() {
+        return;
+    }
+    let pid = sink.allocate_pid("ptscope");
+    let track = sink.allocate_thread(pid, "trace info");
+    for (time, text) in markers {
+        sink.duration_instant(track, text, i64::try_from(*time).unwrap_or(i64::MAX), &[]);
+    }
+}

@@ -1,0 +1,255 @@
+//! The decoding thread: every input opened in turn, its events named and sent in
+//! batches to the writer's thread, so parsing overlaps stack reconstruction and output.
+
+use crate::inputs::InputSpec;
+use crate::Observer;
+use ptscope_decode::{Stats, Warning};
+use ptscope_dlfilter_reader::Choice;
+use ptscope_event::source::{TableDelta, TableMap, TableSent};
+use ptscope_event::{Event, StringTable};
+use std::path::{Path, PathBuf};
+
+/// What the decoding thread sends: names and stacks new since the last message (so
+/// the writer's table mirrors the decoder's, same ids), and events or an end of input.
+pub(crate) enum Msg {
+    Batch {
+        new: TableDelta,
+        events: Vec<Event>,
+    },
+    /// One input is done (a snapshot boundary).
+    Done {
+        stats: Stats,
+        warnings: Vec<Warning>,
+        errors: Vec<String>,
+        /// What the decoder wants said (a fallback to text, hidden JIT names).
+        notices: Vec<String>,
+        /// Instants for the trace's own info track (`(time from the trace's start,
+        /// text)`): an emulate trace's clock, its execs.
+        markers: Vec<(u64, String)>,
+    },
+}
+
+impl Msg {
+    /// An input that failed before giving any event.
+    fn failed(error: String) -> Msg {
+        Msg::Done {
+            stats: Stats::default(),
+            warnings: Vec::new(),
+            errors: vec![error],
+            notices: Vec::new(),
+            markers: Vec::new(),
+        }
+    }
+}
+
+/// Events per message: large enough to amortise the channel, small enough to overlap.
+const BATCH: usize = 4096;
+
+/// How the decoding thread reads and names.
+pub(crate) struct Reading {
+    pub perf: PathBuf,
+    pub choice: Choice,
+    pub no_inline: bool,
+    /// Names from this machine's files (not for transcripts, which stay magic-trace's).
+    pub naming: bool,
+    /// A sample's time in the kernel is one `[kernel: …]` frame.
+    pub fold_kernel: bool,
+}
+
+/// Decodes every input in turn, sending what it decoded to `tx`.
+pub(crate) fn decode_inputs(
+    specs: Vec<InputSpec>,
+    reading: Reading,
+    observer: &dyn Observer,
+    tx: std::sync::mpsc::SyncSender<Msg>,
+) {
+    let Reading {
+        perf,
+        choice,
+        no_inline,
+        naming,
+        fold_kernel,
+    } = reading;
+    // One table for the whole run, each source's names moved into it: the writer's
+    // mirrors it, and the naming step's caches are keyed by its handles.
+    let mut strings = StringTable::new();
+    // One for the whole run: its caches and counts span the snapshots.
+    let mut namer = ptscope_symbols::Namer::new(naming, naming);
+    namer.set_fold_kernel(fold_kernel);
+    let last = specs.len().saturating_sub(1);
+    let mut sent = TableSent::default();
+    let flush = |strings: &StringTable, sent: &mut TableSent, events: Vec<Event>| Msg::Batch {
+        new: TableDelta::since(strings, sent),
+        events,
+    };
+    // Summed over the inputs: a rotated recording is several files.
+    let mut lost = ptscope_symbols::Lost::default();
+    for (index, spec) in specs.into_iter().enumerate() {
+        // Said once, with the whole run's counts.
+        let cut_notice = |namer: &ptscope_symbols::Namer, lost: &ptscope_symbols::Lost| {
+            if index == last {
+                namer
+                    .cut_notice()
+                    .into_iter()
+                    .chain(lost_notice(lost))
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        };
+        if observer.stopped() {
+            break;
+        }
+        // Names come from this machine's files only for its own recordings (perf script
+        // text may come from elsewhere); branches need the mappings to be named.
+        let maps = match &spec {
+            InputSpec::PerfData(p) => ptscope_symbols::Mappings::read(p).ok(),
+            _ => None,
+        };
+        if let Some(m) = &maps {
+            lost.add(m.lost());
+        }
+        namer.set_mappings(maps.filter(|_| naming));
+        // A big file is parsed on two threads (a pipe or perf's output cannot be).
+        if let InputSpec::Text(p) = &spec {
+            let big = p != Path::new("-")
+                && std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.len() >= crate::parallel::MIN_SIZE)
+                && crate::parallel::splittable(p);
+            if big {
+                let size = std::fs::metadata(p).map(|m| m.len()).ok();
+                observer.started(&spec.name(), size);
+                let mut stopped = false;
+                let result = crate::parallel::parse_file(
+                    p,
+                    &mut strings,
+                    &|| observer.stopped(),
+                    |bytes| observer.advanced(bytes),
+                    |table, mut events| {
+                        for e in &mut events {
+                            namer.apply(e, table);
+                        }
+                        let ok = tx.send(flush(table, &mut sent, events)).is_ok();
+                        stopped |= !ok;
+                        ok
+                    },
+                );
+                observer.finished();
+                if stopped {
+                    return;
+                }
+                let msg = match result {
+                    Ok(out) => Msg::Done {
+                        stats: out.stats,
+                        warnings: out.warnings,
+                        errors: out
+                            .error
+                            .map(|e| {
+                                format!(
+                                    "{}: {e} (keeping the events decoded before it)",
+                                    spec.name()
+                                )
+                            })
+                            .into_iter()
+                            .collect(),
+                        notices: cut_notice(&namer, &lost),
+                        markers: Vec::new(),
+                    },
+                    Err(e) => Msg::failed(format!("cannot read {}: {e}", spec.name())),
+                };
+                if tx.send(msg).is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
+        let mut source = match spec.open(&perf, (choice, no_inline), observer) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx.send(Msg::failed(crate::error_text(&e)));
+                continue;
+            }
+        };
+        let size = source.size();
+        observer.started(&spec.name(), size);
+        let mut map = TableMap::default();
+        let mut errors = Vec::new();
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut n = 0u64;
+        loop {
+            if observer.stopped() {
+                break;
+            }
+            match source.next_event() {
+                Ok(Some(mut e)) => {
+                    map.apply(&mut e, source.strings(), &mut strings);
+                    namer.apply(&mut e, &mut strings);
+                    batch.push(e);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    errors.push(format!(
+                        "{}: {e} (keeping the events decoded before it)",
+                        spec.name()
+                    ));
+                    break;
+                }
+            }
+            if batch.len() == BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                if tx.send(flush(&strings, &mut sent, full)).is_err() {
+                    return;
+                }
+                n += BATCH as u64;
+                match size {
+                    Some(_) => observer.advanced(source.stats().bytes),
+                    None => observer.advanced(n),
+                }
+            }
+        }
+        if !batch.is_empty() && tx.send(flush(&strings, &mut sent, batch)).is_err() {
+            return;
+        }
+        observer.finished();
+        let stats = source.stats();
+        let warnings = source.warnings();
+        let end = source.finish();
+        if let Some(e) = end.failure {
+            errors.push(format!("{e} (keeping the events decoded before it)"));
+        }
+        errors.extend(end.incomplete);
+        let mut notices = end.notices;
+        notices.extend(cut_notice(&namer, &lost));
+        if tx
+            .send(Msg::Done {
+                stats,
+                warnings,
+                errors,
+                notices,
+                markers: end.markers,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// What to tell the user when perf dropped records while recording: the trace has holes
+/// that nothing in it shows, and the cause is on the recording side.
+fn lost_notice(lost: &ptscope_symbols::Lost) -> Option<String> {
+    if !lost.any() {
+        return None;
+    }
+    let what = match (lost.samples, lost.records) {
+        (0, r) => format!("{r} records in {} stretches", lost.stretches),
+        (s, 0) => format!("{s} samples"),
+        (s, r) => format!("{s} samples ({r} records in {} stretches)", lost.stretches),
+    };
+    Some(format!(
+        "perf dropped {what} while recording, because it could not write them out as fast \
+         as they came (a busy machine, or heavy samples): the trace has gaps there, and \
+         what happened last (a thread's exit, say) may be among them. A lower \
+         --timer-resolution, --callgraph fp, or a less loaded machine avoids it"
+    ))
+}

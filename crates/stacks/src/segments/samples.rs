@@ -1,0 +1,202 @@
+//! Sampled stacks (perf's callchains) and the times a sampled thread spent off CPU.
+
+use super::frames::{Flow, Locations, OffCpu, ThreadState, GAPS, MAX_OFF_CPU};
+use super::ingest::Cx;
+use crate::WriterConfig;
+use ptscope_event::{Location, StringTable, Symbol};
+
+/// A thread's last times off CPU, with no sample after them to tell which frames
+/// they interrupted: every frame ends when it first left the CPU. Its last switch-out
+/// (at exit, or when recording stopped) shows no interval: its end is not known.
+pub(super) fn flush_off_cpu_at_end<T>(
+    ts: &mut ThreadState<T>,
+    locs: &mut Locations,
+    strings: &StringTable,
+    config: &WriterConfig,
+) {
+    let last_out = match ts.off_cpu.last() {
+        Some(o) if o.back.is_none() => Some(o.out),
+        _ => None,
+    };
+    if last_out.is_some() {
+        ts.off_cpu.pop();
+    }
+    let time = ts.last_time;
+    let mut cx = Cx {
+        ts,
+        locs,
+        strings,
+        config,
+        time,
+        switches: true,
+    };
+    cx.flush_off_cpu(0);
+    if let Some(out) = last_out {
+        if !cx.is_sentinel(cx.ts.leaf) {
+            cx.time = cx.ts.entries.last().map_or(out, |e| out.max(e.time));
+            cx.ts.leaf = cx.ts.sentinel;
+            cx.record(Flow::Return);
+        }
+    }
+}
+
+impl<T> Cx<'_, T> {
+    /// The thread left the CPU or came back.
+    pub(super) fn switch(&mut self, out: bool, preempt: bool) {
+        if !self.ts.sampled {
+            return;
+        }
+        let time = self.time;
+        let off = &mut self.ts.off_cpu;
+        let full = off.len() >= MAX_OFF_CPU;
+        let still_out = off.last().is_some_and(|o| o.back.is_none());
+        if !out {
+            // An in without an out (recording began while it was off CPU) ends nothing.
+            if let Some(l) = off.last_mut().filter(|_| still_out) {
+                l.back = Some(time);
+            }
+        } else if still_out {
+            // Switched out twice (a lost switch-in): the first time counts.
+        } else if let Some(l) = off.last_mut().filter(|_| full) {
+            // So many short wake-ups without a sample: they become one interval.
+            l.back = None;
+        } else {
+            off.push(OffCpu {
+                out: time,
+                back: None,
+                preempt,
+            });
+        }
+    }
+
+    /// Shows the held times off CPU, ending every frame above the first `keep` of the
+    /// current stack when the thread first left the CPU; each interval becomes a
+    /// synthetic `[off-cpu]` frame on top of those that stayed.
+    pub(super) fn flush_off_cpu(&mut self, keep: usize) {
+        if self.ts.off_cpu.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.ts.off_cpu);
+        let mut base = self.ts.leaf;
+        let mut depth = 0;
+        let mut f = self.ts.leaf;
+        while !self.is_sentinel(f) {
+            depth += 1;
+            f = self.ts.frames[f as usize].parent;
+        }
+        for _ in keep.min(depth)..depth {
+            base = self.ts.frames[base as usize].parent;
+        }
+        let now = self.time;
+        // Entries stay in time order whatever came between (perf's times can step back).
+        let floor = self.ts.entries.last().map_or(i64::MIN, |e| e.time);
+        for o in pending {
+            self.time = o.out.max(floor);
+            self.ts.leaf = base;
+            self.record(Flow::Return);
+            let symbol = if o.preempt {
+                Symbol::Preempted
+            } else {
+                Symbol::OffCpu
+            };
+            self.push_as(&Location::locationless(symbol), 0, Flow::Sampled);
+            self.time = o.back.unwrap_or(now).max(self.time);
+            self.ts.leaf = base;
+            self.record(Flow::Return);
+        }
+        self.time = now;
+    }
+
+    /// The sampling period, estimated from the gaps between this thread's samples (a
+    /// low quantile: timers fire late under load, and a thread that blocks often has
+    /// long gaps); `None` until enough were seen.
+    pub(super) fn period_estimate(&self) -> Option<i64> {
+        let n = self.ts.gap_count.min(GAPS);
+        if n < GAPS / 2 {
+            return None;
+        }
+        let mut g = self.ts.gaps;
+        let g = &mut g[..n];
+        g.sort_unstable();
+        Some(g[n / 4]).filter(|&p| p > 0)
+    }
+
+    pub(super) fn sample(&mut self, callstack: &[Location]) {
+        // Without context switches, a gap of over two periods since the last sample is
+        // time off CPU (cpu-clock only fires while the thread runs): frames it left
+        // ended about one period after their last sample, not at the next one.
+        let mut ended_at = None;
+        if let Some(last) = self.ts.last_sample {
+            let gap = self.time - last;
+            if !self.switches {
+                ended_at = self
+                    .period_estimate()
+                    .filter(|&p| gap > 2 * p)
+                    .map(|p| last + p);
+            }
+            self.ts.gaps[self.ts.gap_count % GAPS] = gap;
+            self.ts.gap_count += 1;
+        }
+        self.ts.last_sample = Some(self.time);
+        self.ts.sampled = true;
+        // Current stack, root first (below the sentinel nothing is known).
+        let mut cur = Vec::new();
+        let mut f = self.ts.leaf;
+        while !self.is_sentinel(f) {
+            cur.push(f);
+            f = self.ts.frames[f as usize].parent;
+        }
+        cur.reverse();
+        let cur_len = cur.len();
+        let mut keep = 0;
+        for (i, (&fr, loc)) in cur.iter().zip(callstack).enumerate() {
+            let known = self.locs.list[self.ts.frames[fr as usize].loc as usize];
+            // The user-space leaf under a sample's `[kernel: …]` frame (the naming step's
+            // one synthetic last frame, at address 0) is a leaf too: its pc is where it
+            // entered the kernel, and another pc there is not another call of it.
+            let under_kernel_cur = i + 2 == cur_len
+                && self.locs.list[self.ts.frames[cur[i + 1] as usize].loc as usize].ip == 0;
+            let under_kernel_new = i + 2 == callstack.len() && callstack[i + 1].ip == 0;
+            let at_a_leaf = i + 1 == cur_len
+                || i + 1 == callstack.len()
+                || under_kernel_cur
+                || under_kernel_new;
+            // Callers are matched by call site; a leaf moves within its function.
+            if known.symbol != loc.symbol || (!at_a_leaf && known.ip != loc.ip) {
+                break;
+            }
+            if known.ip != loc.ip {
+                // The same call, now seen from another pc (a leaf that has since
+                // called something): later samples match it by this call site.
+                let l = self.locs.intern(loc);
+                self.ts.frames[fr as usize].loc = l;
+            }
+            keep += 1;
+        }
+        if !self.ts.off_cpu.is_empty() {
+            // Frames both samples share ran before and after: the time off CPU was
+            // spent inside them. The others ended when the thread first left the CPU.
+            self.flush_off_cpu(keep);
+        } else if keep < cur_len {
+            self.ts.leaf = if keep == 0 {
+                self.ts.sentinel
+            } else {
+                cur[keep - 1]
+            };
+            let now = self.time;
+            if let Some(t) = ended_at {
+                let last_entry = self.ts.entries.last().map_or(t, |e| e.time);
+                self.time = t.max(last_entry).min(now);
+            }
+            self.record(Flow::Return);
+            self.time = now;
+        }
+        for loc in &callstack[keep..] {
+            self.push_as(loc, 0, Flow::Sampled);
+        }
+        // An empty stack (everything out of scope) has no leaf to count it against.
+        if !callstack.is_empty() && !self.is_sentinel(self.ts.leaf) {
+            *self.ts.leaf_samples.entry(self.ts.leaf).or_insert(0) += 1;
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Joining segments across gaps: which outermost frames after a decode error (or a
+//! snapshot start) line up with the frames open before it, and the callers a later
+//! segment reveals for earlier ones.
+
+use super::frames::Segment;
+use super::frames::{
+    frame_path, plain_name, Frame, Join, Locations, ThreadState, INFERRED_START, NONE,
+    RETURN_LABEL, SENTINEL,
+};
+use super::go::Parked;
+use super::write::{Open, ThreadWriter};
+use crate::sink::TraceSink;
+use ptscope_event::{Location, StringTable, Symbol};
+
+/// Functions at the very bottom of a thread's or goroutine's stack: a stack known down
+/// to one of these has nothing below it to carry over.
+pub(super) const THREAD_ROOTS: &[&str] = &[
+    "runtime.goexit",
+    "runtime.goexit.abi0",
+    "runtime.mstart",
+    "runtime.rt0_go",
+    "_start",
+    "start_thread",
+    "clone",
+    "clone3",
+];
+/// glibc's process start-up, whose callers are fixed by the ABI: the program's `_start`
+/// calls `__libc_start_main`, which calls `__libc_start_call_main`, which calls `main`.
+/// Names are compared without their symbol version (`@@GLIBC_2.34`).
+pub(super) const LIBC_START_MAIN: &[&str] = &["__libc_start_main", "__libc_start_main_impl"];
+/// The label in ld.so's `_start` where `_dl_start` returns: the same frame as `_start`.
+pub(super) const LOADER_START_LABEL: &str = "_dl_start_user";
+/// Called by `__libc_start_main` alone (glibc 2.34 and later).
+pub(super) const LIBC_START_CALL_MAIN: &str = "__libc_start_call_main";
+/// How many later segments are searched for evidence of what survived a gap.
+pub(super) const MAX_LOOKAHEAD: usize = 64;
+
+/// A segment whose outermost frame is `__libc_start_main` lost its caller to a gap or
+/// the start of a snapshot, but the ABI names it: the program's `_start`, put below it
+/// as an inferred frame. Without it, a decode error across the loader's jump to the
+/// program left the rest of the run rooted one level short, and carried the loader's
+/// open frames under it.
+pub(super) fn add_process_entry<T>(
+    ts: &mut ThreadState<T>,
+    locs: &mut Locations,
+    strings: &StringTable,
+) {
+    let Some(start) = strings.lookup("_start") else {
+        return;
+    };
+    let mut start_loc = None;
+    for f in 0..ts.frames.len() {
+        let Frame { loc, parent, flags } = ts.frames[f];
+        if flags & SENTINEL != 0 || parent == NONE {
+            continue;
+        }
+        if ts.frames[parent as usize].flags & SENTINEL == 0 {
+            continue;
+        }
+        let name = plain_name(strings, locs.list[loc as usize].symbol);
+        if !name.is_some_and(|n| LIBC_START_MAIN.contains(&n)) {
+            continue;
+        }
+        let l = *start_loc
+            .get_or_insert_with(|| locs.intern(&Location::new(0, Symbol::FromPerf(start), 0)));
+        let entry = ts.frames.len() as u32;
+        ts.frames.push(Frame {
+            loc: l,
+            parent,
+            flags: INFERRED_START,
+        });
+        ts.frames[f].parent = entry;
+    }
+}
+
+/// Callers learnt after a gap also ran before it: when the stack after a gap holds
+/// the outermost frames before it *above* further frames, those further frames are the
+/// earlier segment's missing roots. Applied from the last gap back to the first, so a
+/// root found late reaches every segment it lines up with.
+pub(super) fn extend_roots_backwards<T>(ts: &mut ThreadState<T>, locs: &Locations) {
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for k in (1..ts.segments.len()).rev() {
+        let (a, b) = (&ts.segments[k - 1], &ts.segments[k]);
+        if b.join != Join::Any || a.end <= a.first || b.end <= b.first {
+            continue;
+        }
+        let a_sentinel = a.sentinel;
+        frame_path(ts, ts.entries[a.end - 1].leaf, &mut before);
+        frame_path(ts, ts.entries[b.first].leaf, &mut after);
+        let Some(&a0) = before.first() else { continue };
+        let sym =
+            |ts: &ThreadState<T>, f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+        if matches!(
+            sym(ts, a0),
+            Symbol::Untraced | Symbol::Syscall | Symbol::Returned | Symbol::Unknown
+        ) {
+            continue;
+        }
+        // The shallowest position j > 0 where the earlier stack lines up completely
+        // (or for at least two frames) inside the later one.
+        let found = (1..after.len()).find(|&j| {
+            let run = before
+                .iter()
+                .zip(&after[j..])
+                .take_while(|(x, y)| sym(ts, **x) == sym(ts, **y))
+                .count();
+            run >= before.len().min(2)
+        });
+        let Some(j) = found else { continue };
+        // Fill the earlier segment's sentinel with after[j-1], then below it after[j-2]…
+        let mut sentinel = a_sentinel;
+        for &f in after[..j].iter().rev() {
+            let Frame { loc, flags, .. } = ts.frames[f as usize];
+            let new = ts.frames.len() as u32;
+            ts.frames.push(Frame {
+                loc: NONE,
+                parent: NONE,
+                flags: SENTINEL,
+            });
+            let fr = &mut ts.frames[sentinel as usize];
+            fr.loc = loc;
+            fr.parent = new;
+            // A label root stays one: its real name may still be found across a gap.
+            fr.flags = INFERRED_START | (flags & RETURN_LABEL);
+            sentinel = new;
+        }
+        ts.segments[k - 1].sentinel = sentinel;
+    }
+}
+
+/// How the outermost frames after a gap line up with the frames open before it.
+pub(super) struct Stitch {
+    /// Open frames (by position) that continue below the new segment's frames.
+    pub(super) base: usize,
+    /// How many of the new segment's outermost frames continue open frames.
+    pub(super) matched: usize,
+    /// No frame lined up: the base is carried over on trust.
+    pub(super) unverified: bool,
+}
+
+pub(super) fn find_stitch<T>(
+    ts: &ThreadState<T>,
+    locs: &Locations,
+    strings: &StringTable,
+    open: &[Open],
+    after: &[u32],
+) -> Option<Stitch> {
+    let first = *after.first()?;
+    let sym = |f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+    let b0 = sym(first);
+    if matches!(
+        b0,
+        Symbol::Untraced | Symbol::Syscall | Symbol::Returned | Symbol::Unknown
+    ) {
+        return None;
+    }
+    // A root named after the label its return landed on is the open frame whose callee
+    // it returned from: it lines up by what it called, in the same object.
+    let label = ts.frames[first as usize].flags & RETURN_LABEL != 0;
+    let dso = |f: u32| locs.list[ts.frames[f as usize].loc as usize].dso;
+    let name = |f: u32| plain_name(strings, sym(f));
+    let is_root = |f: u32| name(f).is_some_and(|n| THREAD_ROOTS.contains(&n));
+    let mut best: Option<(usize, usize, usize)> = None; // (cost, run, i)
+    for i in 0..open.len() {
+        // A label root continues the open frame that called what returned to it. That
+        // frame may have called others since: ld.so's `_start` is `_dl_start_user` once
+        // `_dl_start` returned, then calls `_dl_init`; it lines up with the thread's root
+        // in the same object.
+        let head = sym(open[i].frame) == b0
+            || (label
+                && dso(open[i].frame) == dso(first)
+                && after
+                    .get(1)
+                    .zip(open.get(i + 1))
+                    .is_some_and(|(&a, o)| sym(o.frame) == sym(a)))
+            || ((label || name(first) == Some(LOADER_START_LABEL))
+                && i == 0
+                && is_root(open[0].frame)
+                && dso(open[0].frame) == dso(first));
+        if !head {
+            continue;
+        }
+        let mut run = 1;
+        while i + run < open.len()
+            && run < after.len()
+            && sym(open[i + run].frame) == sym(after[run])
+        {
+            run += 1;
+        }
+        // What the gap must have done for this alignment: return from the open frames
+        // above the matched ones, then call the new segment's frames above them. The
+        // head is open more than once only in a recursion; counting the returns alone
+        // there always chose its innermost occurrence, however many calls that meant
+        // within a gap of a few dozen branches, and a recursion at a steady depth grew
+        // a level that never returns at every gap (python3.11: 58 % suffix-correct).
+        let cost = (open.len() - (i + run)) + (after.len() - run);
+        if best.is_none_or(|(c, r, _)| cost < c || (cost == c && run > r)) {
+            best = Some((cost, run, i));
+        }
+    }
+    Some(match best {
+        Some((_, run, i)) => Stitch {
+            base: i,
+            matched: run,
+            unverified: false,
+        },
+        // Nothing lines up. If the new stack shares no function with the open one, its
+        // frames were most likely called during the gap on top of what was running
+        // (outer frames rarely return within a short loss). If it shares some but not
+        // at its root, it knows other callers than the open stack: carrying the open
+        // frames under it would stack two versions of the same calls.
+        None => {
+            // Nothing is below a thread's first function.
+            if is_root(first) {
+                return None;
+            }
+            // Called by `__libc_start_main` alone: the gap returned to it, then called.
+            if name(first) == Some(LIBC_START_CALL_MAIN) {
+                let caller = open
+                    .iter()
+                    .rposition(|o| name(o.frame).is_some_and(|n| LIBC_START_MAIN.contains(&n)));
+                if let Some(i) = caller {
+                    return Some(Stitch {
+                        base: i + 1,
+                        matched: 0,
+                        unverified: false,
+                    });
+                }
+            }
+            let shared = after
+                .iter()
+                .any(|&f| open.iter().any(|o| sym(o.frame) == sym(f)));
+            if shared {
+                return None;
+            }
+            Stitch {
+                base: open.len(),
+                matched: 0,
+                unverified: true,
+            }
+        }
+    })
+}
+
+impl<S: TraceSink> ThreadWriter<'_, S> {
+    /// How segment `si` (its first stack in `self.path`) continues the frames open
+    /// before it, and the parked goroutine stack it resumes, if any.
+    pub(super) fn stitch(&mut self, si: usize, seg: &Segment) -> (Option<Stitch>, Option<Parked>) {
+        if !(si > 0 && seg.join != Join::Never && self.config.stitch) {
+            return (None, None);
+        }
+        let (ts, locs, strings) = (self.ts, self.locs, self.strings);
+        let candidates = match seg.join {
+            Join::Landed { skip } => &self.open[..self.open.len().saturating_sub(skip as usize)],
+            _ => &self.open[..],
+        };
+        let found = find_stitch(ts, locs, strings, candidates, &self.path).filter(|st| {
+            // After a goroutine switch, a lone `runtime.gopark` proves nothing:
+            // every goroutine resumes there. A caller must line up too.
+            seg.join == Join::Any
+                || (matches!(seg.join, Join::Unwound | Join::Landed { .. }) && !st.unverified)
+                || (seg.join == Join::Verified
+                    && !st.unverified
+                    && self.resumes_here(st)
+                    && st.matched >= 2)
+        });
+        let at_a_root = self.path.first().is_some_and(|&f| {
+            let sym = locs.list[ts.frames[f as usize].loc as usize].symbol;
+            matches!(sym, Symbol::FromPerf(n) if THREAD_ROOTS.contains(&strings.get(n)))
+        });
+        let mut resumed = None;
+        if seg.join == Join::Verified && self.config.stitch {
+            resumed = self.goroutine_switch(found.is_some(), at_a_root);
+        }
+        let stitch = if resumed.as_ref().is_some_and(|p| p.complete) {
+            // Everything open belongs to the goroutine that parked.
+            Some(Stitch {
+                base: 0,
+                matched: 0,
+                unverified: false,
+            })
+        } else if found.is_none() && seg.join == Join::Verified && !at_a_root {
+            self.unmatched_goroutine()
+        } else if found.is_none() && seg.join == Join::Unwound && self.path.len() == 1 {
+            // Nothing known lines up and the target revealed no caller: a tail jump
+            // after all (into a `.cold` part, say), replacing the frame that jumped.
+            Some(Stitch {
+                base: self.open.len().saturating_sub(1),
+                matched: 0,
+                unverified: false,
+            })
+        } else {
+            found
+        };
+        (stitch, resumed)
+    }
+
+    /// Nothing lines up after segment `si`'s gap; a later segment may show how much of
+    /// the old stack survived the gap: keep only that much.
+    pub(super) fn narrow_unverified(&self, si: usize, st: &mut Stitch) {
+        let ts = self.ts;
+        let mut later_path = Vec::new();
+        for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
+            if later.join != Join::Any || later.end <= later.first {
+                break;
+            }
+            frame_path(ts, ts.entries[later.first].leaf, &mut later_path);
+            if let Some(found) = find_stitch(ts, self.locs, self.strings, &self.open, &later_path) {
+                if !found.unverified {
+                    st.base = found.base + 1;
+                    break;
+                }
+            }
+        }
+    }
+}
