@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use ptscope_event::TraceScope;
 use ptscope_pipeline::{DecodeOptions, Input};
 use ptscope_record::argv::{
-    parse_snapshot_bound, Backend, CallGraph, Scope, SnapshotBound, TimerResolution,
+    parse_snapshot_bound, Backend, CallGraph, SnapshotBound, TimerResolution,
 };
 use ptscope_record::process::describe_exit;
 use ptscope_record::session::{self, EndReason, Options, Target};
@@ -298,9 +298,9 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         .clone()
         .unwrap_or_else(ptscope_decode::perf::default_perf);
     let scope = match (a.trace_include_kernel, a.kernel_only) {
-        (_, true) => Scope::Kernel,
-        (true, _) => Scope::UserKernel,
-        _ => Scope::User,
+        (_, true) => TraceScope::Kernel,
+        (true, _) => TraceScope::UserspaceAndKernel,
+        _ => TraceScope::Userspace,
     };
     let trigger = match a.trigger.as_deref() {
         None => None,
@@ -402,12 +402,6 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         messages::info(&kept_message);
         return Ok(program_code.unwrap_or(0));
     }
-    let scope = match scope {
-        Scope::User => TraceScope::parse("u"),
-        Scope::UserKernel => TraceScope::parse("uk"),
-        Scope::Kernel => TraceScope::parse("k"),
-    }
-    .context("internal: trace scope")?;
     // A press that stopped the recording is the first; the next one stops decoding.
     let pressed = ptscope_interrupt::presses() - base;
     let stop_at = base + pressed.min(1) + 1;
@@ -768,7 +762,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     );
     let mut options = DecodeOptions {
         output: a.output.clone(),
-        scope: TraceScope::parse("u"),
+        scope: Some(TraceScope::Userspace),
         executable: Some(exe),
         filter,
         decoder: a.decoder,

@@ -20,9 +20,10 @@
 //!             names.push(decoder.strings().display(dst.symbol).to_owned());
 //!         }
 //!         Event::Ok { data: EventData::StackSample { callstack }, .. } => {
-//!             // Root first.
-//!             for frame in callstack {
-//!                 names.push(decoder.strings().display(frame.symbol).to_owned());
+//!             // Root first; the stack is interned in the decoder's table.
+//!             let strings = decoder.strings();
+//!             for frame in strings.stack(callstack) {
+//!                 names.push(strings.display(frame.symbol).to_owned());
 //!             }
 //!         }
 //!         other => panic!("unexpected {other:?}"),
@@ -76,7 +77,7 @@ pub use warning::{MissingField, Stats, Warning, WarningKind, PT_FIELDS, SAMPLING
 use parse::{EventClass, Scratch};
 use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Location, StringTable, Sym, Thread, TraceStateChange,
+    Event, EventData, ExtraEvent, Location, StackHandle, StringTable, Sym, Thread, TraceStateChange,
 };
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -262,7 +263,7 @@ impl State {
                     if err.unknown_key {
                         self.warn(line_no, WarningKind::UnknownTraceErrorField, line);
                     }
-                    let message = parse::intern_bytes(&mut self.strings, err.message);
+                    let message = self.strings.intern_bytes(err.message);
                     self.emit(Event::DecodeError {
                         thread: err.thread,
                         time: err.time,
@@ -429,7 +430,7 @@ impl State {
             return;
         }
         self.comms.insert(tid, comm.to_vec());
-        let name = parse::intern_bytes(&mut self.strings, comm);
+        let name = self.strings.intern_bytes(comm);
         self.emit(Event::Ok {
             thread,
             time,
@@ -453,7 +454,7 @@ impl State {
                 if let Some(tid) = thread.tid {
                     self.comms.insert(tid, name.to_vec());
                 }
-                let name = parse::intern_bytes(&mut self.strings, name);
+                let name = self.strings.intern_bytes(name);
                 (thread, EventData::Comm { name, exec })
             }
             parse::TaskRecord::Fork { thread, parent } => {
@@ -509,15 +510,15 @@ impl State {
                 }
             },
             None => {
-                let callstack: Vec<Location> = if !self.frames.is_empty() || tab_lines > 0 {
-                    self.frames.iter().rev().copied().collect()
+                let callstack = if !self.frames.is_empty() || tab_lines > 0 {
+                    self.strings.intern_stack(self.frames.iter().rev().copied())
                 } else if let Some(loc) = inline {
-                    vec![loc]
+                    self.strings.intern_stack([loc])
                 } else if rest_blank {
                     // perf prints a sample's location or callchain whenever it has
                     // `ip`: a bare header means perf script ran without it.
                     self.note_missing(MissingField::Ip);
-                    Vec::new()
+                    self.strings.intern_stack([])
                 } else {
                     let text = std::mem::take(&mut self.header_text);
                     self.warn(line, WarningKind::UnsupportedEvent, &text);
@@ -682,6 +683,11 @@ impl<R: BufRead> Decoder<R> {
     /// [`Decoder::strings_mut`], which must assume the table was replaced).
     pub fn intern(&mut self, name: &str) -> Sym {
         self.st.strings.intern(name)
+    }
+
+    /// Interns a consumer's own stack in the events' table (as [`Decoder::intern`]).
+    pub fn intern_stack(&mut self, frames: impl IntoIterator<Item = Location>) -> StackHandle {
+        self.st.strings.intern_stack(frames)
     }
 
     /// Mutable access to the table. The decoder's symbol cache is dropped, since the

@@ -6,8 +6,9 @@
 //! matching on well-formed input, and accepts a documented superset of it otherwise.
 
 use crate::warning::WarningKind;
-use ptscope_event::{ExtraEvent, Kind, Location, StringTable, Sym, Symbol, Thread};
-use std::fmt::Write as _;
+use ptscope_event::{
+    write_ocaml_int64_hex, ExtraEvent, Kind, Location, StringTable, Symbol, Thread,
+};
 
 /// What the event name in a header says the group is.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -448,26 +449,6 @@ pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
     })
 }
 
-/// Interns `bytes` as a string, replacing invalid UTF-8 (allocating only then).
-#[inline]
-pub(crate) fn intern_bytes(strings: &mut StringTable, bytes: &[u8]) -> Sym {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => strings.intern(s),
-        Err(_) => strings.intern(&String::from_utf8_lossy(bytes)),
-    }
-}
-
-/// Formats `v` like OCaml's `Int64.Hex.to_string`: signed, `-0x…` for negative values.
-pub(crate) fn write_int64_hex(out: &mut String, v: u64) {
-    let signed = v as i64;
-    // Writing to a String cannot fail.
-    let _ = if signed < 0 {
-        write!(out, "-0x{:x}", signed.unsigned_abs())
-    } else {
-        write!(out, "0x{:x}", signed)
-    };
-}
-
 /// Scratch space reused across lines so symbol parsing does not allocate.
 #[derive(Default, Debug)]
 pub(crate) struct Scratch {
@@ -621,8 +602,8 @@ fn parse_location_uncached(
     text: &mut String,
 ) -> Location {
     if let Some((name, off, dso)) = split_symbol(s) {
-        let name = intern_bytes(strings, name);
-        let dso = intern_bytes(strings, dso);
+        let name = strings.intern_bytes(name);
+        let dso = strings.intern_bytes(dso);
         return Location {
             ip,
             symbol: Symbol::FromPerf(name),
@@ -637,10 +618,10 @@ fn parse_location_uncached(
             let inner = &after[k + 1..];
             if let Some(close) = memchr::memrchr(b')', inner) {
                 let dso_bytes = &inner[..close];
-                let dso = intern_bytes(strings, dso_bytes);
+                let dso = strings.intern_bytes(dso_bytes);
                 text.clear();
                 text.push_str("[unknown @ ");
-                write_int64_hex(text, ip);
+                write_ocaml_int64_hex(text, ip);
                 text.push_str(" (");
                 text.push_str(&String::from_utf8_lossy(dso_bytes));
                 text.push_str(")]");
@@ -685,11 +666,11 @@ fn parse_partial_symbol(
     if body.is_empty() || body.iter().all(|&b| is_ws(b)) {
         return Location::new(ip, Symbol::Unknown, 0);
     }
-    let dso_sym = dso.map(|d| intern_bytes(strings, d));
+    let dso_sym = dso.map(|d| strings.intern_bytes(d));
     let name = if body == b"[unknown]" {
         text.clear();
         text.push_str("[unknown @ ");
-        write_int64_hex(text, ip);
+        write_ocaml_int64_hex(text, ip);
         if let Some(d) = dso {
             text.push_str(" (");
             text.push_str(&String::from_utf8_lossy(d));
@@ -698,7 +679,7 @@ fn parse_partial_symbol(
         text.push(']');
         strings.intern(text)
     } else {
-        intern_bytes(strings, body)
+        strings.intern_bytes(body)
     };
     Location {
         ip,
@@ -1232,19 +1213,6 @@ mod tests {
         assert_eq!(parse_time(b"1", b"000000001999"), Some(1_000_000_001));
         assert_eq!(parse_time(b"99999999999999", b"0"), None);
         assert_eq!(parse_time(b"1", b"12x"), None);
-    }
-
-    #[test]
-    fn int64_hex_matches_ocaml() {
-        let f = |v| {
-            let mut s = String::new();
-            write_int64_hex(&mut s, v);
-            s
-        };
-        assert_eq!(f(0), "0x0");
-        assert_eq!(f(0x7f00), "0x7f00");
-        assert_eq!(f(0xffff_ffff_af00_1100), "-0x50ffef00");
-        assert_eq!(f(1 << 63), "-0x8000000000000000");
     }
 
     #[test]

@@ -127,8 +127,7 @@ fn real_perf_cpu_clock_samples_name_the_program_functions() {
         };
         samples += 1;
         assert!(thread.pid.is_some());
-        let names: Vec<&str> = callstack
-            .iter()
+        let names: Vec<&str> = (script.strings().stack(callstack))
             .map(|l| script.strings().display(l.symbol))
             .collect();
         let pos = |f: &str| names.iter().position(|n| *n == f);

@@ -105,8 +105,7 @@ fn decode(text: &[u8]) -> Decoded {
         };
         match data {
             EventData::StackSample { callstack } => {
-                let names = callstack
-                    .iter()
+                let names = (d.strings().stack(callstack))
                     .filter_map(|l| match l.symbol {
                         Symbol::FromPerf(n) => Some(d.strings().get(n).to_owned()),
                         _ => None,

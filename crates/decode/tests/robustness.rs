@@ -172,7 +172,9 @@ fn lines_from_a_newer_perf_are_warnings_and_neighbours_survive() {
         .map(|e| match e {
             Event::Ok { data, .. } => match data {
                 EventData::Trace { kind, .. } => format!("trace {kind:?}"),
-                EventData::StackSample { callstack } => format!("sample {}", callstack.len()),
+                EventData::StackSample { callstack } => {
+                    format!("sample {}", d.strings().stack(*callstack).len())
+                }
                 other => format!("{other:?}"),
             },
             Event::DecodeError { .. } => "error".to_string(),

@@ -89,7 +89,7 @@ enum Inner {
     /// dlfilter's table.
     Continued {
         script: Box<PerfScript>,
-        strings: StringTable,
+        strings: Box<StringTable>,
         map: TableMap,
     },
 }
@@ -214,14 +214,14 @@ impl AnyScript {
                             &mut self.inner,
                             Inner::Continued {
                                 script: Box::new(text),
-                                strings: StringTable::new(),
+                                strings: Box::default(),
                                 map: TableMap::new(),
                             },
                         );
                         if let (Inner::Dlfilter(old), Inner::Continued { strings, .. }) =
                             (failed, &mut self.inner)
                         {
-                            *strings = old.into_strings();
+                            **strings = old.into_strings();
                         }
                     }
                 },
@@ -241,8 +241,8 @@ impl AnyScript {
                         }
                         continue;
                     }
-                    map.apply(&mut e, script.strings(), strings);
-                    self.jit.apply(&mut e, strings);
+                    map.apply(&mut e, script.strings(), &mut *strings);
+                    self.jit.apply(&mut e, &mut *strings);
                     self.delivered += 1;
                     return Ok(Some(e));
                 }
@@ -289,7 +289,7 @@ impl AnyScript {
         match self.inner {
             Inner::Dlfilter(script) => script.into_strings(),
             Inner::Text(script) => script.into_strings(),
-            Inner::Continued { strings, .. } => strings,
+            Inner::Continued { strings, .. } => *strings,
         }
     }
 

@@ -9,7 +9,6 @@
 //! the opened file) gets the name perf gives code it has no symbol for,
 //! `[unknown @ IP (DSO)]`, and the decode gets one notice per map.
 
-use crate::records::int64_hex;
 use ptscope_event::{Event, EventData, Location, StringTable, Symbol};
 use ptscope_symbols::{is_jit_map_name, MapTrust};
 use std::path::Path;
@@ -29,6 +28,8 @@ pub(crate) struct JitNames {
     state: Vec<u8>,
     notices: Vec<String>,
     scratch: String,
+    /// A sampled stack's frames while they are fixed.
+    frames: Vec<Location>,
 }
 
 impl JitNames {
@@ -57,12 +58,20 @@ impl JitNames {
                 self.fix(dst, strings);
             }
             EventData::StackSample { callstack } => {
-                for l in callstack {
-                    self.fix(l, strings);
+                let mut frames = std::mem::take(&mut self.frames);
+                frames.clear();
+                frames.extend(strings.stack(*callstack).copied());
+                let mut changed = false;
+                for l in &mut frames {
+                    changed |= self.fix(l, strings);
                 }
+                if changed {
+                    *callstack = strings.intern_stack(frames.iter().copied());
+                }
+                self.frames = frames;
             }
             EventData::EventSample { location, .. } | EventData::Ptwrite { location, .. } => {
-                self.fix(location, strings)
+                self.fix(location, strings);
             }
             EventData::Power { .. }
             | EventData::Comm { .. }
@@ -72,25 +81,26 @@ impl JitNames {
     }
 
     #[inline]
-    fn fix(&mut self, loc: &mut Location, strings: &mut StringTable) {
-        let Some(dso) = loc.dso else { return };
+    fn fix(&mut self, loc: &mut Location, strings: &mut StringTable) -> bool {
+        let Some(dso) = loc.dso else { return false };
         let i = dso.0 as usize;
         let state = match self.state.get(i) {
             Some(&s) if s != UNCHECKED => s,
             _ => self.check(i, strings.get(dso)),
         };
         if state != HIDE {
-            return;
+            return false;
         }
         // What the decoders make of perf's `[unknown] (DSO)`.
         self.scratch.clear();
         self.scratch.push_str("[unknown @ ");
-        int64_hex(&mut self.scratch, loc.ip);
+        ptscope_event::write_ocaml_int64_hex(&mut self.scratch, loc.ip);
         self.scratch.push_str(" (");
         self.scratch.push_str(strings.get(dso));
         self.scratch.push_str(")]");
         loc.symbol = Symbol::FromPerf(strings.intern(&self.scratch));
         loc.offset = 0;
+        true
     }
 
     #[cold]

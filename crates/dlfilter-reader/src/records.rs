@@ -5,11 +5,10 @@ use crate::format::{self, Class, NO_NAME};
 use crate::Error;
 use ptscope_decode::{Decoder, Stats, Warning, DEFAULT_KEPT_WARNINGS};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, StringTable, Sym, Symbol, Thread,
+    Event, EventData, ExtraEvent, Kind, Location, StackHandle, StringTable, Sym, Symbol, Thread,
     TraceStateChange,
 };
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::io::{self, BufRead, ErrorKind, Read};
 
 /// Text is handed to the text decoder in chunks of at most about this size, cut
@@ -53,8 +52,9 @@ struct Tables {
     names: Vec<Option<Sym>>,
     /// Filter location id → location (callchain frames, branch ends).
     locs: Vec<Location>,
-    /// Filter chain id → callchain, root first (as events carry stacks).
-    chains: Vec<Vec<Location>>,
+    /// Filter chain id → the callchain interned in `strings` (the filter sends each
+    /// distinct chain once, so it is interned once).
+    chains: Vec<StackHandle>,
     unknown_dso: Option<Sym>,
     scratch: String,
     /// Branch flags → their meaning, for the flag sets seen so far.
@@ -309,16 +309,6 @@ fn header_len(head: &[u8]) -> Result<usize, CorruptKind> {
 fn id(v: i32) -> Option<u32> {
     // As in the text decoder: perf's 0 and negative ids mean "not known".
     (v > 0).then_some(v as u32)
-}
-
-/// Formats `v` like OCaml's `Int64.Hex.to_string`, as the text decoder names unknown symbols.
-pub(crate) fn int64_hex(out: &mut String, v: u64) {
-    let signed = v as i64;
-    let _ = if signed < 0 {
-        write!(out, "-0x{:x}", signed.unsigned_abs())
-    } else {
-        write!(out, "0x{:x}", signed)
-    };
 }
 
 /// The fields every sample record starts with.
@@ -629,7 +619,7 @@ impl Tables {
                         expected: self.names.len(),
                     });
                 }
-                let sym = intern_bytes(&mut self.strings, cur.rest());
+                let sym = self.strings.intern_bytes(cur.rest());
                 self.names.push(Some(sym));
             }
             format::REC_STACK => {
@@ -663,24 +653,26 @@ impl Tables {
                         max: self.chains.len(),
                     });
                 }
-                let mut chain = if id < self.chains.len() {
-                    // The filter started its ids again: reuse the slot and its memory.
-                    std::mem::take(&mut self.chains[id])
-                } else {
-                    Vec::with_capacity(n)
-                };
-                chain.clear();
-                for _ in 0..n {
-                    let l = cur.u32()?;
-                    let loc = self.locs.get(l as usize).ok_or(CorruptKind::Unsent {
+                // The length was checked: `n` location ids, leaf first.
+                let ids = cur.rest().chunks_exact(4);
+                let id_at = |c: &[u8]| u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                if let Some(l) = ids
+                    .clone()
+                    .map(id_at)
+                    .find(|&l| l as usize >= self.locs.len())
+                {
+                    return Err(CorruptKind::Unsent {
                         table: IdKind::Location,
                         id: l,
-                    })?;
-                    chain.push(*loc);
+                    });
                 }
                 // perf lists frames leaf first; stacks are root first.
-                chain.reverse();
+                let locs = &self.locs;
+                let chain = self
+                    .strings
+                    .intern_stack(ids.rev().map(|c| locs[id_at(c) as usize]));
                 if id < self.chains.len() {
+                    // The filter started its ids again: the slot names another chain.
                     self.chains[id] = chain;
                 } else {
                     self.chains.push(chain);
@@ -698,7 +690,7 @@ impl Tables {
                         name,
                     },
                     None => EventData::StackSample {
-                        callstack: vec![loc],
+                        callstack: self.strings.intern_stack([loc]),
                     },
                 };
                 return Ok(Some(event(c, false, data)));
@@ -736,20 +728,22 @@ impl Tables {
     /// A stack sample's event: `id` names the chain.
     #[inline(always)]
     fn stack(&self, c: Common, period: u64, id: u32) -> Result<Option<Event>, CorruptKind> {
-        let chain = self.chains.get(id as usize).ok_or(CorruptKind::Unsent {
+        let chain = *self.chains.get(id as usize).ok_or(CorruptKind::Unsent {
             table: IdKind::Chain,
             id,
         })?;
         let data = match extra(c.class) {
             Some(name) => EventData::EventSample {
                 // perf's leaf frame: the last of a root-first chain.
-                location: *chain.last().ok_or(CorruptKind::EmptyChain)?,
+                location: *self
+                    .strings
+                    .stack(chain)
+                    .next_back()
+                    .ok_or(CorruptKind::EmptyChain)?,
                 count: period,
                 name,
             },
-            None => EventData::StackSample {
-                callstack: chain.clone(),
-            },
+            None => EventData::StackSample { callstack: chain },
         };
         Ok(Some(event(c, false, data)))
     }
@@ -880,7 +874,7 @@ impl Tables {
             None => {
                 self.scratch.clear();
                 self.scratch.push_str("[unknown @ ");
-                int64_hex(&mut self.scratch, ip);
+                ptscope_event::write_ocaml_int64_hex(&mut self.scratch, ip);
                 self.scratch.push_str(" (");
                 self.scratch.push_str(self.strings.get(dso));
                 self.scratch.push_str(")]");
@@ -955,13 +949,6 @@ fn branch_kind(flags: u32) -> Option<(bool, bool, Option<Kind>)> {
         _ => None,
     };
     Some((start, end, kind))
-}
-
-fn intern_bytes(strings: &mut StringTable, bytes: &[u8]) -> Sym {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => strings.intern(s),
-        Err(_) => strings.intern(&String::from_utf8_lossy(bytes)),
-    }
 }
 
 /// `read_exact`, which retries on EINTR and reports a short read as `UnexpectedEof`.
@@ -1051,8 +1038,7 @@ mod tests {
                     data: EventData::StackSample { callstack },
                     ..
                 })) => {
-                    let names: Vec<&str> = callstack
-                        .iter()
+                    let names: Vec<&str> = (r.strings().stack(callstack))
                         .map(|l| r.strings().display(l.symbol))
                         .collect();
                     out.push(format!("{time} {}", names.join(">")));

@@ -29,21 +29,53 @@
 
 pub mod source;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHasher};
 pub use source::EventSource;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 /// A handle to a string interned in a [`StringTable`].
 #[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct Sym(pub u32);
 
+/// A handle to a [`Location`] interned in a [`StringTable`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct LocationHandle(pub u32);
+
+/// A handle to a call stack (root first) interned in a [`StringTable`]: a sampled
+/// stack is stored once however many samples repeat it.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct StackHandle(pub u32);
+
+/// Where one interned stack's frames are in [`StringTable`]'s frame list.
+#[derive(Copy, Clone, Debug)]
+struct StackEntry {
+    start: u32,
+    len: u32,
+    /// The previous stack with the same hash (a collision chain through `stacks`).
+    next: Option<u32>,
+}
+
 /// Interns names once and hands out [`Sym`] handles; lookups by handle are O(1).
+///
+/// It also interns code locations ([`LocationHandle`]) and sampled call stacks
+/// ([`StackHandle`]), the way fxprof-processed-profile has frame and stack tables: a
+/// stack is a slice of location handles stored once, so an event carries a `u32`
+/// instead of a cloned `Vec<Location>`. Every stage that sees events already gets this
+/// table, so stack handles need no other plumbing.
 #[derive(Default, Debug, Clone)]
 pub struct StringTable {
     map: FxHashMap<Box<str>, Sym>,
     strings: Vec<Box<str>>,
     /// Names shown instead of the raw ones (demangled symbols); `get` keeps the raw name.
     display: FxHashMap<Sym, Box<str>>,
+    locations: Vec<Location>,
+    location_map: FxHashMap<Location, LocationHandle>,
+    /// Every stack's location handles, root first, stacks back to back.
+    frames: Vec<LocationHandle>,
+    stacks: Vec<StackEntry>,
+    /// Hash of a stack's frames → the last stack added with that hash.
+    stack_map: FxHashMap<u64, u32>,
 }
 
 impl StringTable {
@@ -62,6 +94,16 @@ impl StringTable {
         self.strings.push(boxed.clone());
         self.map.insert(boxed, sym);
         sym
+    }
+
+    /// Returns the handle of `bytes` read as UTF-8, invalid sequences replaced (which
+    /// allocates only then): perf passes names as raw bytes.
+    #[inline]
+    pub fn intern_bytes(&mut self, bytes: &[u8]) -> Sym {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => self.intern(s),
+            Err(_) => self.intern(&String::from_utf8_lossy(bytes)),
+        }
     }
 
     /// Returns the handle of `s` if it was interned before.
@@ -95,6 +137,80 @@ impl StringTable {
             Symbol::OffCpu => "[off-cpu]",
             Symbol::Preempted => "[off-cpu: preempted]",
         }
+    }
+
+    /// Returns the handle of `loc`, adding it if it is new.
+    #[inline]
+    pub fn intern_location(&mut self, loc: Location) -> LocationHandle {
+        if let Some(&h) = self.location_map.get(&loc) {
+            return h;
+        }
+        let h = LocationHandle(self.locations.len() as u32);
+        self.locations.push(loc);
+        self.location_map.insert(loc, h);
+        h
+    }
+
+    /// The location behind a handle. Panics only on a handle from another table.
+    #[inline]
+    pub fn location(&self, h: LocationHandle) -> &Location {
+        &self.locations[h.0 as usize]
+    }
+
+    /// Returns the handle of the stack made of `frames` (root first), adding it if it
+    /// is new; interning an unchanged stack again gives the same handle.
+    pub fn intern_stack(&mut self, frames: impl IntoIterator<Item = Location>) -> StackHandle {
+        // The frames go at the end of the list; they stay only if the stack is new.
+        let start = self.frames.len();
+        for loc in frames {
+            let h = self.intern_location(loc);
+            self.frames.push(h);
+        }
+        let new = &self.frames[start..];
+        let mut hasher = FxHasher::default();
+        new.hash(&mut hasher);
+        let hash = hasher.finish();
+        let mut candidate = self.stack_map.get(&hash).copied();
+        while let Some(c) = candidate {
+            let e = self.stacks[c as usize];
+            if self.frames[e.start as usize..(e.start + e.len) as usize] == *new {
+                self.frames.truncate(start);
+                return StackHandle(c);
+            }
+            candidate = e.next;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(StackEntry {
+            start: start as u32,
+            len: new.len() as u32,
+            next: self.stack_map.insert(hash, id),
+        });
+        StackHandle(id)
+    }
+
+    /// The location handles of a stack, root first. Panics only on a handle from
+    /// another table.
+    #[inline]
+    pub fn stack_handles(&self, h: StackHandle) -> &[LocationHandle] {
+        let e = self.stacks[h.0 as usize];
+        &self.frames[e.start as usize..(e.start + e.len) as usize]
+    }
+
+    /// The locations of a stack, root first (the leaf is the last).
+    #[inline]
+    pub fn stack(
+        &self,
+        h: StackHandle,
+    ) -> impl ExactSizeIterator<Item = &Location> + DoubleEndedIterator + Clone + '_ {
+        self.stack_handles(h)
+            .iter()
+            .map(move |&l| &self.locations[l.0 as usize])
+    }
+
+    /// Number of distinct stacks interned; handles are `0..stack_count()`, in the
+    /// order they were added.
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
     }
 
     /// Number of distinct strings interned.
@@ -240,8 +356,9 @@ pub enum EventData {
     },
     /// A sampled call stack (`cycles`, `cpu-clock`, …), **root first**.
     StackSample {
-        /// Frames from the root (outermost caller) to the leaf.
-        callstack: Vec<Location>,
+        /// Frames from the root (outermost caller) to the leaf, interned in the
+        /// [`StringTable`] the event's names are in ([`StringTable::stack`]).
+        callstack: StackHandle,
     },
     /// A sampled extra event (branch or cache miss) at a location.
     EventSample {
@@ -388,12 +505,26 @@ impl TraceScope {
         }
     }
 
+    /// perf's event modifier for this scope (`u`, `uk` or `k`), which [`TraceScope::parse`] reads back.
+    pub fn modifier(self) -> &'static str {
+        match self {
+            TraceScope::Userspace => "u",
+            TraceScope::UserspaceAndKernel => "uk",
+            TraceScope::Kernel => "k",
+        }
+    }
+
+    /// True if the kernel is traced.
+    pub fn includes_kernel(self) -> bool {
+        self != TraceScope::Userspace
+    }
+
     /// Whether an address belongs to a privilege level in this scope: on x86-64 and
     /// arm64 the kernel lives in the upper half, where perf's callchains put it too.
     /// The last 4 KiB (perf's context markers, and the `-1` a failed user-space unwind
     /// ends with) count as user space, as they always did.
     pub fn includes_address(self, ip: u64) -> bool {
-        let kernel = (ip as i64) < 0 && ip < (-4095i64) as u64;
+        let kernel = is_kernel_address(ip) && ip < (-4095i64) as u64;
         match self {
             TraceScope::Userspace => !kernel,
             TraceScope::UserspaceAndKernel => true,
@@ -404,12 +535,63 @@ impl TraceScope {
 
 impl fmt::Display for TraceScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TraceScope::Userspace => "u",
-            TraceScope::UserspaceAndKernel => "uk",
-            TraceScope::Kernel => "k",
-        })
+        f.write_str(self.modifier())
     }
+}
+
+/// True for an address in the upper half, where x86-64 and arm64 put the kernel.
+pub fn is_kernel_address(ip: u64) -> bool {
+    (ip as i64) < 0
+}
+
+/// Appends `v` as OCaml's `Int64.Hex.to_string` shows it: read as signed, `-0x…` when
+/// negative. magic-trace names unknown addresses and trap addresses this way.
+pub fn write_ocaml_int64_hex(out: &mut String, v: u64) {
+    use std::fmt::Write;
+    let signed = v as i64;
+    // Writing to a String cannot fail.
+    let _ = if signed < 0 {
+        write!(out, "-0x{:x}", signed.unsigned_abs())
+    } else {
+        write!(out, "0x{signed:x}")
+    };
+}
+
+/// `v` as OCaml's `Int64.Hex.to_string` shows it (see [`write_ocaml_int64_hex`]).
+pub fn ocaml_int64_hex(v: u64) -> String {
+    let mut s = String::new();
+    write_ocaml_int64_hex(&mut s, v);
+    s
+}
+
+/// Where a function starts in the source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourcePosition {
+    /// File name, if known.
+    pub file: Option<String>,
+    /// 1-based line.
+    pub line: i64,
+    /// Column, 0 when unknown.
+    pub col: i64,
+}
+
+/// A trigger breakpoint hit, shown as a `hit SYMBOL` slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// The symbol the breakpoint was set on.
+    pub symbol: String,
+    /// perf time of the hit (ns).
+    pub time: u64,
+    /// Thread that hit it.
+    pub tid: u32,
+    /// Instruction pointer at the hit.
+    pub ip: u64,
+    /// Start time passed by the stop indicator (ns), when the symbol is the stop indicator.
+    pub passed_time: u64,
+    /// Value passed by the stop indicator.
+    pub passed_value: i64,
+    /// True when `symbol` is ptscope's stop indicator (its registers carry arguments).
+    pub is_stop_indicator: bool,
 }
 
 /// Addresses of OCaml exception-handling code, from `.note.ocaml_eh` or a test case.
@@ -473,6 +655,17 @@ mod tests {
     }
 
     #[test]
+    fn int64_hex_matches_ocaml() {
+        assert_eq!(ocaml_int64_hex(0), "0x0");
+        assert_eq!(ocaml_int64_hex(0x7f00), "0x7f00");
+        assert_eq!(ocaml_int64_hex(0xffff_ffff_af00_1100), "-0x50ffef00");
+        assert_eq!(ocaml_int64_hex(1 << 63), "-0x8000000000000000");
+        let mut s = String::from("x ");
+        write_ocaml_int64_hex(&mut s, 16);
+        assert_eq!(s, "x 0x10");
+    }
+
+    #[test]
     fn interning_is_stable() {
         let mut s = StringTable::new();
         let a = s.intern("a");
@@ -485,6 +678,29 @@ mod tests {
         s.set_display(a, "A");
         assert_eq!(s.display(Symbol::FromPerf(a)), "A");
         assert_eq!(s.get(a), "a");
+    }
+
+    #[test]
+    fn stacks_are_stored_once() {
+        let mut s = StringTable::new();
+        let f = Symbol::FromPerf(s.intern("f"));
+        let g = Symbol::FromPerf(s.intern("g"));
+        let loc = |ip, symbol| Location::new(ip, symbol, 0);
+        let fg = [loc(1, f), loc(2, g)];
+        let a = s.intern_stack(fg);
+        let b = s.intern_stack([loc(1, f)]);
+        let c = s.intern_stack([loc(2, g), loc(1, f)]);
+        let empty = s.intern_stack([]);
+        assert_eq!(s.intern_stack(fg), a);
+        assert_eq!(s.intern_stack([]), empty);
+        assert!(a != b && a != c && b != c && empty != a);
+        assert_eq!(s.stack_count(), 4);
+        assert_eq!(s.stack(a).copied().collect::<Vec<_>>(), fg);
+        assert_eq!(s.stack(c).next_back(), Some(&loc(1, f)));
+        assert_eq!(s.stack(empty).len(), 0);
+        // Two stacks share their locations.
+        assert_eq!(s.stack_handles(a)[0], s.stack_handles(b)[0]);
+        assert_eq!(*s.location(s.stack_handles(c)[0]), loc(2, g));
     }
 }
 

@@ -56,7 +56,7 @@
 //! # Ok::<(), SourceError>(())
 //! ```
 
-use crate::{Event, EventData, Location, StringTable, Sym, Symbol};
+use crate::{Event, EventData, Location, StackHandle, StringTable, Sym, Symbol};
 use std::fmt;
 
 /// Why a source stopped early (reading failed, perf died, a record was corrupt): each
@@ -125,13 +125,15 @@ impl Finished {
     }
 }
 
-/// Names moved from one table into another: each handle of the source table gets the
-/// other's handle for the same name, interned in the source's order, so the handles
-/// are those one shared table would have given. A consumer that keeps one table over
-/// several sources (each owning its own) moves every event through one of these.
+/// Names and stacks moved from one table into another: each handle of the source table
+/// gets the other's handle for the same name (or stack), interned in the source's
+/// order, so the handles are those one shared table would have given. A consumer that
+/// keeps one table over several sources (each owning its own) moves every event through
+/// one of these; it is the only place an event's handles are rewritten.
 #[derive(Clone, Debug, Default)]
 pub struct TableMap {
     map: Vec<Sym>,
+    stacks: Vec<StackHandle>,
 }
 
 impl TableMap {
@@ -145,39 +147,66 @@ impl TableMap {
         self.map.push(into.intern(name));
     }
 
-    /// Interns the names `from` gained since the last call into `into`.
+    /// Interns the stack of `frames` (root first, with the source table's handles),
+    /// the source table's next stack, into `into`; their names must be mapped already.
+    pub fn add_stack<'a>(
+        &mut self,
+        frames: impl IntoIterator<Item = &'a Location>,
+        into: &mut StringTable,
+    ) {
+        let h = into.intern_stack(frames.into_iter().map(|&l| self.location(l)));
+        self.stacks.push(h);
+    }
+
+    /// Interns what a source table gained (sent as a [`TableDelta`]) into `into`.
+    pub fn add_delta(&mut self, delta: &TableDelta, into: &mut StringTable) {
+        for n in &delta.names {
+            self.add(n, into);
+        }
+        for frames in &delta.stacks {
+            self.add_stack(frames.iter(), into);
+        }
+    }
+
+    /// Interns the names and stacks `from` gained since the last call into `into`.
     pub fn sync(&mut self, from: &StringTable, into: &mut StringTable) {
         for i in self.map.len()..from.len() {
             self.map.push(into.intern(from.get(Sym(i as u32))));
         }
+        for i in self.stacks.len()..from.stack_count() {
+            self.add_stack(from.stack(StackHandle(i as u32)), into);
+        }
+    }
+
+    fn sym(&self, s: Sym) -> Sym {
+        self.map.get(s.0 as usize).copied().unwrap_or(s)
+    }
+
+    fn location(&self, mut l: Location) -> Location {
+        if let Symbol::FromPerf(s) = &mut l.symbol {
+            *s = self.sym(*s);
+        }
+        l.dso = l.dso.map(|d| self.sym(d));
+        l
     }
 
     /// Rewrites `event`'s handles (the source table's) into the other table's.
     pub fn rewrite(&self, event: &mut Event) {
-        let sym = |s: &mut Sym| {
-            if let Some(&g) = self.map.get(s.0 as usize) {
-                *s = g;
-            }
-        };
-        let location = |l: &mut Location| {
-            if let Symbol::FromPerf(s) = &mut l.symbol {
-                sym(s);
-            }
-            if let Some(d) = &mut l.dso {
-                sym(d);
-            }
-        };
         match event {
-            Event::DecodeError { message, .. } => sym(message),
+            Event::DecodeError { message, .. } => *message = self.sym(*message),
             Event::Ok { data, .. } => match data {
                 EventData::Trace { src, dst, .. } => {
-                    location(src);
-                    location(dst);
+                    *src = self.location(*src);
+                    *dst = self.location(*dst);
                 }
-                EventData::StackSample { callstack } => callstack.iter_mut().for_each(location),
+                EventData::StackSample { callstack } => {
+                    if let Some(&g) = self.stacks.get(callstack.0 as usize) {
+                        *callstack = g;
+                    }
+                }
                 EventData::EventSample { location: l, .. }
-                | EventData::Ptwrite { location: l, .. } => location(l),
-                EventData::Comm { name, .. } => sym(name),
+                | EventData::Ptwrite { location: l, .. } => *l = self.location(*l),
+                EventData::Comm { name, .. } => *name = self.sym(*name),
                 EventData::Power { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
             },
         }
@@ -187,6 +216,52 @@ impl TableMap {
     pub fn apply(&mut self, event: &mut Event, from: &StringTable, into: &mut StringTable) {
         self.sync(from, into);
         self.rewrite(event);
+    }
+}
+
+/// What a table gained since it was last sent to another thread: its new names and
+/// new stacks (with its own handles), in handle order. The other side mirrors the table
+/// (interning the names, then [`TableDelta::mirror_stacks`]) or moves them into its own
+/// ([`TableMap::add_delta`]).
+#[derive(Clone, Debug, Default)]
+pub struct TableDelta {
+    /// New names, in handle order.
+    pub names: Vec<Box<str>>,
+    /// New stacks' frames, root first, in handle order.
+    pub stacks: Vec<Box<[Location]>>,
+}
+
+/// How much of a table was sent already (see [`TableDelta::since`]).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct TableSent {
+    names: usize,
+    stacks: usize,
+}
+
+impl TableDelta {
+    /// What `table` gained since `sent`, which moves on past it.
+    pub fn since(table: &StringTable, sent: &mut TableSent) -> TableDelta {
+        let delta = TableDelta {
+            names: (sent.names..table.len())
+                .map(|i| Box::from(table.get(Sym(i as u32))))
+                .collect(),
+            stacks: (sent.stacks..table.stack_count())
+                .map(|i| table.stack(StackHandle(i as u32)).copied().collect())
+                .collect(),
+        };
+        *sent = TableSent {
+            names: table.len(),
+            stacks: table.stack_count(),
+        };
+        delta
+    }
+
+    /// Interns the new stacks into `into`, a copy of the sender's table that already
+    /// holds the delta's names: each gets the handle it has in the sender's table.
+    pub fn mirror_stacks(&self, into: &mut StringTable) {
+        for frames in &self.stacks {
+            into.intern_stack(frames.iter().copied());
+        }
     }
 }
 
@@ -296,23 +371,49 @@ pub struct Stats {
 
 #[cfg(test)]
 mod tests {
-    use super::TableMap;
+    use super::{TableDelta, TableMap, TableSent};
     use crate::{Event, EventData, Location, StringTable, Symbol, Thread};
 
-    fn call(strings: &mut StringTable, name: &str) -> Event {
-        let sym = strings.intern(name);
+    fn sample(strings: &mut StringTable, frames: &[&str]) -> Event {
         let dso = strings.intern("/bin/x");
+        let frames: Vec<Location> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Location {
+                dso: Some(dso),
+                ..Location::new(i as u64 + 1, Symbol::FromPerf(strings.intern(name)), 0)
+            })
+            .collect();
         Event::Ok {
             thread: Thread::default(),
             time: 1,
             in_transaction: false,
             data: EventData::StackSample {
-                callstack: vec![Location {
-                    dso: Some(dso),
-                    ..Location::new(1, Symbol::FromPerf(sym), 0)
-                }],
+                callstack: strings.intern_stack(frames),
             },
         }
+    }
+
+    fn call(strings: &mut StringTable, name: &str) -> Event {
+        sample(strings, &[name])
+    }
+
+    /// A sample's frames as `(ip, name, dso)`, read through `strings`.
+    fn frames(e: &Event, strings: &StringTable) -> Vec<(u64, String, String)> {
+        let Event::Ok {
+            data: EventData::StackSample { callstack },
+            ..
+        } = e
+        else {
+            panic!("not a sample: {e:?}");
+        };
+        strings
+            .stack(*callstack)
+            .map(|l| {
+                let dso = l.dso.map_or("", |d| strings.get(d));
+                (l.ip, strings.display(l.symbol).to_owned(), dso.to_owned())
+            })
+            .collect()
     }
 
     /// Two sources with tables of their own, moved into one table, give the handles one
@@ -343,5 +444,58 @@ mod tests {
         }
         assert_eq!(got, want);
         assert_eq!(into.len(), shared.len());
+    }
+
+    /// Sources with tables of their own, moved into a table that already holds other
+    /// names and stacks, read the same stacks there: through `apply` (one event at a
+    /// time, as the pipeline's decoding thread does) and through a delta sent between
+    /// threads (as the parallel text parse does).
+    #[test]
+    fn moved_stacks_are_the_sources_stacks() {
+        let mut into = StringTable::new();
+        let other = sample(&mut into, &["x", "y"]);
+        let samples: [&[&str]; 4] = [&["main", "f"], &["main", "g", "f"], &["main", "f"], &["g"]];
+        // Through apply.
+        let mut one = StringTable::new();
+        let mut map = TableMap::new();
+        for frames_of in samples {
+            let e = sample(&mut one, frames_of);
+            let mut moved = e.clone();
+            map.apply(&mut moved, &one, &mut into);
+            assert_eq!(frames(&moved, &into), frames(&e, &one));
+        }
+        // Through deltas: the second source's handles start again at 0.
+        let mut two = StringTable::new();
+        let mut map = TableMap::new();
+        let mut sent = TableSent::default();
+        for frames_of in samples.iter().rev() {
+            let e = sample(&mut two, frames_of);
+            map.add_delta(&TableDelta::since(&two, &mut sent), &mut into);
+            let mut moved = e.clone();
+            map.rewrite(&mut moved);
+            assert_eq!(frames(&moved, &into), frames(&e, &two));
+        }
+        assert_eq!(frames(&other, &into).len(), 2);
+        // Each distinct stack once, the other table's included.
+        assert_eq!(into.stack_count(), 4);
+    }
+
+    /// A mirror fed the deltas (names in order, then `mirror_stacks`) gives every stack
+    /// the handle it has in the sender's table.
+    #[test]
+    fn a_mirror_has_the_senders_handles() {
+        let mut sender = StringTable::new();
+        let mut mirror = StringTable::new();
+        let mut sent = TableSent::default();
+        for frames_of in [&["main", "f"][..], &["main"], &["main", "f"], &["g", "h"]] {
+            let e = sample(&mut sender, frames_of);
+            let delta = TableDelta::since(&sender, &mut sent);
+            for n in &delta.names {
+                mirror.intern(n);
+            }
+            delta.mirror_stacks(&mut mirror);
+            assert_eq!(frames(&e, &mirror), frames(&e, &sender));
+        }
+        assert_eq!(mirror.stack_count(), sender.stack_count());
     }
 }

@@ -468,7 +468,7 @@ fn random_events(rng: &mut Rng, strings: &mut StringTable) -> Vec<Event> {
         let data = if rng.chance(15) {
             let depth = rng.below(6);
             EventData::StackSample {
-                callstack: (0..depth).map(|_| loc(rng)).collect(),
+                callstack: strings.intern_stack((0..depth).map(|_| loc(rng)).collect::<Vec<_>>()),
             }
         } else {
             // Calls and returns dominate, as in a real trace.

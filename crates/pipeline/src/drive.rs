@@ -6,6 +6,7 @@ use crate::inputs::InputSpec;
 use crate::thread::{decode_inputs, Msg, Reading};
 use crate::{DecodeOptions, Error, Format, NoEvents, Notice, Observer, WriterKind};
 use ptscope_decode::Warning;
+use ptscope_event::source::TableDelta;
 use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
 use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::segments::SegmentsWriter;
@@ -65,10 +66,11 @@ impl Totals {
     }
 }
 
-/// Interns the names the decoding thread sent into the writer's table; with
-/// `demangle`, a mangled name is shown demangled.
-fn intern_new(strings: &mut StringTable, new_strings: &[Box<str>], demangle: bool) {
-    for s in new_strings {
+/// Interns the names and stacks the decoding thread sent into the writer's table, in
+/// order, so they get the handles they have in the decoder's; with `demangle`, a
+/// mangled name is shown demangled.
+fn intern_new(strings: &mut StringTable, new: &TableDelta, demangle: bool) {
+    for s in &new.names {
         let sym = strings.intern(s);
         if demangle {
             if let std::borrow::Cow::Owned(d) = ptscope_symbols::demangle(s) {
@@ -76,6 +78,7 @@ fn intern_new(strings: &mut StringTable, new_strings: &[Box<str>], demangle: boo
             }
         }
     }
+    new.mirror_stacks(strings);
 }
 
 /// Which events fall in a `--filter` range: from a call to START to the next call to
@@ -108,8 +111,7 @@ impl RangeFilter {
             Event::Ok {
                 data: EventData::StackSample { callstack },
                 ..
-            } => callstack
-                .iter()
+            } => (strings.stack(*callstack))
                 .rev()
                 .map(|l| strings.display(l.symbol))
                 .find(|n| *n == self.start || *n == self.stop),
@@ -181,7 +183,7 @@ const MAX_HELD: usize = 100_000;
 /// What the executable adds to a writer's configuration.
 pub(crate) struct Extras {
     ocaml_exception_info: Option<OcamlExceptionInfo>,
-    debug_info: rustc_hash::FxHashMap<u64, ptscope_stacks::legacy::SourcePosition>,
+    debug_info: rustc_hash::FxHashMap<u64, ptscope_event::SourcePosition>,
     /// Every event is exactly timed (an emulate recording): see `WriterConfig`.
     exact_times: bool,
 }
@@ -275,11 +277,8 @@ pub(crate) fn each_step(
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             };
             match msg {
-                Msg::Batch {
-                    new_strings,
-                    events,
-                } => {
-                    intern_new(&mut strings, &new_strings, demangle);
+                Msg::Batch { new, events } => {
+                    intern_new(&mut strings, &new, demangle);
                     for e in events {
                         f(Step::Event(e), &strings, totals);
                     }

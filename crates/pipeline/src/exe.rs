@@ -2,8 +2,9 @@
 //! (`.note.ocaml_eh`) and the source position of every function start.
 
 use crate::Error;
-use ptscope_event::{Event, EventData, Location, OcamlExceptionInfo, StringTable, Symbol};
-use ptscope_stacks::legacy::SourcePosition;
+use ptscope_event::{
+    Event, EventData, Location, OcamlExceptionInfo, SourcePosition, StringTable, Symbol,
+};
 use ptscope_symbols::{MappedFile, OcamlTraps};
 use rustc_hash::FxHashMap;
 use std::path::Path;
@@ -74,7 +75,7 @@ impl ExeInfo {
             Event::Ok {
                 data: EventData::StackSample { callstack },
                 ..
-            } => callstack.iter().find_map(check),
+            } => strings.stack(*callstack).find_map(check),
             _ => None,
         }
     }

@@ -8,8 +8,8 @@
 //! batches ahead.
 
 use ptscope_decode::{Decoder, Stats, Warning};
-use ptscope_event::source::TableMap;
-use ptscope_event::{Event, StringTable, Sym};
+use ptscope_event::source::{TableDelta, TableMap, TableSent};
+use ptscope_event::{Event, StringTable};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -29,8 +29,8 @@ pub(crate) const MIN_SIZE: u64 = 64 << 20;
 
 /// What a worker reports about one part.
 enum Part {
-    /// Events, with the names the part's table gained since its previous batch.
-    Batch(Vec<Box<str>>, Vec<Event>),
+    /// Events, with the names and stacks the part's table gained since its previous batch.
+    Batch(TableDelta, Vec<Event>),
     /// The part is done.
     Done(Stats, Vec<Warning>),
     /// Reading the part failed.
@@ -109,7 +109,7 @@ fn worker(
             return;
         }
         let mut d = Decoder::new(io::Cursor::new(buf));
-        let mut sent = 0usize;
+        let mut sent = TableSent::default();
         let mut events = Vec::with_capacity(BATCH);
         loop {
             let next = d.next_event();
@@ -118,13 +118,9 @@ fn worker(
                 events.push(e);
             }
             if events.len() == BATCH || (done && !events.is_empty()) {
-                let table = d.strings();
-                let names = (sent..table.len())
-                    .map(|i| Box::<str>::from(table.get(Sym(i as u32))))
-                    .collect();
-                sent = table.len();
+                let delta = TableDelta::since(d.strings(), &mut sent);
                 let full = std::mem::replace(&mut events, Vec::with_capacity(BATCH));
-                if tx.send(Part::Batch(names, full)).is_err() {
+                if tx.send(Part::Batch(delta, full)).is_err() {
                     return;
                 }
             }
@@ -186,10 +182,8 @@ pub(crate) fn parse_file(
                     Err(_) => break 'parts,
                 };
                 match msg {
-                    Part::Batch(names, mut events) => {
-                        for n in &names {
-                            map.add(n, strings);
-                        }
+                    Part::Batch(delta, mut events) => {
+                        map.add_delta(&delta, strings);
                         for e in events.iter_mut() {
                             map.rewrite(e);
                         }

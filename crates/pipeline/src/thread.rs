@@ -5,15 +5,15 @@ use crate::inputs::InputSpec;
 use crate::Observer;
 use ptscope_decode::{Stats, Warning};
 use ptscope_dlfilter_reader::Choice;
-use ptscope_event::source::TableMap;
-use ptscope_event::{Event, StringTable, Sym};
+use ptscope_event::source::{TableDelta, TableMap, TableSent};
+use ptscope_event::{Event, StringTable};
 use std::path::{Path, PathBuf};
 
-/// What the decoding thread sends: names new since the last message (so the
-/// writer's table mirrors the decoder's, same ids), and events or an end of input.
+/// What the decoding thread sends: names and stacks new since the last message (so
+/// the writer's table mirrors the decoder's, same ids), and events or an end of input.
 pub(crate) enum Msg {
     Batch {
-        new_strings: Vec<Box<str>>,
+        new: TableDelta,
         events: Vec<Event>,
     },
     /// One input is done (a snapshot boundary).
@@ -77,15 +77,9 @@ pub(crate) fn decode_inputs(
     let mut namer = ptscope_symbols::Namer::new(naming, naming);
     namer.set_fold_kernel(fold_kernel);
     let last = specs.len().saturating_sub(1);
-    let mut sent = 0usize;
-    let flush = |strings: &StringTable, sent: &mut usize, events: Vec<Event>| Msg::Batch {
-        new_strings: {
-            let v = (*sent..strings.len())
-                .map(|i| Box::<str>::from(strings.get(Sym(i as u32))))
-                .collect();
-            *sent = strings.len();
-            v
-        },
+    let mut sent = TableSent::default();
+    let flush = |strings: &StringTable, sent: &mut TableSent, events: Vec<Event>| Msg::Batch {
+        new: TableDelta::since(strings, sent),
         events,
     };
     // Summed over the inputs: a rotated recording is several files.

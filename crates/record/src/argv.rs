@@ -8,6 +8,7 @@
 
 use crate::Error;
 use anyhow::{bail, Result};
+use ptscope_event::TraceScope;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -18,34 +19,6 @@ pub enum Backend {
     Pt,
     /// Timer sampling with call stacks (`cycles`, or `cpu-clock` without a hardware PMU).
     Sample,
-}
-
-/// Which privilege levels to record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Scope {
-    /// User space only (`u`).
-    #[default]
-    User,
-    /// User space and kernel (`uk`).
-    UserKernel,
-    /// Kernel only (`k`).
-    Kernel,
-}
-
-impl Scope {
-    /// perf's event modifier.
-    pub fn selector(self) -> &'static str {
-        match self {
-            Scope::User => "u",
-            Scope::UserKernel => "uk",
-            Scope::Kernel => "k",
-        }
-    }
-
-    /// True if the kernel is recorded.
-    pub fn includes_kernel(self) -> bool {
-        self != Scope::User
-    }
 }
 
 /// Intel PT timing packets, each `None` when left to perf's default.
@@ -185,7 +158,7 @@ pub struct RecordPlan {
     /// PT or sampling.
     pub backend: Backend,
     /// User, kernel or both.
-    pub scope: Scope,
+    pub scope: TraceScope,
     /// Timing detail or sampling rate.
     pub timer: TimerResolution,
     /// Processes (or threads) to record; the first is the head.
@@ -231,7 +204,7 @@ impl RecordPlan {
             perf: perf.into(),
             output: output.into(),
             backend: Backend::Pt,
-            scope: Scope::User,
+            scope: TraceScope::Userspace,
             timer: TimerResolution::Normal,
             pids,
             single_thread: false,
@@ -366,7 +339,7 @@ impl RecordPlan {
     }
 
     fn primary_event(&self) -> String {
-        let sel = self.scope.selector();
+        let sel = self.scope.modifier();
         match self.backend {
             Backend::Pt => {
                 let cfg = match self.effective_timer() {
@@ -404,7 +377,7 @@ impl RecordPlan {
                 // frame, as samply shows it; the kernel's own frames are shown only when
                 // asked for, with an explicit `uk` (or `k`) that `ptscope decode` reads back.
                 let sel = match self.scope {
-                    Scope::User => "",
+                    TraceScope::Userspace => "",
                     _ => sel,
                 };
                 format!("{name}/freq={freq}/{sel}")
@@ -737,8 +710,8 @@ mod tests {
             ("high", Box::new(|p| p.timer = TimerResolution::High), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0,noretcomp=1/u -p 42 --snapshot=e")),
             ("no psb_cyc", Box::new(|p| { p.timer = TimerResolution::High; p.psb_cyc = false }), format!("{base} --event=intel_pt//u -p 42 --snapshot=e")),
             ("custom", Box::new(|p| p.timer = TimerResolution::parse("custom:cyc=0,mtc=1,mtc_period=3,psb_period=2").unwrap()), format!("{base} --event=intel_pt/cyc=0,mtc=1,mtc_period=3,psb_period=2/u -p 42 --snapshot=e")),
-            ("kernel", Box::new(|p| p.scope = Scope::UserKernel), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/uk -p 42 --snapshot=e --kcore")),
-            ("kernel only, old perf", Box::new(|p| { p.scope = Scope::Kernel; p.kcore = false }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/k -p 42 --snapshot=e")),
+            ("kernel", Box::new(|p| p.scope = TraceScope::UserspaceAndKernel), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/uk -p 42 --snapshot=e --kcore")),
+            ("kernel only, old perf", Box::new(|p| { p.scope = TraceScope::Kernel; p.kcore = false }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/k -p 42 --snapshot=e")),
             ("trigger", Box::new(|p| p.snapshot_when = SnapshotWhen::OnTrigger), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot")),
             ("perf < 5.4", Box::new(|p| p.snapshot_at_exit = false), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot")),
             ("multi-snapshot", Box::new(|p| { p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u --switch-output=signal --no-no-buildid -p 42 --snapshot")),
@@ -749,7 +722,7 @@ mod tests {
             ("fifo control", Box::new(|p| p.control = ControlChannel::Fifo { ctl: "/w/ctl".into(), ack: "/w/ack".into() }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot=e --control=fifo:/w/ctl,/w/ack")),
             ("fd control", Box::new(|p| p.control = ControlChannel::Fd { ctl: 5, ack: 6 }), format!("{base} --event=intel_pt/cyc=1,cyc_thresh=1,mtc_period=0/u -p 42 --snapshot=e --control=fd:5,6")),
             ("everything", Box::new(|p| {
-                p.scope = Scope::UserKernel; p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger;
+                p.scope = TraceScope::UserspaceAndKernel; p.multi_snapshot = true; p.snapshot_when = SnapshotWhen::OnTrigger;
                 p.snapshot_pages = Some(64); p.control = ControlChannel::Fifo { ctl: "c".into(), ack: "a".into() };
                 p.timer = TimerResolution::Low; p.callgraph = CallGraph::Fp;
             }), format!("{base} --event=intel_pt//uk --switch-output=signal --no-no-buildid -p 42 --snapshot --control=fifo:c,a --kcore -m,64")),
@@ -814,7 +787,7 @@ mod tests {
         p.full_execution = true;
         p.callgraph = CallGraph::Fp;
         p.single_thread = true;
-        p.scope = Scope::UserKernel;
+        p.scope = TraceScope::UserspaceAndKernel;
         assert_eq!(
             s(perf_record_argv(&p)),
             "perf record -o /w/perf.data --timestamp --event=cycles/freq=25000/uk --no-buildid-cache --per-thread -t 42 --mmap-pages=1024 --call-graph fp --switch-events"

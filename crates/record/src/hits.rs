@@ -2,7 +2,7 @@
 //! them as `hit SYMBOL` slices just like the run that recorded them.
 
 use anyhow::{Context, Result};
-use ptscope_stacks::legacy::Hit;
+use ptscope_event::Hit;
 use std::path::Path;
 
 /// The file name inside a working directory.

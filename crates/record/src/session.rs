@@ -2,8 +2,7 @@
 //! the trigger, snapshots, and a clean stop whatever happens.
 
 use crate::argv::{
-    perf_record_argv, Backend, CallGraph, ControlChannel, RecordPlan, Scope, SnapshotWhen,
-    TimerResolution,
+    perf_record_argv, Backend, CallGraph, ControlChannel, RecordPlan, SnapshotWhen, TimerResolution,
 };
 use crate::caps::{process_owner, Capabilities};
 use crate::control::{Command, ControlFifos};
@@ -11,7 +10,7 @@ use crate::process::{self, describe_exit, Perf, Program};
 use crate::trigger::{self, Breakpoint, TriggerSpec};
 use crate::Error;
 use anyhow::{bail, Context, Result};
-use ptscope_stacks::legacy::Hit;
+use ptscope_event::{Hit, TraceScope};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,7 +38,7 @@ pub struct Options {
     /// Backend; `None` picks PT where it exists, else sampling.
     pub backend: Option<Backend>,
     /// User/kernel.
-    pub scope: Scope,
+    pub scope: TraceScope,
     /// Timing.
     pub timer: TimerResolution,
     /// Only the given threads (`--per-thread -t`) rather than the whole process tree (`-p`).

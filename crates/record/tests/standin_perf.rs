@@ -2,7 +2,8 @@
 //! the `--control` fifo protocol (and SIGUSR2) records what it was told, so the snapshot, stop
 //! and ack sequence and multi-snapshot are exercised for real.
 
-use ptscope_record::argv::{Backend, Scope, TimerResolution};
+use ptscope_event::TraceScope;
+use ptscope_record::argv::{Backend, TimerResolution};
 use ptscope_record::caps::{Capabilities, PerfVersion, PtCaps};
 use ptscope_record::session::{record, EndReason, Options, Target};
 use ptscope_record::trigger::TriggerSpec;
@@ -110,7 +111,7 @@ fn options(d: &Path, perf: &Path, argv: Vec<&str>, trigger: Option<TriggerSpec>)
         target: Target::Run(argv.into_iter().map(Into::into).collect()),
         working_dir: d.join("w"),
         backend: Some(Backend::Pt),
-        scope: Scope::User,
+        scope: TraceScope::Userspace,
         timer: TimerResolution::Normal,
         single_thread: false,
         multi_snapshot: false,

@@ -48,40 +48,11 @@ use crate::tracks::{ExtraTracks, FrameBegin, Mark};
 use crate::transaction::Transaction;
 use crate::{StackWriter, WriterConfig};
 use ptscope_event::{
-    Event, EventData, Kind, Location, StringTable, Symbol, Thread, TraceScope, TraceStateChange,
+    is_kernel_address, ocaml_int64_hex, Event, EventData, Kind, Location, StringTable, Symbol,
+    Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-
-/// Where a function starts in the source.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SourcePosition {
-    /// File name, if known.
-    pub file: Option<String>,
-    /// 1-based line.
-    pub line: i64,
-    /// Column, 0 when unknown.
-    pub col: i64,
-}
-
-/// A trigger breakpoint hit, shown as a `hit SYMBOL` slice.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hit {
-    /// The symbol the breakpoint was set on.
-    pub symbol: String,
-    /// perf time of the hit (ns).
-    pub time: u64,
-    /// Thread that hit it.
-    pub tid: u32,
-    /// Instruction pointer at the hit.
-    pub ip: u64,
-    /// Start time passed by the stop indicator (ns), when the symbol is the stop indicator.
-    pub passed_time: u64,
-    /// Value passed by the stop indicator.
-    pub passed_value: i64,
-    /// True when `symbol` is ptscope's stop indicator (its registers carry arguments).
-    pub is_stop_indicator: bool,
-}
 
 #[derive(Clone, Copy, Debug)]
 enum PendingKind {
@@ -177,20 +148,6 @@ impl<T> ThreadInfo<T> {
 
     fn set_callstack_from_addr(&mut self, addr: u64, time: i64) {
         self.set_callstack(is_kernel_address(addr), time);
-    }
-}
-
-fn is_kernel_address(addr: u64) -> bool {
-    (addr as i64) < 0
-}
-
-/// Formats like OCaml's `Int64.Hex.to_string`: signed, `-0x…` for negative values.
-pub fn ocaml_int64_hex(v: u64) -> String {
-    let s = v as i64;
-    if s < 0 {
-        format!("-0x{:x}", s.unsigned_abs())
-    } else {
-        format!("0x{s:x}")
     }
 }
 
@@ -704,7 +661,8 @@ fn end_of_thread<S: TraceSink>(
     ti.set_callstack(is_kernel, time);
 }
 
-const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
+/// Where Go's `gogo` returns to when it resumes a goroutine (both writers use it).
+pub(crate) const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
 
 /// A return that knows about Go's `gogo`, which switches goroutine stacks: control
 /// comes back as if from the last `runtime.mcall`/`runtime.morestack`, or, at start-up,
@@ -934,6 +892,7 @@ fn write_ok<S: TraceSink>(
         // Taken by `write_event_filtered` before a thread's stack is touched.
         EventData::Comm { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
         EventData::StackSample { callstack } => {
+            let callstack = ctx.strings.stack(*callstack);
             // Keep the common prefix (by address) of the old and new stacks; return out
             // of the rest and call into the new frames. Synthetic frames share address 0
             // (`[kernel: read]`, `[kernel: openat]`): their names tell them apart.
@@ -941,7 +900,7 @@ fn write_ok<S: TraceSink>(
                 .callstack
                 .stack
                 .iter()
-                .zip(callstack.iter())
+                .zip(callstack.clone())
                 .take_while(|(a, b)| a.ip == b.ip && a.symbol == b.symbol)
                 .count();
             let how_many_ret = ti.callstack.stack.len() - matching;
@@ -949,7 +908,7 @@ fn write_ok<S: TraceSink>(
                 ret(ctx, ti, time);
             }
             let depth = ti.callstack.stack.len();
-            for loc in callstack.iter().skip(depth) {
+            for loc in callstack.skip(depth) {
                 call(ctx, ti, time, loc);
             }
         }

@@ -65,8 +65,7 @@ pub mod transcript;
 
 pub use sink::{Arg, ArgValue, TraceSink};
 
-use crate::legacy::{Hit, SourcePosition};
-use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
+use ptscope_event::{Event, Hit, OcamlExceptionInfo, SourcePosition, StringTable, TraceScope};
 use rustc_hash::FxHashMap;
 
 /// Options of both stack writers.

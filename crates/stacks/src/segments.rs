@@ -52,7 +52,7 @@
 use crate::sink::TraceSink;
 use crate::transaction::Transaction;
 use crate::{StackWriter, WriterConfig};
-use ptscope_event::{Event, EventData, StringTable, Thread};
+use ptscope_event::{Event, EventData, Location, StringTable, Thread};
 use rustc_hash::FxHashMap;
 
 mod frames;
@@ -82,6 +82,8 @@ pub struct SegmentsWriter<S: TraceSink> {
     warned_traps: bool,
     /// Sampled frames outside the scope were dropped and the user was told.
     warned_scope: bool,
+    /// A sampled stack's frames in scope (reused: no allocation per sample).
+    sample_frames: Vec<Location>,
     /// Changes of the `--filter` region: (trace time, events now written?).
     regions: Vec<(i64, bool)>,
     in_region: bool,
@@ -107,6 +109,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             warned_impossible: false,
             warned_traps: false,
             warned_scope: false,
+            sample_frames: Vec::new(),
             regions: Vec::new(),
             in_region: true,
             tracks: crate::tracks::Tracks::default(),

@@ -2,9 +2,8 @@
 //! names, trigger hits, and the events that are not part of a stack (extra events'
 //! samples and ptwrite payloads).
 
-use crate::legacy::{Hit, SourcePosition};
 use crate::sink::{Arg, ArgValue, TraceSink};
-use ptscope_event::{EventData, ExtraEvent, Location, StringTable, Thread};
+use ptscope_event::{EventData, ExtraEvent, Hit, Location, SourcePosition, StringTable, Thread};
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 

@@ -83,7 +83,7 @@ fn events(s: &mut StringTable) -> Vec<Event> {
             t,
             time,
             EventData::StackSample {
-                callstack: vec![Location::new(0x1000, f, 0)],
+                callstack: s.intern_stack([Location::new(0x1000, f, 0)]),
             },
         )
     };

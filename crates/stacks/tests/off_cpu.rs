@@ -39,7 +39,7 @@ const MS: u64 = 1_000_000;
 
 /// A sample of `frames` (root first, `name@call-site` or `name`) at `time` on `thread`.
 fn sample(s: &mut StringTable, thread: Thread, time: u64, frames: &[&str]) -> Event {
-    let callstack = frames
+    let callstack: Vec<Location> = frames
         .iter()
         .map(|f| {
             let (name, ip) = match f.split_once('@') {
@@ -53,7 +53,9 @@ fn sample(s: &mut StringTable, thread: Thread, time: u64, frames: &[&str]) -> Ev
         thread,
         time,
         in_transaction: false,
-        data: EventData::StackSample { callstack },
+        data: EventData::StackSample {
+            callstack: s.intern_stack(callstack),
+        },
     }
 }
 

@@ -264,8 +264,7 @@ fn sampled_stacks_are_reproduced_at_every_sample() {
                     ..
                 } => Some((
                     *time as i64 - t0,
-                    callstack
-                        .iter()
+                    (d.strings().stack(*callstack))
                         .map(|l| d.strings().display(l.symbol).to_string())
                         .collect(),
                 )),

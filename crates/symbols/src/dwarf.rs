@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection};
-use ptscope_stacks::legacy::SourcePosition;
+use ptscope_event::SourcePosition;
 use rustc_hash::FxHashMap;
 
 use crate::elf::Elf;

@@ -65,7 +65,7 @@ pub use perfmap::{
 };
 pub use process::{MapEntry, ProcMaps, Process, ResolvedSymbol};
 pub use ptscope_event::OcamlExceptionInfo;
-pub use ptscope_stacks::legacy::SourcePosition;
+pub use ptscope_event::SourcePosition;
 
 impl Elf<'_> {
     /// The DWARF line table (see [`LineTable::new`]).

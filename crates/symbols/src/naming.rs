@@ -24,7 +24,7 @@
 
 use std::path::Path;
 
-use ptscope_event::{Event, EventData, Location, StringTable, Sym, Symbol};
+use ptscope_event::{Event, EventData, Location, StackHandle, StringTable, Sym, Symbol};
 use rustc_hash::FxHashMap;
 
 use crate::functions::FunctionRanges;
@@ -64,18 +64,31 @@ const NO_DSO: &str = "[unknown]";
 /// The table names are interned in, as this step needs it: a decoder that owns its
 /// table can intern without giving out `&mut StringTable` (which may cost it its caches).
 pub trait NameTable {
-    /// The raw string behind a handle.
-    fn get(&self, sym: Sym) -> &str;
+    /// The table, for reading.
+    fn strings(&self) -> &StringTable;
     /// The handle of `name`, interning it if new.
     fn intern(&mut self, name: &str) -> Sym;
+    /// The handle of the stack made of `frames` (root first), interning it if new.
+    fn intern_stack(&mut self, frames: &[Location]) -> StackHandle;
+    /// The raw string behind a handle.
+    fn get(&self, sym: Sym) -> &str {
+        self.strings().get(sym)
+    }
+    /// Appends a stack's frames, root first, to `out`.
+    fn stack_frames(&self, stack: StackHandle, out: &mut Vec<Location>) {
+        out.extend(self.strings().stack(stack));
+    }
 }
 
 impl NameTable for StringTable {
-    fn get(&self, sym: Sym) -> &str {
-        StringTable::get(self, sym)
+    fn strings(&self) -> &StringTable {
+        self
     }
     fn intern(&mut self, name: &str) -> Sym {
         StringTable::intern(self, name)
+    }
+    fn intern_stack(&mut self, frames: &[Location]) -> StackHandle {
+        StringTable::intern_stack(self, frames.iter().copied())
     }
 }
 
@@ -144,6 +157,8 @@ pub struct Namer {
     /// (pid, DSO, address) → the function's name and the address of its start.
     found_abs: FxHashMap<(Option<u32>, Sym, u64), Option<Named>>,
     stats: NamingStats,
+    /// A sampled stack's frames while they are changed.
+    frames: Vec<Location>,
 }
 
 impl Namer {
@@ -169,6 +184,7 @@ impl Namer {
             mappings: None,
             found_abs: FxHashMap::default(),
             stats: NamingStats::default(),
+            frames: Vec::new(),
         }
     }
 
@@ -218,7 +234,7 @@ impl Namer {
             return;
         };
         let pid = thread.pid;
-        let callstack = match data {
+        let handle = match data {
             EventData::StackSample { callstack } => callstack,
             EventData::Trace { src, dst, .. } => {
                 if self.grouping() {
@@ -236,6 +252,11 @@ impl Namer {
             _ => return,
         };
         self.stats.stacks += 1;
+        // The stack is interned: its frames are changed in a copy, interned again after.
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        strings.stack_frames(*handle, &mut frames);
+        let callstack = &mut frames;
         // The frames after the user-space leaf (the `[kernel: …]` frame): the checks below
         // are about the user stack, whose leaf is the sampled user pc.
         let tail = usize::from(self.fold_kernel && self.fold_kernel_frames(callstack, strings));
@@ -256,6 +277,8 @@ impl Namer {
                 self.name(loc, strings);
             }
         }
+        *handle = strings.intern_stack(callstack);
+        self.frames = frames;
     }
 
     /// Replaces the callers from the first one outside every mapping (root first: the
@@ -632,7 +655,23 @@ mod tests {
     use ptscope_event::Thread;
 
     fn sample(strings: &mut StringTable, frames: &[(&str, Option<&str>)]) -> Event {
-        let callstack = frames
+        let callstack = locations(strings, frames);
+        stack_sample(strings, callstack)
+    }
+
+    fn stack_sample(strings: &mut StringTable, callstack: Vec<Location>) -> Event {
+        Event::Ok {
+            thread: Thread::default(),
+            time: 1,
+            in_transaction: false,
+            data: EventData::StackSample {
+                callstack: strings.intern_stack(callstack),
+            },
+        }
+    }
+
+    fn locations(strings: &mut StringTable, frames: &[(&str, Option<&str>)]) -> Vec<Location> {
+        frames
             .iter()
             .enumerate()
             .map(|(i, &(name, dso))| Location {
@@ -645,13 +684,7 @@ mod tests {
                 offset: 0,
                 dso: dso.map(|d| strings.intern(d)),
             })
-            .collect();
-        Event::Ok {
-            thread: Thread::default(),
-            time: 1,
-            in_transaction: false,
-            data: EventData::StackSample { callstack },
-        }
+            .collect()
     }
 
     fn names(e: &Event, strings: &StringTable) -> Vec<String> {
@@ -662,8 +695,8 @@ mod tests {
         else {
             unreachable!()
         };
-        callstack
-            .iter()
+        strings
+            .stack(*callstack)
             .map(|l| strings.display(l.symbol).to_owned())
             .collect()
     }
@@ -734,22 +767,17 @@ mod tests {
         let mut n = Namer::new(false, true);
         n.set_fold_kernel(true);
         let kernel_sample = |s: &mut StringTable, frames: &[&str]| {
-            let mut e = sample(s, &[("main", Some("/x")), ("__libc_read", Some("/libc"))]);
-            if let Event::Ok {
-                data: EventData::StackSample { callstack },
-                ..
-            } = &mut e
-            {
-                for (i, f) in frames.iter().enumerate() {
-                    callstack.push(Location {
-                        ip: 0xffff_ffff_8100_0000 + i as u64,
-                        symbol: Symbol::FromPerf(s.intern(f)),
-                        offset: 0,
-                        dso: Some(s.intern("[kernel.kallsyms]")),
-                    });
-                }
+            let mut callstack =
+                locations(s, &[("main", Some("/x")), ("__libc_read", Some("/libc"))]);
+            for (i, f) in frames.iter().enumerate() {
+                callstack.push(Location {
+                    ip: 0xffff_ffff_8100_0000 + i as u64,
+                    symbol: Symbol::FromPerf(s.intern(f)),
+                    offset: 0,
+                    dso: Some(s.intern("[kernel.kallsyms]")),
+                });
             }
-            e
+            stack_sample(s, callstack)
         };
         // Root first: the syscall entry, then the system call, a fault taken inside it.
         let mut e = kernel_sample(
@@ -785,25 +813,20 @@ mod tests {
         assert_eq!(n.stats().kernel_folded, 4);
         // The user-space leaf under the `[kernel: …]` frame is the sampled user pc, never
         // read from a frame: an unmapped one is no broken chain.
-        let mut e = sample(
+        let mut callstack = locations(
             &mut s,
             &[
                 ("main", Some("/x")),
                 ("[unknown @ 0x10 ([unknown])]", Some("[unknown]")),
             ],
         );
-        if let Event::Ok {
-            data: EventData::StackSample { callstack },
-            ..
-        } = &mut e
-        {
-            callstack.push(Location {
-                ip: 0xffff_ffff_8100_0000,
-                symbol: Symbol::FromPerf(s.intern("__x64_sys_read")),
-                offset: 0,
-                dso: Some(s.intern("[kernel.kallsyms]")),
-            });
-        }
+        callstack.push(Location {
+            ip: 0xffff_ffff_8100_0000,
+            symbol: Symbol::FromPerf(s.intern("__x64_sys_read")),
+            offset: 0,
+            dso: Some(s.intern("[kernel.kallsyms]")),
+        });
+        let mut e = stack_sample(&mut s, callstack);
         n.apply(&mut e, &mut s);
         assert_eq!(
             names(&e, &s),

@@ -117,16 +117,6 @@ pub fn normalise(sexp: &str) -> String {
     out
 }
 
-/// OCaml `Int64.Hex` of the value read as signed.
-pub fn int64_hex(v: u64) -> String {
-    let s = v as i64;
-    if s < 0 {
-        format!("-0x{:x}", s.unsigned_abs())
-    } else {
-        format!("0x{s:x}")
-    }
-}
-
 /// Core's `Time_ns.Span.to_string` for spans of a minute or more (all the cases).
 pub fn span(ns: u64) -> String {
     let secs = ns / 1_000_000_000;
@@ -153,7 +143,7 @@ pub fn span(ns: u64) -> String {
 }
 
 fn loc(l: &Location) -> String {
-    int64_hex(l.ip)
+    ptscope_event::ocaml_int64_hex(l.ip)
 }
 
 fn atom(s: &str) -> String {
@@ -217,7 +207,7 @@ pub fn render(event: Option<&Event>, strings: &StringTable) -> String {
                 }
                 EventData::Power { freq_mhz } => format!("(Power (freq {freq_mhz}))"),
                 EventData::StackSample { callstack } => {
-                    let frames: Vec<String> = callstack.iter().map(loc).collect();
+                    let frames: Vec<String> = strings.stack(*callstack).map(loc).collect();
                     format!("(Stacktrace_sample (callstack ({})))", frames.join(" "))
                 }
                 EventData::EventSample {
@@ -272,7 +262,7 @@ pub fn render(event: Option<&Event>, strings: &StringTable) -> String {
             opt_id(thread.pid),
             opt_id(thread.tid),
             time.map_or("()".to_string(), |t| format!("({})", span(t))),
-            ip.map_or("()".to_string(), |ip| format!("({})", int64_hex(ip))),
+            ip.map_or("()".to_string(), |ip| format!("({})", ptscope_event::ocaml_int64_hex(ip))),
             atom(strings.get(*message)),
         ),
     };

@@ -149,7 +149,7 @@ pub fn norm(e: &Event, s: &StringTable) -> String {
                 ),
                 EventData::Power { freq_mhz } => format!("POWER {freq_mhz}"),
                 EventData::StackSample { callstack } => {
-                    let f: Vec<String> = callstack.iter().map(|l| loc(l, s)).collect();
+                    let f: Vec<String> = s.stack(*callstack).map(|l| loc(l, s)).collect();
                     format!("STACK [{}]", f.join(" / "))
                 }
                 EventData::EventSample {

@@ -173,10 +173,6 @@ impl Locations {
     }
 }
 
-pub(super) fn is_kernel(ip: u64) -> bool {
-    (ip as i64) < 0
-}
-
 pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
     close_segment(ts);
     let sentinel = ts.frames.len() as u32;

@@ -7,11 +7,9 @@ use super::frames::{Join, Locations, ThreadState};
 use super::ingest::Cx;
 use super::stitch::Stitch;
 use super::write::{Open, ThreadWriter};
+use crate::legacy::GOGO_DESTINATIONS;
 use crate::sink::TraceSink;
 use ptscope_event::{Location, Symbol};
-
-/// Where a parked goroutine's stack switches to the scheduler.
-pub(super) const GOGO_DESTINATIONS: &[&str] = &["runtime.mcall", "runtime.morestack.abi0"];
 
 impl<T> Cx<'_, T> {
     pub(super) fn named_gogo_return(&self, src: &Location) -> bool {

@@ -2,16 +2,16 @@
 //! jump, a sampled stack) and records the change; decode errors start new segments.
 
 use super::frames::{
-    is_kernel, new_segment, Entry, Flow, Frame, Join, Locations, ThreadState, GAPS, INFERRED_START,
+    new_segment, Entry, Flow, Frame, Join, Locations, ThreadState, GAPS, INFERRED_START,
     KERNEL_ENTRY, NONE, NO_HORIZON, RETURN_LABEL, SENTINEL, SIGNAL,
 };
 use super::{signals, SegmentsWriter};
-use crate::legacy::ocaml_int64_hex;
 use crate::sink::TraceSink;
 use crate::tracks::{ExtraTracks, Mark};
 use crate::WriterConfig;
 use ptscope_event::{
-    Event, EventData, Kind, Location, StringTable, Symbol, Thread, TraceScope, TraceStateChange,
+    is_kernel_address, ocaml_int64_hex, Event, EventData, Kind, Location, StringTable, Symbol,
+    Thread, TraceScope, TraceStateChange,
 };
 use rustc_hash::FxHashMap;
 
@@ -150,25 +150,21 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     // perf samples whole callchains whatever the event's `u`/`k`:
                     // keep only the frames of the levels the trace is about.
                     let scope = cx.config.scope;
-                    if callstack.iter().all(|l| scope.includes_address(l.ip)) {
-                        cx.sample(callstack)
-                    } else {
-                        let kept: Vec<Location> = callstack
-                            .iter()
-                            .filter(|l| scope.includes_address(l.ip))
-                            .copied()
-                            .collect();
-                        cx.sample(&kept);
-                        if !self.warned_scope {
-                            self.warned_scope = true;
-                            let (left, keep) = match scope {
-                                TraceScope::Kernel => ("user-space", "k"),
-                                _ => ("kernel", "u"),
-                            };
-                            self.sink.warning(&format!(
-                                "Note: sampled stacks hold {left} frames, left out of the trace as the scope is `{keep}` (decode with --scope uk to keep them)"
-                            ));
-                        }
+                    let callstack = strings.stack(*callstack);
+                    let all = callstack.len();
+                    let kept = &mut self.sample_frames;
+                    kept.clear();
+                    kept.extend(callstack.filter(|l| scope.includes_address(l.ip)));
+                    cx.sample(kept);
+                    if kept.len() != all && !self.warned_scope {
+                        self.warned_scope = true;
+                        let (left, keep) = match scope {
+                            TraceScope::Kernel => ("user-space", "k"),
+                            _ => ("kernel", "u"),
+                        };
+                        self.sink.warning(&format!(
+                            "Note: sampled stacks hold {left} frames, left out of the trace as the scope is `{keep}` (decode with --scope uk to keep them)"
+                        ));
                     }
                 }
                 EventData::Power { freq_mhz } => cx.ts.power.push((time, *freq_mhz)),
@@ -393,7 +389,7 @@ impl<T> Cx<'_, T> {
         self.ensure_src(src);
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
-        if fr.flags & KERNEL_ENTRY != 0 && is_kernel(dst.ip) {
+        if fr.flags & KERNEL_ENTRY != 0 && is_kernel_address(dst.ip) {
             // A kernel return above the first kernel frame seen: its caller was there
             // since the kernel was entered.
             let caller = self.insert_caller(leaf, dst);
@@ -506,7 +502,7 @@ impl<T> Cx<'_, T> {
                 break;
             }
             let loc = self.locs.list[fr.loc as usize];
-            let kernel_frame = is_kernel(loc.ip) || fr.flags & KERNEL_ENTRY != 0;
+            let kernel_frame = is_kernel_address(loc.ip) || fr.flags & KERNEL_ENTRY != 0;
             if !kernel_frame && !self.leaf_is_synthetic() {
                 break;
             }
@@ -606,7 +602,7 @@ impl<T> Cx<'_, T> {
                 }
             }
             (None, Some(Start)) => {
-                if self.config.scope == TraceScope::Kernel && !is_kernel(dst.ip) {
+                if self.config.scope == TraceScope::Kernel && !is_kernel_address(dst.ip) {
                     return warn;
                 }
                 if self.leaf_is_synthetic() {

@@ -16,7 +16,7 @@
 //! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
 //! on the stack.
 
-use super::frames::{is_kernel, Flow, Frame, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use super::frames::{Flow, Frame, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
 use super::ingest::{Cx, MAX_FIND_DEPTH};
 use ptscope_event::{Kind, Location, TraceStateChange};
 
@@ -88,7 +88,7 @@ impl<T> Cx<'_, T> {
                     kind,
                     None | Some(Kind::Syscall | Kind::Async | Kind::Interrupt)
                 );
-                let user = src.ip != 0 && !is_kernel(src.ip);
+                let user = src.ip != 0 && !ptscope_event::is_kernel_address(src.ip);
                 sig.stop = (resumable && user).then(|| Stop {
                     resume: if syscall {
                         src.ip + SYSCALL_LEN
@@ -120,7 +120,7 @@ impl<T> Cx<'_, T> {
         let Some(stop) = sig.stop.take() else {
             return false;
         };
-        if dst.ip == 0 || dst.ip == stop.resume || is_kernel(dst.ip) {
+        if dst.ip == 0 || dst.ip == stop.resume || ptscope_event::is_kernel_address(dst.ip) {
             return false;
         }
         if stop.syscall && self.sigreturn(dst) {
