@@ -18,6 +18,24 @@
 //! This crate's files (this one, `ffi.rs`, `stdio.rs`, `cache.rs`, `format.rs`) are
 //! compiled on their own with `rustc` by the reader crate's build script, so they use
 //! nothing but `std`.
+//!
+//! The filter mirrors what perf would print, so the reader can tell the two paths agree:
+//! an event's class by its name, and a branch's flags as perf's words.
+//!
+//! ```
+//! use ptscope_dlfilter::format::{classify, flag_words, flags, Class};
+//!
+//! // A branch of an Intel PT trace, a timer sample, and a breakpoint event whose
+//! // `mem:ADDR:x` name the text decoder cannot cut cleanly from its line.
+//! assert_eq!(classify(b"branches"), (Class::Branches, true));
+//! assert_eq!(classify(b"cpu-clock"), (Class::Sample, true));
+//! assert_eq!(classify(b"mem:0x401126:x").1, false);
+//! // `perf script -F flags` prints a call that starts tracing as `tr strt call`.
+//! assert_eq!(
+//!     flag_words(flags::BRANCH | flags::CALL | flags::TRACE_BEGIN),
+//!     Some(("tr strt", "call"))
+//! );
+//! ```
 
 #![allow(non_upper_case_globals)]
 #![allow(clippy::missing_safety_doc)]

@@ -11,6 +11,44 @@
 //! thread's last moments are kept in a ring in the plugin (or everything), snapshot at
 //! exit or at a trigger ([`trigger`], [`snapshot`]); forked children are traced as their
 //! own processes ([`process`]). Times follow the host clock or a virtual one ([`clock`]).
+//!
+//! From a block log to events: here one thread's log, made by hand, in which the block
+//! at 0x1000 (`call 0x2000`) runs, then the leaf at 0x2000 (`ret`), then the caller's
+//! next block. Every call and return is an event; conditional branches and jumps inside
+//! a function are not.
+//!
+//! ```
+//! use ptscope_emulate::Events;
+//! use ptscope_event::{Event, EventData, Kind, StringTable};
+//! use ptsim::blocklog::{BlockLog, Exec, TbDef, ThreadLog};
+//!
+//! let block = |vaddr, insn: &[u8]| {
+//!     Some(TbDef { vaddr, n_insns: 1, size: insn.len() as u32, last: insn.to_vec(), first: insn.to_vec() })
+//! };
+//! let log = BlockLog {
+//!     pid: 1,
+//!     tbs: vec![
+//!         block(0x1000, &[0xe8, 0xfb, 0x0f, 0x00, 0x00]), // call 0x2000
+//!         block(0x2000, &[0xc3]),                         // ret
+//!         block(0x1005, &[0x90]),                         // nop
+//!     ],
+//!     threads: vec![ThreadLog {
+//!         tid: 1,
+//!         execs: (0..3).map(|i| Exec { clock: i as u64, tb: i }).collect(),
+//!         ..ThreadLog::default()
+//!     }],
+//!     ..BlockLog::default()
+//! };
+//! // One guest instruction = 1 ns.
+//! let mut events = Events::from_log(&log, "demo", StringTable::new(), &|clock| clock);
+//! let mut kinds = Vec::new();
+//! while let Some(e) = events.next_event() {
+//!     if let Event::Ok { data: EventData::Trace { kind: Some(k), src, dst, .. }, .. } = e {
+//!         kinds.push((k, src.ip, dst.ip));
+//!     }
+//! }
+//! assert_eq!(kinds, [(Kind::Call, 0x1000, 0x2000), (Kind::Return, 0x2000, 0x1005)]);
+//! ```
 
 pub mod clock;
 pub mod process;

@@ -6,6 +6,37 @@
 //! perf.data file ([`perfdata`]) that `perf script --itrace=bep` decodes with perf's own
 //! decoder. What perf should print is known exactly ([`expected`]), so the decode path can
 //! be checked branch by branch without Intel hardware.
+//!
+//! The truth of a block log, here one made by hand: `call 0x2000` at 0x1000, the `ret`
+//! at 0x2000, then the caller's next block. [`truth::derive`] gives each thread's branches
+//! in order (a `Start` where tracing begins, then the call and the return).
+//!
+//! ```
+//! use ptsim::blocklog::{BlockLog, Exec, TbDef, ThreadLog};
+//! use ptsim::truth::{derive, StepKind};
+//!
+//! let block = |vaddr, insn: &[u8]| {
+//!     Some(TbDef { vaddr, n_insns: 1, size: insn.len() as u32, last: insn.to_vec(), first: insn.to_vec() })
+//! };
+//! let log = BlockLog {
+//!     pid: 1,
+//!     tbs: vec![block(0x1000, &[0xe8, 0xfb, 0x0f, 0x00, 0x00]), block(0x2000, &[0xc3]), block(0x1005, &[0x90])],
+//!     threads: vec![ThreadLog {
+//!         tid: 1,
+//!         execs: (0..3).map(|i| Exec { clock: i as u64, tb: i }).collect(),
+//!         ..ThreadLog::default()
+//!     }],
+//!     ..BlockLog::default()
+//! };
+//! let (threads, _) = derive(&log, 1000);
+//! let branches: Vec<(StepKind, u64, u64)> = threads[0]
+//!     .steps
+//!     .iter()
+//!     .filter(|s| s.kind != StepKind::Start)
+//!     .map(|s| (s.kind, s.from, s.to))
+//!     .collect();
+//! assert_eq!(branches, [(StepKind::Call, 0x1000, 0x2000), (StepKind::Return, 0x2000, 0x1005)]);
+//! ```
 
 pub mod blocklog;
 pub mod expected;
