@@ -7,7 +7,7 @@ fn ptscope() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ptscope"))
 }
 
-#[path = "common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixture_dir;
 
 fn fixtures() -> PathBuf {

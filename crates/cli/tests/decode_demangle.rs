@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-#[path = "common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 fn names(trace: &Path) -> Vec<String> {

@@ -27,7 +27,7 @@ fn tmpdir(name: &str) -> tempfile::TempDir {
         .expect("temporary directory")
 }
 
-#[path = "common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 fn fixture(case: &str) -> PathBuf {

@@ -9,7 +9,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-#[path = "common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixture_dir;
 
 fn fixtures() -> PathBuf {

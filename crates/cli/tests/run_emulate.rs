@@ -4,64 +4,11 @@
 //! programs (one built here, Debian's python3); skips loudly without qemu-x86_64 or gcc
 //! (fails in CI).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn ptscope() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
-}
-
-/// The plugin, built if needed; `None` (skip) when qemu or gcc is missing outside CI.
-fn plugin() -> Option<PathBuf> {
-    if !ptsim::testing::tools_available(&["qemu-x86_64", "gcc"]) {
-        return None;
-    }
-    Some(ptsim::testing::plugin().expect("the qemu plugin builds"))
-}
-
-fn run(plugin: &Path, dir: &Path, args: &[&str]) -> Output {
-    Command::new(ptscope())
-        .env("PTSCOPE_EMULATE_PLUGIN", plugin)
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run ptscope")
-}
-
-/// Builds `dir/NAME` from the C source `src` (`gcc -O2`).
-fn compile(dir: &Path, name: &str, src: &str) {
-    let file = format!("{name}.c");
-    std::fs::write(dir.join(&file), src).expect("write source");
-    let st = Command::new("gcc")
-        .args(["-O2", "-o", name, &file])
-        .current_dir(dir)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed on {file}");
-}
-
-fn transcript(plugin: &Path, dir: &Path, rec: &str, exe: &str) -> String {
-    let out = run(
-        plugin,
-        dir,
-        &[
-            "decode",
-            rec,
-            "--executable",
-            exe,
-            "--format",
-            "transcript",
-            "-o",
-            "-",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+#[path = "common/emulate.rs"]
+mod emulate;
+use emulate::{compile, plugin, ptscope, record_ok, run, transcript};
 
 const LEAF: &str = r#"
 #include <stdio.h>
@@ -74,25 +21,9 @@ int main(void) { printf("%d\n", caller(777)); return 0; }
 fn every_call_of_a_tiny_leaf_is_a_slice_under_its_caller() {
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    compile(dir.path(), "leaf", LEAF);
-    let out = run(
-        &plugin,
-        dir.path(),
-        &[
-            "run",
-            "--backend",
-            "emulate",
-            "-w",
-            "rec",
-            "-o",
-            "t.fxt.gz",
-            "--",
-            "./leaf",
-        ],
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "777");
+    compile(dir.path(), "leaf", LEAF, &[]);
+    let (stdout, err) = record_ok(&plugin, dir.path(), "./leaf");
+    assert_eq!(stdout.trim(), "777");
     assert!(err.contains("host clock"), "the clock is named: {err}");
     assert!(dir.path().join("t.fxt.gz").is_file());
     let t = transcript(&plugin, dir.path(), "rec", "./leaf");
@@ -241,6 +172,7 @@ fn ctrl_c_leaves_no_qemu_behind_and_writes_the_trace() {
         "spin",
         "__attribute__((noinline)) int f(int x) { __asm__ volatile(\"\"); return x + 1; }\n\
          int main(void) { int s = 0; for (;;) s = f(s); }\n",
+        &[],
     );
     let rec = dir.path().join("rec");
     // Its own process group, as a terminal's foreground job: Ctrl-C reaches every member.
@@ -290,7 +222,7 @@ int main(void) { int s = 0; for (int i = 0; i < 4000000; i++) s = leaf(s); crash
 fn the_flight_recorder_keeps_the_last_moments_of_a_crashing_program() {
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    compile(dir.path(), "crash", CRASH);
+    compile(dir.path(), "crash", CRASH, &[]);
     let out = run(
         &plugin,
         dir.path(),
@@ -389,29 +321,10 @@ int main(void) {
 fn generated_and_rewritten_code_is_traced_without_a_crash() {
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    compile(dir.path(), "jit", JIT);
-    let out = run(
-        &plugin,
-        dir.path(),
-        &[
-            "run",
-            "--backend",
-            "emulate",
-            "-w",
-            "rec",
-            "-o",
-            "t.fxt.gz",
-            "--",
-            "./jit",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    compile(dir.path(), "jit", JIT, &[]);
+    let (stdout, _) = record_ok(&plugin, dir.path(), "./jit");
     // The rewrite took effect under emulation: 100 × 10, then 50 × 14.
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000 700");
+    assert_eq!(stdout.trim(), "1000 700");
     let t = transcript(&plugin, dir.path(), "rec", "./jit");
     let names: Vec<&str> = t
         .lines()

@@ -5,48 +5,11 @@
 //! loudly without qemu-x86_64 or gcc (fails in CI).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn ptscope() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
-}
-
-/// The plugin, built if needed; `None` (skip) when qemu or gcc is missing outside CI.
-fn plugin() -> Option<PathBuf> {
-    if !ptsim::testing::tools_available(&["qemu-x86_64", "gcc"]) {
-        return None;
-    }
-    Some(ptsim::testing::plugin().expect("the qemu plugin builds"))
-}
-
-fn run(plugin: &Path, dir: &Path, args: &[&str]) -> Output {
-    Command::new(ptscope())
-        .env("PTSCOPE_EMULATE_PLUGIN", plugin)
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run ptscope")
-}
-
-fn run_ok(plugin: &Path, dir: &Path, args: &[&str]) -> String {
-    let out = run(plugin, dir, args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "ptscope {args:?} failed: {err}");
-    err
-}
-
-/// Builds `dir/NAME` from the C source `src` (`gcc -O2`).
-fn compile(dir: &Path, name: &str, src: &str) {
-    let file = format!("{name}.c");
-    std::fs::write(dir.join(&file), src).expect("write source");
-    let st = Command::new("gcc")
-        .args(["-O2", "-o", name, &file])
-        .current_dir(dir)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed on {file}");
-}
+#[path = "common/emulate.rs"]
+mod emulate;
+use emulate::{compile, plugin, run, run_ok};
 
 /// A slice of the trace: name, thread koid, start and end (ns).
 #[derive(Debug, Clone)]
@@ -142,7 +105,7 @@ const SPIN_ITERATIONS: u64 = 3_000_000;
 fn a_sleep_lasts_its_time_on_both_clocks_and_the_virtual_clock_drops_the_slowdown() {
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    compile(dir.path(), "sleepy", SLEEPY);
+    compile(dir.path(), "sleepy", SLEEPY, &[]);
     let err = run_ok(
         &plugin,
         dir.path(),
@@ -288,7 +251,7 @@ fn strip_host_times(log: &[u8]) -> Vec<u8> {
 fn a_log_without_host_times_decodes_on_the_instruction_clock_with_a_notice() {
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    compile(dir.path(), "sleepy", SLEEPY);
+    compile(dir.path(), "sleepy", SLEEPY, &[]);
     run_ok(
         &plugin,
         dir.path(),
@@ -343,7 +306,7 @@ int main(int argc, char **argv) {
 fn an_exec_is_said_once_and_marked_in_the_trace_and_a_failed_one_is_not() {
     let Some(plugin) = plugin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    compile(dir.path(), "execer", EXECER);
+    compile(dir.path(), "execer", EXECER, &[]);
     let err = run_ok(
         &plugin,
         dir.path(),

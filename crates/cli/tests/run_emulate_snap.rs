@@ -3,28 +3,15 @@
 //! loudly without qemu-x86_64 or gcc (fails in CI).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn ptscope() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
-}
+#[path = "common/emulate.rs"]
+mod emulate;
+use emulate::{compile, plugin, run};
 
-/// The plugin, built if needed; `None` (skip) when qemu or gcc is missing outside CI.
-fn plugin() -> Option<PathBuf> {
-    if !ptsim::testing::tools_available(&["qemu-x86_64", "gcc"]) {
-        return None;
-    }
-    Some(ptsim::testing::plugin().expect("the qemu plugin builds"))
-}
-
-fn run(plugin: &Path, dir: &Path, args: &[&str]) -> Output {
-    Command::new(ptscope())
-        .env("PTSCOPE_EMULATE_PLUGIN", plugin)
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run ptscope")
+/// The transcript of the recording in `dir/rec`.
+fn transcript(plugin: &Path, dir: &Path, exe: &str) -> String {
+    emulate::transcript(plugin, dir, "rec", exe)
 }
 
 /// Runs `ptscope run --backend emulate -w rec -o out.fxt EXTRA -- PROG…`, expecting success
@@ -39,42 +26,6 @@ fn emulate(plugin: &Path, dir: &Path, extra: &[&str], prog: &[&str]) -> (String,
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "ptscope {args:?}: {err}");
     (String::from_utf8_lossy(&out.stdout).into_owned(), err)
-}
-
-/// `gcc -O2 -o NAME NAME.c EXTRA` in `dir`.
-fn compile(dir: &Path, name: &str, src: &str, extra: &[&str]) {
-    let file = format!("{name}.c");
-    std::fs::write(dir.join(&file), src).expect("write source");
-    let st = Command::new("gcc")
-        .args(["-O2", "-o", name, &file])
-        .args(extra)
-        .current_dir(dir)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed on {file}");
-}
-
-fn transcript(plugin: &Path, dir: &Path, exe: &str) -> String {
-    let out = run(
-        plugin,
-        dir,
-        &[
-            "decode",
-            "rec",
-            "--executable",
-            exe,
-            "--format",
-            "transcript",
-            "-o",
-            "-",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The transcript's `BEGIN` lines as `(function, its caller)`, by replaying BEGIN/END.

@@ -9,52 +9,12 @@ fn ptscope() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ptscope"))
 }
 
-fn euid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
-        })
-        .and_then(|u| u.parse().ok())
-        .unwrap_or(u32::MAX)
-}
+#[path = "common/perf_env.rs"]
+mod perf_env;
 
 /// True if perf can record here with call stacks; otherwise a loud skip (a failure in CI).
 fn perf_usable() -> bool {
-    let why = if euid() != 0 {
-        Some("not root".to_string())
-    } else {
-        match Command::new("perf")
-            .args([
-                "record",
-                "-q",
-                "-e",
-                "cpu-clock",
-                "-g",
-                "-o",
-                "/dev/null",
-                "--",
-                "true",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-        {
-            Ok(s) if s.success() => None,
-            Ok(s) => Some(format!("perf record failed ({s})")),
-            Err(e) => Some(format!("perf not found ({e})")),
-        }
-    };
-    match why {
-        None => true,
-        Some(w) => {
-            assert!(std::env::var_os("CI").is_none(), "perf unusable in CI: {w}");
-            eprintln!("!!!!!!!! SKIPPED sampling tests: {w}");
-            false
-        }
-    }
+    perf_env::perf_usable_with("sampling tests", &["-g"])
 }
 
 /// dd copying in 16-byte blocks: almost all of its time is read/write system calls.

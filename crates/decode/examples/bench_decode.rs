@@ -16,7 +16,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-#[path = "../tests/common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 fn fixture() -> PathBuf {

@@ -8,20 +8,9 @@ use ptscope_decode::{Decoder, WarningKind, DEFAULT_KEPT_WARNINGS, MAX_LINE};
 use ptscope_event::{Event, EventData, Kind};
 use std::io::{self, BufRead, BufReader, Read};
 
-/// xorshift64*: deterministic, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+#[path = "../../../tests/xorshift.rs"]
+mod xorshift;
+use xorshift::Rng;
 
 /// Invariants that hold for any input.
 fn check_invariants(input: &[u8]) -> (Vec<Event>, common::Decoded) {

@@ -14,20 +14,9 @@ use std::io::BufReader;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-/// A small deterministic generator (xorshift64*), so a failure names its mutation.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+#[path = "../../../tests/xorshift.rs"]
+mod xorshift;
+use xorshift::Rng;
 
 /// Lines perf prints itself, for the text insertions: decode errors, side-band events
 /// (which the reader drops) and a sample with its callchain (tab-led lines).

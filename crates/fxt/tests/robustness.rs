@@ -4,21 +4,9 @@ use ptscope_fxt::check::{validate, validate_bytes, IssueKind};
 use ptscope_fxt::reader::{self, ErrorKind, Reader};
 use ptscope_fxt::{Arg, ArgValue as W, FxtWriter};
 
-/// xorshift64*: deterministic, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+#[path = "../../../tests/xorshift.rs"]
+mod xorshift;
+use xorshift::Rng;
 
 fn sample_trace() -> Vec<u8> {
     let mut w = FxtWriter::new(Vec::new());
@@ -93,7 +81,7 @@ fn random_garbage_never_panics() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut errors = 0;
     for _ in 0..20_000 {
-        let len = rng.below(256) as usize;
+        let len = rng.below(256);
         let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
         let items: Vec<_> = Reader::new(&data).collect();
         // The iterator ends after at most one error.
@@ -112,11 +100,11 @@ fn mutated_traces_never_panic() {
     for _ in 0..20_000 {
         let mut data = base.clone();
         for _ in 0..1 + rng.below(4) {
-            let i = rng.below(data.len() as u64) as usize;
+            let i = rng.below(data.len());
             data[i] ^= 1 << rng.below(8);
         }
         if rng.below(4) == 0 {
-            data.truncate(rng.below(data.len() as u64) as usize);
+            data.truncate(rng.below(data.len()));
         }
         let _: Vec<_> = Reader::new(&data).collect();
         flagged += usize::from(!validate(Reader::new(&data)).is_ok());

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use memtrace::{tools, EventKind, Reader, Writer};
 
-#[path = "../tests/common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 fn fixture(name: &str) -> Vec<u8> {

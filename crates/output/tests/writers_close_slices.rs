@@ -220,23 +220,9 @@ fn a_thread_with_one_sample_closes_its_slices() {
     }
 }
 
-/// A small deterministic generator (xorshift64*): the same inputs on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
+#[path = "../../../tests/xorshift.rs"]
+mod xorshift;
+use xorshift::Rng;
 
 fn fixtures() -> Vec<(String, Vec<String>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/magic-trace");

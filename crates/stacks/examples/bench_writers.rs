@@ -22,7 +22,7 @@ use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::{Arg, StackWriter, TraceSink, WriterConfig};
 use std::time::Instant;
 
-#[path = "../tests/common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 /// Counts what it is given and keeps nothing.

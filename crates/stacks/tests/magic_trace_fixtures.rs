@@ -8,7 +8,7 @@ use ptscope_stacks::transcript::TranscriptSink;
 use ptscope_stacks::{StackWriter, WriterConfig};
 use std::path::{Path, PathBuf};
 
-#[path = "common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 fn fixtures_dir() -> PathBuf {

@@ -38,7 +38,7 @@ impl TraceSink for SliceSink {
     fn counter(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
 }
 
-#[path = "common/fixtures.rs"]
+#[path = "../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 fn case_dir(name: &str) -> PathBuf {

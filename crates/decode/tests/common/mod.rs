@@ -6,6 +6,7 @@ use ptscope_decode::{Decoder, Stats, Warning};
 use ptscope_event::{Event, EventData, ExtraEvent, Kind, Location, StringTable, TraceStateChange};
 use std::path::PathBuf;
 
+#[path = "../../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 /// The repository's `tests/fixtures/magic-trace`.

@@ -13,6 +13,7 @@ pub const TRACES: &[&str] = &[
     "ocamlopt_v3.strip_names",
 ];
 
+#[path = "../../../../tests/fixtures_dir.rs"]
 mod fixtures;
 
 /// The repository's `tests/fixtures/memtrace`.

@@ -1,6 +1,6 @@
 //! Where the test fixtures are: `tests/fixtures` at the repository's root (magic-trace's
-//! recordings and transcripts, memtrace traces; see its PROVENANCE.md). Included by this
-//! crate's tests, examples and benches, so every one of them reads the copy in the checkout.
+//! recordings and transcripts, memtrace traces; see its PROVENANCE.md). One file, included
+//! (`#[path]`) by the tests, examples and benches of every crate that reads fixtures.
 
 use std::path::{Path, PathBuf};
 
