@@ -217,6 +217,9 @@ impl Observer for Progress {
     fn info(&self, text: &str) {
         crate::messages::info(text);
     }
+    fn warning(&self, text: &str) {
+        crate::messages::writer_warning(text);
+    }
     fn stopped(&self) -> bool {
         ptscope_interrupt::presses() >= self.stop_at
     }

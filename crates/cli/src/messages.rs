@@ -36,6 +36,12 @@ pub fn note(msg: impl Display) {
     emit(format_args!("ptscope: {msg}"));
 }
 
+/// A stack writer's warning, worded as magic-trace words it (`Warning: perf reported an
+/// error decoding the trace: …`): shown as it is, even under `-q`.
+pub fn writer_warning(msg: impl Display) {
+    emit(format_args!("{msg}"));
+}
+
 /// Something the user should know even under `-q`: the trace is usable but not whole.
 pub fn warn(msg: impl Display) {
     emit(format_args!("ptscope: warning: {msg}"));

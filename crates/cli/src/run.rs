@@ -360,6 +360,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         trigger,
         caps: None,
         quiet: a.quiet,
+        say: Some(session::Say::new(|m| crate::messages::info(m))),
     };
     let outcome = session::record(&opts)?;
     for w in &outcome.warnings {

@@ -53,24 +53,35 @@ struct SinkThread {
     depth: usize,
 }
 
-/// A [`TraceSink`] writing FXT through [`FxtWriter`].
-pub struct FxtSink<W: Write> {
+/// A [`TraceSink`] writing FXT through [`FxtWriter`]; the writers' warnings (decode
+/// errors met) go to `H`, as the caller wants them shown: the sink prints nothing.
+pub struct FxtSink<W: Write, H: FnMut(&str) = fn(&str)> {
     writer: FxtWriter<W>,
     next_koid: u32,
     threads: Vec<SinkThread>,
     counter_ids: HashMap<String, u64>,
     stats: SinkStats,
+    on_warning: H,
 }
 
 impl<W: Write> FxtSink<W> {
-    /// Starts a trace on `out` (the FXT header is written immediately).
+    /// Starts a trace on `out` (the FXT header is written immediately); warnings are
+    /// dropped.
     pub fn new(out: W) -> Self {
+        FxtSink::with_warnings(out, (|_: &str| {}) as fn(&str))
+    }
+}
+
+impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
+    /// Starts a trace on `out`, handing each warning to `on_warning`.
+    pub fn with_warnings(out: W, on_warning: H) -> Self {
         FxtSink {
             writer: FxtWriter::new(out),
             next_koid: 1,
             threads: Vec::new(),
             counter_ids: HashMap::new(),
             stats: SinkStats::default(),
+            on_warning,
         }
     }
 
@@ -142,7 +153,7 @@ impl<W: Write> FxtSink<W> {
     }
 }
 
-impl FxtSink<TraceOutput> {
+impl<H: FnMut(&str)> FxtSink<TraceOutput, H> {
     /// Finishes the trace and then the file (writing the gzip trailer if compressed).
     pub fn finish_output(self) -> io::Result<()> {
         self.finish()?.finish()
@@ -154,8 +165,12 @@ const EMPTY_ARG: FxtArg<'static> = FxtArg {
     value: FxtValue::Null,
 };
 
-impl<W: Write> TraceSink for FxtSink<W> {
+impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
     type Thread = FxtThread;
+
+    fn warning(&mut self, message: &str) {
+        (self.on_warning)(message);
+    }
 
     fn allocate_pid(&mut self, name: &str) -> u32 {
         let koid = self.koid();

@@ -179,6 +179,9 @@ pub trait Observer: Sync {
     /// Something worth saying as it happens (a fallback to the text path, the clock an
     /// emulate trace follows).
     fn info(&self, _text: &str) {}
+    /// A stack writer's warning about the trace (a decode error perf reported, and
+    /// where), as it is met; worth showing even to a user who asked for quiet.
+    fn warning(&self, _text: &str) {}
     /// True once decoding should stop (an interrupt): what was decoded is still written.
     fn stopped(&self) -> bool {
         false
@@ -588,7 +591,7 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
                     source,
                 }
             })?;
-            let fxt = ptscope_output::FxtSink::new(out);
+            let fxt = ptscope_output::FxtSink::with_warnings(out, |w: &str| observer.warning(w));
             // An error here means nothing usable was read; the temporary output is
             // dropped with it and nothing appears at the output path.
             let mut sink = if opts.writer == WriterKind::Legacy {

@@ -59,6 +59,26 @@ pub struct Options {
     pub caps: Option<Capabilities>,
     /// No progress messages.
     pub quiet: bool,
+    /// Where progress messages go (the library prints nothing itself); `None` drops them.
+    pub say: Option<Say>,
+}
+
+/// A receiver of the session's progress messages ("recording PROG (pid N); Ctrl-C to
+/// stop", notices about the plan): the caller decides how, and whether, to show them.
+#[derive(Clone)]
+pub struct Say(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+
+impl Say {
+    /// Messages handed to `f`.
+    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        Say(std::sync::Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for Say {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Say(..)")
+    }
 }
 
 /// Why recording ended.
@@ -101,10 +121,9 @@ pub struct Outcome {
 /// sampling recording (the flight recorder's rotation), to be decoded as one.
 pub const ROTATED_FILES_MARKER: &str = "rotated-perf-data";
 
-fn say(quiet: bool, msg: &str) {
-    if !quiet {
-        // A terminal gone after SIGHUP must not turn a message into a panic mid-recording.
-        let _ = writeln!(std::io::stderr(), "ptscope: {msg}");
+fn say(opts: &Options, msg: &str) {
+    if let (false, Some(say)) = (opts.quiet, &opts.say) {
+        (say.0)(msg);
     }
 }
 
@@ -210,7 +229,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         (None, Some(_)) => Backend::Pt,
         (None, None) => {
             say(
-                opts.quiet,
+                opts,
                 &format!(
                     "{}; sampling with {} and call stacks instead (`--backend emulate` shows \
                      every call exactly, running the program under qemu-user)",
@@ -280,7 +299,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
                     .context("looking for the trigger in the program's shared libraries")?;
                 let t = trigger::resolve(spec, head)?;
                 say(
-                    opts.quiet,
+                    opts,
                     "the trigger is in a shared library: the program ran its dynamic loader \
                      (and library constructors) before recording started",
                 );
@@ -326,7 +345,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     plan.max_sample_rate = caps.max_sample_rate.unwrap_or(100_000);
     plan.validate()?;
     for n in plan.notices() {
-        say(opts.quiet, &n);
+        say(opts, &n);
     }
     // A previous recording in a reused working directory must not be decoded with this one.
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -349,14 +368,15 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         .map(|(piece, keep)| crate::ring::SnapshotRing::new(dir, piece, keep));
     let argv = perf_record_argv(&plan);
     if std::env::var_os("PTSCOPE_PRINT_PERF_COMMANDS").is_some() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "ptscope: {}",
-            argv.iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
+        let line = argv
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
+        // Asked for explicitly: not held back by `quiet` (the receiver decides).
+        if let Some(say) = &opts.say {
+            (say.0)(&line);
+        }
     }
     let mut perf = Perf::spawn(&argv, &dir.join("perf.log"))?;
     let mut ctl = Controller {
@@ -402,7 +422,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
 
     match &program {
         Some(_) => say(
-            opts.quiet,
+            opts,
             &format!(
                 "recording {} (pid {head}){}; Ctrl-C to stop",
                 command.as_deref().unwrap_or("the program"),
@@ -410,7 +430,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             ),
         ),
         None => say(
-            opts.quiet,
+            opts,
             &format!(
                 "attached to {} (pid {}){}; Ctrl-C to stop and keep the last moments",
                 command.as_deref().unwrap_or("the process"),
@@ -463,10 +483,10 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
                 perf.signal(libc::SIGUSR2);
                 if r.seal() {
                     write_snapshot_ends(dir, r.snapshot_ends())?;
-                    say(opts.quiet, &format!("trigger hit: snapshot {}", hits.len()));
+                    say(opts, &format!("trigger hit: snapshot {}", hits.len()));
                 } else {
                     say(
-                        opts.quiet,
+                        opts,
                         "trigger hit, but perf did not start a new file in time: the moments \
                          before it stay in the next snapshot",
                     );
@@ -474,7 +494,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             } else if opts.multi_snapshot {
                 // SIGUSR2 both snapshots and switches to a new perf.data file.
                 perf.signal(libc::SIGUSR2);
-                say(opts.quiet, &format!("trigger hit: snapshot {}", hits.len()));
+                say(opts, &format!("trigger hit: snapshot {}", hits.len()));
             } else {
                 // Hold the process still so the recording ends at the hit, not a few ms later.
                 for &p in &pids {
@@ -559,7 +579,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             // The program runs on to its natural end after a trigger; a signal ends it.
             EndReason::Trigger => {
                 say(
-                    opts.quiet,
+                    opts,
                     "snapshot taken; waiting for the program to exit (Ctrl-C to stop it)",
                 );
                 wait_program(p, ptscope_interrupt::presses())

@@ -134,6 +134,7 @@ fn options(d: &Path, perf: &Path, argv: Vec<&str>, trigger: Option<TriggerSpec>)
             cpu_model: "Intel(R) stand-in".into(),
         }),
         quiet: true,
+        say: None,
     }
 }
 

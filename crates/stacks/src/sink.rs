@@ -100,8 +100,8 @@ pub trait TraceSink {
     /// The input has ended: what comes after this was deferred by the writer until its
     /// end. Only the transcript shows it (magic-trace's tests print a marker there).
     fn end_of_input(&mut self) {}
-    /// A warning meant for the person running ptscope (e.g. a decode error).
-    fn warning(&mut self, message: &str) {
-        eprintln!("{message}");
-    }
+    /// A warning meant for the person running ptscope (e.g. a decode error): each sink
+    /// decides where it goes (a transcript keeps it in line, the FXT sink hands it to
+    /// its caller); no sink prints.
+    fn warning(&mut self, message: &str);
 }

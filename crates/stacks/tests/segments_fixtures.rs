@@ -36,6 +36,7 @@ impl TraceSink for SliceSink {
     fn duration_complete(&mut self, _: u32, _: &str, _: i64, _: i64, _: &[Arg<'_>]) {}
     fn duration_instant(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
     fn counter(&mut self, _: u32, _: &str, _: i64, _: &[Arg<'_>]) {}
+    fn warning(&mut self, _: &str) {}
 }
 
 #[path = "../../../tests/fixtures_dir.rs"]
