@@ -457,12 +457,15 @@ fn failures_are_clear_and_leave_nothing_behind() {
     )
     .unwrap();
     Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    let killed = d.join("killed.fxt.gz");
     let o = run(&[
         os("run"),
         os("--perf"),
         fake.as_os_str(),
         os("-w"),
         w.as_os_str(),
+        os("-o"),
+        killed.as_os_str(),
         os("--"),
         c.as_os_str(),
         os("loop"),
