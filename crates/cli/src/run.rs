@@ -43,7 +43,7 @@ pub enum CallGraphArg {
 /// Options shared by `run` and `attach`.
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Snapshot when this runs: a function (raw or demangled), 0xADDR, FILE:LINE[:COL],
+    /// Snapshot when this runs: a function (raw or demangled), 0xADDR, FILE:LINE\[:COL\],
     /// `.` (ptscope_stop_indicator) or `?` (pick a function). Default: at Ctrl-C or exit.
     #[arg(long, value_name = "WHERE")]
     pub trigger: Option<String>,

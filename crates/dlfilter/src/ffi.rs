@@ -86,7 +86,7 @@ pub struct Sample {
 pub struct Al {
     /// Size of this struct, set by the caller of `resolve_address`.
     pub size: u32,
-    /// Offset in the symbol (32 bits only; see [`offset`]).
+    /// Offset in the symbol (32 bits only; see [`crate::offset`]).
     pub symoff: u32,
     /// Symbol name or NULL.
     pub sym: *const c_char,

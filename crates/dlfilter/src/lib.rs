@@ -6,7 +6,7 @@
 //! filter passes through) arrives interleaved in exactly the order perf produced it.
 //! A sample this filter wrote is filtered out (return 1) so perf prints nothing for
 //! it; a sample it cannot reproduce exactly is kept (return 0) and perf prints it as
-//! text. Record layout: [`format`] and `docs/dlfilter.md`.
+//! text. Record layout: [`format`](mod@format) and `docs/dlfilter.md`.
 //!
 //! `--dlarg` options: `keep-jumps` (do not drop jumps within one symbol), `null`
 //! (drop everything and write nothing: the cost of perf's own decoding), `sideband`

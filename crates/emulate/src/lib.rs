@@ -9,7 +9,7 @@
 //!
 //! Limits of this first version: user space only, x86-64 on x86-64, no attach; each
 //! thread's last moments are kept in a ring in the plugin (or everything), snapshot at
-//! exit or at a trigger ([`trigger`], [`snapshot`]); forked children are traced as their
+//! exit or at a trigger ([`trigger`], `snapshot`); forked children are traced as their
 //! own processes ([`process`]). Times follow the host clock or a virtual one ([`clock`]).
 //!
 //! From a block log to events: here one thread's log, made by hand, in which the block

@@ -195,7 +195,7 @@ pub fn derive(log: &BlockLog, kernel_cycles: u64) -> (Vec<ThreadTrace>, TruthSta
     (out, stats)
 }
 
-/// [`derive`], handing each thread's trace to `each` as soon as it is derived, so a
+/// [`derive()`], handing each thread's trace to `each` as soon as it is derived, so a
 /// caller that keeps only part of it never holds every thread's steps at once.
 pub fn derive_each(
     log: &BlockLog,

@@ -225,7 +225,7 @@ impl Ptscope {
         &mut self.cmd
     }
 
-    /// Runs to completion and checks the run (see [`Ptscope::check`]).
+    /// Runs to completion and checks the run (see `Ptscope::check`).
     pub fn run(mut self) -> Finished {
         let start = Instant::now();
         let output = self

@@ -21,7 +21,7 @@
 //!
 //! * `HOST` (`u32::MAX - 1`) then `u64` ns: the host time at which the next block starts.
 //!   Written at a thread's first block, at the start of every ring slot and every
-//!   [`STAMP_EVERY`] blocks of the thread.
+//!   `STAMP_EVERY` blocks of the thread.
 //! * `SYSCALL` (`u32::MAX - 2`) then `u32` number, `u64` ns: the thread entered that
 //!   syscall (after the last block logged) at that host time.
 //! * `SYSRET` (`u32::MAX - 3`) then `u64` return value (an `i64`), `u64` ns: the syscall
