@@ -867,4 +867,29 @@ mod tests {
         assert!(parse_snapshot_bound("0s").is_err());
         assert!(parse_snapshot_bound("1.5s").is_err());
     }
+
+    #[test]
+    fn bad_settings_are_typed_errors_that_name_the_value() {
+        let e = parse_snapshot_size("3M").unwrap_err();
+        assert!(
+            matches!(&e, Error::SizeNotPowerOfTwo(s) if s == "3M"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "`3M` is not a power of two of 4 KiB pages; use e.g. 64K, 4M or 64M"
+        );
+        let e = TimerResolution::parse("custom:cyc=1,foo=2").unwrap_err();
+        assert!(
+            matches!(&e, Error::UnknownTimingSetting { key, .. } if key == "foo"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "`foo` in `custom:cyc=1,foo=2` is not a PT timing setting; use cyc, cyc_thresh, \
+             mtc, mtc_period, noretcomp or psb_period"
+        );
+        let e = TimerResolution::parse("sample:0").unwrap_err();
+        assert!(matches!(e, Error::BadSampleFrequency(_)), "{e:?}");
+    }
 }

@@ -434,3 +434,48 @@ fn auxv_entry(pid: libc::pid_t) -> Result<u64> {
         .map(|(_, v)| v)
         .ok_or(Error::NoEntryPoint { pid: pid as u32 })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn programs_that_cannot_start_are_typed_errors() {
+        let e = Program::spawn_stopped(&[]).err().expect("no command");
+        assert!(matches!(e, Error::NoCommand));
+        // Which flag gives the command is the CLI's to say.
+        assert!(!e.to_string().contains("--"), "{e}");
+
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("no-such-program");
+        let e = Program::spawn_stopped(&[missing.clone().into()])
+            .err()
+            .expect("missing program");
+        assert!(matches!(&e, Error::NoSuchProgram { program } if *program == missing));
+        assert!(
+            e.to_string()
+                .contains(": no such program (give a path like ./"),
+            "{e}"
+        );
+
+        // A file that is not executable (as root only the x bits are checked).
+        let plain = tmp.path().join("plain");
+        std::fs::write(&plain, "data").unwrap();
+        let e = Program::spawn_stopped(&[plain.clone().into()])
+            .err()
+            .expect("not executable");
+        assert!(matches!(e, Error::ProgramNotExecutable { .. }), "{e:?}");
+        assert!(e.to_string().contains("chmod +x"), "{e}");
+    }
+
+    #[test]
+    fn file_errors_carry_the_path_and_the_io_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("missing-dir/perf.log");
+        let e = create_private(&path).unwrap_err();
+        assert_eq!(e.to_string(), format!("cannot create {}", path.display()));
+        let io = e.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(io.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
+    }
+}
