@@ -279,10 +279,7 @@ pub enum Error {
     #[error("no command to run")]
     NoCommand,
     /// The program to run does not exist.
-    #[error(
-        "cannot run `{p}`: no such program (give a path like ./{p}, or a program on PATH)",
-        p = program.display()
-    )]
+    #[error("cannot run `{}`: no such program{}", program.display(), run_hint(program))]
     NoSuchProgram {
         /// The program as given.
         program: PathBuf,
@@ -479,5 +476,16 @@ fn breakpoint_hint(e: &std::io::Error) -> &'static str {
         Some(libc::ESRCH) => " (the process is gone)",
         Some(libc::EINVAL) => " (the address is not valid for a breakpoint)",
         _ => "",
+    }
+}
+
+/// How to name a program that was not found: a bare name was looked up on PATH, so it
+/// may have meant a file here; a path was taken as it is.
+fn run_hint(program: &std::path::Path) -> String {
+    if program.as_os_str().as_encoded_bytes().contains(&b'/') {
+        String::new()
+    } else {
+        let p = program.display();
+        format!(" (give a path like ./{p}, or a program on PATH)")
     }
 }

@@ -453,10 +453,18 @@ mod tests {
             .err()
             .expect("missing program");
         assert!(matches!(&e, Error::NoSuchProgram { program } if *program == missing));
-        assert!(
-            e.to_string()
-                .contains(": no such program (give a path like ./"),
-            "{e}"
+        // A path was not looked up on PATH: no advice to prefix it with ./ again.
+        assert_eq!(
+            e.to_string(),
+            format!("cannot run `{}`: no such program", missing.display())
+        );
+        let e = Program::spawn_stopped(&["ptscope-no-such-program".into()])
+            .err()
+            .expect("missing program");
+        assert_eq!(
+            e.to_string(),
+            "cannot run `ptscope-no-such-program`: no such program (give a path like \
+             ./ptscope-no-such-program, or a program on PATH)"
         );
 
         // A file that is not executable (as root only the x bits are checked).
