@@ -536,7 +536,7 @@ impl RecordPlan {
     }
 }
 
-/// The full `perf record` argv (argv[0] is the perf binary).
+/// The full `perf record` argv (`argv[0]` is the perf binary).
 pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec![plan.perf.clone().into(), "record".into(), "-o".into()];
     a.push(plan.output.clone().into());
