@@ -3,9 +3,18 @@
 
 use ptscope_record::Error as RecordError;
 
-/// The advice for the first recording error in `e`'s chain, if it has one.
+/// The advice for the first recording error in `e`'s chain that has one.
 pub fn for_error(e: &anyhow::Error) -> Option<&'static str> {
-    let r = e.chain().find_map(|c| c.downcast_ref::<RecordError>())?;
+    // A recording error that wraps another holds it boxed: the chain shows the box.
+    e.chain().find_map(|c| {
+        c.downcast_ref::<RecordError>()
+            .or_else(|| c.downcast_ref::<Box<RecordError>>().map(|b| &**b))
+            .and_then(advice)
+    })
+}
+
+/// The advice for one recording error.
+fn advice(r: &RecordError) -> Option<&'static str> {
     Some(match r {
         RecordError::CustomTimingWhenSampling => "use --timer-resolution sample:FREQ",
         RecordError::SampleRateWithPt => {
@@ -28,6 +37,8 @@ pub fn for_error(e: &anyhow::Error) -> Option<&'static str> {
         }
         RecordError::EmptyTrigger => "give --trigger a function name, an address, FILE:LINE or `.`",
         RecordError::NoStopIndicator { .. } => "or give --trigger a function name instead of `.`",
+        RecordError::NoCommand => "write it after `--`, e.g. ptscope run -- ./myprogram arg",
+        RecordError::NothingToAttach => "give -p PID",
         _ => return None,
     })
 }
@@ -44,5 +55,10 @@ mod tests {
         .context("cannot record");
         assert!(for_error(&e).is_some_and(|a| a.contains("--backend sample")));
         assert!(for_error(&anyhow::anyhow!("other")).is_none());
+        // Errors from deep in a recording reach the CLI boxed inside others: still found.
+        let e = anyhow::Error::from(RecordError::TriggerInLibraries(Box::new(
+            RecordError::NoCommand,
+        )));
+        assert!(for_error(&e).is_some_and(|a| a.contains("after `--`")));
     }
 }

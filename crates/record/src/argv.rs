@@ -6,8 +6,8 @@
 //!   [--call-graph X --switch-events]
 //! ```
 
+use crate::error::Result;
 use crate::Error;
-use anyhow::{bail, Result};
 use ptscope_event::TraceScope;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -66,16 +66,22 @@ impl TimerResolution {
                 if let Some(f) = lower.strip_prefix("sample:") {
                     match f.parse::<u32>() {
                         Ok(n) if n > 0 => TimerResolution::Sample(n),
-                        _ => bail!("`{s}`: the sampling frequency must be a positive number of Hz, e.g. sample:5000"),
+                        _ => return Err(Error::BadSampleFrequency(s.to_owned())),
                     }
                 } else if let Some(kv) = lower.strip_prefix("custom:") {
                     let mut t = PtTiming::default();
                     for pair in kv.split(',').filter(|p| !p.is_empty()) {
                         let Some((k, v)) = pair.split_once('=') else {
-                            bail!("`{pair}` in `{s}` is not KEY=VALUE");
+                            return Err(Error::TimingNotKeyValue {
+                                pair: pair.to_owned(),
+                                given: s.to_owned(),
+                            });
                         };
                         let Ok(n) = v.parse::<u32>() else {
-                            bail!("`{pair}` in `{s}`: the value must be a number");
+                            return Err(Error::TimingValueNotANumber {
+                                pair: pair.to_owned(),
+                                given: s.to_owned(),
+                            });
                         };
                         match k {
                             "cyc" => t.cyc = Some(n != 0),
@@ -84,12 +90,17 @@ impl TimerResolution {
                             "mtc_period" => t.mtc_period = Some(n),
                             "noretcomp" => t.noretcomp = Some(n != 0),
                             "psb_period" => t.psb_period = Some(n),
-                            _ => bail!("`{k}` in `{s}` is not a PT timing setting; use cyc, cyc_thresh, mtc, mtc_period, noretcomp or psb_period"),
+                            _ => {
+                                return Err(Error::UnknownTimingSetting {
+                                    key: k.to_owned(),
+                                    given: s.to_owned(),
+                                })
+                            }
                         }
                     }
                     TimerResolution::Custom(t)
                 } else {
-                    bail!("`{s}` is not a timer resolution; use low, normal, high, sample:FREQ or custom:cyc=1,cyc_thresh=1,…")
+                    return Err(Error::NotATimerResolution(s.to_owned()));
                 }
             }
         })
@@ -525,7 +536,7 @@ impl RecordPlan {
     }
 }
 
-/// The full `perf record` argv (argv[0] is the perf binary).
+/// The full `perf record` argv (`argv[0]` is the perf binary).
 pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec![plan.perf.clone().into(), "record".into(), "-o".into()];
     a.push(plan.output.clone().into());
@@ -658,7 +669,7 @@ pub fn parse_snapshot_bound(s: &str) -> Result<SnapshotBound> {
     if let Some(n) = t.strip_suffix('s').or_else(|| t.strip_suffix("sec")) {
         return match n.trim().parse::<u32>() {
             Ok(v) if v > 0 => Ok(SnapshotBound::Seconds(v)),
-            _ => bail!("`{s}` is not a duration in whole seconds; write e.g. 10s"),
+            _ => Err(Error::NotADuration(s.to_owned())),
         };
     }
     parse_snapshot_size(t).map(SnapshotBound::Pages)
@@ -675,12 +686,12 @@ pub fn parse_snapshot_size(s: &str) -> Result<u32> {
         _ => (t, 1),
     };
     let Ok(n) = num.parse::<u64>() else {
-        bail!("`{s}` is not a size; write e.g. 4M, 256K or 1024p (pages)");
+        return Err(Error::NotASize(s.to_owned()));
     };
     let bytes = n.saturating_mul(mult);
     let pages = bytes / 4096;
     if bytes % 4096 != 0 || !pages.is_power_of_two() || pages > u64::from(u32::MAX) {
-        bail!("`{s}` is not a power of two of 4 KiB pages; use e.g. 64K, 4M or 64M");
+        return Err(Error::SizeNotPowerOfTwo(s.to_owned()));
     }
     Ok(pages as u32)
 }
@@ -855,5 +866,30 @@ mod tests {
         );
         assert!(parse_snapshot_bound("0s").is_err());
         assert!(parse_snapshot_bound("1.5s").is_err());
+    }
+
+    #[test]
+    fn bad_settings_are_typed_errors_that_name_the_value() {
+        let e = parse_snapshot_size("3M").unwrap_err();
+        assert!(
+            matches!(&e, Error::SizeNotPowerOfTwo(s) if s == "3M"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "`3M` is not a power of two of 4 KiB pages; use e.g. 64K, 4M or 64M"
+        );
+        let e = TimerResolution::parse("custom:cyc=1,foo=2").unwrap_err();
+        assert!(
+            matches!(&e, Error::UnknownTimingSetting { key, .. } if key == "foo"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "`foo` in `custom:cyc=1,foo=2` is not a PT timing setting; use cyc, cyc_thresh, \
+             mtc, mtc_period, noretcomp or psb_period"
+        );
+        let e = TimerResolution::parse("sample:0").unwrap_err();
+        assert!(matches!(e, Error::BadSampleFrequency(_)), "{e:?}");
     }
 }

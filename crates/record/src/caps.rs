@@ -1,7 +1,8 @@
 //! What this machine can record: perf's version and features, the Intel PT PMU, the
 //! kernel's perf_event_paranoid, our privileges.
 
-use anyhow::{bail, Result};
+use crate::error::Result;
+use crate::Error;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -102,20 +103,16 @@ impl Capabilities {
             .arg("--version")
             .env("PAGER", "cat")
             .output()
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot run {} ({e}); install perf (Debian: apt install linux-perf) \
-                     or point PTSCOPE_PERF at it",
-                    perf.display()
-                )
+            .map_err(|source| Error::CannotRunPerf {
+                perf: perf.to_owned(),
+                source,
             })?;
         let text = String::from_utf8_lossy(&out.stdout);
         let Some(perf_version) = PerfVersion::parse(&text) else {
-            bail!(
-                "`{} --version` printed {:?}, not `perf version X.Y`; is it really perf?",
-                perf.display(),
-                text.trim()
-            );
+            return Err(Error::NotPerf {
+                perf: perf.to_owned(),
+                printed: text.trim().to_owned(),
+            });
         };
         let read = |p: &str| std::fs::read_to_string(root.join(p)).ok();
         let pt_dir = root.join("sys/bus/event_source/devices/intel_pt");
@@ -194,18 +191,12 @@ impl Capabilities {
             return Ok(());
         }
         if kernel && !self.kernel_tracing() {
-            bail!(
-                "tracing the kernel needs root (you are uid {}); run ptscope as root, or set \
-                 PTSCOPE_PERF_IS_PRIVILEGED=1 if perf has the capabilities to do it",
-                self.euid
-            );
+            return Err(Error::KernelNeedsRoot { euid: self.euid });
         }
         if self.paranoid.is_some_and(|p| p > 2) {
-            bail!(
-                "perf_event_paranoid is {} so only root may use perf; run as root or \
-                 `sysctl kernel.perf_event_paranoid=2`",
-                self.paranoid.unwrap_or(3)
-            );
+            return Err(Error::ParanoidForbids {
+                paranoid: self.paranoid.unwrap_or(3),
+            });
         }
         Ok(())
     }

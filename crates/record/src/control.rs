@@ -1,7 +1,7 @@
 //! perf's `--control=fifo:CTL,ACK` protocol: ptscope writes `snapshot\n`, `stop\n` or
 //! `ping\n` to CTL; perf answers `ack\n` (perf 6.x adds a NUL) on ACK once done.
 
-use anyhow::{bail, Context, Result};
+use crate::{Error, Result};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
@@ -54,12 +54,16 @@ pub struct ControlFifos {
 
 fn mkfifo(path: &Path) -> Result<()> {
     let _ = std::fs::remove_file(path);
-    let c = CString::new(path.as_os_str().as_bytes())
-        .with_context(|| format!("{}: path contains a NUL byte", path.display()))?;
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|source| Error::PathHasNul {
+        path: path.to_owned(),
+        source,
+    })?;
     // SAFETY: `c` is a valid NUL-terminated path.
     if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-        let e = std::io::Error::last_os_error();
-        bail!("cannot create the control fifo {}: {e}", path.display());
+        return Err(Error::CreateFifo {
+            path: path.to_owned(),
+            source: std::io::Error::last_os_error(),
+        });
     }
     Ok(())
 }
@@ -72,7 +76,10 @@ fn open_rw(path: &Path) -> Result<File> {
         .write(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
-        .with_context(|| format!("cannot open the control fifo {}", path.display()))
+        .map_err(|source| Error::OpenFifo {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 impl ControlFifos {
@@ -122,12 +129,12 @@ impl ControlFifos {
     ) -> Result<()> {
         self.drain();
         self.pending.clear();
-        self.ctl.write_all(cmd.line().as_bytes()).with_context(|| {
-            format!(
-                "cannot write to perf's control fifo {}",
-                self.ctl_path.display()
-            )
-        })?;
+        self.ctl
+            .write_all(cmd.line().as_bytes())
+            .map_err(|source| Error::WriteFifo {
+                path: self.ctl_path.clone(),
+                source,
+            })?;
         let start = Instant::now();
         loop {
             self.drain();
@@ -140,17 +147,15 @@ impl ControlFifos {
                 return Ok(());
             }
             if !alive() {
-                bail!(
-                    "perf exited before acknowledging `{}`",
-                    cmd.line().trim_end()
-                );
+                return Err(Error::PerfExitedBeforeAck {
+                    command: cmd.line().trim_end(),
+                });
             }
             if start.elapsed() >= timeout {
-                bail!(
-                    "perf did not acknowledge `{}` within {:.1} s",
-                    cmd.line().trim_end(),
-                    timeout.as_secs_f64()
-                );
+                return Err(Error::NoAck {
+                    command: cmd.line().trim_end(),
+                    waited: timeout,
+                });
             }
             let mut pfd = libc::pollfd {
                 fd: self.ack.as_raw_fd(),

@@ -1,7 +1,7 @@
 //! Trigger hits saved in the working directory (`hits.tsv`), so `ptscope decode DIR` shows
 //! them as `hit SYMBOL` slices just like the run that recorded them.
 
-use anyhow::{Context, Result};
+use crate::{Error, Result};
 use ptscope_event::Hit;
 use std::path::Path;
 
@@ -35,7 +35,7 @@ pub fn write(dir: &Path, hits: &[Hit]) -> Result<()> {
         ));
     }
     let path = dir.join(FILE_NAME);
-    std::fs::write(&path, s).with_context(|| format!("cannot write {}", path.display()))
+    std::fs::write(&path, s).map_err(|source| Error::Write { path, source })
 }
 
 /// Reads `DIR/hits.tsv`; a missing file is no hits, malformed lines are skipped.

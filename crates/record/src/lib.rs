@@ -49,4 +49,4 @@ pub mod ring;
 pub mod session;
 pub mod trigger;
 
-pub use error::Error;
+pub use error::{Error, Result};

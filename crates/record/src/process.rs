@@ -1,7 +1,7 @@
 //! Processes: the program started stopped at exec (so perf and the trigger are in place
 //! before its first instruction), perf in its own process group, and signals.
 
-use anyhow::{bail, Context, Result};
+use crate::{Error, Result};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -20,7 +20,7 @@ impl Program {
     /// with us (`PR_SET_PDEATHSIG`).
     pub fn spawn_stopped(argv: &[OsString]) -> Result<Self> {
         let Some((prog, args)) = argv.split_first() else {
-            bail!("no command to run; write it after `--`, e.g. ptscope run -- ./myprogram arg");
+            return Err(Error::NoCommand);
         };
         let mut cmd = Command::new(prog);
         cmd.args(args);
@@ -36,16 +36,13 @@ impl Program {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| {
-            let what = Path::new(prog).display();
-            match e.kind() {
-                std::io::ErrorKind::NotFound => anyhow::anyhow!(
-                    "cannot run `{what}`: no such program (give a path like ./{what}, or a program on PATH)"
-                ),
-                std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
-                    "cannot run `{what}`: permission denied (is it executable? chmod +x {what})"
-                ),
-                _ => anyhow::anyhow!("cannot run `{what}`: {e}"),
+        let child = cmd.spawn().map_err(|source| {
+            let program = Path::new(prog).to_owned();
+            // The kind says it all for these two: the io error's text would repeat it.
+            match source.kind() {
+                std::io::ErrorKind::NotFound => Error::NoSuchProgram { program },
+                std::io::ErrorKind::PermissionDenied => Error::ProgramNotExecutable { program },
+                _ => Error::CannotRun { program, source },
             }
         })?;
         let pid = child.id() as libc::pid_t;
@@ -63,7 +60,9 @@ impl Program {
             if r == pid {
                 p.status = Some(ExitStatus::from_raw(st));
             }
-            bail!("`{}` exited before it started", Path::new(prog).display());
+            return Err(Error::ExitedBeforeStart {
+                program: Path::new(prog).to_owned(),
+            });
         }
         Ok(p)
     }
@@ -81,11 +80,10 @@ impl Program {
         // SAFETY: detaching our stopped tracee.
         let r = unsafe { libc::ptrace(libc::PTRACE_DETACH, self.pid() as libc::pid_t, 0, 0) };
         if r != 0 {
-            bail!(
-                "cannot release process {}: {}",
-                self.pid(),
-                std::io::Error::last_os_error()
-            );
+            return Err(Error::Release {
+                pid: self.pid(),
+                source: std::io::Error::last_os_error(),
+            });
         }
         self.released = true;
         Ok(())
@@ -100,11 +98,10 @@ impl Program {
         let pid = self.pid() as libc::pid_t;
         let entry = auxv_entry(pid)?;
         let addr = entry as usize as *mut libc::c_void;
-        let ptrace_err = |what: &str| {
-            anyhow::anyhow!(
-                "cannot {what} process {pid} to run it to its entry point: {}",
-                std::io::Error::last_os_error()
-            )
+        let ptrace_err = |step: &'static str| Error::RunToEntry {
+            step,
+            pid: pid as u32,
+            source: std::io::Error::last_os_error(),
         };
         // SAFETY: PEEKTEXT/POKETEXT on our own stopped tracee; errno tells a failed peek
         // from a word that happens to be -1.
@@ -149,12 +146,9 @@ impl Program {
                 if r == pid {
                     self.status = Some(ExitStatus::from_raw(st));
                 }
-                bail!(
-                    "the program ended before its libraries were loaded{}",
-                    self.status
-                        .map(|s| format!(" ({})", describe_exit(s)))
-                        .unwrap_or_default()
-                );
+                return Err(Error::EndedBeforeEntry {
+                    status: self.status.map(describe_exit),
+                });
             }
             let sig = libc::WSTOPSIG(st);
             // SAFETY: reading the registers of our stopped tracee.
@@ -185,7 +179,7 @@ impl Program {
     /// Running to the entry point needs x86-64 registers.
     #[cfg(not(target_arch = "x86_64"))]
     pub fn run_to_entry(&mut self) -> Result<()> {
-        bail!("finding functions in shared libraries before the program runs is only implemented on x86-64");
+        Err(Error::RunToEntryUnsupported)
     }
 
     /// Its exit status if it has exited (reaps it).
@@ -281,10 +275,10 @@ impl Perf {
     /// Starts `argv` with its output in `log`.
     pub fn spawn(argv: &[OsString], log: &Path) -> Result<Self> {
         let Some((prog, args)) = argv.split_first() else {
-            bail!("empty perf command line");
+            return Err(Error::EmptyPerfCommand);
         };
         let out = create_private(log)?;
-        let err = out.try_clone().context("cannot duplicate the perf log")?;
+        let err = out.try_clone().map_err(Error::DuplicatePerfLog)?;
         let mut cmd = Command::new(prog);
         cmd.args(args)
             // perf runs a pager on usage errors, which would hang us.
@@ -300,11 +294,9 @@ impl Perf {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| {
-            anyhow::anyhow!(
-                "cannot run {}: {e}; install perf (Debian: apt install linux-perf) or set PTSCOPE_PERF",
-                Path::new(prog).display()
-            )
+        let child = cmd.spawn().map_err(|source| Error::CannotRunPerf {
+            perf: Path::new(prog).to_owned(),
+            source,
         })?;
         Ok(Perf {
             child,
@@ -370,7 +362,12 @@ pub fn create_private(path: &Path) -> Result<std::fs::File> {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot replace {}", path.display())),
+        Err(source) => {
+            return Err(Error::Replace {
+                path: path.to_owned(),
+                source,
+            })
+        }
     }
     std::fs::OpenOptions::new()
         .write(true)
@@ -378,7 +375,10 @@ pub fn create_private(path: &Path) -> Result<std::fs::File> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))
+        .map_err(|source| Error::Create {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// True if `pid` exists (and is not a zombie).
@@ -418,8 +418,10 @@ pub fn list_processes() -> Vec<(u32, String)> {
 /// The executable's runtime entry point, `AT_ENTRY` in `/proc/PID/auxv`.
 fn auxv_entry(pid: libc::pid_t) -> Result<u64> {
     const AT_ENTRY: u64 = 9;
-    let auxv = std::fs::read(format!("/proc/{pid}/auxv"))
-        .with_context(|| format!("cannot read the auxiliary vector of process {pid}"))?;
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).map_err(|source| Error::Auxv {
+        pid: pid as u32,
+        source,
+    })?;
     auxv.chunks_exact(16)
         .map(|c| {
             let mut k = [0u8; 8];
@@ -430,5 +432,58 @@ fn auxv_entry(pid: libc::pid_t) -> Result<u64> {
         })
         .find(|&(k, _)| k == AT_ENTRY)
         .map(|(_, v)| v)
-        .with_context(|| format!("process {pid} has no entry point in its auxiliary vector"))
+        .ok_or(Error::NoEntryPoint { pid: pid as u32 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn programs_that_cannot_start_are_typed_errors() {
+        let e = Program::spawn_stopped(&[]).err().expect("no command");
+        assert!(matches!(e, Error::NoCommand));
+        // Which flag gives the command is the CLI's to say.
+        assert!(!e.to_string().contains("--"), "{e}");
+
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("no-such-program");
+        let e = Program::spawn_stopped(&[missing.clone().into()])
+            .err()
+            .expect("missing program");
+        assert!(matches!(&e, Error::NoSuchProgram { program } if *program == missing));
+        // A path was not looked up on PATH: no advice to prefix it with ./ again.
+        assert_eq!(
+            e.to_string(),
+            format!("cannot run `{}`: no such program", missing.display())
+        );
+        let e = Program::spawn_stopped(&["ptscope-no-such-program".into()])
+            .err()
+            .expect("missing program");
+        assert_eq!(
+            e.to_string(),
+            "cannot run `ptscope-no-such-program`: no such program (give a path like \
+             ./ptscope-no-such-program, or a program on PATH)"
+        );
+
+        // A file that is not executable (as root only the x bits are checked).
+        let plain = tmp.path().join("plain");
+        std::fs::write(&plain, "data").unwrap();
+        let e = Program::spawn_stopped(&[plain.clone().into()])
+            .err()
+            .expect("not executable");
+        assert!(matches!(e, Error::ProgramNotExecutable { .. }), "{e:?}");
+        assert!(e.to_string().contains("chmod +x"), "{e}");
+    }
+
+    #[test]
+    fn file_errors_carry_the_path_and_the_io_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("missing-dir/perf.log");
+        let e = create_private(&path).unwrap_err();
+        assert_eq!(e.to_string(), format!("cannot create {}", path.display()));
+        let io = e.source().and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(io.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
+    }
 }

@@ -8,8 +8,7 @@ use crate::caps::{process_owner, Capabilities};
 use crate::control::{Command, ControlFifos};
 use crate::process::{self, describe_exit, Perf, Program};
 use crate::trigger::{self, Breakpoint, TriggerSpec};
-use crate::Error;
-use anyhow::{bail, Context, Result};
+use crate::{Error, Result};
 use ptscope_event::{Hit, TraceScope};
 use std::ffi::OsString;
 use std::io::Write;
@@ -202,7 +201,7 @@ impl Controller {
 /// Recording ends at the first interrupt (Ctrl-C, SIGTERM or SIGHUP, counted by
 /// `ptscope_interrupt`) after the call; later presses are the caller's to interpret.
 pub fn record(opts: &Options) -> Result<Outcome> {
-    ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
+    ptscope_interrupt::install().map_err(Error::InstallInterrupt)?;
     let base = ptscope_interrupt::presses();
     record_inner(opts, base)
 }
@@ -222,8 +221,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         (Some(Backend::Pt), None) => {
             return Err(Error::NoIntelPt {
                 why: caps.why_no_pt(),
-            }
-            .into())
+            })
         }
         (Some(b), _) => b,
         (None, Some(_)) => Backend::Pt,
@@ -245,11 +243,9 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         }
     };
     caps.check_may_record(opts.scope.includes_kernel())?;
-    std::fs::create_dir_all(&opts.working_dir).with_context(|| {
-        format!(
-            "cannot create the working directory {}",
-            opts.working_dir.display()
-        )
+    std::fs::create_dir_all(&opts.working_dir).map_err(|source| Error::CreateWorkingDir {
+        path: opts.working_dir.clone(),
+        source,
     })?;
     let dir = &opts.working_dir;
 
@@ -263,18 +259,18 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         }
         Target::Attach(pids) => {
             if pids.is_empty() {
-                bail!("no process to attach to; give -p PID");
+                return Err(Error::NothingToAttach);
             }
             for &pid in pids {
                 let Some(owner) = process_owner(pid).filter(|_| process::pid_alive(pid)) else {
-                    bail!("there is no process with pid {pid} (it may have exited); list processes with `ps x`");
+                    return Err(Error::NoSuchPid { pid });
                 };
                 if caps.euid != 0 && owner != caps.euid {
-                    bail!(
-                        "no permission to record process {pid}: it belongs to uid {owner} and you are uid {}; \
-                         run ptscope as root (sudo) to record other users' processes",
-                        caps.euid
-                    );
+                    return Err(Error::NotPermittedToRecord {
+                        pid,
+                        owner,
+                        euid: caps.euid,
+                    });
                 }
             }
             pids.clone()
@@ -296,7 +292,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
                 ) =>
             {
                 p.run_to_entry()
-                    .context("looking for the trigger in the program's shared libraries")?;
+                    .map_err(|e| Error::TriggerInLibraries(Box::new(e)))?;
                 let t = trigger::resolve(spec, head)?;
                 say(
                     opts,
@@ -396,17 +392,15 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         if perf.alive() {
             Ok(())
         } else {
-            bail!("perf exited")
+            Err(Error::PerfExited)
         }
     }) {
         let status = perf.finish(Duration::from_secs(2));
-        bail!(
-            "perf could not start recording ({e}{}){}",
-            status
-                .map(|s| format!("; it {}", describe_exit(s)))
-                .unwrap_or_default(),
-            perf_log_tail(dir)
-        );
+        return Err(Error::PerfDidNotStart {
+            cause: Box::new(e),
+            status: status.map(describe_exit),
+            log_tail: perf_log_tail(dir),
+        });
     }
 
     let once = !opts.multi_snapshot;
@@ -598,7 +592,10 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     }
     crate::hits::write(dir, &hits)?;
     let mut perf_files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read {}", dir.display()))?
+        .map_err(|source| Error::Read {
+            path: dir.clone(),
+            source,
+        })?
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
@@ -609,7 +606,9 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         .collect();
     perf_files.sort();
     if perf_files.is_empty() {
-        bail!("perf wrote no data{}", perf_log_tail(dir));
+        return Err(Error::NoPerfData {
+            log_tail: perf_log_tail(dir),
+        });
     }
     Ok(Outcome {
         backend,
@@ -661,7 +660,7 @@ fn write_snapshot_ends(dir: &Path, ends: &[std::ffi::OsString]) -> Result<()> {
     let path = dir.join(ROTATED_FILES_MARKER);
     process::create_private(&path)?
         .write_all(text.as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))
+        .map_err(|source| Error::Write { path, source })
 }
 
 fn wait_for(bps: &[Breakpoint], timeout: Duration) {
@@ -706,14 +705,20 @@ fn finish_perf(
     if snapshot_first {
         if let Err(e) = ctl.send(perf, Command::Snapshot) {
             if perf.alive() {
-                return Err(e.context("taking the snapshot"));
+                return Err(Error::EndingPerf {
+                    during: "taking the snapshot",
+                    source: Box::new(e),
+                });
             }
         }
     }
     if let Err(e) = ctl.send(perf, Command::Stop) {
         // perf may have exited by itself as the program ended, before reading `stop`.
         if perf.alive() && start.elapsed() > Duration::from_secs(1) {
-            return Err(e.context("stopping perf"));
+            return Err(Error::EndingPerf {
+                during: "stopping perf",
+                source: Box::new(e),
+            });
         }
     }
     Ok(())

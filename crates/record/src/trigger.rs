@@ -3,8 +3,7 @@
 //! `HW_BREAKPOINT_X`) whose samples carry time, tid, ip and the DI/SI registers (the
 //! stop indicator's arguments).
 
-use crate::Error;
-use anyhow::{bail, Context, Result};
+use crate::{Error, Result};
 use ptscope_symbols::{MappedFile, Process};
 use std::os::unix::io::RawFd;
 use std::sync::atomic::{fence, Ordering};
@@ -104,8 +103,7 @@ pub struct Target {
 
 /// Resolves `spec` in process `pid`. A missing symbol's error carries "did you mean".
 pub fn resolve(spec: &TriggerSpec, pid: u32) -> Result<Vec<Target>> {
-    let proc = Process::open(pid)
-        .with_context(|| format!("cannot read process {pid} to place the trigger"))?;
+    let proc = Process::open(pid).map_err(|source| Error::TriggerProcess { pid, source })?;
     match spec {
         TriggerSpec::Address(a) => Ok(vec![Target {
             address: *a,
@@ -138,14 +136,15 @@ pub fn resolve(spec: &TriggerSpec, pid: u32) -> Result<Vec<Target>> {
                 return Err(Error::NoStopIndicator {
                     exe: proc.exe().to_path_buf(),
                     function: STOP_INDICATOR,
-                }
-                .into());
+                });
             }
             Ok(out)
         }
         TriggerSpec::Line { file, line, col } => {
-            let exe = MappedFile::open(proc.exe())
-                .with_context(|| format!("cannot read {}", proc.exe().display()))?;
+            let exe = MappedFile::open(proc.exe()).map_err(|source| Error::TriggerProgram {
+                path: proc.exe().to_owned(),
+                source,
+            })?;
             let elf = exe.elf()?;
             let table = elf.line_table()?;
             let addrs = table.addresses_for_line(file, *line, *col)?;
@@ -263,21 +262,12 @@ impl Breakpoint {
             )
         } as RawFd;
         if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            let why = match e.raw_os_error() {
-                Some(libc::EACCES) | Some(libc::EPERM) => {
-                    " (not permitted: run as root or lower kernel.perf_event_paranoid)"
-                }
-                Some(libc::ENOSPC) => " (all hardware debug registers are in use)",
-                Some(libc::ESRCH) => " (the process is gone)",
-                Some(libc::EINVAL) => " (the address is not valid for a breakpoint)",
-                _ => "",
-            };
-            bail!(
-                "cannot set a breakpoint on {} at {:#x} in process {pid}: {e}{why}",
-                target.name,
-                target.address
-            );
+            return Err(Error::Breakpoint {
+                name: target.name,
+                address: target.address,
+                pid,
+                source: std::io::Error::last_os_error(),
+            });
         }
         // SAFETY: sysconf is always safe.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
@@ -297,7 +287,7 @@ impl Breakpoint {
             let e = std::io::Error::last_os_error();
             // SAFETY: fd is ours.
             unsafe { libc::close(fd) };
-            bail!("cannot map the breakpoint's sample ring: {e}");
+            return Err(Error::BreakpointRing(e));
         }
         let bp = Breakpoint {
             fd,
@@ -315,10 +305,7 @@ impl Breakpoint {
             }
         };
         if rc != 0 {
-            bail!(
-                "cannot arm the breakpoint: {}",
-                std::io::Error::last_os_error()
-            );
+            return Err(Error::ArmBreakpoint(std::io::Error::last_os_error()));
         }
         Ok(bp)
     }
@@ -332,10 +319,7 @@ impl Breakpoint {
     pub fn rearm(&self) -> Result<()> {
         // SAFETY: ioctl on our perf fd.
         if unsafe { libc::ioctl(self.fd, IOC_REFRESH, 1) } != 0 {
-            bail!(
-                "cannot re-arm the breakpoint: {}",
-                std::io::Error::last_os_error()
-            );
+            return Err(Error::RearmBreakpoint(std::io::Error::last_os_error()));
         }
         Ok(())
     }
