@@ -692,6 +692,22 @@ mod tests {
         }
     }
 
+    /// The steps of `blocks` executed once each, in order: (kind, from, to).
+    fn steps_of(blocks: &[Option<TbDef>]) -> Vec<(StepKind, u64, u64)> {
+        let order: Vec<u32> = (0..blocks.len() as u32).collect();
+        let (traces, _) = derive(&log(blocks, &order), 1);
+        traces[0]
+            .steps
+            .iter()
+            .map(|s| (s.kind, s.from, s.to))
+            .collect()
+    }
+
+    /// An asynchronous stop in code that is no syscall.
+    const ASYNC_STOP: StepKind = StepKind::Async {
+        before: Interrupted::Other,
+    };
+
     const RET: &[u8] = &[0xc3];
     const SYSCALL: &[u8] = &[0x0f, 0x05];
     const NOP: &[u8] = &[0x90];
@@ -715,22 +731,13 @@ mod tests {
             tb(0x5000, RET),     // 4: the injected call returns to 0x1005
             tb(0x1005, NOP),     // 5: the caller goes on
         ];
-        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 3, 4, 5]), 1);
-        let steps: Vec<(StepKind, u64, u64)> = traces[0]
-            .steps
-            .iter()
-            .map(|s| (s.kind, s.from, s.to))
-            .collect();
-        let async_stop = StepKind::Async {
-            before: Interrupted::Other,
-        };
         assert_eq!(
-            steps,
+            steps_of(&blocks),
             [
                 (StepKind::Start, 0, 0x1000),
                 (StepKind::Call, 0x1000, 0x2000),
                 (StepKind::Return, 0x2000, 0x1005),
-                (async_stop, 0x1005, 0),
+                (ASYNC_STOP, 0x1005, 0),
                 (StepKind::Start, 0, 0x3000),
                 (StepKind::Return, 0x3000, 0x4000),
                 (StepKind::Syscall, 0x4000, 0),
@@ -751,12 +758,10 @@ mod tests {
             tb(0x4000, SYSCALL), // 3: rt_sigreturn
             tb(0x2001, RET),     // 4: f goes on and returns
         ];
-        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 3, 4]), 1);
-        let returns: Vec<(u64, u64)> = traces[0]
-            .steps
-            .iter()
-            .filter(|s| s.kind == StepKind::Return)
-            .map(|s| (s.from, s.to))
+        let returns: Vec<(u64, u64)> = steps_of(&blocks)
+            .into_iter()
+            .filter(|s| s.0 == StepKind::Return)
+            .map(|s| (s.1, s.2))
             .collect();
         assert_eq!(returns, [(0x3000, 0x4000)]);
     }
@@ -772,21 +777,12 @@ mod tests {
             tb(0x4000, SYSCALL),       // 2: rt_sigreturn
             tb(0x2000, NOP),           // 3: the jump's target runs
         ];
-        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 3]), 1);
-        let steps: Vec<(StepKind, u64, u64)> = traces[0]
-            .steps
-            .iter()
-            .map(|s| (s.kind, s.from, s.to))
-            .collect();
-        let async_stop = StepKind::Async {
-            before: Interrupted::Other,
-        };
         assert_eq!(
-            steps,
+            steps_of(&blocks),
             [
                 (StepKind::Start, 0, 0x1000),
                 (StepKind::IndirectJmp, 0x1000, 0x2000),
-                (async_stop, 0x2000, 0),
+                (ASYNC_STOP, 0x2000, 0),
                 (StepKind::Start, 0, 0x3000),
                 (StepKind::Return, 0x3000, 0x4000),
                 (StepKind::Syscall, 0x4000, 0),
@@ -808,12 +804,9 @@ mod tests {
             tb(0x6000, SYSCALL),       // 5: rt_sigreturn
             tb(0x1004, NOP),           // 6: after the first syscall
         ];
-        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 3, 4, 5, 6]), 1);
-        let branches: Vec<(StepKind, u64, u64)> = traces[0]
-            .steps
-            .iter()
-            .filter(|s| !matches!(s.kind, StepKind::Start | StepKind::Syscall))
-            .map(|s| (s.kind, s.from, s.to))
+        let branches: Vec<(StepKind, u64, u64)> = steps_of(&blocks)
+            .into_iter()
+            .filter(|s| !matches!(s.0, StepKind::Start | StepKind::Syscall))
             .collect();
         assert_eq!(
             branches,
