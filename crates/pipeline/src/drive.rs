@@ -193,12 +193,13 @@ fn extras(
     bias: &mut Option<u64>,
     totals: &mut Totals,
     quiet_if_unused: bool,
+    exact_times: bool,
 ) -> Extras {
     let Some(e) = exe else {
         return Extras {
             ocaml_exception_info: None,
             debug_info: Default::default(),
-            exact_times: false,
+            exact_times,
         };
     };
     let b = match *bias {
@@ -215,7 +216,7 @@ fn extras(
     Extras {
         ocaml_exception_info,
         debug_info,
-        exact_times: false,
+        exact_times,
     }
 }
 
@@ -365,15 +366,8 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
                  totals: &mut Totals,
                  range: &mut Option<RangeFilter>,
                  strings: &StringTable| {
-        let extras = extras(&exe, bias, totals, opts.executable_implied);
-        let mut w = make(
-            sink,
-            first,
-            Extras {
-                exact_times,
-                ..extras
-            },
-        );
+        let extras = extras(&exe, bias, totals, opts.executable_implied, exact_times);
+        let mut w = make(sink, first, extras);
         for e in held.drain(..) {
             feed(&mut w, range, &e, strings);
         }
@@ -496,6 +490,7 @@ pub(crate) fn run_writer<S: TraceSink>(
             .clone()
             .or(x.ocaml_exception_info),
         debug_info: x.debug_info,
+        exact_times: x.exact_times,
         ..config.clone()
     };
     match opts.writer {
@@ -516,14 +511,7 @@ pub(crate) fn run_writer<S: TraceSink>(
             end_at,
             sink,
             |sink, earliest_time, x: Extras| {
-                let exact_times = x.exact_times;
-                SegmentsWriter::new(
-                    sink,
-                    WriterConfig {
-                        exact_times,
-                        ..config_for(earliest_time, x)
-                    },
-                )
+                SegmentsWriter::new(sink, config_for(earliest_time, x))
             },
             totals,
             observer,
