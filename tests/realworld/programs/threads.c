@@ -1,7 +1,7 @@
 /* Named threads doing distinct work: "hasher" hashes, "sorter" sorts, "copier" copies,
  * all three until main tells them to stop (about 0.4 s), so that the last moments of the
  * run hold all three. After joining them main calls phase_two() (a --trigger target) and
- * then does after_trigger_work(), which a snapshot taken at phase_two() must not contain. */
+ * then does after_trigger_work() (0.6 s of CPU), which a snapshot taken at phase_two() must not contain. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -76,9 +76,21 @@ static void *copier_main(void *arg) {
 
 __attribute__((noinline)) long phase_two(long x) { return x * 3 + 1; }
 
+/* Thread CPU time in seconds: the work after the trigger is measured in CPU time, not
+ * iterations, so it lasts as long on a fast host as on a slow or loaded one (a fixed
+ * 1e9-iteration loop took 1 s on one host and 2.1 s on another, where at 10 kHz with
+ * DWARF stacks it alone filled the disk bound and pushed the threads out of the window). */
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
 __attribute__((noinline)) long after_trigger_work(long x) {
   volatile long s = x;
-  for (long i = 0; i < 1000000000; i++) s += i;
+  double end = cpu_now() + 0.6;
+  while (cpu_now() < end)
+    for (long i = 0; i < 100000; i++) s += i;
   return s;
 }
 

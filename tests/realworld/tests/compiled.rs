@@ -8,7 +8,7 @@ use ptscope_realworld::trace::{function_preds, same_function, Trace};
 
 /// Panics unless the snapshot ends at the trigger: the hit of `trigger` is marked, and
 /// nothing in the trace is later than `SLACK_S` after it, although the program then runs
-/// `after` (about a second of work), which a snapshot taken at exit would show whole.
+/// `after` (0.6 s of thread CPU time), which a snapshot taken at exit would show whole.
 fn assert_ends_at_trigger(t: &Trace, trigger: &str, after: &str) {
     const SLACK_S: f64 = 0.25;
     let hit = t
