@@ -4,6 +4,8 @@
 //! real programs built here (and /bin/sh, python3); skips loudly without root and perf
 //! (fails in CI).
 
+#[path = "../../../tests/executable.rs"]
+mod executable;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -260,13 +262,10 @@ fn an_exec_chain_is_named_after_the_interpreter() {
     let d = tempfile::tempdir().unwrap();
     // A pyenv-style shim: a shell script that execs the interpreter.
     let shim = d.path().join("python-shim");
-    std::fs::write(
+    executable::write_executable(
         &shim,
         format!("#!/bin/sh\nexec {} \"$@\"\n", python.display()),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let t = record(
         d.path(),
         &[],

@@ -1,6 +1,8 @@
 //! `ptscope run` / `ptscope attach` end to end on this machine: real perf, real programs built
 //! here, real breakpoints. Needs root and a working perf; skips loudly otherwise (fails in CI).
 
+#[path = "../../../tests/executable.rs"]
+mod executable;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -451,12 +453,10 @@ fn failures_are_clear_and_leave_nothing_behind() {
     assert!(read_trace(&out).count("demo_leaf") > 0);
     // perf is killed while recording.
     let fake = d.join("perf-killed");
-    std::fs::write(
+    executable::write_executable(
         &fake,
         "#!/bin/sh\n[ \"$1\" = --version ] && exec perf --version\nperf \"$@\" &\nP=$!\nsleep 3\nkill -9 $P\nwait $P\nexit 137\n",
-    )
-    .unwrap();
-    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    );
     let killed = d.join("killed.fxt.gz");
     let o = run(&[
         os("run"),

@@ -3,6 +3,8 @@
 //! Real perf, real programs; each test names the defect of issue 11 it holds fixed.
 //! Needs root and a working perf; skips loudly otherwise (fails under CI).
 
+#[path = "../../../tests/executable.rs"]
+mod executable;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -229,15 +231,13 @@ fn a_third_interrupt_quits_and_keeps_the_recording() {
     let tmp = tempfile::tempdir().unwrap();
     let mark = d.path().join("script-started");
     let wrapper = d.path().join("stuck-perf");
-    std::fs::write(
+    executable::write_executable(
         &wrapper,
         format!(
             "#!/bin/sh\nif [ \"$1\" = script ]; then sleep 60 & echo $! > {}; wait; fi\nexec perf \"$@\"\n",
             mark.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let out = d.path().join("t.fxt.gz");
     let mut r = Running::start(
         Command::new(ptscope())
@@ -401,13 +401,11 @@ fn perf_dying_mid_decode_is_reported_and_exits_non_zero() {
     let d = tempfile::tempdir().unwrap();
     let rec = recording(d.path());
     let wrapper = d.path().join("dying-perf");
-    std::fs::write(
+    executable::write_executable(
         &wrapper,
         "#!/bin/sh\n# Real perf, but `perf script` dies after 60 kB of output.\n\
          if [ \"$1\" = script ]; then perf \"$@\" | head -c 60000; kill -9 $$; fi\nexec perf \"$@\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     for decoder in ["text", "dlfilter"] {
         let out = d.path().join(format!("{decoder}.fxt.gz"));
         let o = Command::new(ptscope())

@@ -1,6 +1,8 @@
 //! The perf runner, end to end: a real `perf record` of a small C program on this
 //! machine, and a fake perf for the failure paths.
 
+#[path = "../../../tests/executable.rs"]
+mod executable;
 use ptscope_decode::{Error, PerfError, PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_event::{Event, EventData};
 use std::path::{Path, PathBuf};
@@ -183,9 +185,7 @@ printf ' instruction trace error type 1 time 1.000000002 cpu 0 pid 1 tid 1 ip 0 
 echo "decoder gave up" >&2
 exit 3
 "#;
-    std::fs::write(&path, script).expect("write fake perf");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    executable::write_executable(&path, script);
     path
 }
 

@@ -4,6 +4,8 @@
 
 mod common;
 
+#[path = "../../../tests/executable.rs"]
+mod executable;
 use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions};
@@ -14,9 +16,7 @@ use std::path::{Path, PathBuf};
 /// hanging the test.
 fn bounded_perf(dir: &Path) -> PathBuf {
     let p = dir.join("bounded-perf");
-    std::fs::write(&p, "#!/bin/sh\nexec timeout -k 5 120 perf \"$@\"\n").expect("write wrapper");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    executable::write_executable(&p, "#!/bin/sh\nexec timeout -k 5 120 perf \"$@\"\n");
     p
 }
 

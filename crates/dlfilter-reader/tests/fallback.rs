@@ -3,6 +3,8 @@
 
 mod common;
 
+#[path = "../../../tests/executable.rs"]
+mod executable;
 use common::*;
 use ptscope_decode::{PerfScript, PerfScriptOptions, RecordingKind};
 use ptscope_dlfilter_reader::{
@@ -23,9 +25,7 @@ done
 exec perf "$@"
 "#
     );
-    std::fs::write(&p, script).expect("write fake perf");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    executable::write_executable(&p, script);
     p
 }
 
@@ -163,9 +163,7 @@ done
 exec perf "$@"
 "#
     );
-    std::fs::write(&p, script).expect("write corrupting perf");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    executable::write_executable(&p, script);
     p
 }
 
