@@ -357,6 +357,35 @@ fn wait_watching_disk(run: &mut std::process::Child, work: &Path) -> (ExitStatus
     (status, peak, err)
 }
 
+/// The first and last sample times over all kept `files`, read together: perf's
+/// one-second rotation timer can fire between the program's exit and perf's own end, and
+/// then the final file is a sliver whose records all went into the file before it.
+fn kept_times(files: &[PathBuf]) -> (f64, f64) {
+    let samples: Vec<f64> = files.iter().flat_map(|f| perf_times(f).0).collect();
+    let first = samples.iter().copied().reduce(f64::min).expect("samples");
+    let last = samples.iter().copied().reduce(f64::max).expect("samples");
+    (first, last)
+}
+
+/// The time `program` exited, from whichever kept file holds its EXIT record. perf's ring
+/// buffer can overflow on a loaded machine (CI): the kernel drops records, the EXIT among
+/// them (seen with perf's default 512 KiB ring; ptscope sizes it for a quarter second).
+/// Then `None`, once decode of `work` into `out` has told the user that records were lost
+/// (and panics if it did not).
+fn exit_or_loss_said(files: &[PathBuf], work: &Path, out: &Path, program: &str) -> Option<f64> {
+    let exit = files.iter().flat_map(|f| perf_times(f).1).reduce(f64::max);
+    if exit.is_none() {
+        let said = decode_saying(work, out);
+        assert!(
+            said.contains("perf dropped") && said.contains("samples"),
+            "{program}'s exit is in no kept file, and decode did not say that perf lost \
+             records: {said}"
+        );
+        eprintln!("perf lost records under load, {program}'s exit with them; decode said so");
+    }
+    exit
+}
+
 /// `ptscope decode WORK -o OUT`, which must succeed and say it wrote the trace.
 fn decode_whole(work: &Path, out: &Path) {
     decode_saying(work, out);
@@ -414,26 +443,8 @@ fn sampling_keeps_the_last_moments_within_the_bound() {
     );
     let files = kept_files(&work);
     assert!(files.len() >= 2, "no rotation: {files:?}");
-    // Over every kept file: the final one can be a sliver whose records all went into the
-    // file before it (perf rotated right at the end).
-    let (mut samples, mut exits) = (Vec::new(), Vec::new());
-    for f in &files {
-        let (s, e) = perf_times(f);
-        samples.extend(s);
-        exits.extend(e);
-    }
-    let first = samples.iter().copied().reduce(f64::min).expect("samples");
-    let last_sample = samples.iter().copied().reduce(f64::max).expect("samples");
-    // perf's ring buffer can overflow on a loaded machine (CI): the kernel drops records,
-    // gzip's EXIT among them (seen with perf's default 512 KiB ring; ptscope now sizes it
-    // for a quarter second). Then the user must be told, by decode, that records were lost.
-    let Some(exit) = exits.iter().copied().reduce(f64::max) else {
-        let said = decode_saying(&work, &dir.path().join("t.fxt.gz"));
-        assert!(
-            said.contains("perf dropped") && said.contains("samples"),
-            "gzip's exit is in no kept file, and decode did not say that perf lost records: {said}"
-        );
-        eprintln!("perf lost records under load, gzip's exit with them; decode said so");
+    let (first, last_sample) = kept_times(&files);
+    let Some(exit) = exit_or_loss_said(&files, &work, &dir.path().join("t.fxt.gz"), "gzip") else {
         return;
     };
     // The end is there: samples up to gzip's exit ...
@@ -490,11 +501,12 @@ fn sampling_keeps_the_last_seconds_when_given_a_duration() {
     // Two files of one second each, and the one being written when python3 exited (perf
     // counts its final file among the files it keeps).
     assert_eq!(files.len(), 3, "files kept: {files:?}");
-    let (first, _) = perf_times(&files[0]);
-    let (last, exits) = perf_times(files.last().expect("a file"));
-    let exit = *exits.last().expect("python3's exit is in the last file");
-    let kept = exit - first[0];
-    let last_sample = *last.last().expect("samples in the last file");
+    let (first, last_sample) = kept_times(&files);
+    let Some(exit) = exit_or_loss_said(&files, &work, &dir.path().join("t.fxt.gz"), "python3")
+    else {
+        return;
+    };
+    let kept = exit - first;
     assert!(
         exit - last_sample < 0.5,
         "last sample {last_sample}, exit {exit}"
