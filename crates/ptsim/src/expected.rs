@@ -167,7 +167,12 @@ pub fn expected(
     ns: &dyn Fn(u64) -> u64,
     pid: u32,
 ) -> ThreadExpectation {
-    let n = until.map_or(t.steps.len(), |u| u.min(t.steps.len()));
+    let len = t.steps.len();
+    let mut n = until.map_or(len, |u| u.min(len));
+    if n == len {
+        // The stream ends here: perf never reports its unwalked tail.
+        n = len.saturating_sub(enc.unwalked_tail);
+    }
     let steps = &t.steps[..n];
     let mut out = ThreadExpectation {
         pid,

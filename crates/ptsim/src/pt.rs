@@ -94,6 +94,11 @@ pub struct Encoded {
     pub psbs: Vec<PsbMark>,
     /// Gaps caused by injected faults.
     pub gaps: Vec<Gap>,
+    /// Steps at the end that perf never reports: when the stream ends with tracing still
+    /// on (a thread killed by another's `exit_group` while in user code), the direct calls
+    /// and jumps after its last packet. perf's decoder walks on from a packet's last
+    /// branch only once it has the next packet, and there is none.
+    pub unwalked_tail: usize,
 }
 
 const OP_TIP: u8 = 0x0d;
@@ -460,14 +465,23 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
         }
     }
     e.flush_tnt();
+    let mut unwalked_tail = 0;
     if let Some(mut g) = open_gap.take() {
         g.resume = None;
         gaps.push(g);
+    } else if e.enabled {
+        // Every other kind of step writes a packet (or a TNT bit) of its own.
+        unwalked_tail = steps
+            .iter()
+            .rev()
+            .take_while(|s| matches!(s.kind, StepKind::Call | StepKind::Jmp))
+            .count();
     }
     Encoded {
         data: e.out,
         psbs: e.psbs,
         gaps,
+        unwalked_tail,
     }
 }
 
@@ -500,6 +514,22 @@ mod tests {
             psbs: Vec::new(),
             next_mtc: u64::MAX,
         }
+    }
+
+    #[test]
+    fn direct_branches_after_the_last_packet_are_unwalked_when_the_stream_ends_traced() {
+        let cfg = PtConfig::default();
+        let mut steps = vec![
+            step(StepKind::Start, 10, 0, 0x1000),
+            step(StepKind::Jcc { taken: true }, 20, 0x1004, 0x1010),
+            step(StepKind::Call, 30, 0x1014, 0x2000),
+            step(StepKind::Jmp, 40, 0x2004, 0x2100),
+        ];
+        let killed = encode(&steps, &cfg, &Faults::default());
+        assert_eq!(killed.unwalked_tail, 2);
+        steps.push(step(StepKind::Syscall, 50, 0x2104, 0));
+        let exited = encode(&steps, &cfg, &Faults::default());
+        assert_eq!(exited.unwalked_tail, 0);
     }
 
     #[test]
