@@ -34,7 +34,11 @@
 //!   return no call pushed, the replay may hold a proper prefix of the shadow stack; the
 //!   shadow entries above it are marked dead and stop counting. A dead entry may never be
 //!   returned into afterwards (a return whose only match is dead is a mismatch): the
-//!   frames the replay dropped must really have been abandoned.
+//!   frames the replay dropped must really have been abandoned;
+//! - except on a thread that has run Go's `gogo` (the one rule that uses a name): `gogo`
+//!   switches goroutine stacks, so the frames it drops are only parked. Their goroutine
+//!   may resume later on the same thread and return into them, which is then counted as
+//!   a return to an address no call pushed.
 
 use crate::perfscript::Symbols;
 use crate::stacks::{DsoOf, Replay};
@@ -129,8 +133,15 @@ pub fn check(
     };
     // The previous step was a return to an address no call pushed (a trampoline).
     let mut after_unmatched = false;
+    // The thread has switched goroutines: frames dropped since may be resumed.
+    let mut ran_gogo = false;
     for (i, s) in t.steps.iter().enumerate() {
         replay.apply(s);
+        if !ran_gogo && matches!(s.kind, StepKind::IndirectJmp) {
+            ran_gogo = syms.function(s.from).is_some_and(|(name, _)| {
+                matches!(name, "gogo" | "runtime.gogo" | "runtime.gogo.abi0")
+            });
+        }
         let trampoline = std::mem::take(&mut after_unmatched);
         let mut may_cut = false;
         let mut why = "the stacks differ";
@@ -180,7 +191,7 @@ pub fn check(
                 None => {
                     stats.unmatched_returns += 1;
                     after_unmatched = true;
-                    if shadow.iter().any(|e| e.dead && e.ret == s.to) {
+                    if !ran_gogo && shadow.iter().any(|e| e.dead && e.ret == s.to) {
                         why = "a return went into a frame the true stack had dropped";
                         into_dead = true;
                     } else {
@@ -244,4 +255,80 @@ pub fn check(
         stats.steps += 1;
     }
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::truth::Step;
+
+    /// Two goroutines on one thread: goroutine 1 (`main` → `A` → `gopark` → `{gogo}`)
+    /// parks, `{gogo}` jumps into goroutine 2 (resuming in `main`), which parks in turn,
+    /// and `{gogo}` resumes goroutine 1 in `gopark`, which then returns into `A` and `A`
+    /// into `main`: into frames the replay dropped at the first switch.
+    fn two_goroutines(gogo: &str) -> Result<ShadowStats, Box<ShadowMismatch>> {
+        let name = |a: u64| match a {
+            0x1000..=0x1fff => ("main", a - 0x1000),
+            0x2000..=0x2fff => ("A", a - 0x2000),
+            0x3000..=0x3fff => ("gopark", a - 0x3000),
+            _ => (gogo, a - 0x4000),
+        };
+        let steps: Vec<(StepKind, u64, u64)> = vec![
+            (StepKind::Start, 0, 0x1000),
+            (StepKind::Call, 0x1010, 0x2000),
+            (StepKind::Call, 0x2010, 0x3000),
+            (StepKind::Call, 0x3010, 0x4000),
+            (StepKind::IndirectJmp, 0x4010, 0x1030),
+            (StepKind::Call, 0x1020, 0x3000),
+            (StepKind::Call, 0x3010, 0x4000),
+            (StepKind::IndirectJmp, 0x4010, 0x3015),
+            (StepKind::Return, 0x3020, 0x2015),
+            (StepKind::Return, 0x2020, 0x1015),
+        ];
+        let text: String = steps
+            .iter()
+            .filter(|s| s.1 != 0)
+            .map(|&(_, from, to)| {
+                let (f, fo) = name(from);
+                let (t, to_off) = name(to);
+                format!("{from:x} {f}+0x{fo:x} => {to:x} {t}+0x{to_off:x}\n")
+            })
+            .chain(std::iter::once(
+                "0 [unknown] => 1000 main+0x0\n".to_string(),
+            ))
+            .collect();
+        let syms = Symbols::parse(&text);
+        let trace = ThreadTrace {
+            tid: 7,
+            steps: steps
+                .iter()
+                .enumerate()
+                .map(|(i, &(kind, from, to))| Step {
+                    clock: i as u64 * 10,
+                    kind,
+                    from,
+                    to,
+                    len: 5,
+                })
+                .collect(),
+        };
+        check(&trace, &syms, &|_| None)
+    }
+
+    #[test]
+    fn a_goroutine_resumed_by_gogo_may_return_into_frames_a_switch_dropped() {
+        let stats = two_goroutines("gogo").expect("goroutine 1 returns into its own frames");
+        assert_eq!(stats.steps, 10);
+        assert!(stats.cuts >= 2, "{stats:?}");
+        assert!(stats.unmatched_returns >= 1, "{stats:?}");
+    }
+
+    #[test]
+    fn without_gogo_a_return_into_dropped_frames_is_refused() {
+        let err = two_goroutines("switch_stacks").expect_err("dropped frames were returned into");
+        assert_eq!(
+            err.why, "a return went into a frame the true stack had dropped",
+            "{err}"
+        );
+    }
 }
