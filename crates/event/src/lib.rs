@@ -2,9 +2,10 @@
 //!
 //! Decoders (the `perf script` text parser, the dlfilter) turn a recording into a
 //! stream of [`Event`]s; stack writers turn that stream into trace slices. Names
-//! (symbols, DSOs, error messages) are interned once in a [`StringTable`] and carried
-//! as [`Sym`] handles, so an event is a small `Copy`-able value for branch events
-//! and decoding allocates nothing per branch.
+//! (symbols, DSOs, error messages), code locations and sampled stacks are interned once
+//! in a [`StringTable`] and carried as handles ([`Sym`], [`LocationHandle`],
+//! [`StackHandle`]), so a branch event is small and decoding allocates nothing per
+//! branch.
 //!
 //! ```
 //! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
@@ -12,19 +13,17 @@
 //! let mut strings = StringTable::new();
 //! let main = strings.intern("main");
 //! let foo = strings.intern("foo");
+//! // A branch's ends are interned too: a location seen a million times is stored once.
+//! let src = strings.intern_location(Location::new(0x1000, Symbol::FromPerf(main), 0x10));
+//! let dst = strings.intern_location(Location::new(0x2000, Symbol::FromPerf(foo), 0));
 //! let ev = Event::Ok {
 //!     thread: Thread { pid: Some(42), tid: Some(42) },
 //!     time: 1_000,
 //!     in_transaction: false,
-//!     data: EventData::Trace {
-//!         change: None,
-//!         kind: Some(Kind::Call),
-//!         src: Location::new(0x1000, Symbol::FromPerf(main), 0x10),
-//!         dst: Location::new(0x2000, Symbol::FromPerf(foo), 0),
-//!     },
+//!     data: EventData::Trace { change: None, kind: Some(Kind::Call), src, dst },
 //! };
 //! assert_eq!(ev.time(), Some(1_000));
-//! assert_eq!(strings.display(Symbol::FromPerf(foo)), "foo");
+//! assert_eq!(strings.display(strings.location(dst).symbol), "foo");
 //! ```
 
 pub mod source;
@@ -157,6 +156,12 @@ impl StringTable {
         &self.locations[h.0 as usize]
     }
 
+    /// Number of distinct locations interned; handles are `0..location_count()`, in the
+    /// order they were added.
+    pub fn location_count(&self) -> usize {
+        self.locations.len()
+    }
+
     /// Returns the handle of the stack made of `frames` (root first), adding it if it
     /// is new; interning an unchanged stack again gives the same handle.
     pub fn intern_stack(&mut self, frames: impl IntoIterator<Item = Location>) -> StackHandle {
@@ -166,6 +171,23 @@ impl StringTable {
             let h = self.intern_location(loc);
             self.frames.push(h);
         }
+        self.end_stack(start)
+    }
+
+    /// [`StringTable::intern_stack`] of locations interned already (handles of this
+    /// table).
+    pub fn intern_stack_handles(
+        &mut self,
+        frames: impl IntoIterator<Item = LocationHandle>,
+    ) -> StackHandle {
+        let start = self.frames.len();
+        self.frames.extend(frames);
+        self.end_stack(start)
+    }
+
+    /// The handle of the stack whose frames were pushed from `start` on: an existing
+    /// one (the pushed frames are dropped again) or a new one.
+    fn end_stack(&mut self, start: usize) -> StackHandle {
         let new = &self.frames[start..];
         let mut hasher = FxHasher::default();
         new.hash(&mut hasher);
@@ -344,10 +366,10 @@ pub enum EventData {
         change: Option<TraceStateChange>,
         /// The branch kind; `None` for a bare `tr strt`/`tr end`.
         kind: Option<Kind>,
-        /// Where the branch came from.
-        src: Location,
+        /// Where the branch came from ([`StringTable::location`]).
+        src: LocationHandle,
         /// Where it went.
-        dst: Location,
+        dst: LocationHandle,
     },
     /// A core-to-bus ratio change (`cbr`), as a CPU frequency.
     Power {
@@ -716,6 +738,6 @@ mod size_tests {
             "Event: {size} bytes, Location: {}",
             std::mem::size_of::<super::Location>()
         );
-        assert!(size <= 104, "Event grew to {size} bytes");
+        assert!(size <= 80, "Event grew to {size} bytes");
     }
 }

@@ -59,9 +59,23 @@ fn events(s: &mut StringTable) -> Vec<Event> {
         data: 0x2a,
     };
     vec![
-        ok(1_000, br(Kind::Call, at(0x1010, main), at(0x2000, f))),
+        ok(
+            1_000,
+            br(
+                Kind::Call,
+                s.intern_location(at(0x1010, main)),
+                s.intern_location(at(0x2000, f)),
+            ),
+        ),
         ok(1_020, ptwrite),
-        ok(1_040, br(Kind::Return, at(0x2010, f), at(0x1015, main))),
+        ok(
+            1_040,
+            br(
+                Kind::Return,
+                s.intern_location(at(0x2010, f)),
+                s.intern_location(at(0x1015, main)),
+            ),
+        ),
     ]
 }
 
