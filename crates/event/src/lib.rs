@@ -55,6 +55,13 @@ struct StackEntry {
     next: Option<u32>,
 }
 
+/// log2 of the slots of [`StringTable`]'s location cache.
+const LOCATION_CACHE_BITS: u32 = 12;
+/// Slots of [`StringTable`]'s location cache.
+const LOCATION_CACHE: usize = 1 << LOCATION_CACHE_BITS;
+/// An empty slot of the location cache.
+const NO_LOCATION: u32 = u32::MAX;
+
 /// Interns names once and hands out [`Sym`] handles; lookups by handle are O(1).
 ///
 /// It also interns code locations ([`LocationHandle`]) and sampled call stacks
@@ -70,6 +77,10 @@ pub struct StringTable {
     display: FxHashMap<Sym, Box<str>>,
     locations: Vec<Location>,
     location_map: FxHashMap<Location, LocationHandle>,
+    /// A direct-mapped cache in front of `location_map`, by address: decoders intern
+    /// both ends of every branch, the same few locations over and over, and one compare
+    /// is cheaper than hashing a location (allocated on first use).
+    location_cache: Box<[(Location, u32)]>,
     /// Every stack's location handles, root first, stacks back to back.
     frames: Vec<LocationHandle>,
     stacks: Vec<StackEntry>,
@@ -141,12 +152,25 @@ impl StringTable {
     /// Returns the handle of `loc`, adding it if it is new.
     #[inline]
     pub fn intern_location(&mut self, loc: Location) -> LocationHandle {
-        if let Some(&h) = self.location_map.get(&loc) {
-            return h;
+        if self.location_cache.is_empty() {
+            self.location_cache = vec![(loc, NO_LOCATION); LOCATION_CACHE].into_boxed_slice();
         }
-        let h = LocationHandle(self.locations.len() as u32);
-        self.locations.push(loc);
-        self.location_map.insert(loc, h);
+        let slot =
+            (loc.ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - LOCATION_CACHE_BITS)) as usize;
+        let cached = &self.location_cache[slot];
+        if cached.1 != NO_LOCATION && cached.0 == loc {
+            return LocationHandle(cached.1);
+        }
+        let h = match self.location_map.get(&loc) {
+            Some(&h) => h,
+            None => {
+                let h = LocationHandle(self.locations.len() as u32);
+                self.locations.push(loc);
+                self.location_map.insert(loc, h);
+                h
+            }
+        };
+        self.location_cache[slot] = (loc, h.0);
         h
     }
 
@@ -700,6 +724,31 @@ mod tests {
         s.set_display(a, "A");
         assert_eq!(s.display(Symbol::FromPerf(a)), "A");
         assert_eq!(s.get(a), "a");
+    }
+
+    /// Locations that share a cache slot (same address, other symbol or offset; other
+    /// addresses that hash alike) each keep their own handle, however they alternate.
+    #[test]
+    fn locations_are_interned_once_whatever_the_cache_holds() {
+        let mut s = StringTable::new();
+        let f = Symbol::FromPerf(s.intern("f"));
+        let mut seen: FxHashMap<Location, LocationHandle> = FxHashMap::default();
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let loc = Location {
+                ip: x % 9000,
+                symbol: if x & 1 == 0 { f } else { Symbol::Unknown },
+                offset: (x >> 20) % 3,
+                dso: None,
+            };
+            let h = s.intern_location(loc);
+            assert_eq!(*s.location(h), loc);
+            assert_eq!(*seen.entry(loc).or_insert(h), h, "{loc:?}");
+        }
+        assert_eq!(s.location_count(), seen.len());
     }
 
     #[test]
