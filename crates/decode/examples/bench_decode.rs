@@ -169,7 +169,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     ..
                 } = event
                 {
-                    checksum = checksum.wrapping_add(dst.ip);
+                    checksum = checksum.wrapping_add(decoder.strings().location(dst).ip);
                 }
             }
             let secs = start.elapsed().as_secs_f64();

@@ -17,7 +17,8 @@
 //!         Event::Ok { data: EventData::Trace { kind, dst, .. }, .. } => {
 //!             assert_eq!(kind, Some(Kind::Call));
 //!             // The string table can be borrowed between events.
-//!             names.push(decoder.strings().display(dst.symbol).to_owned());
+//!             let strings = decoder.strings();
+//!             names.push(strings.display(strings.location(dst).symbol).to_owned());
 //!         }
 //!         Event::Ok { data: EventData::StackSample { callstack }, .. } => {
 //!             // Root first; the stack is interned in the decoder's table.
@@ -358,6 +359,8 @@ impl State {
                             (false, true) => Some(TraceStateChange::End),
                             _ => None,
                         };
+                        let src = self.strings.intern_location(b.src);
+                        let dst = self.strings.intern_location(b.dst);
                         self.emit(Event::Ok {
                             thread,
                             time,
@@ -365,8 +368,8 @@ impl State {
                             data: EventData::Trace {
                                 change,
                                 kind: b.kind,
-                                src: b.src,
-                                dst: b.dst,
+                                src,
+                                dst,
                             },
                         });
                     }

@@ -93,6 +93,7 @@ fn unknown_go_symbol_without_period() {
     assert_eq!(*time, 770614_599007116);
     // `tr strt tr end` sets neither state change, and has no kind.
     assert_eq!((*change, *kind), (None, None));
+    let (src, dst) = (d.strings().location(*src), d.strings().location(*dst));
     assert_eq!((src.ip, dst.ip), (0, 0x4591e1));
     assert_eq!(
         d.strings().display(dst.symbol),
@@ -111,6 +112,7 @@ fn trace_names(line: &str) -> (String, u64, String, String, u64, String) {
         panic!("{events:?}")
     };
     let s = d.strings();
+    let (src, dst) = (s.location(*src), s.location(*dst));
     let dso = |l: &ptscope_event::Location| l.dso.map_or(String::new(), |x| s.get(x).to_string());
     (
         s.display(src.symbol).to_string(),

@@ -210,6 +210,7 @@ fn invalid_utf8_in_names_is_replaced() {
         panic!()
     };
     assert_eq!(*kind, Some(Kind::Call));
+    let src = d.strings().location(*src);
     assert_eq!(d.strings().display(src.symbol), "caf\u{fffd}");
     assert_eq!(d.strings().get(src.dso.expect("dso")), "/lib/\u{fffd}.so");
     assert_eq!(events.len(), 2);
@@ -398,6 +399,7 @@ fn cached_locations_always_match_their_line() {
         };
         let i = (time - 1_000_000_000) as usize;
         let s = d.strings();
+        let (src, dst) = (s.location(src), s.location(dst));
         assert_eq!(s.display(src.symbol), format!("fn_{i}"));
         assert_eq!((src.ip, src.offset), (0x1000 + i as u64, (i % 7) as u64));
         assert_eq!(s.get(src.dso.expect("dso")), format!("lib{}.so", i % 3));
@@ -418,7 +420,10 @@ fn replacing_the_string_table_midway_keeps_names_right() {
         Event::Ok {
             data: EventData::Trace { src, .. },
             ..
-        } => d.strings().display(src.symbol).to_string(),
+        } => d
+            .strings()
+            .display(d.strings().location(*src).symbol)
+            .to_string(),
         e => panic!("{e:?}"),
     };
     let e = d.next_event().expect("slice").expect("event");

@@ -53,6 +53,7 @@ pub fn is_dropped_jump(event: &Event, strings: &StringTable) -> bool {
                 },
             ..
         } => {
+            let (src, dst) = (strings.location(*src), strings.location(*dst));
             matches!(src.symbol, Symbol::FromPerf(s) if !strings.get(s).starts_with("[unknown @ "))
                 && src.symbol == dst.symbol
                 && src.dso == dst.dso

@@ -9,7 +9,7 @@
 //! the opened file) gets the name perf gives code it has no symbol for,
 //! `[unknown @ IP (DSO)]`, and the decode gets one notice per map.
 
-use ptscope_event::{Event, EventData, Location, StringTable, Symbol};
+use ptscope_event::{Event, EventData, Location, LocationHandle, StringTable, Symbol};
 use ptscope_symbols::{is_jit_map_name, MapTrust};
 use std::path::Path;
 
@@ -54,8 +54,8 @@ impl JitNames {
         };
         match data {
             EventData::Trace { src, dst, .. } => {
-                self.fix(src, strings);
-                self.fix(dst, strings);
+                self.fix_handle(src, strings);
+                self.fix_handle(dst, strings);
             }
             EventData::StackSample { callstack } => {
                 let mut frames = std::mem::take(&mut self.frames);
@@ -77,6 +77,15 @@ impl JitNames {
             | EventData::Comm { .. }
             | EventData::Fork { .. }
             | EventData::Switch { .. } => {}
+        }
+    }
+
+    /// [`JitNames::fix`] for an interned location: a changed one is interned anew.
+    #[inline]
+    fn fix_handle(&mut self, h: &mut LocationHandle, strings: &mut StringTable) {
+        let mut loc = *strings.location(*h);
+        if self.fix(&mut loc, strings) {
+            *h = strings.intern_location(loc);
         }
     }
 

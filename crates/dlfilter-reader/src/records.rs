@@ -5,8 +5,8 @@ use crate::format::{self, Class, NO_NAME};
 use crate::Error;
 use ptscope_decode::{Decoder, Stats, Warning, DEFAULT_KEPT_WARNINGS};
 use ptscope_event::{
-    Event, EventData, ExtraEvent, Kind, Location, StackHandle, StringTable, Sym, Symbol, Thread,
-    TraceStateChange,
+    Event, EventData, ExtraEvent, Kind, Location, LocationHandle, StackHandle, StringTable, Sym,
+    Symbol, Thread, TraceStateChange,
 };
 use std::collections::VecDeque;
 use std::io::{self, BufRead, ErrorKind, Read};
@@ -50,8 +50,10 @@ struct Tables {
     strings: StringTable,
     /// Filter name id → interned name.
     names: Vec<Option<Sym>>,
-    /// Filter location id → location (callchain frames, branch ends).
-    locs: Vec<Location>,
+    /// Filter location id → the location interned in `strings` (callchain frames,
+    /// branch ends): the filter sends each distinct location once, so it is interned
+    /// once, and branches carry the handle straight through.
+    locs: Vec<LocationHandle>,
     /// Filter chain id → the callchain interned in `strings` (the filter sends each
     /// distinct chain once, so it is interned once).
     chains: Vec<StackHandle>,
@@ -670,7 +672,7 @@ impl Tables {
                 let locs = &self.locs;
                 let chain = self
                     .strings
-                    .intern_stack(ids.rev().map(|c| locs[id_at(c) as usize]));
+                    .intern_stack_handles(ids.rev().map(|c| locs[id_at(c) as usize]));
                 if id < self.chains.len() {
                     // The filter started its ids again: the slot names another chain.
                     self.chains[id] = chain;
@@ -717,7 +719,8 @@ impl Tables {
                     });
                 }
                 let loc = self.loc(&mut cur)?;
-                self.locs.push(loc);
+                let h = self.strings.intern_location(loc);
+                self.locs.push(h);
             }
             format::REC_END => self.end = true,
             other => return Err(CorruptKind::UnknownRecord(other)),

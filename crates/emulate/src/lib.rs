@@ -44,7 +44,8 @@
 //! let mut kinds = Vec::new();
 //! while let Some(e) = events.next_event() {
 //!     if let Event::Ok { data: EventData::Trace { kind: Some(k), src, dst, .. }, .. } = e {
-//!         kinds.push((k, src.ip, dst.ip));
+//!         let strings = events.strings();
+//!         kinds.push((k, strings.location(src).ip, strings.location(dst).ip));
 //!     }
 //! }
 //! assert_eq!(kinds, [(Kind::Call, 0x1000, 0x2000), (Kind::Return, 0x2000, 0x1005)]);
@@ -62,7 +63,8 @@ pub use clock::{ClockKind, ExecNotice};
 
 use anyhow::{bail, Context, Result};
 use ptscope_event::{
-    Event, EventData, Kind, Location, StringTable, Sym, Symbol, Thread, TraceStateChange,
+    Event, EventData, Kind, Location, LocationHandle, StringTable, Sym, Symbol, Thread,
+    TraceStateChange,
 };
 use ptscope_symbols::{FunctionRanges, LoadSegment, MappedFile};
 use ptsim::blocklog::BlockLog;
@@ -617,7 +619,8 @@ struct Mapping {
 struct Resolver {
     maps: Vec<Mapping>,
     files: FxHashMap<String, Option<FileSyms>>,
-    cache: FxHashMap<u64, Location>,
+    /// Address → its location, interned in the events' table.
+    cache: FxHashMap<u64, LocationHandle>,
     /// Functions already named by an entry address, so a stripped function keeps one name.
     unknown: Sym,
 }
@@ -684,13 +687,14 @@ impl Resolver {
         })
     }
 
-    fn locate(&mut self, ip: u64, strings: &mut StringTable) -> Location {
-        if let Some(l) = self.cache.get(&ip) {
-            return *l;
+    fn locate(&mut self, ip: u64, strings: &mut StringTable) -> LocationHandle {
+        if let Some(&h) = self.cache.get(&ip) {
+            return h;
         }
         let loc = self.resolve(ip, strings);
-        self.cache.insert(ip, loc);
-        loc
+        let h = strings.intern_location(loc);
+        self.cache.insert(ip, h);
+        h
     }
 
     fn resolve(&mut self, ip: u64, strings: &mut StringTable) -> Location {
@@ -809,7 +813,7 @@ fn step_event(
     thread: Thread,
     s: &truth::Step,
 ) -> Event {
-    let null = Location::new(0, Symbol::Unknown, 0);
+    let null = strings.intern_location(Location::new(0, Symbol::Unknown, 0));
     let (change, kind, src, dst) = match s.kind {
         StepKind::Start => (
             Some(TraceStateChange::Start),
@@ -1047,6 +1051,7 @@ impl Events {
                 // tail calls (or PLT stubs) and must be seen.
                 let src = res.locate(s.from, &mut strings);
                 let dst = res.locate(s.to, &mut strings);
+                let (src, dst) = (strings.location(src), strings.location(dst));
                 let keep = src.symbol != dst.symbol || dst.offset == 0;
                 *slot = (s.from, s.to, keep);
                 keep
@@ -1165,7 +1170,8 @@ impl Events {
     /// from elsewhere).
     pub fn function_name(&mut self, ip: u64) -> String {
         let loc = self.resolver.locate(ip, &mut self.strings);
-        self.strings.display(loc.symbol).to_string()
+        let symbol = self.strings.location(loc).symbol;
+        self.strings.display(symbol).to_string()
     }
 
     /// Gives the names back, for the next input.

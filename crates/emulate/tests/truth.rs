@@ -132,7 +132,7 @@ fn calls_to(d: &Decoded, name: &str) -> usize {
         .iter()
         .filter(|e| {
             matches!(e, Event::Ok { data: EventData::Trace { kind: Some(Kind::Call), dst, .. }, .. }
-                if d.strings.display(dst.symbol) == name)
+                if d.strings.display(d.strings.location(*dst).symbol) == name)
         })
         .count()
 }

@@ -2,9 +2,10 @@
 //!
 //! Decoders (the `perf script` text parser, the dlfilter) turn a recording into a
 //! stream of [`Event`]s; stack writers turn that stream into trace slices. Names
-//! (symbols, DSOs, error messages) are interned once in a [`StringTable`] and carried
-//! as [`Sym`] handles, so an event is a small `Copy`-able value for branch events
-//! and decoding allocates nothing per branch.
+//! (symbols, DSOs, error messages), code locations and sampled stacks are interned once
+//! in a [`StringTable`] and carried as handles ([`Sym`], [`LocationHandle`],
+//! [`StackHandle`]), so a branch event is small and decoding allocates nothing per
+//! branch.
 //!
 //! ```
 //! use ptscope_event::{Event, EventData, Kind, Location, StringTable, Symbol, Thread};
@@ -12,19 +13,17 @@
 //! let mut strings = StringTable::new();
 //! let main = strings.intern("main");
 //! let foo = strings.intern("foo");
+//! // A branch's ends are interned too: a location seen a million times is stored once.
+//! let src = strings.intern_location(Location::new(0x1000, Symbol::FromPerf(main), 0x10));
+//! let dst = strings.intern_location(Location::new(0x2000, Symbol::FromPerf(foo), 0));
 //! let ev = Event::Ok {
 //!     thread: Thread { pid: Some(42), tid: Some(42) },
 //!     time: 1_000,
 //!     in_transaction: false,
-//!     data: EventData::Trace {
-//!         change: None,
-//!         kind: Some(Kind::Call),
-//!         src: Location::new(0x1000, Symbol::FromPerf(main), 0x10),
-//!         dst: Location::new(0x2000, Symbol::FromPerf(foo), 0),
-//!     },
+//!     data: EventData::Trace { change: None, kind: Some(Kind::Call), src, dst },
 //! };
 //! assert_eq!(ev.time(), Some(1_000));
-//! assert_eq!(strings.display(Symbol::FromPerf(foo)), "foo");
+//! assert_eq!(strings.display(strings.location(dst).symbol), "foo");
 //! ```
 
 pub mod source;
@@ -56,6 +55,13 @@ struct StackEntry {
     next: Option<u32>,
 }
 
+/// log2 of the slots of [`StringTable`]'s location cache.
+const LOCATION_CACHE_BITS: u32 = 12;
+/// Slots of [`StringTable`]'s location cache.
+const LOCATION_CACHE: usize = 1 << LOCATION_CACHE_BITS;
+/// An empty slot of the location cache.
+const NO_LOCATION: u32 = u32::MAX;
+
 /// Interns names once and hands out [`Sym`] handles; lookups by handle are O(1).
 ///
 /// It also interns code locations ([`LocationHandle`]) and sampled call stacks
@@ -71,6 +77,10 @@ pub struct StringTable {
     display: FxHashMap<Sym, Box<str>>,
     locations: Vec<Location>,
     location_map: FxHashMap<Location, LocationHandle>,
+    /// A direct-mapped cache in front of `location_map`, by address: decoders intern
+    /// both ends of every branch, the same few locations over and over, and one compare
+    /// is cheaper than hashing a location (allocated on first use).
+    location_cache: Box<[(Location, u32)]>,
     /// Every stack's location handles, root first, stacks back to back.
     frames: Vec<LocationHandle>,
     stacks: Vec<StackEntry>,
@@ -142,12 +152,25 @@ impl StringTable {
     /// Returns the handle of `loc`, adding it if it is new.
     #[inline]
     pub fn intern_location(&mut self, loc: Location) -> LocationHandle {
-        if let Some(&h) = self.location_map.get(&loc) {
-            return h;
+        if self.location_cache.is_empty() {
+            self.location_cache = vec![(loc, NO_LOCATION); LOCATION_CACHE].into_boxed_slice();
         }
-        let h = LocationHandle(self.locations.len() as u32);
-        self.locations.push(loc);
-        self.location_map.insert(loc, h);
+        let slot =
+            (loc.ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - LOCATION_CACHE_BITS)) as usize;
+        let cached = &self.location_cache[slot];
+        if cached.1 != NO_LOCATION && cached.0 == loc {
+            return LocationHandle(cached.1);
+        }
+        let h = match self.location_map.get(&loc) {
+            Some(&h) => h,
+            None => {
+                let h = LocationHandle(self.locations.len() as u32);
+                self.locations.push(loc);
+                self.location_map.insert(loc, h);
+                h
+            }
+        };
+        self.location_cache[slot] = (loc, h.0);
         h
     }
 
@@ -155,6 +178,12 @@ impl StringTable {
     #[inline]
     pub fn location(&self, h: LocationHandle) -> &Location {
         &self.locations[h.0 as usize]
+    }
+
+    /// Number of distinct locations interned; handles are `0..location_count()`, in the
+    /// order they were added.
+    pub fn location_count(&self) -> usize {
+        self.locations.len()
     }
 
     /// Returns the handle of the stack made of `frames` (root first), adding it if it
@@ -166,6 +195,23 @@ impl StringTable {
             let h = self.intern_location(loc);
             self.frames.push(h);
         }
+        self.end_stack(start)
+    }
+
+    /// [`StringTable::intern_stack`] of locations interned already (handles of this
+    /// table).
+    pub fn intern_stack_handles(
+        &mut self,
+        frames: impl IntoIterator<Item = LocationHandle>,
+    ) -> StackHandle {
+        let start = self.frames.len();
+        self.frames.extend(frames);
+        self.end_stack(start)
+    }
+
+    /// The handle of the stack whose frames were pushed from `start` on: an existing
+    /// one (the pushed frames are dropped again) or a new one.
+    fn end_stack(&mut self, start: usize) -> StackHandle {
         let new = &self.frames[start..];
         let mut hasher = FxHasher::default();
         new.hash(&mut hasher);
@@ -344,10 +390,10 @@ pub enum EventData {
         change: Option<TraceStateChange>,
         /// The branch kind; `None` for a bare `tr strt`/`tr end`.
         kind: Option<Kind>,
-        /// Where the branch came from.
-        src: Location,
+        /// Where the branch came from ([`StringTable::location`]).
+        src: LocationHandle,
         /// Where it went.
-        dst: Location,
+        dst: LocationHandle,
     },
     /// A core-to-bus ratio change (`cbr`), as a CPU frequency.
     Power {
@@ -680,6 +726,31 @@ mod tests {
         assert_eq!(s.get(a), "a");
     }
 
+    /// Locations that share a cache slot (same address, other symbol or offset; other
+    /// addresses that hash alike) each keep their own handle, however they alternate.
+    #[test]
+    fn locations_are_interned_once_whatever_the_cache_holds() {
+        let mut s = StringTable::new();
+        let f = Symbol::FromPerf(s.intern("f"));
+        let mut seen: FxHashMap<Location, LocationHandle> = FxHashMap::default();
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let loc = Location {
+                ip: x % 9000,
+                symbol: if x & 1 == 0 { f } else { Symbol::Unknown },
+                offset: (x >> 20) % 3,
+                dso: None,
+            };
+            let h = s.intern_location(loc);
+            assert_eq!(*s.location(h), loc);
+            assert_eq!(*seen.entry(loc).or_insert(h), h, "{loc:?}");
+        }
+        assert_eq!(s.location_count(), seen.len());
+    }
+
     #[test]
     fn stacks_are_stored_once() {
         let mut s = StringTable::new();
@@ -716,6 +787,6 @@ mod size_tests {
             "Event: {size} bytes, Location: {}",
             std::mem::size_of::<super::Location>()
         );
-        assert!(size <= 104, "Event grew to {size} bytes");
+        assert!(size <= 80, "Event grew to {size} bytes");
     }
 }

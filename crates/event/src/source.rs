@@ -56,7 +56,7 @@
 //! # Ok::<(), SourceError>(())
 //! ```
 
-use crate::{Event, EventData, Location, StackHandle, StringTable, Sym, Symbol};
+use crate::{Event, EventData, Location, LocationHandle, StackHandle, StringTable, Sym, Symbol};
 use std::fmt;
 
 /// Why a source stopped early (reading failed, perf died, a record was corrupt): each
@@ -125,14 +125,15 @@ impl Finished {
     }
 }
 
-/// Names and stacks moved from one table into another: each handle of the source table
-/// gets the other's handle for the same name (or stack), interned in the source's
-/// order, so the handles are those one shared table would have given. A consumer that
+/// Names, locations and stacks moved from one table into another: each handle of the
+/// source table gets the other's handle for the same name (location, stack), interned in
+/// the source's order, so the handles are those one shared table would have given. A consumer that
 /// keeps one table over several sources (each owning its own) moves every event through
 /// one of these; it is the only place an event's handles are rewritten.
 #[derive(Clone, Debug, Default)]
 pub struct TableMap {
     map: Vec<Sym>,
+    locations: Vec<LocationHandle>,
     stacks: Vec<StackHandle>,
 }
 
@@ -145,6 +146,13 @@ impl TableMap {
     /// Interns `name`, the source table's next entry, into `into`.
     pub fn add(&mut self, name: &str, into: &mut StringTable) {
         self.map.push(into.intern(name));
+    }
+
+    /// Interns `loc` (with the source table's handles), the source table's next
+    /// location, into `into`; its names must be mapped already.
+    pub fn add_location(&mut self, loc: Location, into: &mut StringTable) {
+        let h = into.intern_location(self.location(loc));
+        self.locations.push(h);
     }
 
     /// Interns the stack of `frames` (root first, with the source table's handles),
@@ -163,15 +171,22 @@ impl TableMap {
         for n in &delta.names {
             self.add(n, into);
         }
+        for &l in &delta.locations {
+            self.add_location(l, into);
+        }
         for frames in &delta.stacks {
             self.add_stack(frames.iter(), into);
         }
     }
 
-    /// Interns the names and stacks `from` gained since the last call into `into`.
+    /// Interns the names, locations and stacks `from` gained since the last call into
+    /// `into`.
     pub fn sync(&mut self, from: &StringTable, into: &mut StringTable) {
         for i in self.map.len()..from.len() {
             self.map.push(into.intern(from.get(Sym(i as u32))));
+        }
+        for i in self.locations.len()..from.location_count() {
+            self.add_location(*from.location(LocationHandle(i as u32)), into);
         }
         for i in self.stacks.len()..from.stack_count() {
             self.add_stack(from.stack(StackHandle(i as u32)), into);
@@ -180,6 +195,11 @@ impl TableMap {
 
     fn sym(&self, s: Sym) -> Sym {
         self.map.get(s.0 as usize).copied().unwrap_or(s)
+    }
+
+    /// The other table's handle of a location of the source table.
+    pub fn location_handle(&self, h: LocationHandle) -> LocationHandle {
+        self.locations.get(h.0 as usize).copied().unwrap_or(h)
     }
 
     fn location(&self, mut l: Location) -> Location {
@@ -196,8 +216,8 @@ impl TableMap {
             Event::DecodeError { message, .. } => *message = self.sym(*message),
             Event::Ok { data, .. } => match data {
                 EventData::Trace { src, dst, .. } => {
-                    *src = self.location(*src);
-                    *dst = self.location(*dst);
+                    *src = self.location_handle(*src);
+                    *dst = self.location_handle(*dst);
                 }
                 EventData::StackSample { callstack } => {
                     if let Some(&g) = self.stacks.get(callstack.0 as usize) {
@@ -219,14 +239,16 @@ impl TableMap {
     }
 }
 
-/// What a table gained since it was last sent to another thread: its new names and
-/// new stacks (with its own handles), in handle order. The other side mirrors the table
-/// (interning the names, then [`TableDelta::mirror_stacks`]) or moves them into its own
-/// ([`TableMap::add_delta`]).
+/// What a table gained since it was last sent to another thread: its new names,
+/// locations and stacks (with its own handles), in handle order. The other side mirrors
+/// the table (interning the names, then [`TableDelta::mirror`]) or moves them into its
+/// own ([`TableMap::add_delta`]).
 #[derive(Clone, Debug, Default)]
 pub struct TableDelta {
     /// New names, in handle order.
     pub names: Vec<Box<str>>,
+    /// New locations, in handle order.
+    pub locations: Vec<Location>,
     /// New stacks' frames, root first, in handle order.
     pub stacks: Vec<Box<[Location]>>,
 }
@@ -235,6 +257,7 @@ pub struct TableDelta {
 #[derive(Copy, Clone, Debug, Default)]
 pub struct TableSent {
     names: usize,
+    locations: usize,
     stacks: usize,
 }
 
@@ -245,20 +268,28 @@ impl TableDelta {
             names: (sent.names..table.len())
                 .map(|i| Box::from(table.get(Sym(i as u32))))
                 .collect(),
+            locations: (sent.locations..table.location_count())
+                .map(|i| *table.location(LocationHandle(i as u32)))
+                .collect(),
             stacks: (sent.stacks..table.stack_count())
                 .map(|i| table.stack(StackHandle(i as u32)).copied().collect())
                 .collect(),
         };
         *sent = TableSent {
             names: table.len(),
+            locations: table.location_count(),
             stacks: table.stack_count(),
         };
         delta
     }
 
-    /// Interns the new stacks into `into`, a copy of the sender's table that already
-    /// holds the delta's names: each gets the handle it has in the sender's table.
-    pub fn mirror_stacks(&self, into: &mut StringTable) {
+    /// Interns the new locations, then the new stacks, into `into`, a copy of the
+    /// sender's table that already holds the delta's names: each gets the handle it has
+    /// in the sender's table (locations first: a stack interns its frames' locations).
+    pub fn mirror(&self, into: &mut StringTable) {
+        for &l in &self.locations {
+            into.intern_location(l);
+        }
         for frames in &self.stacks {
             into.intern_stack(frames.iter().copied());
         }
@@ -446,6 +477,80 @@ mod tests {
         assert_eq!(into.len(), shared.len());
     }
 
+    /// A branch from `src` to `dst` (functions at ip 0x10 and 0x20 of `/bin/x`).
+    fn branch(strings: &mut StringTable, src: &str, dst: &str) -> Event {
+        let dso = strings.intern("/bin/x");
+        let mut at = |ip, name: &str| {
+            let loc = Location {
+                dso: Some(dso),
+                ..Location::new(ip, Symbol::FromPerf(strings.intern(name)), 0)
+            };
+            strings.intern_location(loc)
+        };
+        let (src, dst) = (at(0x10, src), at(0x20, dst));
+        Event::Ok {
+            thread: Thread::default(),
+            time: 1,
+            in_transaction: false,
+            data: EventData::Trace {
+                change: None,
+                kind: None,
+                src,
+                dst,
+            },
+        }
+    }
+
+    /// A branch's ends as `(ip, name, dso)`, read through `strings`.
+    fn ends(e: &Event, strings: &StringTable) -> [(u64, String, String); 2] {
+        let Event::Ok {
+            data: EventData::Trace { src, dst, .. },
+            ..
+        } = e
+        else {
+            panic!("not a branch: {e:?}");
+        };
+        [*src, *dst].map(|h| {
+            let l = strings.location(h);
+            let dso = l.dso.map_or("", |d| strings.get(d));
+            (l.ip, strings.display(l.symbol).to_owned(), dso.to_owned())
+        })
+    }
+
+    /// Branches moved into a table that holds other locations, through `apply` and
+    /// through deltas, keep their ends; moved again, a location gets the same handle.
+    #[test]
+    fn moved_branches_keep_their_locations() {
+        let mut into = StringTable::new();
+        let other = branch(&mut into, "x", "y");
+        let pairs = [("main", "f"), ("f", "g"), ("main", "f"), ("g", "main")];
+        let mut one = StringTable::new();
+        let mut map = TableMap::new();
+        let mut first = Vec::new();
+        for (a, b) in pairs {
+            let e = branch(&mut one, a, b);
+            let mut moved = e.clone();
+            map.apply(&mut moved, &one, &mut into);
+            assert_eq!(ends(&moved, &into), ends(&e, &one));
+            first.push(moved);
+        }
+        assert_eq!(first[0], first[2], "one location, one handle");
+        let mut two = StringTable::new();
+        let mut map = TableMap::new();
+        let mut sent = TableSent::default();
+        for (k, (a, b)) in pairs.iter().enumerate().rev() {
+            let e = branch(&mut two, a, b);
+            map.add_delta(&TableDelta::since(&two, &mut sent), &mut into);
+            let mut moved = e.clone();
+            map.rewrite(&mut moved);
+            assert_eq!(ends(&moved, &into), ends(&e, &two));
+            assert_eq!(moved, first[k], "the handles one shared table gives");
+        }
+        assert_eq!(ends(&other, &into)[0].1, "x");
+        // x and y; main, f and g each as a source (0x10) and a destination (0x20).
+        assert_eq!(into.location_count(), 2 + 6);
+    }
+
     /// Sources with tables of their own, moved into a table that already holds other
     /// names and stacks, read the same stacks there: through `apply` (one event at a
     /// time, as the pipeline's decoding thread does) and through a delta sent between
@@ -480,7 +585,7 @@ mod tests {
         assert_eq!(into.stack_count(), 4);
     }
 
-    /// A mirror fed the deltas (names in order, then `mirror_stacks`) gives every stack
+    /// A mirror fed the deltas (names in order, then `mirror`) gives every stack
     /// the handle it has in the sender's table.
     #[test]
     fn a_mirror_has_the_senders_handles() {
@@ -488,14 +593,18 @@ mod tests {
         let mut mirror = StringTable::new();
         let mut sent = TableSent::default();
         for frames_of in [&["main", "f"][..], &["main"], &["main", "f"], &["g", "h"]] {
+            // Branches intern locations between the stacks' own.
+            let b = branch(&mut sender, frames_of[0], "k");
             let e = sample(&mut sender, frames_of);
             let delta = TableDelta::since(&sender, &mut sent);
             for n in &delta.names {
                 mirror.intern(n);
             }
-            delta.mirror_stacks(&mut mirror);
+            delta.mirror(&mut mirror);
             assert_eq!(frames(&e, &mirror), frames(&e, &sender));
+            assert_eq!(ends(&b, &mirror), ends(&b, &sender));
         }
         assert_eq!(mirror.stack_count(), sender.stack_count());
+        assert_eq!(mirror.location_count(), sender.location_count());
     }
 }

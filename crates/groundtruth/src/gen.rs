@@ -763,8 +763,8 @@ pub fn generate(spec: &Spec) -> Scenario {
                         data: EventData::Trace {
                             change,
                             kind,
-                            src: location(st.src),
-                            dst: location(st.dst),
+                            src: strings.intern_location(location(st.src)),
+                            dst: strings.intern_location(location(st.dst)),
                         },
                     }
                 }
@@ -781,8 +781,8 @@ pub fn generate(spec: &Spec) -> Scenario {
                     data: EventData::Trace {
                         change: Some(Start),
                         kind: None,
-                        src: location(UNKNOWN),
-                        dst: location(dst),
+                        src: strings.intern_location(location(UNKNOWN)),
+                        dst: strings.intern_location(location(dst)),
                     },
                 },
             };

@@ -444,6 +444,7 @@ pub fn thread_truths(
                         },
                     ..
                 } => {
+                    let (src, dst) = (d.strings.location(*src), d.strings.location(*dst));
                     matches!((src.symbol, dst.symbol), (Symbol::FromPerf(x), Symbol::FromPerf(y)) if x == y)
                 }
                 Event::Ok {

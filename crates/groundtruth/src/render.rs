@@ -72,15 +72,15 @@ pub fn render_event(event: &Event, strings: &StringTable) -> Option<String> {
                 id(thread.tid),
                 time / 1_000_000_000,
                 time % 1_000_000_000,
-                flags(*change, *kind, dst),
+                flags(*change, *kind, strings.location(*dst)),
             );
             if *in_transaction {
                 out.push_str(" (x)");
             }
             out.push_str("     ");
-            location(&mut out, src, strings);
+            location(&mut out, strings.location(*src), strings);
             out.push_str(" =>     ");
-            location(&mut out, dst, strings);
+            location(&mut out, strings.location(*dst), strings);
         }
         Event::DecodeError {
             thread,

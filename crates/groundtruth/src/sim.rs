@@ -566,7 +566,7 @@ struct EventWindows {
 }
 
 impl EventWindows {
-    fn observe(&mut self, e: &Event) {
+    fn observe(&mut self, e: &Event, strings: &StringTable) {
         // A thread's name (perf's COMM and FORK side-band, printed for the task events)
         // is no trace of its stack: a snapshot's COMM from the exec long before the
         // buffer would stretch the scored span over time no writer saw.
@@ -599,7 +599,7 @@ impl EventWindows {
                         dst,
                     },
                 ..
-            } => same_symbol(src.symbol, dst.symbol),
+            } => same_symbol(strings.location(*src).symbol, strings.location(*dst).symbol),
             Event::Ok {
                 data: EventData::Power { .. },
                 ..
@@ -645,7 +645,7 @@ struct ThreadWindows {
 }
 
 impl ThreadWindows {
-    fn observe(&mut self, e: &Event) {
+    fn observe(&mut self, e: &Event, strings: &StringTable) {
         let th = e.thread();
         if self.threads.get(self.at).is_none_or(|t| t.0 != th) {
             self.at = match self.threads.iter().position(|t| t.0 == th) {
@@ -656,7 +656,7 @@ impl ThreadWindows {
                 }
             };
         }
-        self.threads[self.at].1.observe(e);
+        self.threads[self.at].1.observe(e, strings);
     }
 
     /// Per thread with a true timeline: the timeline clipped to the thread's events, with
@@ -702,7 +702,7 @@ fn clip<S: Clone>(pieces: &[(u64, u64, S)], lo: u64, hi: u64) -> Vec<(u64, u64, 
 pub fn thread_truths(timelines: &[StackTimeline], d: &Decoded) -> Vec<ThreadTruth> {
     let mut w = ThreadWindows::default();
     for e in &d.events {
-        w.observe(e);
+        w.observe(e, &d.strings);
     }
     w.truths(
         |th, lo, hi| {
@@ -895,7 +895,7 @@ fn score_path(
     let strings = decode_each(data, path, |e, strings| {
         events += 1;
         errors += usize::from(matches!(e, Event::DecodeError { .. }));
-        windows.observe(&e);
+        windows.observe(&e, strings);
         writers.write(e, strings);
     })?;
     let truth = windows.truths(

@@ -41,6 +41,7 @@ fn track(sc: &Scenario, truth: &ThreadTruth) -> (ReconThread, Vec<Vec<String>>) 
         else {
             panic!("clean scenarios have no decode errors")
         };
+        let (src, dst) = (s.location(*src), s.location(*dst));
         let dst_name = s.display(dst.symbol).to_string();
         match (change, kind) {
             (Some(TraceStateChange::Start), None) => {

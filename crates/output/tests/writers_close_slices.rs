@@ -319,7 +319,7 @@ fn mutate_lines(lines: &mut Vec<String>, rng: &mut Rng) {
     }
 }
 
-fn random_config(rng: &mut Rng, events: &[Event]) -> WriterConfig {
+fn random_config(rng: &mut Rng, events: &[Event], strings: &StringTable) -> WriterConfig {
     let scope = match rng.below(3) {
         0 => TraceScope::Userspace,
         1 => TraceScope::UserspaceAndKernel,
@@ -332,7 +332,7 @@ fn random_config(rng: &mut Rng, events: &[Event]) -> WriterConfig {
             Event::Ok {
                 data: EventData::Trace { dst, .. },
                 ..
-            } => Some(dst.ip),
+            } => Some(strings.location(*dst).ip),
             _ => None,
         })
         .collect();
@@ -374,7 +374,7 @@ fn mutated_fixture_texts_close_every_slice() {
         }
         let text = lines.join("\n") + "\n";
         let (events, strings) = decode(text.as_bytes());
-        let config = random_config(&mut rng, &events);
+        let config = random_config(&mut rng, &events, &strings);
         let snapshots = random_snapshots(&mut rng, events.len());
         let label = format!("run {run} ({name} from line {start})");
         if let Err(e) = check_both(&label, &events, &strings, &snapshots, &config) {
@@ -472,8 +472,8 @@ fn random_events(rng: &mut Rng, strings: &mut StringTable) -> Vec<Event> {
             EventData::Trace {
                 change,
                 kind,
-                src: loc(rng),
-                dst: loc(rng),
+                src: strings.intern_location(loc(rng)),
+                dst: strings.intern_location(loc(rng)),
             }
         };
         out.push(Event::Ok {
@@ -494,7 +494,7 @@ fn random_event_streams_close_every_slice() {
     for run in 0..runs {
         let mut strings = StringTable::new();
         let events = random_events(&mut rng, &mut strings);
-        let config = random_config(&mut rng, &events);
+        let config = random_config(&mut rng, &events, &strings);
         let snapshots = random_snapshots(&mut rng, events.len());
         if let Err(e) = check_both(
             &format!("run {run}"),

@@ -78,7 +78,7 @@ fn intern_new(strings: &mut StringTable, new: &TableDelta, demangle: bool) {
             }
         }
     }
-    new.mirror_stacks(strings);
+    new.mirror(strings);
 }
 
 /// Which events fall in a `--filter` range: from a call to START to the next call to
@@ -106,7 +106,7 @@ impl RangeFilter {
                         ..
                     },
                 ..
-            } => Some(strings.display(dst.symbol)),
+            } => Some(strings.display(strings.location(*dst).symbol)),
             // A sample enters the range when its innermost START or STOP frame says so.
             Event::Ok {
                 data: EventData::StackSample { callstack },

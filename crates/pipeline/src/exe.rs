@@ -71,7 +71,7 @@ impl ExeInfo {
             Event::Ok {
                 data: EventData::Trace { src, dst, .. },
                 ..
-            } => check(src).or_else(|| check(dst)),
+            } => check(strings.location(*src)).or_else(|| check(strings.location(*dst))),
             Event::Ok {
                 data: EventData::StackSample { callstack },
                 ..

@@ -306,6 +306,7 @@ mod tests {
                 },
             ) = (a, b)
             {
+                let (da, db) = (strings.location(*da), one.strings().location(*db));
                 assert_eq!(strings.display(da.symbol), one.strings().display(db.symbol));
                 assert_eq!(da.ip, db.ip);
             }

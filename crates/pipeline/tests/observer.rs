@@ -45,6 +45,7 @@ fn for_each_event_hands_out_what_the_decoder_reads() {
             ..
         } = &e
         {
+            let dst = d.strings().location(*dst);
             want.push(d.strings().display(dst.symbol).to_string());
         }
     }
@@ -58,7 +59,7 @@ fn for_each_event_hands_out_what_the_decoder_reads() {
             ..
         } = &e
         {
-            got.push(strings.display(dst.symbol).to_string());
+            got.push(strings.display(strings.location(*dst).symbol).to_string());
         }
     })
     .expect("decodes");

@@ -21,20 +21,22 @@
 //! let main = Symbol::FromPerf(strings.intern("main"));
 //! let foo = Symbol::FromPerf(strings.intern("foo"));
 //! let thread = Thread { pid: Some(1), tid: Some(1) };
-//! let branch = |time, kind, src, dst| Event::Ok {
+//! let mut branch = |time, kind, src, dst| Event::Ok {
 //!     thread,
 //!     time,
 //!     in_transaction: false,
 //!     data: EventData::Trace {
 //!         change: None,
 //!         kind: Some(kind),
-//!         src: Location::new(0x10, src, 0),
-//!         dst: Location::new(0x20, dst, 0),
+//!         src: strings.intern_location(Location::new(0x10, src, 0)),
+//!         dst: strings.intern_location(Location::new(0x20, dst, 0)),
 //!     },
 //! };
+//! let events = [branch(0, Kind::Call, main, foo), branch(10, Kind::Return, foo, main)];
 //! let mut w = LegacyWriter::new(TranscriptSink::default(), WriterConfig::default());
-//! w.write_event(&branch(0, Kind::Call, main, foo), &strings);
-//! w.write_event(&branch(10, Kind::Return, foo, main), &strings);
+//! for e in &events {
+//!     w.write_event(e, &strings);
+//! }
 //! let sink = w.finish(&strings);
 //! // Returning into `main`, whose call was never seen, infers it from the trace start.
 //! assert_eq!(
@@ -918,8 +920,9 @@ fn write_ok<S: TraceSink>(
             src,
             dst,
         } => {
-            track_traps_in_range(ctx, ti, src, dst, time);
-            write_branch(ctx, ti, time, *kind, *change, dst);
+            let (src, dst) = (*ctx.strings.location(*src), *ctx.strings.location(*dst));
+            track_traps_in_range(ctx, ti, &src, &dst, time);
+            write_branch(ctx, ti, time, *kind, *change, &dst);
         }
     }
 }

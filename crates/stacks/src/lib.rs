@@ -20,15 +20,16 @@
 //! let mut strings = StringTable::new();
 //! let main = Symbol::FromPerf(strings.intern("main"));
 //! let work = Symbol::FromPerf(strings.intern("work"));
-//! let branch = |time, kind, src, dst| Event::Ok {
+//! // A branch's ends are locations interned in the same table as the names.
+//! let mut branch = |time, kind, src, dst| Event::Ok {
 //!     thread: Thread { pid: Some(42), tid: Some(42) },
 //!     time,
 //!     in_transaction: false,
 //!     data: EventData::Trace {
 //!         change: None,
 //!         kind: Some(kind),
-//!         src: Location::new(0x1000, src, 0x10),
-//!         dst: Location::new(0x2000, dst, 0),
+//!         src: strings.intern_location(Location::new(0x1000, src, 0x10)),
+//!         dst: strings.intern_location(Location::new(0x2000, dst, 0)),
 //!     },
 //! };
 //! let events = [

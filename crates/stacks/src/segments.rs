@@ -27,18 +27,23 @@
 //!
 //! let mut s = StringTable::new();
 //! let (main, f, g) = (s.intern("main"), s.intern("f"), s.intern("g"));
-//! let at = |ip, sym| Location::new(ip, Symbol::FromPerf(sym), 0);
+//! let mut at = |ip, sym| s.intern_location(Location::new(ip, Symbol::FromPerf(sym), 0));
 //! let br = |time, kind, src, dst| Event::Ok {
 //!     thread: Thread { pid: Some(1), tid: Some(1) },
 //!     time,
 //!     in_transaction: false,
 //!     data: EventData::Trace { change: None, kind: Some(kind), src, dst },
 //! };
-//! let mut w = SegmentsWriter::new(TranscriptSink::default(), WriterConfig::default());
 //! // The snapshot starts inside `f`; only the return reveals that `main` called it.
-//! w.write_event(&br(0, Kind::Call, at(0x110, f), at(0x200, g)), &s);
-//! w.write_event(&br(10, Kind::Return, at(0x210, g), at(0x115, f)), &s);
-//! w.write_event(&br(20, Kind::Return, at(0x120, f), at(0x30, main)), &s);
+//! let events = [
+//!     br(0, Kind::Call, at(0x110, f), at(0x200, g)),
+//!     br(10, Kind::Return, at(0x210, g), at(0x115, f)),
+//!     br(20, Kind::Return, at(0x120, f), at(0x30, main)),
+//! ];
+//! let mut w = SegmentsWriter::new(TranscriptSink::default(), WriterConfig::default());
+//! for e in &events {
+//!     w.write_event(e, &s);
+//! }
 //! let t = w.finish(&s);
 //! assert_eq!(
 //!     t.lines,
@@ -52,7 +57,7 @@
 use crate::sink::TraceSink;
 use crate::transaction::Transaction;
 use crate::{StackWriter, WriterConfig};
-use ptscope_event::{Event, EventData, Location, StringTable, Thread};
+use ptscope_event::{Event, EventData, StringTable, Thread};
 use rustc_hash::FxHashMap;
 
 mod frames;
@@ -83,7 +88,7 @@ pub struct SegmentsWriter<S: TraceSink> {
     /// Sampled frames outside the scope were dropped and the user was told.
     warned_scope: bool,
     /// A sampled stack's frames in scope (reused: no allocation per sample).
-    sample_frames: Vec<Location>,
+    sample_frames: Vec<frames::Loc>,
     /// Changes of the `--filter` region: (trace time, events now written?).
     regions: Vec<(i64, bool)>,
     in_region: bool,
@@ -205,7 +210,7 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
             close_segment(&mut ts);
             if self.config.stitch {
                 add_process_entry(&mut ts, &mut self.locs, strings);
-                extend_roots_backwards(&mut ts, &self.locs);
+                extend_roots_backwards(&mut ts, &self.locs, strings);
             }
             write::ThreadWriter::new(
                 &mut self.sink,

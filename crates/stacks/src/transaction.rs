@@ -77,10 +77,11 @@ impl<X> Transaction<X> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ptscope_event::{Location, StringTable, Symbol, Thread};
+    use ptscope_event::{LocationHandle, StringTable, Thread};
 
+    /// A branch; the transaction looks at kinds only, so its ends are no table's.
     fn branch(time: u64, kind: Kind, in_transaction: bool) -> Event {
-        let at = Location::locationless(Symbol::Unknown);
+        let at = LocationHandle(0);
         Event::Ok {
             thread: Thread::default(),
             time,

@@ -291,7 +291,10 @@ fn the_legacy_writer_ignores_switches() {
 #[test]
 fn switches_do_not_change_a_branch_trace() {
     let mut s = StringTable::new();
-    let at = |s: &mut StringTable, ip, f: &str| Location::new(ip, Symbol::FromPerf(s.intern(f)), 0);
+    let at = |s: &mut StringTable, ip, f: &str| {
+        let loc = Location::new(ip, Symbol::FromPerf(s.intern(f)), 0);
+        s.intern_location(loc)
+    };
     let branch = |time, kind, src, dst| Event::Ok {
         thread: T,
         time,

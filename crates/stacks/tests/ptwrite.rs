@@ -48,21 +48,19 @@ fn events(s: &mut StringTable) -> Vec<Event> {
         in_transaction: false,
         data,
     };
-    let br = |kind, src, dst| EventData::Trace {
+    let mut br = |kind, src, dst| EventData::Trace {
         change: None,
         kind: Some(kind),
-        src,
-        dst,
+        src: s.intern_location(src),
+        dst: s.intern_location(dst),
     };
+    let call = br(Kind::Call, at(0x1010, main), at(0x2000, f));
+    let ret = br(Kind::Return, at(0x2010, f), at(0x1015, main));
     let ptwrite = EventData::Ptwrite {
         location: at(0x2008, f),
         data: 0x2a,
     };
-    vec![
-        ok(1_000, br(Kind::Call, at(0x1010, main), at(0x2000, f))),
-        ok(1_020, ptwrite),
-        ok(1_040, br(Kind::Return, at(0x2010, f), at(0x1015, main))),
-    ]
+    vec![ok(1_000, call), ok(1_020, ptwrite), ok(1_040, ret)]
 }
 
 /// Runs `events` through `w`, event `i` inside the `--filter` range if `keep(i)`.

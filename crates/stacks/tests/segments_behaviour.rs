@@ -76,6 +76,7 @@ impl Build {
     ) {
         let src = self.loc(src.0, src.1);
         let dst = self.loc(dst.0, dst.1);
+        let (src, dst) = (self.s.intern_location(src), self.s.intern_location(dst));
         self.events.push(Event::Ok {
             thread: Thread {
                 pid: Some(1),
@@ -97,6 +98,7 @@ impl Build {
         let src = self.loc(src.0, src.1);
         let mut to = self.loc(dst.0, dst.1);
         to.offset = dst.2;
+        let (src, to) = (self.s.intern_location(src), self.s.intern_location(to));
         self.events.push(Event::Ok {
             thread: Thread {
                 pid: Some(1),
@@ -111,6 +113,22 @@ impl Build {
                 dst: to,
             },
         });
+    }
+    /// The last event, a branch, has its ends in `src` and `dst`.
+    fn set_dsos(&mut self, src: ptscope_event::Sym, dst: ptscope_event::Sym) {
+        if let Some(Event::Ok {
+            data: EventData::Trace { src: s, dst: d, .. },
+            ..
+        }) = self.events.last_mut()
+        {
+            for (h, dso) in [(s, src), (d, dst)] {
+                let loc = Location {
+                    dso: Some(dso),
+                    ..*self.s.location(*h)
+                };
+                *h = self.s.intern_location(loc);
+            }
+        }
     }
     /// A decode error at `t`, then tracing resumes at `resume` (perf's `tr strt`).
     fn lost(&mut self, t: u64, resume: (u64, &str)) {
@@ -999,14 +1017,7 @@ fn a_gap_back_into_the_loaders_start_lines_up_with_its_root() {
 fn jump_in(b: &mut Build, t: u64, dso: &str, src: (u64, &str), dst: (u64, &str, u64)) {
     let dso = b.s.intern(dso);
     b.k_to(t, Kind::Jump, src, dst);
-    if let Some(Event::Ok {
-        data: EventData::Trace { src, dst, .. },
-        ..
-    }) = b.events.last_mut()
-    {
-        src.dso = Some(dso);
-        dst.dso = Some(dso);
-    }
+    b.set_dsos(dso, dso);
 }
 
 /// Debian's stripped python3.11: GCC split `PyImport_ImportModuleLevelObject` into a hot
@@ -1183,14 +1194,7 @@ fn an_unnamed_jump_across_objects_into_an_ancestor_unwinds() {
         (0xb20, "libc.so.6+0x3be30"),
         (0x830, "prog+0x800", 0x30),
     );
-    if let Some(Event::Ok {
-        data: EventData::Trace { src, dst, .. },
-        ..
-    }) = b.events.last_mut()
-    {
-        src.dso = Some(dso);
-        dst.dso = Some(prog);
-    }
+    b.set_dsos(dso, prog);
     b.k(40, Kind::Return, (0x840, "prog+0x800"), (0x108, "_start"));
     let s = b.run(WriterConfig::default(), None);
     for slice in [

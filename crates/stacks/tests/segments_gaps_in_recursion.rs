@@ -24,7 +24,8 @@ fn at(ip: u64, sym: Sym) -> Location {
     Location::new(ip, Symbol::FromPerf(sym), 1)
 }
 
-fn branch(time: u64, kind: Kind, src: Location, dst: Location) -> Event {
+fn branch(s: &mut StringTable, time: u64, kind: Kind, src: Location, dst: Location) -> Event {
+    let (src, dst) = (s.intern_location(src), s.intern_location(dst));
     Event::Ok {
         thread: THREAD,
         time,
@@ -40,6 +41,8 @@ fn branch(time: u64, kind: Kind, src: Location, dst: Location) -> Event {
 
 /// A decode error at `time`, then tracing resumes at `resume` (perf's `tr strt`).
 fn gap(s: &mut StringTable, time: u64, resume: Location) -> [Event; 2] {
+    let unknown = s.intern_location(Location::new(0, Symbol::Unknown, 0));
+    let resume = s.intern_location(resume);
     [
         Event::DecodeError {
             thread: THREAD,
@@ -54,7 +57,7 @@ fn gap(s: &mut StringTable, time: u64, resume: Location) -> [Event; 2] {
             data: EventData::Trace {
                 change: Some(TraceStateChange::Start),
                 kind: None,
-                src: Location::new(0, Symbol::Unknown, 0),
+                src: unknown,
                 dst: resume,
             },
         },
@@ -86,17 +89,35 @@ fn gaps_in_a_steady_recursion_do_not_deepen_the_stack() {
     let mut s = StringTable::new();
     let (main, f, g) = (s.intern("main"), s.intern("f"), s.intern("g"));
     let mut ev = vec![
-        branch(0, Kind::Call, at(0x101, main), at(0x201, f)),
-        branch(10, Kind::Call, at(0x211, f), at(0x301, g)),
-        branch(20, Kind::Call, at(0x311, g), at(0x201, f)),
-        branch(30, Kind::Call, at(0x211, f), at(0x301, g)),
+        branch(&mut s, 0, Kind::Call, at(0x101, main), at(0x201, f)),
+        branch(&mut s, 10, Kind::Call, at(0x211, f), at(0x301, g)),
+        branch(&mut s, 20, Kind::Call, at(0x311, g), at(0x201, f)),
+        branch(&mut s, 30, Kind::Call, at(0x211, f), at(0x301, g)),
     ];
     let mut t = 40;
     for _ in 0..10 {
         ev.extend(gap(&mut s, t, at(0x220, f)));
-        ev.push(branch(t + 10, Kind::Return, at(0x230, f), at(0x312, g)));
-        ev.push(branch(t + 20, Kind::Call, at(0x311, g), at(0x201, f)));
-        ev.push(branch(t + 30, Kind::Call, at(0x211, f), at(0x301, g)));
+        ev.push(branch(
+            &mut s,
+            t + 10,
+            Kind::Return,
+            at(0x230, f),
+            at(0x312, g),
+        ));
+        ev.push(branch(
+            &mut s,
+            t + 20,
+            Kind::Call,
+            at(0x311, g),
+            at(0x201, f),
+        ));
+        ev.push(branch(
+            &mut s,
+            t + 30,
+            Kind::Call,
+            at(0x211, f),
+            at(0x301, g),
+        ));
         t += 40;
     }
     let mut w = SegmentsWriter::new(TranscriptSink::default(), WriterConfig::default());

@@ -24,7 +24,9 @@
 
 use std::path::Path;
 
-use ptscope_event::{Event, EventData, Location, StackHandle, StringTable, Sym, Symbol};
+use ptscope_event::{
+    Event, EventData, Location, LocationHandle, StackHandle, StringTable, Sym, Symbol,
+};
 use rustc_hash::FxHashMap;
 
 use crate::functions::FunctionRanges;
@@ -70,6 +72,8 @@ pub trait NameTable {
     fn intern(&mut self, name: &str) -> Sym;
     /// The handle of the stack made of `frames` (root first), interning it if new.
     fn intern_stack(&mut self, frames: &[Location]) -> StackHandle;
+    /// The handle of `loc`, interning it if new.
+    fn intern_location(&mut self, loc: Location) -> LocationHandle;
     /// The raw string behind a handle.
     fn get(&self, sym: Sym) -> &str {
         self.strings().get(sym)
@@ -89,6 +93,9 @@ impl NameTable for StringTable {
     }
     fn intern_stack(&mut self, frames: &[Location]) -> StackHandle {
         StringTable::intern_stack(self, frames.iter().copied())
+    }
+    fn intern_location(&mut self, loc: Location) -> LocationHandle {
+        StringTable::intern_location(self, loc)
     }
 }
 
@@ -238,8 +245,14 @@ impl Namer {
             EventData::StackSample { callstack } => callstack,
             EventData::Trace { src, dst, .. } => {
                 if self.grouping() {
-                    self.name_absolute(pid, src, strings);
-                    self.name_absolute(pid, dst, strings);
+                    for h in [src, dst] {
+                        // Named per event, not per handle: the same address may be another
+                        // function in another process.
+                        let mut loc = *strings.strings().location(*h);
+                        if self.name_absolute(pid, &mut loc, strings) {
+                            *h = strings.intern_location(loc);
+                        }
+                    }
                 }
                 return;
             }
@@ -538,23 +551,28 @@ impl Namer {
         }
     }
 
-    /// Names a location whose `ip` is the process's own address (a branch's).
+    /// Names a location whose `ip` is the process's own address (a branch's); true if
+    /// it did.
     fn name_absolute(
         &mut self,
         pid: Option<u32>,
         loc: &mut Location,
         strings: &mut impl NameTable,
-    ) {
+    ) -> bool {
         let Symbol::FromPerf(sym) = loc.symbol else {
-            return;
+            return false;
         };
-        let Some(dso) = loc.dso else { return };
+        let Some(dso) = loc.dso else { return false };
         if self.kind(sym, strings) != NameKind::UnknownInFile {
-            return;
+            return false;
         }
-        if let Some((name, start)) = self.function_at_address(pid, dso, loc.ip, strings) {
-            loc.symbol = Symbol::FromPerf(name);
-            loc.offset = loc.ip.wrapping_sub(start);
+        match self.function_at_address(pid, dso, loc.ip, strings) {
+            Some((name, start)) => {
+                loc.symbol = Symbol::FromPerf(name);
+                loc.offset = loc.ip.wrapping_sub(start);
+                true
+            }
+            None => false,
         }
     }
 

@@ -204,7 +204,11 @@ pub fn render(event: Option<&Event>, strings: &StringTable) -> String {
                         };
                         s += &format!(" (kind {k})");
                     }
-                    s + &format!(" (src {}) (dst {}))", loc(src), loc(dst))
+                    s + &format!(
+                        " (src {}) (dst {}))",
+                        loc(strings.location(*src)),
+                        loc(strings.location(*dst))
+                    )
                 }
                 EventData::Power { freq_mhz } => format!("(Power (freq {freq_mhz}))"),
                 EventData::StackSample { callstack } => {

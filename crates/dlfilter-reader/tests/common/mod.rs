@@ -144,8 +144,8 @@ pub fn norm(e: &Event, s: &StringTable) -> String {
                     dst,
                 } => format!(
                     "TRACE {change:?} {kind:?} {} => {}",
-                    loc(src, s),
-                    loc(dst, s)
+                    loc(s.location(*src), s),
+                    loc(s.location(*dst), s)
                 ),
                 EventData::Power { freq_mhz } => format!("POWER {freq_mhz}"),
                 EventData::StackSample { callstack } => {

@@ -270,8 +270,8 @@ fn event_line(e: &ptscope_event::Event, strings: &ptscope_event::StringTable) ->
                 "{time} {}{} {} -> {}",
                 kind.map_or(String::new(), |k| format!("{k:?}")),
                 change.map_or(String::new(), |c| format!(" {c:?}")),
-                loc(src),
-                loc(dst)
+                loc(strings.location(*src)),
+                loc(strings.location(*dst))
             ),
             other => format!("{time} {other:?}"),
         },

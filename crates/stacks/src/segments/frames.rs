@@ -3,7 +3,7 @@
 
 use super::signals;
 use crate::tracks::ExtraTracks;
-use ptscope_event::{Location, StringTable, Symbol, Thread};
+use ptscope_event::{Location, LocationHandle, StringTable, Symbol, Thread};
 use rustc_hash::FxHashMap;
 
 pub(super) const SENTINEL: u8 = 1;
@@ -153,23 +153,69 @@ pub(super) const GAPS: usize = 16;
 /// Off-CPU intervals held per thread between two samples; more are merged into the last.
 pub(super) const MAX_OFF_CPU: usize = 4096;
 
-/// Locations interned per writer: frames refer to them by index.
+/// Frames refer to the locations the events carry by their handles in the pipeline's
+/// [`StringTable`] (`LocationHandle.0`): nothing is interned again here. The few
+/// locations no event carries, which the writer makes itself (one per synthetic frame,
+/// `[untraced]`, `[syscall]`, `[returned]`, off-CPU, and an inferred `_start`), are kept
+/// apart, with ids from [`OWN`] up.
 #[derive(Default)]
 pub(super) struct Locations {
-    pub(super) map: FxHashMap<(u64, Symbol), u32>,
-    pub(super) list: Vec<Location>,
+    own: Vec<Location>,
 }
 
+/// The first id of a location the writer made itself (table handles stay below it).
+pub(super) const OWN: u32 = 1 << 31;
+
 impl Locations {
-    pub(super) fn intern(&mut self, loc: &Location) -> u32 {
-        let key = (loc.ip, loc.symbol);
-        if let Some(&i) = self.map.get(&key) {
-            return i;
+    /// The id of `loc`, one the writer made itself; there are only a handful of them, so
+    /// a search finds an earlier copy.
+    pub(super) fn own(&mut self, loc: Location) -> Loc {
+        let i = match self.own.iter().position(|o| *o == loc) {
+            Some(i) => i,
+            None => {
+                self.own.push(loc);
+                self.own.len() - 1
+            }
+        };
+        Loc {
+            id: OWN + i as u32,
+            at: loc,
         }
-        let i = self.list.len() as u32;
-        self.list.push(*loc);
-        self.map.insert(key, i);
-        i
+    }
+
+    /// The location behind a frame's id.
+    #[inline]
+    pub(super) fn get<'a>(&'a self, strings: &'a StringTable, id: u32) -> &'a Location {
+        match id.checked_sub(OWN) {
+            Some(i) => &self.own[i as usize],
+            None => strings.location(LocationHandle(id)),
+        }
+    }
+}
+
+/// A location as the writer takes it in: the id a frame stores and the location itself.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Loc {
+    pub(super) id: u32,
+    pub(super) at: Location,
+}
+
+impl Loc {
+    /// An event's location, by its handle in `strings`.
+    #[inline]
+    pub(super) fn of(h: LocationHandle, strings: &StringTable) -> Loc {
+        Loc {
+            id: h.0,
+            at: *strings.location(h),
+        }
+    }
+}
+
+impl std::ops::Deref for Loc {
+    type Target = Location;
+    #[inline]
+    fn deref(&self) -> &Location {
+        &self.at
     }
 }
 

@@ -3,16 +3,16 @@
 //! stack before it only when the two line up, and stacks of goroutines seen parking are
 //! remembered to give a resumed goroutine its own outer frames back.
 
-use super::frames::{Join, Locations, ThreadState};
+use super::frames::{Join, Loc, Locations, ThreadState};
 use super::ingest::Cx;
 use super::stitch::Stitch;
 use super::write::{Open, ThreadWriter};
 use crate::legacy::GOGO_DESTINATIONS;
 use crate::sink::TraceSink;
-use ptscope_event::{Location, Symbol};
+use ptscope_event::{StringTable, Symbol};
 
 impl<T> Cx<'_, T> {
-    pub(super) fn named_gogo_return(&self, src: &Location) -> bool {
+    pub(super) fn named_gogo_return(&self, src: &Loc) -> bool {
         matches!(src.symbol, Symbol::FromPerf(s) if self.strings.get(s) == "gogo")
     }
 
@@ -24,7 +24,7 @@ impl<T> Cx<'_, T> {
     /// caller of the old one. The write pass also remembers the stacks of goroutines
     /// seen parking, and gives a resumed goroutine its own outer frames back when its
     /// callers single one out.
-    pub(super) fn gogo(&mut self, dst: &Location) {
+    pub(super) fn gogo(&mut self, dst: &Loc) {
         self.split(Join::Verified);
         self.ensure_current(dst);
     }
@@ -50,10 +50,11 @@ pub(super) const MIN_PARKED_EVIDENCE: usize = 4;
 pub(super) fn pick_parked<T>(
     ts: &ThreadState<T>,
     locs: &Locations,
+    strings: &StringTable,
     parked: &mut Vec<Parked>,
     path: &[u32],
 ) -> Option<Parked> {
-    let sym = |f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+    let sym = |f: u32| locs.get(strings, ts.frames[f as usize].loc).symbol;
     // How many of the revealed frames (outermost first, down to the function that
     // parked) a parked stack ends with.
     let evidence = |p: &Parked| -> Option<usize> {
@@ -84,7 +85,10 @@ pub(super) fn pick_parked<T>(
 impl<S: TraceSink> ThreadWriter<'_, S> {
     /// Does `frame` run a function where a parked goroutine's stack switches away?
     fn is_gogo_destination(&self, frame: u32) -> bool {
-        let sym = self.locs.list[self.ts.frames[frame as usize].loc as usize].symbol;
+        let sym = self
+            .locs
+            .get(self.strings, self.ts.frames[frame as usize].loc)
+            .symbol;
         matches!(sym, Symbol::FromPerf(n) if GOGO_DESTINATIONS.contains(&self.strings.get(n)))
     }
 
@@ -119,7 +123,13 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         });
         let mut resumed = None;
         if !found && !at_a_root {
-            resumed = pick_parked(self.ts, self.locs, &mut self.parked, &self.path);
+            resumed = pick_parked(
+                self.ts,
+                self.locs,
+                self.strings,
+                &mut self.parked,
+                &self.path,
+            );
         }
         if let Some(p) = just_parked.filter(|_| !found) {
             if self.parked.len() == MAX_PARKED {

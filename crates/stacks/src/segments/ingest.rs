@@ -2,7 +2,7 @@
 //! jump, a sampled stack) and records the change; decode errors start new segments.
 
 use super::frames::{
-    new_segment, Entry, Flow, Frame, Join, Locations, ThreadState, GAPS, INFERRED_START,
+    new_segment, Entry, Flow, Frame, Join, Loc, Locations, ThreadState, GAPS, INFERRED_START,
     KERNEL_ENTRY, NONE, NO_HORIZON, RETURN_LABEL, SENTINEL, SIGNAL,
 };
 use super::{signals, SegmentsWriter};
@@ -124,9 +124,10 @@ impl<S: TraceSink> SegmentsWriter<S> {
                 &EventData::Trace {
                     change,
                     kind,
-                    ref src,
-                    ref dst,
+                    src,
+                    dst,
                 } => {
+                    let (src, dst) = (&Loc::of(src, strings), &Loc::of(dst, strings));
                     // A branch trace is exact about when the thread ran: switches are
                     // for sampled stacks only (a `perf script` of PT may print them).
                     cx.ts.off_cpu.clear();
@@ -150,11 +151,16 @@ impl<S: TraceSink> SegmentsWriter<S> {
                     // perf samples whole callchains whatever the event's `u`/`k`:
                     // keep only the frames of the levels the trace is about.
                     let scope = cx.config.scope;
-                    let callstack = strings.stack(*callstack);
+                    let callstack = strings.stack_handles(*callstack);
                     let all = callstack.len();
                     let kept = &mut self.sample_frames;
                     kept.clear();
-                    kept.extend(callstack.filter(|l| scope.includes_address(l.ip)));
+                    kept.extend(
+                        callstack
+                            .iter()
+                            .map(|&h| Loc::of(h, strings))
+                            .filter(|l| scope.includes_address(l.ip)),
+                    );
                     cx.sample(kept);
                     if kept.len() != all && !self.warned_scope {
                         self.warned_scope = true;
@@ -232,7 +238,7 @@ impl<T> Cx<'_, T> {
         if f.flags & SENTINEL != 0 {
             None
         } else {
-            Some(self.locs.list[f.loc as usize].symbol)
+            Some(self.locs.get(self.strings, f.loc).symbol)
         }
     }
 
@@ -256,12 +262,12 @@ impl<T> Cx<'_, T> {
         });
     }
 
-    pub(super) fn push(&mut self, loc: &Location, flags: u8) {
+    pub(super) fn push(&mut self, loc: &Loc, flags: u8) {
         self.push_as(loc, flags, Flow::Call)
     }
 
-    pub(super) fn push_as(&mut self, loc: &Location, flags: u8, flow: Flow) {
-        let l = self.locs.intern(loc);
+    pub(super) fn push_as(&mut self, loc: &Loc, flags: u8, flow: Flow) {
+        let l = loc.id;
         self.ts.frames.push(Frame {
             loc: l,
             parent: self.ts.leaf,
@@ -273,8 +279,8 @@ impl<T> Cx<'_, T> {
 
     /// The sentinel becomes `loc`, a caller found above the known root; a new
     /// sentinel goes below it. Every earlier stack of the segment gains the caller.
-    pub(super) fn discover_root(&mut self, loc: &Location) -> u32 {
-        let l = self.locs.intern(loc);
+    pub(super) fn discover_root(&mut self, loc: &Loc) -> u32 {
+        let l = loc.id;
         let old = self.ts.sentinel;
         let new = self.ts.frames.len() as u32;
         self.ts.frames.push(Frame {
@@ -292,8 +298,8 @@ impl<T> Cx<'_, T> {
 
     /// Inserts `loc` as the caller of kernel-entry frame `entry` (a kernel return went
     /// above the first kernel frame seen); it inherits the entry mark.
-    pub(super) fn insert_caller(&mut self, entry: u32, loc: &Location) -> u32 {
-        let l = self.locs.intern(loc);
+    pub(super) fn insert_caller(&mut self, entry: u32, loc: &Loc) -> u32 {
+        let l = loc.id;
         let e = self.ts.frames[entry as usize];
         let new = self.ts.frames.len() as u32;
         self.ts.frames.push(Frame {
@@ -323,7 +329,7 @@ impl<T> Cx<'_, T> {
             if fr.flags & SENTINEL != 0 {
                 return None;
             }
-            if self.locs.list[fr.loc as usize].symbol == symbol {
+            if self.locs.get(self.strings, fr.loc).symbol == symbol {
                 return Some(f);
             }
             if fr.flags & KERNEL_ENTRY != 0 {
@@ -336,7 +342,7 @@ impl<T> Cx<'_, T> {
 
     /// Makes the leaf run `loc`'s function: learn it at the root, return to it if it
     /// is an ancestor (a missed return), or replace the leaf (a missed tail call).
-    pub(super) fn ensure_current(&mut self, loc: &Location) {
+    pub(super) fn ensure_current(&mut self, loc: &Loc) {
         let leaf = self.ts.leaf;
         if self.is_sentinel(leaf) {
             self.ts.leaf = self.discover_root(loc);
@@ -353,14 +359,14 @@ impl<T> Cx<'_, T> {
         self.replace_leaf(loc);
     }
 
-    pub(super) fn replace_leaf(&mut self, loc: &Location) {
+    pub(super) fn replace_leaf(&mut self, loc: &Loc) {
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
         if fr.flags & SENTINEL != 0 {
             self.ts.leaf = self.discover_root(loc);
             return;
         }
-        let l = self.locs.intern(loc);
+        let l = loc.id;
         self.ts.frames.push(Frame {
             loc: l,
             parent: fr.parent,
@@ -374,18 +380,18 @@ impl<T> Cx<'_, T> {
     /// Uses a branch's source only to learn the function running at a segment's
     /// start: elsewhere the source often lies in an adjacent symbol the code fell
     /// through into (`__write` into `__write_nocancel`), which is not a call.
-    pub(super) fn ensure_src(&mut self, src: &Location) {
+    pub(super) fn ensure_src(&mut self, src: &Loc) {
         if src.ip != 0 && self.is_sentinel(self.ts.leaf) {
             self.ts.leaf = self.discover_root(src);
         }
     }
 
-    pub(super) fn call(&mut self, src: &Location, dst: &Location) {
+    pub(super) fn call(&mut self, src: &Loc, dst: &Loc) {
         self.ensure_src(src);
         self.push(dst, 0);
     }
 
-    pub(super) fn ret(&mut self, src: &Location, dst: &Location) {
+    pub(super) fn ret(&mut self, src: &Loc, dst: &Loc) {
         self.ensure_src(src);
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
@@ -422,12 +428,12 @@ impl<T> Cx<'_, T> {
 
     /// A return landing on the very first byte of a named symbol (see [`RETURN_LABEL`]).
     /// perf names addresses without a symbol `[unknown @ …]` at offset 0: not a label.
-    pub(super) fn is_return_label(&self, dst: &Location) -> bool {
+    pub(super) fn is_return_label(&self, dst: &Loc) -> bool {
         dst.offset == 0
             && matches!(dst.symbol, Symbol::FromPerf(n) if !self.strings.get(n).starts_with("[unknown"))
     }
 
-    pub(super) fn jump(&mut self, src: &Location, dst: &Location) {
+    pub(super) fn jump(&mut self, src: &Loc, dst: &Loc) {
         if src.symbol == dst.symbol {
             if self.is_sentinel(self.ts.leaf) {
                 self.ts.leaf = self.discover_root(dst);
@@ -470,7 +476,8 @@ impl<T> Cx<'_, T> {
     }
 
     pub(super) fn synthetic(&mut self, symbol: Symbol) {
-        self.push(&Location::locationless(symbol), 0);
+        let loc = self.locs.own(Location::locationless(symbol));
+        self.push(&loc, 0);
     }
 
     pub(super) fn leaf_is_synthetic(&self) -> bool {
@@ -488,12 +495,12 @@ impl<T> Cx<'_, T> {
         self.ts.fresh = false;
     }
 
-    pub(super) fn enter_kernel(&mut self, src: &Location, dst: &Location) {
+    pub(super) fn enter_kernel(&mut self, src: &Loc, dst: &Loc) {
         self.ensure_src(src);
         self.push(dst, KERNEL_ENTRY);
     }
 
-    pub(super) fn leave_kernel(&mut self, dst: &Location) {
+    pub(super) fn leave_kernel(&mut self, dst: &Loc) {
         // Pop the kernel frames back to what was interrupted.
         loop {
             let leaf = self.ts.leaf;
@@ -501,7 +508,7 @@ impl<T> Cx<'_, T> {
             if fr.flags & SENTINEL != 0 {
                 break;
             }
-            let loc = self.locs.list[fr.loc as usize];
+            let loc = *self.locs.get(self.strings, fr.loc);
             let kernel_frame = is_kernel_address(loc.ip) || fr.flags & KERNEL_ENTRY != 0;
             if !kernel_frame && !self.leaf_is_synthetic() {
                 break;
@@ -515,7 +522,7 @@ impl<T> Cx<'_, T> {
         self.ensure_current(dst);
     }
 
-    pub(super) fn track_traps(&mut self, src: &Location, dst: &Location) -> Option<Warn> {
+    pub(super) fn track_traps(&mut self, src: &Loc, dst: &Loc) -> Option<Warn> {
         let info = self.config.ocaml_exception_info.as_ref()?;
         let mut warn = None;
         if let Some(from) = self.ts.last_known_ip {
@@ -533,7 +540,7 @@ impl<T> Cx<'_, T> {
     }
 
     /// A jump or return onto an exception handler: back to the frame that installed it.
-    pub(super) fn enter_trap(&mut self, dst: &Location) -> Option<Warn> {
+    pub(super) fn enter_trap(&mut self, dst: &Loc) -> Option<Warn> {
         match self.ts.handlers.pop() {
             Some(h) => {
                 self.ts.leaf = h;
@@ -550,7 +557,7 @@ impl<T> Cx<'_, T> {
         }
     }
 
-    pub(super) fn is_entertrap(&self, dst: &Location) -> bool {
+    pub(super) fn is_entertrap(&self, dst: &Loc) -> bool {
         self.config
             .ocaml_exception_info
             .as_ref()
@@ -561,8 +568,8 @@ impl<T> Cx<'_, T> {
         &mut self,
         kind: Option<Kind>,
         change: Option<TraceStateChange>,
-        src: &Location,
-        dst: &Location,
+        src: &Loc,
+        dst: &Loc,
     ) -> Option<Warn> {
         use Kind::*;
         use TraceStateChange::{End, Start};

@@ -1,6 +1,6 @@
 //! Sampled stacks (perf's callchains) and the times a sampled thread spent off CPU.
 
-use super::frames::{Flow, Locations, OffCpu, ThreadState, GAPS, MAX_OFF_CPU};
+use super::frames::{Flow, Loc, Locations, OffCpu, ThreadState, GAPS, MAX_OFF_CPU};
 use super::ingest::Cx;
 use crate::WriterConfig;
 use ptscope_event::{Location, StringTable, Symbol};
@@ -99,7 +99,8 @@ impl<T> Cx<'_, T> {
             } else {
                 Symbol::OffCpu
             };
-            self.push_as(&Location::locationless(symbol), 0, Flow::Sampled);
+            let loc = self.locs.own(Location::locationless(symbol));
+            self.push_as(&loc, 0, Flow::Sampled);
             self.time = o.back.unwrap_or(now).max(self.time);
             self.ts.leaf = base;
             self.record(Flow::Return);
@@ -121,7 +122,7 @@ impl<T> Cx<'_, T> {
         Some(g[n / 4]).filter(|&p| p > 0)
     }
 
-    pub(super) fn sample(&mut self, callstack: &[Location]) {
+    pub(super) fn sample(&mut self, callstack: &[Loc]) {
         // Without context switches, a gap of over two periods since the last sample is
         // time off CPU (cpu-clock only fires while the thread runs): frames it left
         // ended about one period after their last sample, not at the next one.
@@ -150,12 +151,16 @@ impl<T> Cx<'_, T> {
         let cur_len = cur.len();
         let mut keep = 0;
         for (i, (&fr, loc)) in cur.iter().zip(callstack).enumerate() {
-            let known = self.locs.list[self.ts.frames[fr as usize].loc as usize];
+            let known = *self.locs.get(self.strings, self.ts.frames[fr as usize].loc);
             // The user-space leaf under a sample's `[kernel: …]` frame (the naming step's
             // one synthetic last frame, at address 0) is a leaf too: its pc is where it
             // entered the kernel, and another pc there is not another call of it.
             let under_kernel_cur = i + 2 == cur_len
-                && self.locs.list[self.ts.frames[cur[i + 1] as usize].loc as usize].ip == 0;
+                && self
+                    .locs
+                    .get(self.strings, self.ts.frames[cur[i + 1] as usize].loc)
+                    .ip
+                    == 0;
             let under_kernel_new = i + 2 == callstack.len() && callstack[i + 1].ip == 0;
             let at_a_leaf = i + 1 == cur_len
                 || i + 1 == callstack.len()
@@ -168,7 +173,7 @@ impl<T> Cx<'_, T> {
             if known.ip != loc.ip {
                 // The same call, now seen from another pc (a leaf that has since
                 // called something): later samples match it by this call site.
-                let l = self.locs.intern(loc);
+                let l = loc.id;
                 self.ts.frames[fr as usize].loc = l;
             }
             keep += 1;

@@ -16,9 +16,9 @@
 //! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
 //! on the stack.
 
-use super::frames::{Flow, Frame, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use super::frames::{Flow, Frame, Loc, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
 use super::ingest::{Cx, MAX_FIND_DEPTH};
-use ptscope_event::{Kind, Location, TraceStateChange};
+use ptscope_event::{Kind, TraceStateChange};
 
 /// Longest syscall instruction: `syscall`, `sysenter` and `int 0x80` are all 2 bytes.
 const SYSCALL_LEN: u64 = 2;
@@ -75,7 +75,7 @@ impl<T> Cx<'_, T> {
         &mut self,
         kind: Option<Kind>,
         change: Option<TraceStateChange>,
-        src: &Location,
+        src: &Loc,
     ) {
         let sig = &mut self.ts.signals;
         match change {
@@ -113,7 +113,7 @@ impl<T> Cx<'_, T> {
 
     /// A `tr strt` at `dst`: true when it was a signal delivery or an `rt_sigreturn`
     /// (and the stack is updated), false when tracing resumes where it stopped.
-    pub(super) fn signal_start(&mut self, dst: &Location) -> bool {
+    pub(super) fn signal_start(&mut self, dst: &Loc) -> bool {
         let sig = &mut self.ts.signals;
         let trampoline = std::mem::take(&mut sig.trampoline);
         let label_return = std::mem::take(&mut sig.label_return);
@@ -152,7 +152,7 @@ impl<T> Cx<'_, T> {
 
     /// `rt_sigreturn` back into the frame a delivery interrupted, if `dst` is where one
     /// resumes; deliveries whose frames are no longer on the stack are dropped.
-    fn sigreturn(&mut self, dst: &Location) -> bool {
+    fn sigreturn(&mut self, dst: &Loc) -> bool {
         while let Some(d) = self.ts.signals.deliveries.last().copied() {
             if !self.on_stack(d.interrupted) {
                 self.ts.signals.deliveries.pop();
@@ -195,7 +195,7 @@ impl<T> Cx<'_, T> {
     /// first byte was learnt as the segment's root, named after the trampoline. That
     /// root is the interrupted frame, which `dst` names: the trampoline becomes its own
     /// frame on top of it, from the handler's return on. True when handled so.
-    fn unseen_sigreturn(&mut self, dst: &Location) -> bool {
+    fn unseen_sigreturn(&mut self, dst: &Loc) -> bool {
         let root = self.ts.leaf;
         let fr = self.ts.frames[root as usize];
         if fr.flags & (SENTINEL | RETURN_LABEL) != RETURN_LABEL || !self.is_sentinel(fr.parent) {
@@ -229,7 +229,7 @@ impl<T> Cx<'_, T> {
                 break;
             }
         }
-        let l = self.locs.intern(dst);
+        let l = dst.id;
         let r = &mut self.ts.frames[root as usize];
         r.loc = l;
         r.flags = INFERRED_START;
@@ -249,7 +249,7 @@ impl<T> Cx<'_, T> {
 
     /// A return from a signal handler's frame goes to the signal trampoline, which runs
     /// in the handler's place until its `rt_sigreturn`: true when handled so.
-    pub(super) fn handler_return(&mut self, dst: &Location) -> bool {
+    pub(super) fn handler_return(&mut self, dst: &Loc) -> bool {
         let leaf = self.ts.leaf;
         if self.ts.frames[leaf as usize].flags & SIGNAL == 0 {
             self.ts.signals.label_return = dst.offset == 0 && dst.ip != 0;
@@ -270,7 +270,7 @@ impl<T> Cx<'_, T> {
     /// delivery stopped the code. That return ends the delivery, like an `rt_sigreturn`
     /// resuming there; taken as a handler's return into its trampoline, it left the
     /// function's frame on the stack for good. True when handled so.
-    fn injected_call_return(&mut self, dst: &Location) -> bool {
+    fn injected_call_return(&mut self, dst: &Loc) -> bool {
         let Some(d) = self.ts.signals.deliveries.last().copied() else {
             return false;
         };
@@ -290,10 +290,10 @@ impl<T> Cx<'_, T> {
     }
 
     /// The leaf, a signal frame, now runs `loc` (the trampoline, or the next handler).
-    fn replace_signal_frame(&mut self, loc: &Location) {
+    fn replace_signal_frame(&mut self, loc: &Loc) {
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
-        let l = self.locs.intern(loc);
+        let l = loc.id;
         self.ts.frames.push(Frame {
             loc: l,
             parent: fr.parent,

@@ -57,12 +57,12 @@ pub(super) fn add_process_entry<T>(
         if ts.frames[parent as usize].flags & SENTINEL == 0 {
             continue;
         }
-        let name = plain_name(strings, locs.list[loc as usize].symbol);
+        let name = plain_name(strings, locs.get(strings, loc).symbol);
         if !name.is_some_and(|n| LIBC_START_MAIN.contains(&n)) {
             continue;
         }
         let l = *start_loc
-            .get_or_insert_with(|| locs.intern(&Location::new(0, Symbol::FromPerf(start), 0)));
+            .get_or_insert_with(|| locs.own(Location::new(0, Symbol::FromPerf(start), 0)).id);
         let entry = ts.frames.len() as u32;
         ts.frames.push(Frame {
             loc: l,
@@ -77,7 +77,11 @@ pub(super) fn add_process_entry<T>(
 /// the outermost frames before it *above* further frames, those further frames are the
 /// earlier segment's missing roots. Applied from the last gap back to the first, so a
 /// root found late reaches every segment it lines up with.
-pub(super) fn extend_roots_backwards<T>(ts: &mut ThreadState<T>, locs: &Locations) {
+pub(super) fn extend_roots_backwards<T>(
+    ts: &mut ThreadState<T>,
+    locs: &Locations,
+    strings: &StringTable,
+) {
     let mut before = Vec::new();
     let mut after = Vec::new();
     for k in (1..ts.segments.len()).rev() {
@@ -89,8 +93,7 @@ pub(super) fn extend_roots_backwards<T>(ts: &mut ThreadState<T>, locs: &Location
         frame_path(ts, ts.entries[a.end - 1].leaf, &mut before);
         frame_path(ts, ts.entries[b.first].leaf, &mut after);
         let Some(&a0) = before.first() else { continue };
-        let sym =
-            |ts: &ThreadState<T>, f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+        let sym = |ts: &ThreadState<T>, f: u32| locs.get(strings, ts.frames[f as usize].loc).symbol;
         if matches!(
             sym(ts, a0),
             Symbol::Untraced | Symbol::Syscall | Symbol::Returned | Symbol::Unknown
@@ -147,7 +150,7 @@ pub(super) fn find_stitch<T>(
     after: &[u32],
 ) -> Option<Stitch> {
     let first = *after.first()?;
-    let sym = |f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+    let sym = |f: u32| locs.get(strings, ts.frames[f as usize].loc).symbol;
     let b0 = sym(first);
     if matches!(
         b0,
@@ -158,7 +161,7 @@ pub(super) fn find_stitch<T>(
     // A root named after the label its return landed on is the open frame whose callee
     // it returned from: it lines up by what it called, in the same object.
     let label = ts.frames[first as usize].flags & RETURN_LABEL != 0;
-    let dso = |f: u32| locs.list[ts.frames[f as usize].loc as usize].dso;
+    let dso = |f: u32| locs.get(strings, ts.frames[f as usize].loc).dso;
     let name = |f: u32| plain_name(strings, sym(f));
     let is_root = |f: u32| name(f).is_some_and(|n| THREAD_ROOTS.contains(&n));
     let mut best: Option<(usize, usize, usize)> = None; // (cost, run, i)
@@ -266,7 +269,7 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
                     && st.matched >= 2)
         });
         let at_a_root = self.path.first().is_some_and(|&f| {
-            let sym = locs.list[ts.frames[f as usize].loc as usize].symbol;
+            let sym = locs.get(strings, ts.frames[f as usize].loc).symbol;
             matches!(sym, Symbol::FromPerf(n) if THREAD_ROOTS.contains(&strings.get(n)))
         });
         let mut resumed = None;

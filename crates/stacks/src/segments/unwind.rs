@@ -27,9 +27,9 @@
 //! libc, called by the exported `longjmp`) still counts when its caller is an unwinder,
 //! or when it crosses objects, which a function's parts never do.
 
-use super::frames::{unversioned, Flow, Join};
+use super::frames::{unversioned, Flow, Join, Loc};
 use super::ingest::Cx;
-use ptscope_event::{Location, Symbol};
+use ptscope_event::Symbol;
 
 /// Where the jump from an unwinder entry point may land, relative to the frame that
 /// called that entry point.
@@ -82,7 +82,7 @@ impl<T> Cx<'_, T> {
     /// Whether a jump from `src` into the middle of another function may be a non-local
     /// exit, to be taken as an unwind when that function is an ancestor's (see the
     /// module's documentation); otherwise it goes on in the same frame.
-    pub(super) fn may_exit_non_locally(&self, src: &Location, dst: &Location) -> bool {
+    pub(super) fn may_exit_non_locally(&self, src: &Loc, dst: &Loc) -> bool {
         let strings = self.strings;
         let name = |s: Symbol| match s {
             Symbol::FromPerf(n) => Some(strings.get(n)),
@@ -122,7 +122,7 @@ impl<T> Cx<'_, T> {
     /// the right ancestor, or starts a segment of its own when the pad's frame is beyond
     /// what the segment knows. False when `src` is not an unwinder entry point (or the
     /// unwinder's frame is not on the stack), for the general rules to decide.
-    pub(super) fn landing_pad(&mut self, src: &Location, dst: &Location) -> bool {
+    pub(super) fn landing_pad(&mut self, src: &Loc, dst: &Loc) -> bool {
         let Symbol::FromPerf(n) = src.symbol else {
             return false;
         };

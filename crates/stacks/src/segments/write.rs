@@ -36,7 +36,7 @@ pub(super) struct Open {
 }
 
 fn display<'a>(locs: &Locations, strings: &'a StringTable, frame: &Frame) -> &'a str {
-    strings.display(locs.list[frame.loc as usize].symbol)
+    strings.display(locs.get(strings, frame.loc).symbol)
 }
 
 /// Writes one thread: what the write pass knows at each point of its walk through the
@@ -256,7 +256,8 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         // A label root continued across a gap under its caller's name: the return
         // onto the label is where the frame's code becomes the label's, so its slice
         // goes on under that name from here (as it would without the gap).
-        let symbol = |f: u32| locs.list[ts.frames[f as usize].loc as usize].symbol;
+        let strings = self.strings;
+        let symbol = |f: u32| locs.get(strings, ts.frames[f as usize].loc).symbol;
         let relabel = self.open.last().copied().filter(|o| {
             o.frame == e.leaf
                 && symbol(o.shown) != symbol(o.frame)
@@ -389,7 +390,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         if !self.enabled {
             return;
         }
-        let loc = self.locs.list[frame.loc as usize];
+        let loc = *self.locs.get(self.strings, frame.loc);
         let name = self.strings.display(loc.symbol);
         let debug = self.config.debug_info.get(&loc.ip.wrapping_sub(loc.offset));
         let address = (loc.ip != 0).then_some(loc.ip);
