@@ -424,21 +424,35 @@ pub fn write_tsv(path: &Path, timelines: &[StackTimeline]) -> anyhow::Result<()>
 /// belong to packets, so perf's time for a branch can be after it (a TNT packet is emitted
 /// when full) or before it (direct branches walked ahead of the next packet). Works for a
 /// thread whose reported branches are exactly the tail of its true ones (full or snapshot
-/// recordings without faults or unpredictable stretches); `None` otherwise.
+/// recordings without faults or unpredictable stretches), but for an unwalked tail
+/// ([`crate::pt::Encoded::unwalked_tail`]: direct calls and jumps after the last packet
+/// of a stream that ends traced, which perf never reports; those steps take the last
+/// reported time); `None` otherwise.
 pub fn perf_clock_times(
     t: &ThreadTrace,
     reported: &[crate::expected::Branch],
     ns: &dyn Fn(u64) -> u64,
 ) -> Option<Vec<u64>> {
     let truth: Vec<crate::expected::Branch> = crate::expected::truth_iter(t, ns).collect();
-    let offset = truth.len().checked_sub(reported.len())?;
-    let same = truth[offset..]
-        .iter()
-        .zip(reported)
-        .all(|(a, b)| a.kind == b.kind && a.from == b.from && a.to == b.to);
-    if !same || reported.is_empty() {
+    if reported.is_empty() {
         return None;
     }
+    // Each step of a tail of direct calls and jumps is one true branch.
+    let unwalked = t
+        .steps
+        .iter()
+        .rev()
+        .take_while(|s| matches!(s.kind, StepKind::Call | StepKind::Jmp))
+        .count();
+    let aligned = |walked: usize| {
+        let offset = walked.checked_sub(reported.len())?;
+        truth[offset..walked]
+            .iter()
+            .zip(reported)
+            .all(|(a, b)| a.kind == b.kind && a.from == b.from && a.to == b.to)
+            .then_some(offset)
+    };
+    let offset = (0..=unwalked.min(truth.len())).find_map(|u| aligned(truth.len() - u))?;
     let mut times = vec![0u64; t.steps.len()];
     let mut k = 0usize; // index into the true branches
     let mut pending: Vec<usize> = Vec::new();
@@ -471,4 +485,48 @@ pub fn perf_clock_times(
         i = j;
     }
     Some(times)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::truth::Step;
+
+    /// A thread killed in user code: perf reported neither the call nor the jump after
+    /// its last packet. Their steps take the last reported time; any other mismatch is
+    /// refused.
+    #[test]
+    fn perf_clock_times_allow_an_unwalked_tail() {
+        let step = |clock, kind, from, to| Step {
+            clock,
+            kind,
+            from,
+            to,
+            len: 5,
+        };
+        let t = ThreadTrace {
+            tid: 1,
+            steps: vec![
+                step(10, StepKind::Start, 0, 0x1000),
+                step(20, StepKind::IndirectCall, 0x1004, 0x2000),
+                step(30, StepKind::Return, 0x2004, 0x1009),
+                step(40, StepKind::Call, 0x1010, 0x3000),
+                step(50, StepKind::Jmp, 0x3004, 0x3100),
+            ],
+        };
+        let ns = |c: u64| c;
+        let truth: Vec<crate::expected::Branch> = crate::expected::truth_iter(&t, &ns)
+            .map(|b| crate::expected::Branch {
+                time: b.time + 1,
+                ..b
+            })
+            .collect();
+        let whole = perf_clock_times(&t, &truth, &ns).expect("all reported");
+        assert_eq!(whole, [11, 21, 31, 41, 51]);
+        let walked = perf_clock_times(&t, &truth[..3], &ns).expect("the tail unwalked");
+        assert_eq!(walked[..3], [11, 21, 31]);
+        assert!(walked[3..].iter().all(|&x| x >= 31), "{walked:?}");
+        // Missing more than the direct branches at the end is not an unwalked tail.
+        assert_eq!(perf_clock_times(&t, &truth[..2], &ns), None);
+    }
 }
