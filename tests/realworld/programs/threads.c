@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu_spin.h"
+
 static atomic_int stop;
 
 __attribute__((noinline)) uint64_t hash_block(const unsigned char *p, size_t n) {
@@ -76,23 +78,7 @@ static void *copier_main(void *arg) {
 
 __attribute__((noinline)) long phase_two(long x) { return x * 3 + 1; }
 
-/* Thread CPU time in seconds: the work after the trigger is measured in CPU time, not
- * iterations, so it lasts as long on a fast host as on a slow or loaded one (a fixed
- * 1e9-iteration loop took 1 s on one host and 2.1 s on another, where at 10 kHz with
- * DWARF stacks it alone filled the disk bound and pushed the threads out of the window). */
-static double cpu_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-__attribute__((noinline)) long after_trigger_work(long x) {
-  volatile long s = x;
-  double end = cpu_now() + 0.6;
-  while (cpu_now() < end)
-    for (long i = 0; i < 100000; i++) s += i;
-  return s;
-}
+__attribute__((noinline)) long after_trigger_work(long x) { return cpu_spin(x, 0.6); }
 
 int main(void) {
   pthread_t t[3];

@@ -2,7 +2,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
-#include <time.h>
+
+#include "cpu_spin.h"
 
 struct BadField : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -30,23 +31,9 @@ __attribute__((noinline)) long parse_record(long i) {
 // The --trigger target: called once, after all the parsing.
 __attribute__((noinline)) long report_done(long t) { return t ^ 0x5a; }
 
-// Thread CPU time in seconds: the work after the trigger lasts 0.6 s of CPU on any host
-// (a fixed iteration count took twice as long on a slower one, and its samples then
-// filled the disk bound and pushed the throws out of the kept window).
-static double cpu_now() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-// Work after the trigger, which a snapshot taken at report_done() must not contain.
-__attribute__((noinline)) long after_parsing_work(long x) {
-  volatile long s = x;
-  double end = cpu_now() + 0.6;
-  while (cpu_now() < end)
-    for (long i = 0; i < 100000; i++) s += i;
-  return s;
-}
+// Work after the trigger (0.6 s of CPU), which a snapshot taken at report_done() must
+// not contain.
+__attribute__((noinline)) long after_parsing_work(long x) { return cpu_spin(x, 0.6); }
 
 int main(int argc, char **argv) {
   long n = argc > 1 ? std::atol(argv[1]) : 60000;
