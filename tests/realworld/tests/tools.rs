@@ -148,16 +148,29 @@ fn sqlite3_queries_dwarf_text_vs_dlfilter() {
     );
     // perf ends DWARF walks that stop (often at sqlite3's main) with a -1 return
     // address: not a frame (it made a root `[unknown @ -0x1 ([unknown])]`), nor a cut.
-    let odd: Vec<&str> = t
-        .tracks
-        .values()
-        .flat_map(|tr| tr.slices.iter().map(|s| s.name.as_str()))
-        .filter(|n| n.ends_with("([unknown])]") || n.starts_with("[stack cut"))
+    let names = || {
+        t.tracks
+            .values()
+            .flat_map(|tr| tr.slices.iter().map(|s| s.name.as_str()))
+    };
+    let invented: Vec<&str> = names()
+        .filter(|n| n.ends_with("([unknown])]"))
         .take(5)
         .collect();
     assert!(
-        odd.is_empty(),
-        "invented frames or cuts in DWARF stacks: {odd:?}"
+        invented.is_empty(),
+        "invented frames in DWARF stacks: {invented:?}"
+    );
+    // A cut is not made up, only rare: a sample whose user stack perf could not unwind
+    // past the pc (an empty stack copy, or a pc without unwind information) is marked
+    // `[stack cut: unwinding stopped]` rather than shown as a root (2 such samples in 1
+    // run of 6 here, with the other tests of this file running beside it). Cuts in more
+    // than 1 % of the slices would mean the -1 ends were cut.
+    let slices = names().count();
+    let cuts = names().filter(|n| n.starts_with("[stack cut")).count();
+    assert!(
+        cuts * 100 <= slices.max(200),
+        "{cuts} cuts in {slices} slices of DWARF stacks"
     );
     // The virtual machine runs each statement; the parser compiles it; both called by the
     // shell's own (stripped) code. Not required up to `__libc_start_call_main`: perf's
