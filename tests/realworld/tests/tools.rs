@@ -167,10 +167,31 @@ fn sqlite3_queries_dwarf_text_vs_dlfilter() {
     // run of 6 here, with the other tests of this file running beside it). Cuts in more
     // than 1 % of the slices would mean the -1 ends were cut.
     let slices = names().count();
-    let cuts = names().filter(|n| n.starts_with("[stack cut")).count();
+    let cuts: Vec<String> = t
+        .tracks
+        .values()
+        .flat_map(|tr| {
+            (0..tr.slices.len())
+                .filter(|&i| tr.slices[i].name.starts_with("[stack cut"))
+                .map(|i| {
+                    // The cut is a root: what it sits above says where unwinding stopped.
+                    let under: Vec<&str> = tr
+                        .slices
+                        .iter()
+                        .filter(|c| c.parent == Some(i))
+                        .map(|c| c.name.as_str())
+                        .collect();
+                    format!("{} > {under:?}", tr.stack_text(i))
+                })
+        })
+        .collect();
+    if !cuts.is_empty() {
+        eprintln!("cut DWARF stacks: {cuts:?}");
+    }
     assert!(
-        cuts * 100 <= slices.max(200),
-        "{cuts} cuts in {slices} slices of DWARF stacks"
+        cuts.len() * 100 <= slices.max(200),
+        "{} cuts in {slices} slices of DWARF stacks: {cuts:?}",
+        cuts.len()
     );
     // The virtual machine runs each statement; the parser compiles it; both called by the
     // shell's own (stripped) code. Not required up to `__libc_start_call_main`: perf's
