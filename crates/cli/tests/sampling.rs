@@ -357,23 +357,28 @@ fn wait_watching_disk(run: &mut std::process::Child, work: &Path) -> (ExitStatus
     (status, peak, err)
 }
 
-/// The first and last sample times over all kept `files`, read together: perf's
-/// one-second rotation timer can fire between the program's exit and perf's own end, and
-/// then the final file is a sliver whose records all went into the file before it.
-fn kept_times(files: &[PathBuf]) -> (f64, f64) {
-    let samples: Vec<f64> = files.iter().flat_map(|f| perf_times(f).0).collect();
+/// The first and last sample times over all kept `files`, read together, and the last
+/// EXIT record's time, if any: perf's one-second rotation timer can fire between the
+/// program's exit and perf's own end, and then the final file is a sliver whose records
+/// all went into the file before it.
+fn kept_times(files: &[PathBuf]) -> (f64, f64, Option<f64>) {
+    let (mut samples, mut exits) = (Vec::new(), Vec::new());
+    for f in files {
+        let (s, e) = perf_times(f);
+        samples.extend(s);
+        exits.extend(e);
+    }
     let first = samples.iter().copied().reduce(f64::min).expect("samples");
     let last = samples.iter().copied().reduce(f64::max).expect("samples");
-    (first, last)
+    (first, last, exits.into_iter().reduce(f64::max))
 }
 
-/// The time `program` exited, from whichever kept file holds its EXIT record. perf's ring
+/// `exit`, the time `program` exited, if a kept file held its EXIT record. perf's ring
 /// buffer can overflow on a loaded machine (CI): the kernel drops records, the EXIT among
 /// them (seen with perf's default 512 KiB ring; ptscope sizes it for a quarter second).
 /// Then `None`, once decode of `work` into `out` has told the user that records were lost
 /// (and panics if it did not).
-fn exit_or_loss_said(files: &[PathBuf], work: &Path, out: &Path, program: &str) -> Option<f64> {
-    let exit = files.iter().flat_map(|f| perf_times(f).1).reduce(f64::max);
+fn exit_or_loss_said(exit: Option<f64>, work: &Path, out: &Path, program: &str) -> Option<f64> {
     if exit.is_none() {
         let said = decode_saying(work, out);
         assert!(
@@ -443,8 +448,8 @@ fn sampling_keeps_the_last_moments_within_the_bound() {
     );
     let files = kept_files(&work);
     assert!(files.len() >= 2, "no rotation: {files:?}");
-    let (first, last_sample) = kept_times(&files);
-    let Some(exit) = exit_or_loss_said(&files, &work, &dir.path().join("t.fxt.gz"), "gzip") else {
+    let (first, last_sample, exit) = kept_times(&files);
+    let Some(exit) = exit_or_loss_said(exit, &work, &dir.path().join("t.fxt.gz"), "gzip") else {
         return;
     };
     // The end is there: samples up to gzip's exit ...
@@ -501,9 +506,8 @@ fn sampling_keeps_the_last_seconds_when_given_a_duration() {
     // Two files of one second each, and the one being written when python3 exited (perf
     // counts its final file among the files it keeps).
     assert_eq!(files.len(), 3, "files kept: {files:?}");
-    let (first, last_sample) = kept_times(&files);
-    let Some(exit) = exit_or_loss_said(&files, &work, &dir.path().join("t.fxt.gz"), "python3")
-    else {
+    let (first, last_sample, exit) = kept_times(&files);
+    let Some(exit) = exit_or_loss_said(exit, &work, &dir.path().join("t.fxt.gz"), "python3") else {
         return;
     };
     let kept = exit - first;
