@@ -311,6 +311,17 @@ fn ends_with_ip(kind: StepKind) -> bool {
     )
 }
 
+/// How many steps at the end of `steps` write no packet: direct calls and jumps (every
+/// other kind of step writes a packet, or a TNT bit, of its own). Each is one branch perf
+/// would report, had it a next packet to walk to.
+pub(crate) fn packetless_tail(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .rev()
+        .take_while(|s| matches!(s.kind, StepKind::Call | StepKind::Jmp))
+        .count()
+}
+
 /// Encodes one thread's steps.
 pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
     let mut e = Enc {
@@ -470,12 +481,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
         g.resume = None;
         gaps.push(g);
     } else if e.enabled {
-        // Every other kind of step writes a packet (or a TNT bit) of its own.
-        unwalked_tail = steps
-            .iter()
-            .rev()
-            .take_while(|s| matches!(s.kind, StepKind::Call | StepKind::Jmp))
-            .count();
+        unwalked_tail = packetless_tail(steps);
     }
     Encoded {
         data: e.out,

@@ -437,13 +437,7 @@ pub fn perf_clock_times(
     if reported.is_empty() {
         return None;
     }
-    // Each step of a tail of direct calls and jumps is one true branch.
-    let unwalked = t
-        .steps
-        .iter()
-        .rev()
-        .take_while(|s| matches!(s.kind, StepKind::Call | StepKind::Jmp))
-        .count();
+    let unwalked = crate::pt::packetless_tail(&t.steps);
     let aligned = |walked: usize| {
         let offset = walked.checked_sub(reported.len())?;
         truth[offset..walked]
