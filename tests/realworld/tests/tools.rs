@@ -148,14 +148,10 @@ fn sqlite3_queries_dwarf_text_vs_dlfilter() {
     );
     // perf ends DWARF walks that stop (often at sqlite3's main) with a -1 return
     // address: not a frame (it made a root `[unknown @ -0x1 ([unknown])]`), nor a cut.
-    let names = || {
-        t.tracks
-            .values()
-            .flat_map(|tr| tr.slices.iter().map(|s| s.name.as_str()))
-    };
-    let invented: Vec<&str> = names()
-        .filter(|n| n.ends_with("([unknown])]"))
+    let invented: Vec<String> = t
+        .find(|n| n.ends_with("([unknown])]"))
         .take(5)
+        .map(|(tr, i)| tr.stack_text(i))
         .collect();
     assert!(
         invented.is_empty(),
@@ -166,23 +162,18 @@ fn sqlite3_queries_dwarf_text_vs_dlfilter() {
     // `[stack cut: unwinding stopped]` rather than shown as a root (2 such samples in 1
     // run of 6 here, with the other tests of this file running beside it). Cuts in more
     // than 1 % of the slices would mean the -1 ends were cut.
-    let slices = names().count();
+    let slices = t.slice_count();
     let cuts: Vec<String> = t
-        .tracks
-        .values()
-        .flat_map(|tr| {
-            (0..tr.slices.len())
-                .filter(|&i| tr.slices[i].name.starts_with("[stack cut"))
-                .map(|i| {
-                    // The cut is a root: what it sits above says where unwinding stopped.
-                    let under: Vec<&str> = tr
-                        .slices
-                        .iter()
-                        .filter(|c| c.parent == Some(i))
-                        .map(|c| c.name.as_str())
-                        .collect();
-                    format!("{} > {under:?}", tr.stack_text(i))
-                })
+        .find(|n| n.starts_with("[stack cut"))
+        .map(|(tr, i)| {
+            // The cut is a root: what it sits above says where unwinding stopped.
+            let under: Vec<&str> = tr
+                .slices
+                .iter()
+                .filter(|c| c.parent == Some(i))
+                .map(|c| c.name.as_str())
+                .collect();
+            format!("{} > {under:?}", tr.stack_text(i))
         })
         .collect();
     if !cuts.is_empty() {
