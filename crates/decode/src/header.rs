@@ -1,28 +1,18 @@
 //! What a `perf.data` file's header says about the recording (its events, their names
-//! and modifiers, the PMU table), read in-process with the `linux-perf-data` crate
-//! instead of running `perf evlist` and `perf report --header-only` and scraping text.
-//!
-//! Before the crate sees a file, its header is checked against the file's size: the
-//! crate sizes allocations by counts and lengths taken from the file, so a damaged
-//! header could otherwise ask for terabytes. A file cut short (its feature sections,
-//! written last, missing) is read like perf reads it: events without their names.
+//! and modifiers, the PMU table), read in-process by `ptscope-perf-data` (the
+//! `linux-perf-data` crate behind checks of the header against the file's size) instead
+//! of running `perf evlist` and `perf report --header-only` and scraping text. A file
+//! cut short (its feature sections, written last, missing) is read like perf reads it:
+//! events without their names.
 
 use crate::perf::RecordingKind;
-use linux_perf_data::linux_perf_event_reader::{AttrFlags, PerfEventType};
-use linux_perf_data::{Feature, PerfFileReader};
 use ptscope_event::TraceScope;
-use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use ptscope_perf_data::PerfData;
+use std::path::Path;
 
-/// perf's file header: magic, size, attr size, three sections, feature bitmap.
-const HEADER_LEN: usize = 104;
-/// Where the `event_types` section (obsolete since perf 3.x) sits in the header.
-const EVENT_TYPES_AT: usize = 56;
-/// Where the 256-bit feature bitmap sits in the header.
-const FEATURES_AT: usize = 72;
-/// `PERF_ATTR_SIZE_VER0`: no perf ever wrote smaller attributes.
-const MIN_ATTR_SIZE: u64 = 64;
+/// Why a `perf.data` header could not be read.
+pub use ptscope_perf_data::Error as HeaderError;
+
 /// `PERF_TYPE_*` numbers of the kernel's fixed event types.
 const FIXED_TYPES: [(u32, &str); 5] = [
     (0, "hardware"),
@@ -31,43 +21,6 @@ const FIXED_TYPES: [(u32, &str); 5] = [
     (3, "hw_cache"),
     (5, "breakpoint"),
 ];
-
-/// Why a `perf.data` header could not be read.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HeaderError {
-    /// The file could not be opened or read.
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The file does not start like a `perf.data` file.
-    #[error(
-        "{} is not a perf.data file (it does not start with perf's magic `PERFILE2`): \
-         give the file `perf record` wrote",
-        path.display()
-    )]
-    NotPerfData {
-        /// The file.
-        path: PathBuf,
-    },
-    /// The header is damaged or cut short.
-    #[error(
-        "the header of {} is damaged or truncated ({reason}): record again, or check \
-         that the file was copied whole",
-        path.display()
-    )]
-    Damaged {
-        /// The file.
-        path: PathBuf,
-        /// What was wrong.
-        reason: String,
-    },
-}
 
 /// One event of a recording, as its header describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,266 +118,26 @@ pub fn scope_of_event_name(name: &str) -> Option<TraceScope> {
 
 /// Reads the header of the `perf.data` file at `path`.
 pub fn read_header(path: &Path) -> Result<RecordingInfo, HeaderError> {
-    let io_err = |source| HeaderError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let damaged = |reason: String| HeaderError::Damaged {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let mut file = File::open(path).map_err(io_err)?;
-    let len = file.metadata().map_err(io_err)?.len();
-    let mut head = [0u8; HEADER_LEN];
-    let got = read_up_to(&mut file, &mut head).map_err(io_err)?;
-    let big = match &head[..8] {
-        b"PERFILE2" => false,
-        b"2ELIFREP" => true,
-        _ => {
-            return Err(HeaderError::NotPerfData {
-                path: path.to_path_buf(),
-            })
-        }
-    };
-    if got < HEADER_LEN {
-        return Err(damaged(format!("the file has only {got} bytes")));
-    }
-    let keep_features = check_layout(&mut file, &head, big, len).map_err(damaged)?;
-    // The obsolete `event_types` section is never read (its id lists are sized by the
-    // file); without event descriptions the features are dropped as perf does when
-    // they are cut off, and the events come from the attribute section.
-    head[EVENT_TYPES_AT..EVENT_TYPES_AT + 16].fill(0);
-    if keep_features {
-        // Only perf's own features (bits 0-63) are read: simpleperf's (128 on) would
-        // send the crate down paths these checks do not cover.
-        head[FEATURES_AT + 8..HEADER_LEN].fill(0);
-    } else {
-        head[FEATURES_AT..HEADER_LEN].fill(0);
-    }
-    let reader = BufReader::new(PatchedHead { file, head, pos: 0 });
-    // The crate is not expected to panic on what passed the checks; if it does, the
-    // file is damaged in a way they missed, which is an error, not a crash.
-    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        PerfFileReader::parse_file(reader).map(|r| r.perf_file)
-    }))
-    .map_err(|_| damaged("the perf.data parser gave up".into()))?
-    .map_err(|e| damaged(e.to_string()))?;
-    let events = parsed
-        .event_attributes()
+    let data = PerfData::open(path)?;
+    let events = data
+        .attributes()
         .iter()
-        .map(|a| {
-            let attr = a.attributes();
-            EventDesc {
-                name: a.name().map(str::to_owned),
-                pmu_type: type_number(&attr.type_),
-                exclude_user: attr.flags.contains(AttrFlags::EXCLUDE_USER),
-                exclude_kernel: attr.flags.contains(AttrFlags::EXCLUDE_KERNEL),
-            }
+        .map(|a| EventDesc {
+            name: a.name.clone(),
+            pmu_type: a.pmu_type,
+            exclude_user: a.exclude_user,
+            exclude_kernel: a.exclude_kernel,
         })
         .collect();
-    let pmu_mappings = parsed
-        .feature_section_data(Feature::PMU_MAPPINGS)
-        .map(|s| pmu_table(s, big))
-        .unwrap_or_default();
     Ok(RecordingInfo {
         events,
-        pmu_mappings,
+        pmu_mappings: data.pmu_mappings(),
     })
-}
-
-/// `perf_event_attr.type` back from the crate's parsed form.
-fn type_number(t: &PerfEventType) -> u32 {
-    match t {
-        PerfEventType::Hardware(..) => 0,
-        PerfEventType::Software(..) => 1,
-        PerfEventType::Tracepoint(..) => 2,
-        PerfEventType::HwCache(..) => 3,
-        PerfEventType::Breakpoint(..) => 5,
-        PerfEventType::DynamicPmu(ty, ..) => *ty,
-    }
-}
-
-/// Reads into `buf` until it is full or the file ends; the bytes read.
-fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match r.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
-}
-
-/// A little-endian or big-endian u64 or u32 at `at` of `b` (which holds it).
-fn word(b: &[u8], at: usize, n: usize, big: bool) -> u64 {
-    let mut w = [0u8; 8];
-    if big {
-        w[8 - n..].copy_from_slice(&b[at..at + n]);
-        u64::from_be_bytes(w)
-    } else {
-        w[..n].copy_from_slice(&b[at..at + n]);
-        u64::from_le_bytes(w)
-    }
-}
-
-/// Checks that the header's sections lie inside the file (`Err` says which does not),
-/// and whether the feature sections do too and their event descriptions are sized
-/// within their section (`Ok(false)`: read the file without its features). The crate
-/// reserves memory by the counts it reads, so they are checked first.
-fn check_layout(file: &mut File, head: &[u8], big: bool, len: u64) -> Result<bool, String> {
-    let attr_size = word(head, 16, 8, big);
-    if !(MIN_ATTR_SIZE..=4096).contains(&attr_size) {
-        return Err(format!("attribute size {attr_size}"));
-    }
-    let section = |at: usize| (word(head, at, 8, big), word(head, at + 8, 8, big));
-    let inside = |(off, size): (u64, u64)| off.checked_add(size).is_some_and(|end| end <= len);
-    if !inside(section(24)) {
-        return Err("its attribute section lies past the end of the file".into());
-    }
-    let (attr_off, attr_len) = section(24);
-    if attr_len < attr_size || attr_off < HEADER_LEN as u64 {
-        return Err("no event attributes".into());
-    }
-    let (data_off, data_len) = section(40);
-    if !inside((data_off, data_len)) {
-        // Cut short: perf itself then reads the attributes alone.
-        return Ok(false);
-    }
-    let features: u32 = (0..4)
-        .map(|i| word(head, FEATURES_AT + 8 * i, 8, big).count_ones())
-        .sum();
-    let table_len = u64::from(features) * 16;
-    let table_at = data_off + data_len;
-    if !inside((table_at, table_len)) {
-        // Cut short: perf itself then reads the attributes alone.
-        return Ok(false);
-    }
-    let mut table = vec![0u8; table_len as usize];
-    let ok = file.seek(SeekFrom::Start(table_at)).is_ok() && file.read_exact(&mut table).is_ok();
-    if !ok {
-        return Ok(false);
-    }
-    let sections: Vec<(u64, u64)> = table
-        .chunks_exact(16)
-        .map(|s| (word(s, 0, 8, big), word(s, 8, 8, big)))
-        .collect();
-    if !sections.iter().all(|&s| inside(s)) {
-        return Ok(false);
-    }
-    // The event descriptions are `HEADER_EVENT_DESC`, feature bit 12: its count and
-    // attribute size must fit its section, else the crate reserves memory by them.
-    const EVENT_DESC: usize = 12;
-    let bit_set = |bit: usize| word(head, FEATURES_AT + 8 * (bit / 64), 8, big) >> (bit % 64) & 1;
-    if bit_set(EVENT_DESC) == 1 {
-        let index: u64 = (0..EVENT_DESC).map(bit_set).sum();
-        let (off, size) = sections[index as usize];
-        let mut desc = vec![0u8; size as usize];
-        if file.seek(SeekFrom::Start(off)).is_err() || file.read_exact(&mut desc).is_err() {
-            return Ok(false);
-        }
-        if !event_desc_fits(&desc, big) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Whether every count and length in a `HEADER_EVENT_DESC` section (`u32 nr`, `u32
-/// attr_size`, then per event: the attribute, `u32 nr_ids`, a perf string, the ids)
-/// stays inside the section.
-fn event_desc_fits(d: &[u8], big: bool) -> bool {
-    if d.len() < 8 {
-        return false;
-    }
-    let nr = word(d, 0, 4, big);
-    let attr_size = word(d, 4, 4, big) as usize;
-    if attr_size < MIN_ATTR_SIZE as usize {
-        return false;
-    }
-    let mut at = 8usize;
-    for _ in 0..nr {
-        // The attribute, then `nr_ids` and the string's length.
-        let Some(fixed_end) = at.checked_add(attr_size + 8).filter(|&e| e <= d.len()) else {
-            return false;
-        };
-        let nr_ids = word(d, at + attr_size, 4, big) as usize;
-        let str_len = word(d, at + attr_size + 4, 4, big) as usize;
-        let end = nr_ids
-            .checked_mul(8)
-            .and_then(|ids| ids.checked_add(str_len))
-            .and_then(|n| n.checked_add(fixed_end));
-        match end {
-            Some(e) if e <= d.len() => at = e,
-            _ => return false,
-        }
-    }
-    true
-}
-
-/// The `pmu mappings` feature: `u32 nr`, then `nr` × (`u32 type`, perf string). What
-/// cannot be read is left out: the table only helps name events.
-fn pmu_table(s: &[u8], big: bool) -> Vec<(u32, String)> {
-    let mut out = Vec::new();
-    if s.len() < 4 {
-        return out;
-    }
-    let nr = word(s, 0, 4, big);
-    let mut at = 4;
-    for _ in 0..nr {
-        if s.len() < at + 8 {
-            break;
-        }
-        let ty = word(s, at, 4, big) as u32;
-        let n = word(s, at + 4, 4, big) as usize;
-        at += 8;
-        let Some(bytes) = at.checked_add(n).and_then(|end| s.get(at..end)) else {
-            break;
-        };
-        at += n;
-        let name = bytes.split(|&b| b == 0).next().unwrap_or_default();
-        if let Ok(name) = std::str::from_utf8(name) {
-            out.push((ty, name.to_owned()));
-        }
-    }
-    out
-}
-
-/// The file with its header bytes replaced by a patched copy.
-struct PatchedHead {
-    file: File,
-    head: [u8; HEADER_LEN],
-    pos: u64,
-}
-
-impl Read for PatchedHead {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.pos < HEADER_LEN as u64 {
-            let from = &self.head[self.pos as usize..];
-            let n = from.len().min(buf.len());
-            buf[..n].copy_from_slice(&from[..n]);
-            self.pos += n as u64;
-            self.file.seek(SeekFrom::Start(self.pos))?;
-            return Ok(n);
-        }
-        let n = self.file.read(buf)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-impl Seek for PatchedHead {
-    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
-        self.pos = self.file.seek(to)?;
-        Ok(self.pos)
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{pmu_table, scope_of_event_name};
+    use super::scope_of_event_name;
     use ptscope_event::TraceScope;
 
     #[test]
@@ -446,23 +159,6 @@ mod tests {
             ("intel_pt//u", None),
         ] {
             assert_eq!(scope_of_event_name(name), want, "{name}");
-        }
-    }
-
-    #[test]
-    fn the_pmu_table_reads_what_it_can() {
-        let mut s = 2u32.to_le_bytes().to_vec();
-        for (ty, name) in [(4u32, &b"cpu\0\0\0\0\0"[..]), (8, b"intel_pt")] {
-            s.extend_from_slice(&ty.to_le_bytes());
-            s.extend_from_slice(&(name.len() as u32).to_le_bytes());
-            s.extend_from_slice(name);
-        }
-        let want = vec![(4, "cpu".to_string()), (8, "intel_pt".to_string())];
-        assert_eq!(pmu_table(&s, false), want);
-        // Cut anywhere: a prefix of the table, never a panic.
-        for cut in 0..s.len() {
-            let got = pmu_table(&s[..cut], false);
-            assert_eq!(got[..], want[..got.len()]);
         }
     }
 }

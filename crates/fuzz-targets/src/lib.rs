@@ -26,6 +26,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("dlfilter_records", dlfilter_records),
     ("elf_symbols", elf_symbols),
     ("perf_map", perf_map),
+    ("perf_data_reader", perf_data_reader),
 ];
 
 /// Fuzzes the `perf script` text decoder: any bytes, any read-buffer size.
@@ -187,4 +188,51 @@ pub fn perf_map(data: &[u8]) {
         assert_eq!(map.lookup(addr), want, "lookup({addr:#x})");
     }
     let _ = ProcMaps::parse(&text, Path::new("fuzzed-maps")).map(|m| m.files().len());
+}
+
+/// Fuzzes the perf.data reader (`ptscope-perf-data`): any bytes give a typed error or
+/// records then at most one error — never a panic, a hang or an allocation sized by a
+/// field — and every record lies inside the file, after the one before it.
+pub fn perf_data_reader(data: &[u8]) {
+    use ptscope_perf_data::{intel_pt::IntelPtInfo, PerfData, Record};
+    let len = data.len() as u64;
+    let Ok(file) = PerfData::from_bytes(data.to_vec(), "fuzzed.perf.data") else {
+        return;
+    };
+    let big = file.endian() == ptscope_perf_data::Endian::Big;
+    let mut last = None;
+    let mut errors = 0;
+    for r in file.records() {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                assert!(e.offset < len);
+                errors += 1;
+                continue;
+            }
+        };
+        assert_eq!(errors, 0, "a record after an error");
+        assert!(r.offset + 8 <= len);
+        assert!(last.is_none_or(|l| l < r.offset), "records go forward");
+        last = Some(r.offset);
+        match r.record {
+            Record::Auxtrace(a) => {
+                let start = a.data.as_ptr() as usize - file.bytes().as_ptr() as usize;
+                assert!(start as u64 + a.data.len() as u64 <= len);
+            }
+            Record::AuxtraceInfo(info) => {
+                if let Some(pt) = IntelPtInfo::parse(&info, big) {
+                    for a in file.attributes() {
+                        let _ = pt.trace_config(a.config);
+                    }
+                    let _ = pt.time.tsc_to_ns(u64::MAX);
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(errors <= 1);
+    let maps = file.mappings();
+    let _ = (maps.len(), maps.lost(), maps.frame_pointer_stacks());
+    let _ = (file.build_ids(), file.pmu_mappings());
 }

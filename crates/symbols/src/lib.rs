@@ -40,7 +40,6 @@ mod error;
 mod functions;
 mod naming;
 mod ocaml;
-mod perfdata;
 mod perfmap;
 mod process;
 
@@ -59,13 +58,13 @@ pub use naming::{
     STACK_CUT, STACK_CUT_NO_COPY, STACK_CUT_STOPPED, STACK_CUT_UNWOUND,
 };
 pub use ocaml::OcamlTraps;
-pub use perfdata::{Lost, Mappings};
 pub use perfmap::{
     is_jit_map_name, jit_map_path, process_owner, MapTrust, PerfMap, PerfMapEntry, Untrusted,
 };
 pub use process::{MapEntry, ProcMaps, Process, ResolvedSymbol};
 pub use ptscope_event::OcamlExceptionInfo;
 pub use ptscope_event::SourcePosition;
+pub use ptscope_perf_data::{Lost, Mappings};
 
 impl Elf<'_> {
     /// The DWARF line table (see [`LineTable::new`]).

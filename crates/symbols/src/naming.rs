@@ -30,7 +30,7 @@ use ptscope_event::{
 use rustc_hash::FxHashMap;
 
 use crate::functions::FunctionRanges;
-use crate::perfdata::Mappings;
+use ptscope_perf_data::Mappings;
 
 /// The frame that replaces the callers of a stack whose frame-pointer chain broke.
 pub const STACK_CUT: &str = "[stack cut: frame pointers lost]";
