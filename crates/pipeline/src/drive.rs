@@ -226,7 +226,7 @@ pub(crate) fn reading(opts: &DecodeOptions, scope: TraceScope) -> Reading {
     let naming = opts.format == Format::Fxt;
     Reading {
         perf: opts.perf.clone(),
-        choice: opts.decoder.into(),
+        decoder: opts.decoder,
         no_inline: opts.no_inline,
         naming,
         // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.

@@ -33,7 +33,7 @@ impl InputSpec {
     pub(crate) fn open(
         &self,
         perf: &Path,
-        (choice, no_inline): (Choice, bool),
+        (decoder, no_inline): (DecoderKind, bool),
         observer: &dyn Observer,
     ) -> Result<Box<dyn EventSource>, Error> {
         match self {
@@ -57,6 +57,26 @@ impl InputSpec {
                     })?
                     .kind();
                 opts.kind = Some(kind);
+                match (decoder, kind) {
+                    (DecoderKind::Builtin | DecoderKind::Auto, RecordingKind::IntelPt) => {
+                        match ptscope_pt_decode::open(p, &Default::default()) {
+                            Ok(s) => return Ok(Box::new(s)),
+                            Err(source) if decoder == DecoderKind::Builtin => {
+                                return Err(Error::Builtin {
+                                    path: p.clone(),
+                                    source,
+                                })
+                            }
+                            Err(e) => observer.info(&format!(
+                                "{}: ptscope's Intel PT decoder cannot decode it ({e}); decoding with perf instead",
+                                p.display()
+                            )),
+                        }
+                    }
+                    (DecoderKind::Builtin, _) => return Err(Error::BuiltinNotPt(p.clone())),
+                    _ => {}
+                }
+                let choice = Choice::from(decoder);
                 // Jumps within a function change no stack, but their timestamps bound how
                 // far calls are spread in time: keep them so both paths give one trace.
                 opts.keep_jumps = kind == RecordingKind::IntelPt;
@@ -90,7 +110,7 @@ impl InputSpec {
 impl From<DecoderKind> for Choice {
     fn from(d: DecoderKind) -> Choice {
         match d {
-            DecoderKind::Auto => Choice::Auto,
+            DecoderKind::Auto | DecoderKind::Builtin => Choice::Auto,
             DecoderKind::Dlfilter => Choice::Dlfilter,
             DecoderKind::Text => Choice::Text,
         }

@@ -90,8 +90,12 @@ pub enum Format {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum DecoderKind {
-    /// The dlfilter if this perf can load it, else text (with a one-line notice).
+    /// Intel PT recordings: ptscope's own decoder, or perf's (dlfilter, else text) with
+    /// a notice when it cannot decode one; other recordings: the dlfilter if this perf
+    /// can load it, else text (with a one-line notice).
     Auto,
+    /// ptscope's own Intel PT decoder (no perf), or an error saying why not.
+    Builtin,
     /// The dlfilter, or an error saying why not.
     Dlfilter,
     /// `perf script` text.
@@ -371,6 +375,18 @@ pub enum Error {
         #[source]
         source: ptscope_decode::Error,
     },
+    /// ptscope's own decoder cannot decode a recording (`--decoder builtin`).
+    #[error("cannot decode {} with ptscope's Intel PT decoder (--decoder builtin)", path.display())]
+    Builtin {
+        /// The recording.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: ptscope_pt_decode::Error,
+    },
+    /// `--decoder builtin` on a recording that is not Intel PT.
+    #[error("{}: --decoder builtin decodes Intel PT recordings, and this one samples (use --decoder auto, dlfilter or text)", .0.display())]
+    BuiltinNotPt(PathBuf),
     /// perf cannot be started on a recording.
     #[error("cannot decode {}", path.display())]
     OpenPerf {

@@ -2,9 +2,9 @@
 //! batches to the writer's thread, so parsing overlaps stack reconstruction and output.
 
 use crate::inputs::InputSpec;
+use crate::DecoderKind;
 use crate::Observer;
 use ptscope_decode::{Stats, Warning};
-use ptscope_dlfilter_reader::Choice;
 use ptscope_event::source::{TableDelta, TableMap, TableSent};
 use ptscope_event::{Event, StringTable};
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ const BATCH: usize = 4096;
 /// How the decoding thread reads and names.
 pub(crate) struct Reading {
     pub perf: PathBuf,
-    pub choice: Choice,
+    pub decoder: DecoderKind,
     pub no_inline: bool,
     /// Names from this machine's files (not for transcripts, which stay magic-trace's).
     pub naming: bool,
@@ -65,7 +65,7 @@ pub(crate) fn decode_inputs(
 ) {
     let Reading {
         perf,
-        choice,
+        decoder,
         no_inline,
         naming,
         fold_kernel,
@@ -163,7 +163,7 @@ pub(crate) fn decode_inputs(
                 continue;
             }
         }
-        let mut source = match spec.open(&perf, (choice, no_inline), observer) {
+        let mut source = match spec.open(&perf, (decoder, no_inline), observer) {
             Ok(s) => s,
             Err(e) => {
                 let _ = tx.send(Msg::failed(crate::error_text(&e)));

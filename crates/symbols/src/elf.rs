@@ -270,7 +270,7 @@ impl<'a> FunctionSymbol<'a> {
 }
 
 /// Removes the trailing `(params)` and cv/ref qualifiers from a demangled C++ name.
-fn strip_cpp_params(d: &str) -> Option<&str> {
+pub(crate) fn strip_cpp_params(d: &str) -> Option<&str> {
     let mut s = d.trim_end();
     loop {
         let before = s;

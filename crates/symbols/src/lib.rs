@@ -41,6 +41,7 @@ mod functions;
 mod naming;
 mod ocaml;
 mod perfmap;
+mod perfnames;
 mod process;
 
 pub use demangle::{
@@ -61,6 +62,7 @@ pub use ocaml::OcamlTraps;
 pub use perfmap::{
     is_jit_map_name, jit_map_path, process_owner, MapTrust, PerfMap, PerfMapEntry, Untrusted,
 };
+pub use perfnames::PerfSymbols;
 pub use process::{MapEntry, ProcMaps, Process, ResolvedSymbol};
 pub use ptscope_event::OcamlExceptionInfo;
 pub use ptscope_event::SourcePosition;

@@ -1,0 +1,646 @@
+//! The builtin decoder as an [`EventSource`]: each queue's trace is cut at its PSBs
+//! into chunks that worker threads decode ahead (one block cache each), a few chunks
+//! per queue at a time so memory stays bounded by the chunks in flight, not by the
+//! trace; the queues' events and the side band are merged by time and named as perf
+//! names them.
+
+use crate::image::QueueMemory;
+use crate::names::Namer;
+use crate::recording::{Recording, Task, TaskAt};
+use crate::Options;
+use ptscope_event::source::{EventSource, Finished, SourceError, Stats, Warning};
+use ptscope_event::{Event, EventData, Kind, StringTable, Thread, TraceStateChange};
+use ptscope_intel_pt::cache::BlockCache;
+use ptscope_intel_pt::decoder::{BranchKind, Config, Event as PtEvent, EventKind, StopReason};
+use ptscope_intel_pt::insn::FactOptions;
+use ptscope_perf_data::PerfData;
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::Range;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The bytes of one stream: a range of the file, or pieces joined.
+enum StreamBytes {
+    File(Range<usize>),
+    Joined(Vec<u8>),
+}
+
+/// What the workers share with the source.
+pub(crate) struct Shared {
+    pub(crate) data: PerfData,
+    pub(crate) rec: Recording,
+    /// `[queue][stream]`.
+    streams: Vec<Vec<StreamBytes>>,
+    cfg: Config,
+    facts: FactOptions,
+}
+
+impl Shared {
+    fn stream(&self, q: usize, s: usize) -> &[u8] {
+        match &self.streams[q][s] {
+            StreamBytes::File(r) => self.data.bytes().get(r.clone()).unwrap_or_default(),
+            StreamBytes::Joined(v) => v,
+        }
+    }
+}
+
+/// One chunk to decode.
+struct Job {
+    id: usize,
+    queue: usize,
+    stream: usize,
+    range: Range<usize>,
+}
+
+/// Decoded chunks by job id, and the workers waiting.
+type Results = Arc<(Mutex<FxHashMap<usize, Vec<PtEvent>>>, Condvar)>;
+
+/// The worker threads.
+struct Pool {
+    jobs: Option<mpsc::Sender<Job>>,
+    /// Set when the source ends early: workers drop the jobs left.
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+    results: Results,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    next_id: usize,
+}
+
+impl Pool {
+    fn new(shared: &Arc<Shared>, threads: usize) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let results: Results = Arc::new((Mutex::new(FxHashMap::default()), Condvar::new()));
+        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut handles = Vec::new();
+        for i in 0..threads.max(1) {
+            let rx = Arc::clone(&rx);
+            let shared = Arc::clone(shared);
+            let results = Arc::clone(&results);
+            let stopping = Arc::clone(&stopping);
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("ptscope-pt-{i}"))
+                    .spawn(move || worker(&shared, &rx, &results, &stopping))?,
+            );
+        }
+        Ok(Pool {
+            jobs: Some(tx),
+            stopping,
+            results,
+            threads: handles,
+            next_id: 0,
+        })
+    }
+
+    fn submit(&mut self, queue: usize, stream: usize, range: Range<usize>) -> usize {
+        let id = self.next_id;
+        self.next_id += 1;
+        if let Some(tx) = &self.jobs {
+            let _ = tx.send(Job {
+                id,
+                queue,
+                stream,
+                range,
+            });
+        }
+        id
+    }
+
+    /// Waits for job `id`'s events.
+    fn take(&self, id: usize) -> Vec<PtEvent> {
+        let (lock, cv) = &*self.results;
+        let mut map = lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(v) = map.remove(&id) {
+                return v;
+            }
+            if self.threads.iter().all(|t| t.is_finished()) {
+                return Vec::new();
+            }
+            map = cv
+                .wait_timeout(map, std::time::Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn stop(&mut self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.jobs = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A worker: decodes the chunks it is given with its own block cache.
+fn worker(
+    shared: &Shared,
+    rx: &Mutex<mpsc::Receiver<Job>>,
+    results: &Results,
+    stopping: &std::sync::atomic::AtomicBool,
+) {
+    let mut cache = BlockCache::new(shared.facts);
+    loop {
+        let job = {
+            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+            rx.recv()
+        };
+        let Ok(job) = job else { return };
+        if stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let q = &shared.rec.queues[job.queue];
+        let mem = QueueMemory {
+            space: &shared.rec.space,
+            timeline: &q.timeline,
+        };
+        let bytes = shared.stream(job.queue, job.stream);
+        let reference = q.streams[job.stream]
+            .pieces
+            .first()
+            .map_or(0, |p| p.reference);
+        let mut out = Vec::new();
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ptscope_intel_pt::decode_chunk(
+                bytes,
+                job.range.clone(),
+                shared.cfg,
+                &mem,
+                &mut cache,
+                reference,
+                &mut out,
+            );
+        }));
+        if decoded.is_err() {
+            // A bug in the decoder: this chunk is lost, said as a decode error.
+            out.clear();
+            out.push(PtEvent {
+                time: 0,
+                insn: 0,
+                kind: EventKind::Error {
+                    error: ptscope_intel_pt::decoder::DecodeError::Mismatch,
+                    offset: job.range.start as u64,
+                    ip: None,
+                },
+            });
+            cache = BlockCache::new(shared.facts);
+        }
+        let (lock, cv) = &**results;
+        lock.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(job.id, out);
+        cv.notify_all();
+    }
+}
+
+/// One queue being merged.
+struct QueueState {
+    /// `(stream, range)` of every chunk, in order.
+    chunks: Vec<(usize, Range<usize>)>,
+    /// Jobs submitted for the next chunks, in order.
+    submitted: std::collections::VecDeque<usize>,
+    next_submit: usize,
+    current: Vec<PtEvent>,
+    pos: usize,
+    ctx: u32,
+    in_tx: bool,
+    cbr: Option<u8>,
+    /// Chunks whose stream starts after lost data.
+    lost_at: Vec<usize>,
+    taken: usize,
+}
+
+/// The builtin decoder's source (see the module documentation).
+pub struct PtSource {
+    shared: Arc<Shared>,
+    strings: StringTable,
+    namer: Namer,
+    queues: Vec<QueueState>,
+    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    tasks: std::vec::IntoIter<TaskAt>,
+    next_task: Option<TaskAt>,
+    pool: Pool,
+    window: usize,
+    stats: Stats,
+    size: u64,
+    started: bool,
+    /// Messages about the recording (files refused, lost data).
+    notices: Vec<String>,
+    incomplete: Vec<String>,
+    errors: u64,
+}
+
+impl PtSource {
+    pub(crate) fn new(
+        data: PerfData,
+        rec: Recording,
+        opts: &Options,
+    ) -> Result<Self, crate::Error> {
+        let mut cfg = rec.config();
+        cfg.skip_bad_bytes = true;
+        let facts = FactOptions {
+            ocaml_traps: opts.ocaml_traps,
+        };
+        let mut streams = Vec::new();
+        let mut chunk_lists = Vec::new();
+        let mut size = 0u64;
+        for q in &rec.queues {
+            let mut qs = Vec::new();
+            for s in &q.streams {
+                if s.pieces.len() == 1 {
+                    qs.push(StreamBytes::File(s.pieces[0].range.clone()));
+                } else {
+                    let mut v = Vec::new();
+                    for p in &s.pieces {
+                        v.extend_from_slice(data.bytes().get(p.range.clone()).unwrap_or_default());
+                    }
+                    qs.push(StreamBytes::Joined(v));
+                }
+            }
+            streams.push(qs);
+        }
+        let mut incomplete = Vec::new();
+        let mut notices = Vec::new();
+        if let Some(c) = &rec.corrupt {
+            incomplete.push(format!("{c}: the side band after it is missing"));
+        }
+        if rec.aux_lost > 0 {
+            notices.push(format!(
+                "the trace lost data {} times while recording (the AUX buffer was full): \
+                 decoding resumes at the next PSB after each loss",
+                rec.aux_lost
+            ));
+        }
+        for f in &rec.space.files {
+            match &f.refused {
+                Some(crate::image::Refused::BuildIdMismatch { recorded, found }) => {
+                    notices.push(format!(
+                    "{}: its build id ({}) is not the recording's ({recorded}): the file changed \
+                     since it was traced, so its code is not decoded (perf's build-id cache has no \
+                     copy either; record again, or put the traced build back)",
+                    f.path,
+                    if found.is_empty() { "none" } else { found }
+                ))
+                }
+                Some(crate::image::Refused::Missing(why))
+                    if f.path.starts_with('/') || &*f.path == "[vdso]" =>
+                {
+                    notices.push(format!(
+                        "{}: its code cannot be read ({why}), so it is not decoded",
+                        f.path
+                    ))
+                }
+                _ => {}
+            }
+        }
+        let shared = Arc::new(Shared {
+            data,
+            rec,
+            streams,
+            cfg,
+            facts,
+        });
+        let mut queues = Vec::new();
+        for (qi, q) in shared.rec.queues.iter().enumerate() {
+            let mut chunks = Vec::new();
+            let mut lost_at = Vec::new();
+            for (si, s) in q.streams.iter().enumerate() {
+                let bytes = shared.stream(qi, si);
+                size += bytes.len() as u64;
+                if s.lost_before {
+                    lost_at.push(chunks.len());
+                }
+                for r in ptscope_intel_pt::chunks(bytes, opts.chunk_size) {
+                    chunks.push((si, r));
+                }
+            }
+            chunk_lists.push(chunks.len());
+            queues.push(QueueState {
+                chunks,
+                submitted: std::collections::VecDeque::new(),
+                next_submit: 0,
+                current: Vec::new(),
+                pos: 0,
+                ctx: u32::MAX,
+                in_tx: false,
+                cbr: None,
+                lost_at,
+                taken: 0,
+            });
+        }
+        let threads = opts
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let total: usize = chunk_lists.iter().sum();
+        let pool = Pool::new(&shared, threads.min(total.max(1))).map_err(crate::Error::Thread)?;
+        let active = queues
+            .iter()
+            .filter(|q| !q.chunks.is_empty())
+            .count()
+            .max(1);
+        let window = (2 * threads / active).max(1) + 1;
+        let tasks: Vec<TaskAt> = shared.rec.tasks.clone();
+        Ok(PtSource {
+            shared,
+            strings: StringTable::new(),
+            namer: Namer::new(),
+            queues,
+            heap: BinaryHeap::new(),
+            tasks: tasks.into_iter(),
+            next_task: None,
+            pool,
+            window,
+            stats: Stats::default(),
+            size,
+            started: false,
+            notices,
+            incomplete,
+            errors: 0,
+        })
+    }
+
+    /// Keeps `window` chunks of queue `q` submitted ahead.
+    fn fill(&mut self, q: usize) {
+        let qs = &mut self.queues[q];
+        while qs.submitted.len() < self.window && qs.next_submit < qs.chunks.len() {
+            let (s, r) = qs.chunks[qs.next_submit].clone();
+            qs.next_submit += 1;
+            let id = self.pool.submit(q, s, r);
+            qs.submitted.push_back(id);
+        }
+    }
+
+    /// Loads queue `q`'s next chunk with events; false when it has none left.
+    fn load(&mut self, q: usize) -> bool {
+        loop {
+            let Some(id) = self.queues[q].submitted.pop_front() else {
+                return false;
+            };
+            self.fill(q);
+            let events = self.pool.take(id);
+            let qs = &mut self.queues[q];
+            let index = qs.taken;
+            qs.taken += 1;
+            if let Some((s, r)) = qs.chunks.get(index) {
+                self.stats.bytes += (r.end - r.start) as u64;
+                let _ = s;
+            }
+            qs.current = events;
+            qs.pos = 0;
+            if qs.lost_at.contains(&index) {
+                // Data was lost before this stream: said where it resumes.
+                let t = qs.current.first().map_or(0, |e| e.time);
+                qs.current.insert(
+                    0,
+                    PtEvent {
+                        time: t,
+                        insn: 0,
+                        kind: EventKind::Error {
+                            error: ptscope_intel_pt::decoder::DecodeError::Truncated,
+                            offset: 0,
+                            ip: None,
+                        },
+                    },
+                );
+            }
+            if !qs.current.is_empty() {
+                return true;
+            }
+        }
+    }
+
+    fn ns(&self, tsc: u64) -> u64 {
+        self.shared.rec.time.tsc_to_ns(tsc)
+    }
+
+    /// Puts queue `q`'s next event on the heap (loading chunks as needed).
+    fn schedule(&mut self, q: usize) {
+        if self.queues[q].pos >= self.queues[q].current.len() && !self.load(q) {
+            return;
+        }
+        let qs = &self.queues[q];
+        let t = self.ns(qs.current[qs.pos].time);
+        self.heap.push(Reverse((t, q)));
+    }
+
+    fn start(&mut self) {
+        self.started = true;
+        for q in 0..self.queues.len() {
+            self.fill(q);
+        }
+        for q in 0..self.queues.len() {
+            self.schedule(q);
+        }
+        self.next_task = self.tasks.next();
+    }
+
+    fn thread(&self, ctx: u32) -> Thread {
+        match self.shared.rec.space.contexts.get(ctx as usize) {
+            Some(c) => Thread {
+                pid: (c.pid != 0).then_some(c.pid),
+                tid: (c.tid != 0).then_some(c.tid),
+            },
+            None => Thread::default(),
+        }
+    }
+
+    /// The pipeline event for queue `q`'s event `e`, if it makes one.
+    fn convert(&mut self, q: usize, e: PtEvent) -> Option<Event> {
+        let ctx = self.queues[q].ctx;
+        let time = self.ns(e.time);
+        let thread = self.thread(ctx);
+        let in_transaction = self.queues[q].in_tx;
+        let shared = Arc::clone(&self.shared);
+        let space = &shared.rec.space;
+        let loc = |s: &mut Self, ip: u64| s.namer.location(space, &mut s.strings, ctx, ip);
+        let trace = |change, kind, src, dst| {
+            Some(Event::Ok {
+                thread,
+                time,
+                in_transaction,
+                data: EventData::Trace {
+                    change,
+                    kind,
+                    src,
+                    dst,
+                },
+            })
+        };
+        match e.kind {
+            EventKind::Space(c) => {
+                self.queues[q].ctx = c;
+                None
+            }
+            EventKind::Branch { kind, from, to } => {
+                let (src, dst) = (loc(self, from), loc(self, to));
+                trace(None, Some(kind_of(kind)), src, dst)
+            }
+            EventKind::Start { at, .. } => {
+                let (src, dst) = (loc(self, 0), loc(self, at));
+                trace(Some(TraceStateChange::Start), None, src, dst)
+            }
+            EventKind::Stop { from, why } => {
+                let kind = match why {
+                    StopReason::Branch(k) => Some(kind_of(k)),
+                    StopReason::Async => Some(Kind::Async),
+                    StopReason::TraceStop => None,
+                };
+                let (src, dst) = (loc(self, from), loc(self, 0));
+                trace(Some(TraceStateChange::End), kind, src, dst)
+            }
+            EventKind::Error { error, ip, .. } => {
+                self.errors += 1;
+                let message = self.strings.intern(error.message());
+                Some(Event::DecodeError {
+                    thread,
+                    time: Some(time),
+                    ip: ip.filter(|&i| i != 0),
+                    message,
+                })
+            }
+            EventKind::Ptwrite { ip, payload } => {
+                let h = loc(self, ip);
+                let location = *self.strings.location(h);
+                Some(Event::Ok {
+                    thread,
+                    time,
+                    in_transaction,
+                    data: EventData::Ptwrite {
+                        location,
+                        data: payload,
+                    },
+                })
+            }
+            EventKind::Cbr { ratio } => {
+                if self.queues[q].cbr == Some(ratio) {
+                    return None;
+                }
+                self.queues[q].cbr = Some(ratio);
+                Some(Event::Ok {
+                    thread,
+                    time,
+                    in_transaction,
+                    data: EventData::Power {
+                        freq_mhz: u32::from(ratio) * 100,
+                    },
+                })
+            }
+            EventKind::Tsx { intx, .. } => {
+                self.queues[q].in_tx = intx;
+                None
+            }
+            EventKind::Fact { .. } | EventKind::Block { .. } => None,
+        }
+    }
+
+    fn task_event(&mut self, t: TaskAt) -> Event {
+        let thread = Thread {
+            pid: (t.pid != 0).then_some(t.pid),
+            tid: (t.tid != 0).then_some(t.tid),
+        };
+        let data = match t.task {
+            Task::Comm { name, exec } => EventData::Comm {
+                name: self.strings.intern_bytes(&name),
+                exec,
+            },
+            Task::Fork { ppid, ptid } => EventData::Fork {
+                parent: Thread {
+                    pid: (ppid != 0).then_some(ppid),
+                    tid: (ptid != 0).then_some(ptid),
+                },
+            },
+        };
+        Event::Ok {
+            thread,
+            time: t.time,
+            in_transaction: false,
+            data,
+        }
+    }
+}
+
+/// The event model's kind of a decoded branch.
+fn kind_of(k: BranchKind) -> Kind {
+    match k {
+        BranchKind::Jcc | BranchKind::Jmp | BranchKind::IndJmp => Kind::Jump,
+        BranchKind::Call | BranchKind::IndCall => Kind::Call,
+        BranchKind::Ret => Kind::Return,
+        BranchKind::Far => Kind::Call,
+        BranchKind::Syscall => Kind::Syscall,
+        BranchKind::Sysret => Kind::Sysret,
+        BranchKind::Int => Kind::Interrupt,
+        BranchKind::Async => Kind::Async,
+        BranchKind::TxAbort => Kind::TxAbort,
+    }
+}
+
+impl EventSource for PtSource {
+    fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
+        if !self.started {
+            self.start();
+        }
+        loop {
+            let head = self.heap.peek().map(|r| r.0);
+            // Side band first when it is not later.
+            if let Some(t) = &self.next_task {
+                if head.is_none_or(|(ht, _)| t.time <= ht) {
+                    let t = self.next_task.take();
+                    self.next_task = self.tasks.next();
+                    if let Some(t) = t {
+                        self.stats.events += 1;
+                        return Ok(Some(self.task_event(t)));
+                    }
+                }
+            }
+            let Some(Reverse((_, q))) = self.heap.pop() else {
+                return Ok(None);
+            };
+            let e = {
+                let qs = &mut self.queues[q];
+                let e = qs.current[qs.pos];
+                qs.pos += 1;
+                e
+            };
+            let out = self.convert(q, e);
+            self.schedule(q);
+            if let Some(ev) = out {
+                self.stats.events += 1;
+                return Ok(Some(ev));
+            }
+        }
+    }
+
+    fn strings(&self) -> &StringTable {
+        &self.strings
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    fn warnings(&self) -> Vec<Warning> {
+        Vec::new()
+    }
+
+    fn size(&self) -> Option<u64> {
+        Some(self.size)
+    }
+
+    fn finish(mut self: Box<Self>) -> Finished {
+        self.pool.stop();
+        let mut f = Finished::new(std::mem::take(&mut self.strings));
+        f.notices = std::mem::take(&mut self.notices);
+        f.incomplete = std::mem::take(&mut self.incomplete);
+        f
+    }
+}
+
+impl Drop for PtSource {
+    fn drop(&mut self) {
+        self.pool.stop();
+    }
+}
