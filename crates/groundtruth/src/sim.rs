@@ -38,8 +38,10 @@ use std::path::{Path, PathBuf};
 pub enum DecodePath {
     /// `perf script` text, parsed by `ptscope_decode`.
     Text,
-    /// perf with ptscope's dlfilter (binary records), as `ptscope decode` does by default.
+    /// perf with ptscope's dlfilter (binary records).
     Dlfilter,
+    /// ptscope's own Intel PT decoder (no perf), as `ptscope decode` does by default.
+    Builtin,
 }
 
 /// A decoded recording: the events in perf's order and the names they refer to.
@@ -72,6 +74,7 @@ pub fn decode_each(
     options.decoder = match path {
         DecodePath::Text => DecoderKind::Text,
         DecodePath::Dlfilter => DecoderKind::Dlfilter,
+        DecodePath::Builtin => DecoderKind::Builtin,
     };
     options.demangle = false;
     let (strings, report) =
@@ -441,6 +444,30 @@ pub fn perf_clock_stacks_interned(
         ));
     }
     Ok(out)
+}
+
+/// The true stacks of every thread of `sim` at their true times (in 1/[`SCALE`] ns):
+/// each step at the instant it ran, as ptscope's own decoder times branches (exactly,
+/// on a simulated trace). Frames without symbols are named as in
+/// [`perf_clock_stacks_interned`].
+pub fn true_time_stacks_interned(
+    sim: &Simulation,
+    syms: &Symbols,
+    perf_data: &Path,
+    names: &mut Names,
+) -> Vec<InternedTimeline> {
+    let dso = |a: u64| sim.dso_at(a);
+    let mut rename = TruthNamer::new(perf_data, sim.recording.pid);
+    let mut builder = StackBuilder::renaming(|name| rename.name(name));
+    let mut out = Vec::with_capacity(sim.traces.len());
+    for t in &sim.traces {
+        if !sim.expected.iter().any(|e| e.tid == t.tid && !e.branches.is_empty()) {
+            continue;
+        }
+        let times: Vec<u64> = t.steps.iter().map(|s| sim.ns(s.clock) * SCALE).collect();
+        out.push(timeline_interned(t, &times, syms, &dso, names, &mut builder));
+    }
+    out
 }
 
 /// Runs perf's decoder on `perf_data` as `ptsim::perfscript::decode` does and hands each
@@ -875,6 +902,9 @@ fn score_writer(
 struct PathRun {
     score: PathScore,
     digests: (u64, u64),
+    /// A digest of the events without their times, per thread in thread order
+    /// ([`event_key`]): what two decoders must agree on.
+    events: u64,
     truth: Option<Vec<Truth>>,
     recon: Option<(Vec<Recon>, Vec<Recon>)>,
 }
@@ -892,12 +922,22 @@ fn score_path(
     let mut writers = Writers::new();
     let mut windows = ThreadWindows::default();
     let (mut events, mut errors) = (0usize, 0usize);
+    let mut keys: FxHashMap<Thread, std::collections::hash_map::DefaultHasher> =
+        FxHashMap::default();
     let strings = decode_each(data, path, |e, strings| {
         events += 1;
         errors += usize::from(matches!(e, Event::DecodeError { .. }));
+        if let Some(k) = event_key(&e, strings) {
+            k.hash(keys.entry(e.thread()).or_default());
+        }
         windows.observe(&e, strings);
         writers.write(e, strings);
     })?;
+    let mut per_thread: Vec<(Thread, u64)> = keys.into_iter().map(|(t, h)| (t, h.finish())).collect();
+    per_thread.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    per_thread.hash(&mut h);
+    let events_digest = h.finish();
     let truth = windows.truths(
         |th, lo, hi| {
             let tl = timelines.iter().find(|t| Some(t.tid) == th.tid)?;
@@ -926,8 +966,40 @@ fn score_path(
     Ok(PathRun {
         score,
         digests: (l.digest, s.digest),
+        events: events_digest,
         truth: keep.then_some(truth),
         recon: l.recon.zip(s.recon),
+    })
+}
+
+/// What of an event two decoders must agree on, all but its time: branches by kind,
+/// trace start or end, both ends' addresses and names (a PLT stub is `NAME@plt` for
+/// ptscope's decoder and the sizeless `_init` before `.plt` for perf 6.1: both stand
+/// for the stub), decode errors by position (their words differ), side band.
+pub fn event_key(e: &Event, strings: &StringTable) -> Option<String> {
+    let name = |h| {
+        let l = strings.location(h);
+        let n = strings.display(l.symbol);
+        if n.ends_with("@plt") || n == "_init" {
+            format!("{:x} <plt stub>", l.ip)
+        } else {
+            format!("{:x} {n}+{:x}", l.ip, l.offset)
+        }
+    };
+    Some(match e {
+        Event::DecodeError { .. } => "error".to_string(),
+        Event::Ok { data, .. } => match data {
+            EventData::Trace {
+                change,
+                kind,
+                src,
+                dst,
+            } => format!("{change:?} {kind:?} {} => {}", name(*src), name(*dst)),
+            EventData::Comm { name, exec } => format!("comm {} {exec}", strings.get(*name)),
+            EventData::Fork { parent } => format!("fork {parent:?}"),
+            EventData::Power { .. } => return None,
+            other => format!("{other:?}"),
+        },
     })
 }
 
@@ -964,6 +1036,10 @@ pub struct SimScore {
     pub text: PathScore,
     /// Through the dlfilter.
     pub dlfilter: PathScore,
+    /// Through ptscope's own decoder.
+    pub builtin: PathScore,
+    /// The builtin decoder gave the dlfilter path's events (times aside: [`event_key`]).
+    pub builtin_same_events: bool,
     /// Both paths rebuilt the same stacks and slices with both writers (compared by a
     /// 64-bit digest of each writer's stacks: neither path's stacks are kept).
     pub identical: bool,
@@ -1047,11 +1123,32 @@ impl SimProgram {
 
     fn score_with(&self, variant: &str, cfg: &SimConfig, keep: bool) -> Result<SimScore> {
         let mut names = Names::new();
-        let (timelines, data) = self.simulate_interned(variant, cfg, &mut names)?;
+        let (timelines, true_time, data) = self.simulate_both(variant, cfg, &mut names)?;
         let text = score_path(&timelines, &data, DecodePath::Text, &mut names, keep)?;
         let dlfilter = score_path(&timelines, &data, DecodePath::Dlfilter, &mut names, false)?;
         drop(timelines);
-        let detail = match (text.truth, text.recon) {
+        // ptscope's decoder times branches where they ran: it is scored against the
+        // truth at true times (perf's paths against the truth moved to perf's clock,
+        // which spares them their timing error).
+        let debug_builtin = std::env::var_os("BUILTIN_DEBUG").is_some();
+        let mut builtin = score_path(&true_time, &data, DecodePath::Builtin, &mut names, keep && debug_builtin)?;
+        let (text_truth, text_recon) = if keep && debug_builtin {
+            (builtin.truth.take(), builtin.recon.take())
+        } else {
+            (text.truth, text.recon)
+        };
+        if std::env::var_os("BUILTIN_DEBUG").is_some() {
+            let d = score_path(&true_time, &data, DecodePath::Dlfilter, &mut names, false)?;
+            eprintln!(
+                "  dlfilter on true time: segments exact {:.4}, phantoms {}",
+                d.score.segments.exact, d.score.segments.phantom_frames
+            );
+            for p in d.score.segments.phantoms.iter().take(5) {
+                eprintln!("  dlfilter true-time phantom {p:?}");
+            }
+        }
+        drop(true_time);
+        let detail = match (text_truth, text_recon) {
             (Some(truth), Some(recon)) => Some(Detail {
                 names,
                 truth,
@@ -1064,7 +1161,9 @@ impl SimProgram {
             variant: variant.to_string(),
             identical: text.digests == dlfilter.digests,
             text: text.score,
+            builtin_same_events: builtin.events == dlfilter.events,
             dlfilter: dlfilter.score,
+            builtin: builtin.score,
             detail,
         })
     }
@@ -1077,6 +1176,18 @@ impl SimProgram {
         cfg: &SimConfig,
         names: &mut Names,
     ) -> Result<(Vec<InternedTimeline>, PathBuf)> {
+        self.simulate_both(variant, cfg, names)
+            .map(|(perf_clock, _, data)| (perf_clock, data))
+    }
+
+    /// [`SimProgram::simulate_interned`], with the true stacks also at their true times
+    /// ([`true_time_stacks_interned`]): `(perf clock, true time, recording)`.
+    pub fn simulate_both(
+        &self,
+        variant: &str,
+        cfg: &SimConfig,
+        names: &mut Names,
+    ) -> Result<(Vec<InternedTimeline>, Vec<InternedTimeline>, PathBuf)> {
         let sub = self.dir.join(variant);
         std::fs::create_dir_all(&sub)?;
         let sim = ptsim::simulate(&self.log, &self.comm, cfg);
@@ -1084,7 +1195,8 @@ impl SimProgram {
         ptsim::write_outputs(&sim, &data, false)?;
         let timelines = perf_clock_stacks_interned(&sim, &self.syms, &data, names)
             .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
-        Ok((timelines, data))
+        let true_time = true_time_stacks_interned(&sim, &self.syms, &data, names);
+        Ok((timelines, true_time, data))
     }
 
     /// Simulates the variant `cfg` into `dir/variant/perf.data` and returns the true

@@ -194,6 +194,30 @@ fn check_variant_kept(
     }
     .unwrap_or_else(|e| panic!("{name} {variant}: decoding or scoring failed: {e:#}"));
     report(&s);
+    let b = &s.builtin;
+    eprintln!(
+        "BUILTIN | {} | {} | {} | {} | same events {} | segments exact {:.3} vs dlfilter {:.3} | suffix {:.3} vs {:.3} | root {:.3} vs {:.3} | legacy exact {:.3} vs {:.3} | phantoms {} vs {} |",
+        s.program,
+        s.variant,
+        b.events,
+        b.errors,
+        s.builtin_same_events,
+        pct(b.segments.exact),
+        pct(s.dlfilter.segments.exact),
+        pct(b.segments.suffix_correct),
+        pct(s.dlfilter.segments.suffix_correct),
+        pct(b.segments.root_correct),
+        pct(s.dlfilter.segments.root_correct),
+        pct(b.legacy.exact),
+        pct(s.dlfilter.legacy.exact),
+        b.segments.phantom_frames,
+        s.dlfilter.segments.phantom_frames,
+    );
+    if std::env::var_os("BUILTIN_DEBUG").is_some() {
+        for p in b.segments.phantoms.iter().take(12) {
+            eprintln!("  builtin phantom {p:?}");
+        }
+    }
     eprintln!("  {name} {variant}: {:.1} s", t0.elapsed().as_secs_f64());
     if let Some(n) = debug {
         for p in s.text.segments.phantoms.iter().take(n) {

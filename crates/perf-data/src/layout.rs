@@ -114,10 +114,22 @@ fn event_desc_fits(d: &[u8], big: bool) -> bool {
 /// never read (its id lists are sized by the file), and features are dropped when they
 /// cannot be trusted (or, with `keep_features`, only perf's own, bits 0-63, are kept:
 /// simpleperf's, 128 on, would send the crate down paths these checks do not cover).
-pub(crate) fn patched_head(file: &[u8], keep_features: bool) -> [u8; HEADER_LEN] {
+pub(crate) fn patched_head(file: &[u8], keep_features: bool, big: bool) -> [u8; HEADER_LEN] {
     let mut head = [0u8; HEADER_LEN];
     head.copy_from_slice(&file[..HEADER_LEN]);
     head[EVENT_TYPES_AT..EVENT_TYPES_AT + 16].fill(0);
+    // The crate seeks to the data section's end (where the feature table is) before
+    // anything else, adding its offset and size: a data section past the file's end
+    // (a cut file, or a damaged header) is clipped to the file, so that sum neither
+    // overflows nor lands anywhere.
+    let len = file.len() as u64;
+    let (off, size) = section(&head, 40, big);
+    if off.checked_add(size).is_none_or(|end| end > len) {
+        let off = off.min(len);
+        let put = |v: u64| if big { v.to_be_bytes() } else { v.to_le_bytes() };
+        head[40..48].copy_from_slice(&put(off));
+        head[48..56].copy_from_slice(&put(len - off));
+    }
     if keep_features {
         head[FEATURES_AT + 8..HEADER_LEN].fill(0);
     } else {

@@ -221,7 +221,7 @@ impl PerfData {
         }
         let keep_features = layout::check(&bytes, big).map_err(&damaged)?;
         let reader = layout::Patched {
-            head: layout::patched_head(&bytes, keep_features),
+            head: layout::patched_head(&bytes, keep_features, big),
             file: &bytes,
             pos: 0,
         };

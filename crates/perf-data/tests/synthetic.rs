@@ -266,3 +266,17 @@ fn pipe_mode_attributes_come_as_records() {
     assert_eq!(recs.len(), 2);
     assert_eq!(recs[1].sample.time, Some(100));
 }
+
+/// Found by the `perf_data_reader` fuzz target: a data section whose offset and size add
+/// past `u64::MAX` made `linux-perf-data` overflow (a panic with debug assertions, a
+/// wrapped seek without) while looking for the feature table. Such a header is clipped
+/// to the file first: the attributes are read and the walk finds no record.
+#[test]
+fn a_data_section_past_the_end_is_clipped() {
+    let mut f = file(&record(12, 0, &[7, 0, 0, 0, 8, 0, 0, 0], 7, 8, 100, 1));
+    f[40..48].copy_from_slice(&(u64::MAX - 4).to_le_bytes());
+    f[48..56].copy_from_slice(&0x100u64.to_le_bytes());
+    let d = PerfData::from_bytes(f, "overflow.perf.data").expect("the attributes are readable");
+    assert_eq!(d.attributes().len(), 1);
+    assert_eq!(d.records().count(), 0);
+}
