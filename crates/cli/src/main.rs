@@ -4,6 +4,7 @@ mod advice;
 mod decode;
 mod mem;
 mod messages;
+mod report;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,7 @@ use clap::{Parser, Subcommand};
 Examples:
   ptscope decode perf.data -o trace.fxt.gz        # a perf recording to a Perfetto trace
   ptscope decode --perf-script script.txt         # perf script text to trace.fxt.gz
+  ptscope report trace.fxt.gz                     # where the time went, in the terminal
   ptscope mem dump trace.ctf                      # inspect a memtrace allocation trace
 
 Open .fxt.gz traces at https://ui.perfetto.dev.
@@ -41,6 +43,9 @@ enum Command {
     Run(run::RunArgs),
     /// Attach to running processes and write a trace of their last moments.
     Attach(run::AttachArgs),
+    /// Summarise a trace in the terminal: functions by time and calls, slowest calls,
+    /// latency percentiles, callers and callees; JSON, folded stacks, flame graphs.
+    Report(report::ReportArgs),
 }
 
 fn main() {
@@ -50,6 +55,7 @@ fn main() {
         Command::Mem(args) => mem::run(args).map(|()| 0),
         Command::Run(args) => run::run(args),
         Command::Attach(args) => run::attach(args),
+        Command::Report(args) => report::report(&args.trace, &args.flags),
     };
     match result {
         Ok(code) => std::process::exit(code),

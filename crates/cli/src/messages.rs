@@ -23,6 +23,12 @@ fn emit(line: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
+/// A command's own output (a report) on standard output; a closed pipe (`| head`) ends
+/// it quietly.
+pub fn print(text: impl Display) {
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 /// Progress and outcomes: "recording …", "wrote …".
 pub fn info(msg: impl Display) {
     if !quiet() {
