@@ -26,5 +26,11 @@ mod file;
 pub mod fxt_sink;
 // pub mod transcript;
 
+/// The instant on a trace's "ptscope" / "trace info" track that says its slices were
+/// made from sampled call stacks: counts and durations are estimates, which `ptscope
+/// report` then marks (it reads the part before the colon).
+pub const SAMPLED_MARKER: &str = "sampled call stacks: a slice is a run of samples in one \
+     frame, so call counts and durations are estimates";
+
 pub use file::{gunzip_if_needed, open_trace_output, read_trace_file, AtomicFile, TraceOutput};
 pub use fxt_sink::{FxtSink, FxtThread, SinkStats};

@@ -609,6 +609,12 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
             } else {
                 drive::run_writer(specs, opts, config, fxt, &mut totals, observer)?.0
             };
+            if totals.samples > 0 && totals.branches == 0 {
+                // `ptscope report` reads this to mark counts and times as estimates.
+                totals
+                    .markers
+                    .push((0, ptscope_output::SAMPLED_MARKER.to_string()));
+            }
             drive::info_track(&mut sink, &totals.markers);
             sink.finish_output().map_err(|source| Error::FinishOutput {
                 path: output.clone(),

@@ -364,7 +364,11 @@ impl Builder<'_> {
         slowest.sort_by(|a, b| b.dur_ns.cmp(&a.dur_ns).then(a.start_ns.cmp(&b.start_ns)));
         let mut focus_durations = self.focus_durations;
         focus_durations.sort_unstable();
-        let source = if self.markers.iter().any(|m| m.starts_with(crate::SAMPLED_MARKER)) {
+        let sampled = ptscope_output::SAMPLED_MARKER
+            .split(':')
+            .next()
+            .unwrap_or_default();
+        let source = if self.markers.iter().any(|m| m.starts_with(sampled)) {
             Source::Sampled
         } else if self.markers.iter().any(|m| m.starts_with("clock:")) {
             Source::Emulate

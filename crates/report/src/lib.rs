@@ -53,10 +53,6 @@ pub use analyze::{analyze, Analysis, FuncId, Options, Source};
 
 use std::io::{self, BufRead, BufReader, Read};
 
-/// The start of the "trace info" instant that marks a trace of sampled call stacks (the
-/// pipeline writes it; [`analyze`] reads it).
-pub const SAMPLED_MARKER: &str = "sampled call stacks";
-
 /// `src` as uncompressed FXT: gunzipped if it starts with the gzip magic bytes.
 pub fn uncompressed(src: impl Read + Send + 'static) -> io::Result<Box<dyn Read + Send>> {
     let mut r = BufReader::with_capacity(1 << 16, src);

@@ -232,7 +232,12 @@ pub fn render(a: &Analysis, trace_name: &str, threads: &[usize], o: &TextOptions
         if threads.len() == 1 { "" } else { "s" },
         duration(a.last_ns.saturating_sub(a.first_ns))
     );
-    for m in &a.markers {
+    // The sampling marker is what the line above says already.
+    let sampled = ptscope_output::SAMPLED_MARKER
+        .split(':')
+        .next()
+        .unwrap_or_default();
+    for m in a.markers.iter().filter(|m| !m.starts_with(sampled)) {
         let _ = writeln!(out, "  {}", wrap(&format!("trace info: {m}"), WIDTH - 2, 4));
     }
     if let Some(e) = &a.error {
