@@ -101,6 +101,9 @@ pub struct DecodeArgs {
     /// spent in syscalls). Emulate recordings only.
     #[arg(long, value_enum, value_name = "CLOCK")]
     pub clock: Option<ClockArg>,
+
+    #[command(flatten)]
+    pub after: crate::view::AfterFlags,
 }
 
 /// `--clock`: which clock an emulate trace's times follow.
@@ -240,7 +243,8 @@ pub fn command(args: DecodeArgs) -> Result<i32> {
         "ptscope: interrupted again; quitting without writing the trace",
     );
     let report = run(&args.options(), stop_at)?;
-    Ok(exit_status(&report))
+    args.after
+        .run(&args.output, report.interrupted, exit_status(&report))
 }
 
 /// 130 (as for a Ctrl-C'd program) when interrupted, 1 when the trace is incomplete.

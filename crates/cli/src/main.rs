@@ -6,6 +6,7 @@ mod mem;
 mod messages;
 mod report;
 mod run;
+mod view;
 
 use clap::{Parser, Subcommand};
 
@@ -20,9 +21,10 @@ Examples:
   ptscope decode perf.data -o trace.fxt.gz        # a perf recording to a Perfetto trace
   ptscope decode --perf-script script.txt         # perf script text to trace.fxt.gz
   ptscope report trace.fxt.gz                     # where the time went, in the terminal
+  ptscope view trace.fxt.gz                       # open it in the Perfetto UI
   ptscope mem dump trace.ctf                      # inspect a memtrace allocation trace
 
-Open .fxt.gz traces at https://ui.perfetto.dev.
+Open .fxt.gz traces at https://ui.perfetto.dev (`ptscope view TRACE` serves one to it).
 
 Interrupts (Ctrl-C, SIGTERM, SIGHUP) during `run`/`attach`: the first stops recording and
 decodes, the second stops decoding and writes what was decoded, the third quits, keeping
@@ -46,6 +48,8 @@ enum Command {
     /// Summarise a trace in the terminal: functions by time and calls, slowest calls,
     /// latency percentiles, callers and callees; JSON, folded stacks, flame graphs.
     Report(report::ReportArgs),
+    /// Serve a trace to the Perfetto UI from 127.0.0.1 and open it there.
+    View(view::ViewArgs),
 }
 
 fn main() {
@@ -56,6 +60,7 @@ fn main() {
         Command::Run(args) => run::run(args),
         Command::Attach(args) => run::attach(args),
         Command::Report(args) => report::report(&args.trace, &args.flags),
+        Command::View(args) => view::serve(&args.trace, &args.flags),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -108,6 +108,8 @@ pub struct RecordArgs {
     /// No progress bar and no informational messages (warnings and errors still show).
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub after: crate::view::AfterFlags,
 }
 
 /// Arguments of `ptscope run`.
@@ -437,6 +439,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         a.working_directory.is_some(),
         &kept_message,
         program_code,
+        &a.after,
     )
 }
 
@@ -450,6 +453,7 @@ fn decode_keeping_the_recording(
     user_dir: bool,
     kept_message: &str,
     program_code: Option<i32>,
+    after: &crate::view::AfterFlags,
 ) -> Result<i32> {
     let result = decode::run(options, stop_at);
     let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
@@ -463,7 +467,8 @@ fn decode_keeping_the_recording(
         messages::warn(kept_message);
     }
     let report = result?;
-    Ok(program_code.unwrap_or_else(|| decode::exit_status(&report)))
+    let code = program_code.unwrap_or_else(|| decode::exit_status(&report));
+    after.run(&options.output, report.interrupted, code)
 }
 
 /// Reads one line from the terminal after a prompt.
@@ -781,6 +786,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         a.working_directory.is_some(),
         &kept_message,
         program_code,
+        &a.after,
     )
 }
 
