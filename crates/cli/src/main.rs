@@ -59,8 +59,14 @@ fn main() {
         Command::Mem(args) => mem::run(args).map(|()| 0),
         Command::Run(args) => run::run(args),
         Command::Attach(args) => run::attach(args),
-        Command::Report(args) => report::report(&args.trace, &args.flags),
-        Command::View(args) => view::serve(&args.trace, &args.flags),
+        Command::Report(args) => {
+            messages::set_quiet(args.quiet);
+            report::report(&args.trace, &args.flags)
+        }
+        Command::View(args) => {
+            messages::set_quiet(args.quiet);
+            view::serve(&args.trace, &args.flags)
+        }
     };
     match result {
         Ok(code) => std::process::exit(code),

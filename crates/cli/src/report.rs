@@ -44,6 +44,9 @@ pub struct ReportArgs {
     pub trace: PathBuf,
     #[command(flatten)]
     pub flags: ReportFlags,
+    /// No progress bar and no informational messages (warnings and errors still show).
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// What the report shows (also for `run`/`decode --report`).

@@ -29,6 +29,9 @@ pub struct ViewArgs {
     pub trace: PathBuf,
     #[command(flatten)]
     pub flags: ViewFlags,
+    /// No informational messages (the link is still printed, on standard output).
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// How the trace is served.
