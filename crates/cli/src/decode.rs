@@ -23,7 +23,9 @@ Examples:
   # Print magic-trace's test transcript instead of a trace file:
   ptscope decode --perf-script input.perf --format transcript -o -
 
-Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file).
+Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file), or let ptscope serve it
+to the UI: `ptscope view trace.fxt.gz` (or --view); `--report` (or `ptscope report`)
+summarises it in the terminal.
 Ctrl-C (or SIGTERM/SIGHUP) stops decoding and still writes what was decoded so far, then
 exits with status 130; a second one quits at once without writing. The trace appears at
 -o only when complete (written to a temporary file beside it, then renamed).

@@ -188,7 +188,11 @@ pub fn report(path: &Path, flags: &ReportFlags) -> Result<i32> {
                     "no function in {} is called {want}; functions with that in their \
                      name:\n  {}{}",
                     path.display(),
-                    many.iter().take(10).copied().collect::<Vec<_>>().join("\n  "),
+                    many.iter()
+                        .take(10)
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join("\n  "),
                     if many.len() > 10 {
                         format!("\n  … {} more", many.len() - 10)
                     } else {
@@ -222,7 +226,8 @@ pub fn report(path: &Path, flags: &ReportFlags) -> Result<i32> {
         if let Some(p) = &flags.flamegraph {
             let title = format!(
                 "{}{}",
-                path.file_name().map_or(name.clone(), |n| n.to_string_lossy().into_owned()),
+                path.file_name()
+                    .map_or(name.clone(), |n| n.to_string_lossy().into_owned()),
                 if a.source.exact() {
                     ""
                 } else {

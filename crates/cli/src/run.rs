@@ -127,7 +127,8 @@ the trace keeps the last 256 MiB of samples (`--snapshot-size 64M` or `--snapsho
 10s` for the last 10 seconds), shows time off CPU as [off-cpu] and time in system calls
 as [kernel: read]-style frames under their callers. `--backend emulate` shows every call
 exactly by running the program under qemu-user.
-Open the trace at https://ui.perfetto.dev.
+Open the trace at https://ui.perfetto.dev: `--view` serves it to the UI once written
+(as `ptscope view` does); `--report` prints `ptscope report`'s summary.
 
 Ctrl-C (or SIGTERM/SIGHUP): the first stops recording and decodes; the second stops
 decoding and writes what was decoded; the third quits, keeping the recording and printing

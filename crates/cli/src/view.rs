@@ -180,10 +180,13 @@ impl AfterFlags {
             crate::report::report(output, &crate::report::ReportFlags::default())?;
         }
         if self.view {
-            serve(output, &ViewFlags {
-                origin: ptscope_view::PERFETTO_UI.into(),
-                ..Default::default()
-            })?;
+            serve(
+                output,
+                &ViewFlags {
+                    origin: ptscope_view::PERFETTO_UI.into(),
+                    ..Default::default()
+                },
+            )?;
         }
         Ok(code)
     }

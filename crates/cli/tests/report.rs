@@ -22,18 +22,24 @@ type Truth = BTreeMap<String, (u64, u64, u64)>;
 fn truth(trace: &Path) -> (Truth, u64) {
     let data = ptscope_output::read_trace_file(trace).unwrap();
     let mut info = None;
-    let mut stacks: BTreeMap<(u64, u64), Vec<(String, u64, u64)>> = BTreeMap::new();
+    // Per thread, the open slices: name, start, time in closed callees.
+    type Open = Vec<(String, u64, u64)>;
+    let mut stacks: BTreeMap<(u64, u64), Open> = BTreeMap::new();
     let mut t = Truth::new();
     let mut busy = 0;
     for r in Reader::new(&data) {
         match r.unwrap() {
-            Record::KernelObject(k) if k.obj_type == 1 && k.name == "ptscope" => info = Some(k.koid),
+            Record::KernelObject(k) if k.obj_type == 1 && k.name == "ptscope" => {
+                info = Some(k.koid)
+            }
             Record::Event(e) if Some(e.pid) != info => {
                 let stack = stacks.entry((e.pid, e.tid)).or_default();
                 match e.kind {
                     EventKind::Begin => stack.push((e.name.to_string(), e.timestamp, 0)),
                     EventKind::End => {
-                        let Some((name, start, child)) = stack.pop() else { continue };
+                        let Some((name, start, child)) = stack.pop() else {
+                            continue;
+                        };
                         let dur = e.timestamp - start;
                         let nested = stack.iter().any(|f| f.0 == name);
                         let row = t.entry(name).or_default();
@@ -112,11 +118,17 @@ fn check(dir: &Path, trace: &str, exact: bool) -> (Truth, serde_json::Value, Str
         .iter()
         .map(|t| t["busy_ns"].as_u64().unwrap())
         .sum();
-    assert_eq!(self_sum, busy, "self times add up to the threads' busy time");
+    assert_eq!(
+        self_sum, busy,
+        "self times add up to the threads' busy time"
+    );
     assert_eq!(busy_json, busy);
     let (text, _) = ptscope(dir, &["report", trace, "--top", "100000", "--slowest", "3"]);
     for line in text.lines() {
-        assert!(line.chars().count() <= 80, "wider than 80 columns: {line:?}");
+        assert!(
+            line.chars().count() <= 80,
+            "wider than 80 columns: {line:?}"
+        );
     }
     // Each function's line on its thread's table shows the JSON's figures.
     let thread = &j["threads"][0];
@@ -165,7 +177,10 @@ fn intel_pt_fixture_counts_are_the_transcripts() {
     let (want, j, text) = check(d.path(), "pt.fxt.gz", true);
     // magic-trace's own transcript of this recording: one BEGIN per call.
     let mut begins: BTreeMap<String, u64> = BTreeMap::new();
-    for l in std::fs::read_to_string(fx.join("expected.txt")).unwrap().lines() {
+    for l in std::fs::read_to_string(fx.join("expected.txt"))
+        .unwrap()
+        .lines()
+    {
         if let Some((_, name)) = l.split_once(" BEGIN ") {
             let name = name.trim_end_matches(" [inferred start time]");
             *begins.entry(name.to_string()).or_default() += 1;
@@ -183,11 +198,21 @@ fn sampled_trace_counts_are_marked_as_estimates() {
     let input = fixtures_dir::fixtures_dir().join("magic-trace/c_demo_sampling/input.perf");
     ptscope(
         d.path(),
-        &["decode", "-q", "--perf-script", input.to_str().unwrap(), "-o", "s.fxt.gz"],
+        &[
+            "decode",
+            "-q",
+            "--perf-script",
+            input.to_str().unwrap(),
+            "-o",
+            "s.fxt.gz",
+        ],
     );
     let (_, j, text) = check(d.path(), "s.fxt.gz", false);
     assert_eq!(j["source"], "sampled");
-    assert!(text.contains("counts (~)") && text.contains("estimates"), "{text}");
+    assert!(
+        text.contains("counts (~)") && text.contains("estimates"),
+        "{text}"
+    );
 }
 
 const KNOWN: &str = r#"
@@ -217,11 +242,25 @@ fn emulate_run_of_known_calls_is_exact() {
     let out = Command::new(emulate::ptscope())
         .env("PTSCOPE_EMULATE_PLUGIN", &plugin)
         .current_dir(d.path())
-        .args(["run", "-q", "--backend", "emulate", "--report", "-o", "t.fxt.gz", "--", "./known"])
+        .args([
+            "run",
+            "-q",
+            "--backend",
+            "emulate",
+            "--report",
+            "-o",
+            "t.fxt.gz",
+            "--",
+            "./known",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("ptscope report: t.fxt.gz"), "{stdout}");
     let (want, j, text) = check(d.path(), "t.fxt.gz", true);
     let calls = |f: &str| want.get(f).map(|r| r.0);
@@ -247,7 +286,10 @@ fn emulate_run_of_known_calls_is_exact() {
     assert!(f["latency"]["min_ns"].as_u64().unwrap() <= p50);
     assert!(p50 <= f["latency"]["max_ns"].as_u64().unwrap());
     let (text, _) = ptscope(d.path(), &["report", "t.fxt.gz", "--function", "mid"]);
-    assert!(text.contains("Function mid") && text.contains("p99"), "{text}");
+    assert!(
+        text.contains("Function mid") && text.contains("p99"),
+        "{text}"
+    );
     let by = text.split("called by").nth(1).unwrap();
     assert!(by.contains("top") && by.contains("200"), "{text}");
     // A part of a name is enough when it is unique; a wrong one lists candidates.
@@ -269,12 +311,24 @@ fn emulate_run_of_known_calls_is_exact() {
         .unwrap_or_else(|| panic!("no main;top;mid;leaf stack in\n{folded}"));
     let ns: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert_eq!(ns, want["leaf"].2, "leaf's self time is all under mid");
-    let (per_thread, _) = ptscope(d.path(), &["report", "t.fxt.gz", "--folded", "-", "--per-thread"]);
-    assert!(per_thread.lines().all(|l| l.starts_with("known [pid=")), "{per_thread}");
-    ptscope(d.path(), &["report", "-q", "t.fxt.gz", "--flamegraph", "f.svg"]);
+    let (per_thread, _) = ptscope(
+        d.path(),
+        &["report", "t.fxt.gz", "--folded", "-", "--per-thread"],
+    );
+    assert!(
+        per_thread.lines().all(|l| l.starts_with("known [pid=")),
+        "{per_thread}"
+    );
+    ptscope(
+        d.path(),
+        &["report", "-q", "t.fxt.gz", "--flamegraph", "f.svg"],
+    );
     let svg = std::fs::read_to_string(d.path().join("f.svg")).unwrap();
     for f in ["main", "top", "mid", "leaf", "down"] {
-        assert!(svg.contains(&format!(">{f}<")) || svg.contains(&format!("<title>{f} (")), "{f} not in the SVG");
+        assert!(
+            svg.contains(&format!(">{f}<")) || svg.contains(&format!("<title>{f} (")),
+            "{f} not in the SVG"
+        );
     }
     let parse = Command::new("python3")
         .args(["-c", "import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); assert d.documentElement.tagName == 'svg'"])
@@ -290,7 +344,14 @@ fn damaged_and_foreign_files_get_clear_answers() {
     let input = fixtures_dir::fixtures_dir().join("magic-trace/hello_world_userspace/input.perf");
     ptscope(
         d.path(),
-        &["decode", "-q", "--perf-script", input.to_str().unwrap(), "-o", "t.fxt"],
+        &[
+            "decode",
+            "-q",
+            "--perf-script",
+            input.to_str().unwrap(),
+            "-o",
+            "t.fxt",
+        ],
     );
     let full = std::fs::read(d.path().join("t.fxt")).unwrap();
     std::fs::write(d.path().join("cut.fxt"), &full[..full.len() * 2 / 3]).unwrap();
@@ -310,4 +371,30 @@ fn damaged_and_foreign_files_get_clear_answers() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not a trace ptscope can read"));
+}
+
+#[test]
+fn a_trace_too_big_for_the_ui_is_said_to_be_and_report_is_pointed_to() {
+    let d = tempfile::tempdir().unwrap();
+    let input = fixtures_dir::fixtures_dir().join("magic-trace/hello_world_userspace/input.perf");
+    let decode = |max: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_ptscope"))
+            .current_dir(d.path())
+            .env("PTSCOPE_UI_MAX_TRACE_BYTES", max)
+            .args(["decode", "--perf-script"])
+            .arg(&input)
+            .args(["-o", "t.fxt.gz"])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    // The fixture's trace is some 60 KiB before compression.
+    let err = decode("1000");
+    assert!(
+        err.contains("more than the Perfetto UI is likely to load"),
+        "{err}"
+    );
+    assert!(err.contains("ptscope report t.fxt.gz"), "{err}");
+    assert!(!decode("100000000").contains("likely to load"));
 }

@@ -76,7 +76,12 @@ impl View {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = self.child.wait().unwrap();
         let mut err = String::new();
-        self.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
         assert!(status.success(), "{status}: {err}");
         err
     }
@@ -113,10 +118,21 @@ fn an_http_client_gets_the_file_as_it_is_and_nothing_else() {
     let v = View::start(&t, &[]);
     let (port, path) = (v.port(), path_of(&v.trace_url()));
     // Port 0 is not 9001: the link is the hand-over page, and says why.
-    assert!(v.link.starts_with("http://127.0.0.1:") && v.link.ends_with('/'), "{}", v.link);
-    let (head, body) = http(port, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nOrigin: https://ui.perfetto.dev\r\n\r\n"));
+    assert!(
+        v.link.starts_with("http://127.0.0.1:") && v.link.ends_with('/'),
+        "{}",
+        v.link
+    );
+    let (head, body) = http(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: x\r\nOrigin: https://ui.perfetto.dev\r\n\r\n"),
+    );
     assert!(head.starts_with("http/1.1 200 ok"), "{head}");
-    assert!(body == bytes, "not the gzip file's bytes as they are ({} bytes)", body.len());
+    assert!(
+        body == bytes,
+        "not the gzip file's bytes as they are ({} bytes)",
+        body.len()
+    );
     for h in [
         "access-control-allow-origin: https://ui.perfetto.dev",
         "content-type: application/octet-stream",
@@ -126,10 +142,16 @@ fn an_http_client_gets_the_file_as_it_is_and_nothing_else() {
     }
     assert!(!head.contains("content-encoding"), "{head}");
     // A range, a preflight (a Private Network Access one too), other paths and methods.
-    let (head, body) = http(port, &format!("GET {path} HTTP/1.1\r\nRange: bytes=2-9\r\n\r\n"));
+    let (head, body) = http(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nRange: bytes=2-9\r\n\r\n"),
+    );
     assert!(head.starts_with("http/1.1 206"), "{head}");
     assert_eq!(body, &bytes[2..10]);
-    assert!(head.contains(&format!("content-range: bytes 2-9/{}", bytes.len())), "{head}");
+    assert!(
+        head.contains(&format!("content-range: bytes 2-9/{}", bytes.len())),
+        "{head}"
+    );
     let (head, _) = http(
         port,
         &format!(
@@ -137,7 +159,10 @@ fn an_http_client_gets_the_file_as_it_is_and_nothing_else() {
         ),
     );
     assert!(head.starts_with("http/1.1 204"), "{head}");
-    assert!(head.contains("access-control-allow-private-network: true"), "{head}");
+    assert!(
+        head.contains("access-control-allow-private-network: true"),
+        "{head}"
+    );
     let (head, body) = http(port, &format!("HEAD {path} HTTP/1.1\r\n\r\n"));
     assert!(head.contains(&format!("content-length: {}", bytes.len())) && body.is_empty());
     let wrong = format!("{}x", &path[..path.len() - 1]);
@@ -149,12 +174,18 @@ fn an_http_client_gets_the_file_as_it_is_and_nothing_else() {
     ] {
         let (head, body) = http(port, &req);
         assert!(head.starts_with("http/1.1 404"), "{req}: {head}");
-        assert!(body.is_empty() && !head.contains("access-control"), "{req}: {head}");
+        assert!(
+            body.is_empty() && !head.contains("access-control"),
+            "{req}: {head}"
+        );
     }
     let (head, _) = http(port, &format!("PUT {path} HTTP/1.1\r\n\r\n"));
     assert!(head.starts_with("http/1.1 405"), "{head}");
     let err = v.stop();
-    assert!(err.contains("to this machine only (loopback), only this file"), "{err}");
+    assert!(
+        err.contains("to this machine only (loopback), only this file"),
+        "{err}"
+    );
     assert!(err.contains("fetches traces only from port 9001"), "{err}");
     assert!(err.contains("stopped serving"), "{err}");
     // Nothing listens once ptscope is gone.
@@ -177,21 +208,33 @@ fn files_that_are_no_plain_trace_are_not_served() {
     // Another user's symbolic link to the trace (or anything else) is not followed.
     let link = d.path().join("link.fxt.gz");
     std::os::unix::fs::symlink(&t, &link).unwrap();
-    let _ = Command::new("chown").args(["-h", "65534"]).arg(&link).status();
+    let _ = Command::new("chown")
+        .args(["-h", "65534"])
+        .arg(&link)
+        .status();
     let o = view(&link);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("symbolic link"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("symbolic link"),
+        "{o:?}"
+    );
     // A file that is no trace (a secret a link or a mistake points at).
     let secret = d.path().join("secret.fxt.gz");
     std::fs::write(&secret, "root:$6$hash:19000:0:99999:7:::\n").unwrap();
     let o = view(&secret);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("is not an FXT trace"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is not an FXT trace"),
+        "{o:?}"
+    );
     // A fifo: refused without blocking on it.
     let fifo = d.path().join("fifo.fxt.gz");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let o = view(&fifo);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not a regular file"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not a regular file"),
+        "{o:?}"
+    );
     assert!(!d.path().join("missing").exists());
     assert!(!view(&d.path().join("missing")).status.success());
 }
@@ -235,7 +278,9 @@ fn pages(listener: TcpListener, pages: Vec<(String, String)>, results: Arc<Mutex
                     let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
                     return;
                 }
-                let page = pages.iter().find(|(p, _)| *p == path.split('#').next().unwrap_or(""));
+                let page = pages
+                    .iter()
+                    .find(|(p, _)| *p == path.split('#').next().unwrap_or(""));
                 let (status, body) = match page {
                     Some((_, b)) => ("200 OK", b.clone()),
                     None => ("404 Not Found", String::new()),
@@ -264,7 +309,12 @@ fn headless_chromium_fetches_the_exact_bytes_cross_origin() {
     // The test pages' origin stands for the UI's.
     let v = View::start(&t, &["--origin", &origin]);
     let (url, port) = (v.trace_url(), v.port());
-    assert!(v.link.starts_with(&format!("{origin}/#!/?url=http://127.0.0.1:{port}/")), "{}", v.link);
+    assert!(
+        v.link
+            .starts_with(&format!("{origin}/#!/?url=http://127.0.0.1:{port}/")),
+        "{}",
+        v.link
+    );
     let page_url = format!("http://127.0.0.1:{port}{}", {
         let p = path_of(&url);
         p[..p.rfind('/').unwrap() + 1].to_string()
@@ -358,26 +408,42 @@ window.addEventListener("message", (e) => {
     let got = std::mem::take(&mut results.lock().unwrap().0);
     let find = |tag: &str| {
         got.iter()
-            .find(|(p, _)| p.starts_with(&format!("/result/{tag}?")) || *p == format!("/result/{tag}"))
+            .find(|(p, _)| {
+                p.starts_with(&format!("/result/{tag}?")) || *p == format!("/result/{tag}")
+            })
             .unwrap_or_else(|| {
                 let seen: Vec<String> = got
                     .iter()
-                    .map(|(p, b)| format!("{p}: {}", String::from_utf8_lossy(&b[..b.len().min(200)])))
+                    .map(|(p, b)| {
+                        format!("{p}: {}", String::from_utf8_lossy(&b[..b.len().min(200)]))
+                    })
                     .collect();
                 panic!("chromium posted no {tag} result; it posted {seen:#?}")
             })
     };
     let (q, body) = find("allowed");
-    assert!(*body == bytes, "the cross-origin fetch read {} other bytes", body.len());
+    assert!(
+        *body == bytes,
+        "the cross-origin fetch read {} other bytes",
+        body.len()
+    );
     assert!(q.contains("status=200"), "{q}");
     assert!(q.contains(&format!("length={}", bytes.len())), "{q}");
     assert!(q.contains("type=application%2Foctet-stream"), "{q}");
     // From an origin the server does not name, the browser refuses the response.
     let (_, err) = find("denied-failed");
-    assert!(String::from_utf8_lossy(err).contains("TypeError"), "{}", String::from_utf8_lossy(err));
+    assert!(
+        String::from_utf8_lossy(err).contains("TypeError"),
+        "{}",
+        String::from_utf8_lossy(err)
+    );
     // The hand-over page gave the whole trace to the (stand-in) UI.
     let (q, body) = find("handed");
-    assert!(*body == bytes, "the UI was handed {} other bytes", body.len());
+    assert!(
+        *body == bytes,
+        "the UI was handed {} other bytes",
+        body.len()
+    );
     assert!(q.contains("title=hello.fxt.gz"), "{q}");
     v.stop();
 }

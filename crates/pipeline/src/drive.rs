@@ -31,6 +31,8 @@ pub(crate) struct Totals {
     /// samples says so on its info track (its slices are estimates).
     pub samples: u64,
     pub branches: u64,
+    /// The FXT trace's size before compression.
+    pub trace_bytes: u64,
     pub interrupted: bool,
 }
 
@@ -287,9 +289,7 @@ pub(crate) fn each_step(
                     for e in events {
                         if let Event::Ok { data, .. } = &e {
                             match data {
-                                ptscope_event::EventData::StackSample { .. } => {
-                                    totals.samples += 1
-                                }
+                                ptscope_event::EventData::StackSample { .. } => totals.samples += 1,
                                 ptscope_event::EventData::Trace { .. } => totals.branches += 1,
                                 _ => {}
                             }

@@ -44,7 +44,7 @@ pub fn sort(v: &mut [FuncStats], by: SortBy) {
 
 /// Adds `tree`'s functions into `acc`.
 fn add_functions(tree: &ThreadTree, acc: &mut FxHashMap<FuncId, FuncStats>) {
-    for (i, n) in tree.nodes.iter().enumerate() {
+    for n in &tree.nodes {
         let s = acc.entry(n.func).or_insert(FuncStats {
             func: n.func,
             calls: 0,
@@ -64,7 +64,6 @@ fn add_functions(tree: &ThreadTree, acc: &mut FxHashMap<FuncId, FuncStats>) {
             }
             p = pn.parent;
         }
-        let _ = i;
         if !nested {
             s.total_ns += n.total_ns;
         }

@@ -55,7 +55,7 @@ pub fn count(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -138,7 +138,11 @@ pub fn shorten(name: &str, width: usize) -> String {
 
 /// The function table's header line.
 fn table_header(out: &mut String) {
-    let _ = writeln!(out, "{:>9}  {:>9}  {:>12}  function", "total", "self", "calls");
+    let _ = writeln!(
+        out,
+        "{:>9}  {:>9}  {:>12}  function",
+        "total", "self", "calls"
+    );
 }
 
 /// One function row.
@@ -271,7 +275,11 @@ pub fn render(a: &Analysis, trace_name: &str, threads: &[usize], o: &TextOptions
     }
     if threads.len() > 1 {
         let stats = summary::functions(threads.iter().map(|&t| &a.threads[t]), o.sort);
-        let _ = writeln!(out, "\nAll threads: {} functions", count(stats.len() as u64));
+        let _ = writeln!(
+            out,
+            "\nAll threads: {} functions",
+            count(stats.len() as u64)
+        );
         table(&mut out, a, &stats, o.top);
     }
     let mut by_busy: Vec<usize> = threads.to_vec();
@@ -305,7 +313,11 @@ pub fn render(a: &Analysis, trace_name: &str, threads: &[usize], o: &TextOptions
 }
 
 fn slowest(out: &mut String, a: &Analysis, threads: &[usize]) {
-    let calls: Vec<_> = a.slowest.iter().filter(|s| threads.contains(&s.thread)).collect();
+    let calls: Vec<_> = a
+        .slowest
+        .iter()
+        .filter(|s| threads.contains(&s.thread))
+        .collect();
     if calls.is_empty() {
         return;
     }
@@ -371,13 +383,25 @@ fn latency_line(l: &Latency) -> String {
     for (p, v) in &l.percentiles {
         let _ = write!(s, "  p{p} {}", duration(*v));
     }
-    let _ = write!(s, "  max {}  mean {}", duration(l.max_ns), duration(l.mean_ns));
+    let _ = write!(
+        s,
+        "  max {}  mean {}",
+        duration(l.max_ns),
+        duration(l.mean_ns)
+    );
     s
 }
 
 fn neighbours(out: &mut String, a: &Analysis, title: &str, v: &[Neighbour]) {
     let name_width = WIDTH - 4 - 2 - 12 - 2 - 9;
-    let _ = writeln!(out, "  {:<w$}  {:>12}  {:>9}", title, "calls", "total", w = name_width + 2);
+    let _ = writeln!(
+        out,
+        "  {:<w$}  {:>12}  {:>9}",
+        title,
+        "calls",
+        "total",
+        w = name_width + 2
+    );
     if v.is_empty() {
         let _ = writeln!(out, "    (none)");
     }
@@ -425,7 +449,11 @@ fn focus(out: &mut String, a: &Analysis, threads: &[usize], f: FuncId) {
         let _ = writeln!(
             out,
             "  {}",
-            wrap(&format!("latency (all threads): {}", latency_line(&l)), WIDTH - 2, 4)
+            wrap(
+                &format!("latency (all threads): {}", latency_line(&l)),
+                WIDTH - 2,
+                4
+            )
         );
     }
     let (callers, callees) = summary::callers_and_callees(sel(), f);

@@ -170,7 +170,10 @@ pub(crate) fn handle(
                     .collect();
                 extra.push_str(&format!("Access-Control-Allow-Headers: {safe}\r\n"));
             }
-            if req.header("Access-Control-Request-Private-Network").is_some() {
+            if req
+                .header("Access-Control-Request-Private-Network")
+                .is_some()
+            {
                 extra.push_str("Access-Control-Allow-Private-Network: true\r\n");
             }
             extra.push_str("Access-Control-Max-Age: 600\r\nContent-Length: 0\r\n");
@@ -195,7 +198,8 @@ pub(crate) fn handle(
                 None => ("200 OK", 0, len),
                 Some(Some((a, b))) => ("206 Partial Content", a, b + 1),
                 Some(None) => {
-                    let extra = format!("{cors}Content-Range: bytes */{len}\r\nContent-Length: 0\r\n");
+                    let extra =
+                        format!("{cors}Content-Range: bytes */{len}\r\nContent-Length: 0\r\n");
                     served.status = 416;
                     let _ = conn.write_all(head("416 Range Not Satisfiable", &extra).as_bytes());
                     return Some(served);
@@ -210,7 +214,10 @@ pub(crate) fn handle(
                 server.file.name
             );
             if status.starts_with("206") {
-                extra.push_str(&format!("Content-Range: bytes {start}-{}/{len}\r\n", end - 1));
+                extra.push_str(&format!(
+                    "Content-Range: bytes {start}-{}/{len}\r\n",
+                    end - 1
+                ));
             }
             served.status = if status.starts_with("206") { 206 } else { 200 };
             if conn.write_all(head(status, &extra).as_bytes()).is_err() || req.method == "HEAD" {

@@ -78,7 +78,9 @@ pub enum Error {
     #[error("{0} is not a regular file; give the path of a trace file")]
     NotAFile(String),
     /// Not an FXT trace (nor a gzipped one).
-    #[error("{0} is not an FXT trace (.fxt or .fxt.gz as ptscope writes them); only traces are served")]
+    #[error(
+        "{0} is not an FXT trace (.fxt or .fxt.gz as ptscope writes them); only traces are served"
+    )]
     NotATrace(String),
     /// The port cannot be bound.
     #[error("cannot listen on 127.0.0.1:{port}: {source}")]
@@ -129,7 +131,10 @@ impl TraceFile {
         let n = file.read_at(&mut head, 0).unwrap_or(0);
         let is_trace = if head[..n].starts_with(&[0x1f, 0x8b]) {
             // A gzip file: its first 8 decompressed bytes must be the magic.
-            let mut gz = flate2::read::GzDecoder::new(ReadAt { file: &file, pos: 0 });
+            let mut gz = flate2::read::GzDecoder::new(ReadAt {
+                file: &file,
+                pos: 0,
+            });
             let mut inner = [0u8; 8];
             gz.read_exact(&mut inner).is_ok() && inner == FXT_MAGIC
         } else {
