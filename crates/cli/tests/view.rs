@@ -447,3 +447,50 @@ window.addEventListener("message", (e) => {
     assert!(q.contains("title=hello.fxt.gz"), "{q}");
     v.stop();
 }
+
+#[test]
+fn decode_view_serves_the_trace_it_wrote_until_ctrl_c() {
+    let d = tempfile::tempdir().unwrap();
+    let input = fixtures_dir::fixtures_dir().join("magic-trace/hello_world_userspace/input.perf");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ptscope"))
+        .current_dir(d.path())
+        .args(["decode", "--perf-script"])
+        .arg(&input)
+        .args(["-o", "hello.fxt.gz", "--view"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut link = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut link)
+        .unwrap();
+    let v = View {
+        child,
+        link: link.trim().to_string(),
+    };
+    // Port 9001 when free (the deep link), else the hand-over page.
+    let url = v.trace_url();
+    assert!(url.ends_with("/hello.fxt.gz"), "{}", v.link);
+    if v.port() == 9001 {
+        assert!(
+            v.link
+                .starts_with("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/"),
+            "{}",
+            v.link
+        );
+    }
+    let (head, body) = http(v.port(), &format!("GET {} HTTP/1.1\r\n\r\n", path_of(&url)));
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let written = std::fs::read(d.path().join("hello.fxt.gz")).unwrap();
+    assert!(
+        body == written,
+        "served {} bytes, not the trace written",
+        body.len()
+    );
+    let err = v.stop();
+    assert!(
+        err.contains("wrote hello.fxt.gz") && err.contains("serving"),
+        "{err}"
+    );
+}
