@@ -156,23 +156,30 @@ fn count(n: u64) -> String {
     ptscope_report::text::count(n)
 }
 
+/// `ptscope decode` of magic-trace's fixture `case` (its perf script text) to `out`.
+fn decode_fixture(dir: &Path, case: &str, out: &str, extra: &[&str]) {
+    let input = fixtures_dir::fixtures_dir().join(format!("magic-trace/{case}/input.perf"));
+    let mut args = vec![
+        "decode",
+        "-q",
+        "--perf-script",
+        input.to_str().unwrap(),
+        "-o",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    ptscope(dir, &args);
+}
+
 #[test]
 fn intel_pt_fixture_counts_are_the_transcripts() {
     let d = tempfile::tempdir().unwrap();
     let fx = fixtures_dir::fixtures_dir().join("magic-trace/hello_world_userspace");
-    let input = fx.join("input.perf");
-    ptscope(
+    decode_fixture(
         d.path(),
-        &[
-            "decode",
-            "-q",
-            "--perf-script",
-            input.to_str().unwrap(),
-            "--writer",
-            "legacy",
-            "-o",
-            "pt.fxt.gz",
-        ],
+        "hello_world_userspace",
+        "pt.fxt.gz",
+        &["--writer", "legacy"],
     );
     let (want, j, text) = check(d.path(), "pt.fxt.gz", true);
     // magic-trace's own transcript of this recording: one BEGIN per call.
@@ -195,18 +202,7 @@ fn intel_pt_fixture_counts_are_the_transcripts() {
 #[test]
 fn sampled_trace_counts_are_marked_as_estimates() {
     let d = tempfile::tempdir().unwrap();
-    let input = fixtures_dir::fixtures_dir().join("magic-trace/c_demo_sampling/input.perf");
-    ptscope(
-        d.path(),
-        &[
-            "decode",
-            "-q",
-            "--perf-script",
-            input.to_str().unwrap(),
-            "-o",
-            "s.fxt.gz",
-        ],
-    );
+    decode_fixture(d.path(), "c_demo_sampling", "s.fxt.gz", &[]);
     let (_, j, text) = check(d.path(), "s.fxt.gz", false);
     assert_eq!(j["source"], "sampled");
     assert!(
@@ -342,17 +338,7 @@ fn emulate_run_of_known_calls_is_exact() {
 fn damaged_and_foreign_files_get_clear_answers() {
     let d = tempfile::tempdir().unwrap();
     let input = fixtures_dir::fixtures_dir().join("magic-trace/hello_world_userspace/input.perf");
-    ptscope(
-        d.path(),
-        &[
-            "decode",
-            "-q",
-            "--perf-script",
-            input.to_str().unwrap(),
-            "-o",
-            "t.fxt",
-        ],
-    );
+    decode_fixture(d.path(), "hello_world_userspace", "t.fxt", &[]);
     let full = std::fs::read(d.path().join("t.fxt")).unwrap();
     std::fs::write(d.path().join("cut.fxt"), &full[..full.len() * 2 / 3]).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_ptscope"))

@@ -38,11 +38,18 @@ struct View {
 
 impl View {
     fn start(trace: &Path, args: &[&str]) -> View {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ptscope"))
-            .arg("view")
-            .arg(trace)
-            .args(["--port", "0", "--no-open"])
-            .args(args)
+        View::spawn(
+            Command::new(env!("CARGO_BIN_EXE_ptscope"))
+                .arg("view")
+                .arg(trace)
+                .args(["--port", "0", "--no-open"])
+                .args(args),
+        )
+    }
+
+    /// Starts `cmd` and reads the link it prints first.
+    fn spawn(cmd: &mut Command) -> View {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -452,23 +459,13 @@ window.addEventListener("message", (e) => {
 fn decode_view_serves_the_trace_it_wrote_until_ctrl_c() {
     let d = tempfile::tempdir().unwrap();
     let input = fixtures_dir::fixtures_dir().join("magic-trace/hello_world_userspace/input.perf");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ptscope"))
-        .current_dir(d.path())
-        .args(["decode", "--perf-script"])
-        .arg(&input)
-        .args(["-o", "hello.fxt.gz", "--view"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut link = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut link)
-        .unwrap();
-    let v = View {
-        child,
-        link: link.trim().to_string(),
-    };
+    let v = View::spawn(
+        Command::new(env!("CARGO_BIN_EXE_ptscope"))
+            .current_dir(d.path())
+            .args(["decode", "--perf-script"])
+            .arg(&input)
+            .args(["-o", "hello.fxt.gz", "--view"]),
+    );
     // Port 9001 when free (the deep link), else the hand-over page.
     let url = v.trace_url();
     assert!(url.ends_with("/hello.fxt.gz"), "{}", v.link);

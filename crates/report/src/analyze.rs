@@ -161,10 +161,11 @@ impl Analysis {
         self.names.get(f as usize).map_or("?", |s| s)
     }
 
-    /// "process / thread" for thread index `t`, as the trace names them.
-    pub fn thread_label(&self, t: usize) -> String {
+    /// The process's and the thread's names of thread index `t`, as the trace names
+    /// them (`[process KOID]` / `[thread KOID]` where it names none).
+    pub fn names_of(&self, t: usize) -> (String, String) {
         let Some(th) = self.threads.get(t) else {
-            return "?".into();
+            return ("?".into(), "?".into());
         };
         let p = self
             .process_names
@@ -176,6 +177,12 @@ impl Analysis {
             .get(&th.tid)
             .cloned()
             .unwrap_or_else(|| format!("[thread {}]", th.tid));
+        (p, n)
+    }
+
+    /// "process / thread" for thread index `t`.
+    pub fn thread_label(&self, t: usize) -> String {
+        let (p, n) = self.names_of(t);
         format!("{p} / {n}")
     }
 

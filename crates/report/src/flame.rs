@@ -21,16 +21,7 @@ pub fn folded(a: &Analysis, threads: &[usize], per_thread: bool) -> Vec<(String,
         // Each node's stack text, built from its parent's (parents come first).
         let mut text: Vec<String> = Vec::with_capacity(th.nodes.len());
         let root = if per_thread {
-            let p = a
-                .process_names
-                .get(&th.pid)
-                .cloned()
-                .unwrap_or_else(|| format!("[process {}]", th.pid));
-            let n = a
-                .thread_names
-                .get(&th.tid)
-                .cloned()
-                .unwrap_or_else(|| format!("[thread {}]", th.tid));
+            let (p, n) = a.names_of(t);
             Some(format!("{};{}", frame(&p), frame(&n)))
         } else {
             None

@@ -145,14 +145,19 @@ fn table_header(out: &mut String) {
     );
 }
 
+/// A call count, marked `~` when the trace's counts are estimates.
+pub fn calls(a: &Analysis, n: u64) -> String {
+    if a.source.exact() {
+        count(n)
+    } else {
+        format!("~{}", count(n))
+    }
+}
+
 /// One function row.
 fn row(out: &mut String, a: &Analysis, s: &FuncStats) {
     let name_width = WIDTH - (9 + 2 + 9 + 2 + 12 + 2);
-    let calls = if a.source.exact() {
-        count(s.calls)
-    } else {
-        format!("~{}", count(s.calls))
-    };
+    let calls = calls(a, s.calls);
     let _ = writeln!(
         out,
         "{:>9}  {:>9}  {:>12}  {}",
@@ -410,16 +415,11 @@ fn neighbours(out: &mut String, a: &Analysis, title: &str, v: &[Neighbour]) {
             Some(f) => shorten(a.name(f), name_width),
             None => "(thread root: called from no traced function)".into(),
         };
-        let calls = if a.source.exact() {
-            count(n.calls)
-        } else {
-            format!("~{}", count(n.calls))
-        };
         let _ = writeln!(
             out,
             "    {:<w$}  {:>12}  {:>9}",
             name,
-            calls,
+            calls(a, n.calls),
             duration(n.total_ns),
             w = name_width
         );
@@ -437,11 +437,7 @@ fn focus(out: &mut String, a: &Analysis, threads: &[usize], f: FuncId) {
     let _ = writeln!(
         out,
         "  {} calls, total {}, self {}",
-        if a.source.exact() {
-            count(s.calls)
-        } else {
-            format!("~{}", count(s.calls))
-        },
+        calls(a, s.calls),
         duration(s.total_ns),
         duration(s.self_ns)
     );
