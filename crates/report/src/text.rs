@@ -97,6 +97,43 @@ fn collapse_brackets(name: &str) -> String {
     out
 }
 
+/// A Rust trait method's `<Type as Trait>` head, shortened to the last path segment of
+/// each (`<alloc::vec::Vec<T> as core::ops::drop::Drop>::drop` →
+/// (`<Vec<…> as Drop>`, `::drop`)): the head says whose method it is, so it is kept.
+fn qualified_self(name: &str) -> Option<(String, &str)> {
+    if !name.starts_with('<') {
+        return None;
+    }
+    let mut depth = 0usize;
+    let end = name.char_indices().find_map(|(i, c)| {
+        match c {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+        None
+    })?;
+    let last_segment = |p: &str| {
+        let p = collapse_brackets(p.trim());
+        // The last `::` outside brackets (collapsed ones hold none).
+        match p.rfind("::") {
+            Some(i) => p[i + 2..].to_string(),
+            None => p,
+        }
+    };
+    let inner = &name[1..end];
+    let head = match inner.split_once(" as ") {
+        Some((ty, tr)) => format!("<{} as {}>", last_segment(ty), last_segment(tr)),
+        None => format!("<{}>", last_segment(inner)),
+    };
+    Some((head, &name[end + 1..]))
+}
+
 /// `name` in at most `width` characters: generic arguments and parameter lists
 /// collapsed, then leading path segments dropped (`…::HashMap<…>::insert`), then the
 /// middle cut out. Names that fit are left whole.
@@ -105,7 +142,10 @@ pub fn shorten(name: &str, width: usize) -> String {
     if len(name) <= width {
         return name.to_string();
     }
-    let mut s = collapse_brackets(name);
+    let mut s = match qualified_self(name) {
+        Some((head, rest)) => format!("{head}{}", collapse_brackets(rest)),
+        None => collapse_brackets(name),
+    };
     if len(&s) > width {
         let sep = if s.contains("::") { "::" } else { "." };
         let parts: Vec<&str> = s.split(sep).collect();
@@ -493,6 +533,8 @@ mod tests {
         let s = shorten(cpp, 44);
         assert!(s.chars().count() <= 44, "{s}");
         assert!(s.ends_with("_M_realloc_insert<…>(…)"), "{s}");
+        let r#impl = "<alloc::vec::Vec<T, A> as core::ops::drop::Drop>::drop";
+        assert_eq!(shorten(r#impl, 30), "<Vec<…> as Drop>::drop");
         let plain = "a_function_name_with_no_separators_that_goes_on_and_on";
         let s = shorten(plain, 20);
         assert_eq!(s.chars().count(), 20);
