@@ -53,13 +53,84 @@ pub use analyze::{analyze, Analysis, FuncId, Options, Source};
 
 use std::io::{self, BufRead, BufReader, Read};
 
-/// `src` as uncompressed FXT: gunzipped if it starts with the gzip magic bytes.
+/// `src` as uncompressed FXT: gunzipped if it starts with the gzip magic bytes. A gzip
+/// stream is unpacked on a thread of its own, so unpacking and reading share two cores;
+/// the thread ends when the returned reader is dropped or the stream ends.
 pub fn uncompressed(src: impl Read + Send + 'static) -> io::Result<Box<dyn Read + Send>> {
     let mut r = BufReader::with_capacity(1 << 16, src);
     let gz = r.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    Ok(if gz {
-        Box::new(flate2::read::MultiGzDecoder::new(r))
-    } else {
-        Box::new(r)
-    })
+    if !gz {
+        return Ok(Box::new(r));
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<io::Result<Vec<u8>>>(4);
+    std::thread::Builder::new()
+        .name("ptscope-gunzip".into())
+        .spawn(move || {
+            let mut gz = flate2::read::MultiGzDecoder::new(r);
+            loop {
+                let mut chunk = vec![0u8; CHUNK];
+                let mut filled = 0;
+                // Whole chunks: the reader on the other side wants few, large pieces.
+                let result = loop {
+                    match gz.read(&mut chunk[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == CHUNK {
+                                break Ok(());
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
+                    }
+                };
+                chunk.truncate(filled);
+                let end = filled < CHUNK || result.is_err();
+                if filled > 0 && tx.send(Ok(chunk)).is_err() {
+                    return;
+                }
+                if let Err(e) = result {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+                if end {
+                    return;
+                }
+            }
+        })?;
+    Ok(Box::new(ChannelReader {
+        rx,
+        chunk: Vec::new(),
+        pos: 0,
+    }))
+}
+
+/// Bytes unpacked per piece handed over.
+const CHUNK: usize = 1 << 20;
+
+/// Reads the pieces the unpacking thread sends.
+struct ChannelReader {
+    rx: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(Ok(c)) => {
+                    self.chunk = c;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                // The stream ended.
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
 }
