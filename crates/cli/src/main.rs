@@ -53,7 +53,25 @@ enum Command {
 }
 
 fn main() {
+    // ptscope's binary also serves as the sentinel that kills what is left of ptscope's
+    // process tree if ptscope is killed (crates/interrupt/src/children.rs).
+    if let Some(code) = ptscope_interrupt::children::sentinel_main() {
+        std::process::exit(code);
+    }
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Decode(_) | Command::Run(_) | Command::Attach(_)
+    ) {
+        // Before any thread starts (it forks). Without it, ptscope's own children still
+        // die with it; only theirs might not.
+        if let Err(e) = ptscope_interrupt::children::guard_descendants() {
+            messages::warn(format!(
+                "cannot start the sentinel that stops the traced program's child processes \
+                 if ptscope is killed: {e}"
+            ));
+        }
+    }
     let result = match cli.command {
         Command::Decode(args) => decode::command(args),
         Command::Mem(args) => mem::run(args).map(|()| 0),
@@ -68,6 +86,9 @@ fn main() {
             view::serve(&args.trace, &args.flags)
         }
     };
+    // A normal end (an error included): what ptscope started was stopped or waited
+    // for; whatever the program left running on purpose stays.
+    ptscope_interrupt::children::stand_down();
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {

@@ -678,6 +678,15 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     );
     ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
     let base = ptscope_interrupt::presses();
+    // The same three presses as the other backends (README "Interrupts").
+    ptscope_interrupt::say_at(
+        base + 1,
+        "ptscope: stopping the program (Ctrl-C again to stop decoding early, a third time to quit)",
+    );
+    ptscope_interrupt::set_quit(
+        base + 3,
+        format!("ptscope: interrupted three times: quitting; {kept_message}"),
+    );
     if let Some(t) = triggers.first() {
         messages::info(format!(
             "emulate backend: trigger {} at {:#x} in {}: {}",
@@ -763,6 +772,10 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     }
     let pressed = ptscope_interrupt::presses() - base;
     let stop_at = base + pressed.min(1) + 1;
+    ptscope_interrupt::say_at(
+        stop_at,
+        "ptscope: interrupted: writing what was decoded so far (Ctrl-C again to quit, keeping the recording)",
+    );
     ptscope_interrupt::set_quit(
         stop_at + 1,
         format!("ptscope: interrupted again: quitting; {kept_message}"),
