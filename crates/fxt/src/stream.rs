@@ -171,10 +171,7 @@ impl<R: Read> StreamReader<R> {
                 Err(e) => return Some(Err(self.fail(ErrorKind::Io(e.to_string())))),
             }
             self.offset += needed;
-            return Some(Ok(Raw::Large {
-                header,
-                words,
-            }));
+            return Some(Ok(Raw::Large { header, words }));
         }
         // A non-large record has at most 4 095 words.
         let needed = needed as usize;
@@ -237,7 +234,11 @@ impl<R: Read> StreamReader<R> {
                 offset,
             }) => (header, start, len, offset),
         };
-        let parsed = decode(header, &self.buf[start..start + len], &self.providers.current());
+        let parsed = decode(
+            header,
+            &self.buf[start..start + len],
+            &self.providers.current(),
+        );
         Some(parsed.map_err(|kind| {
             self.done = true;
             ReadError {
@@ -268,7 +269,11 @@ impl<R: Read> StreamReader<R> {
                 ticks_per_second: self.providers.ticks_per_second(),
             }));
         }
-        let parsed = decode_head(header, &self.buf[start..start + len], &self.providers.current());
+        let parsed = decode_head(
+            header,
+            &self.buf[start..start + len],
+            &self.providers.current(),
+        );
         Some(match parsed {
             Ok(h) => Ok(h.unwrap_or(Head::Other)),
             Err(kind) => {

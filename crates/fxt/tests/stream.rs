@@ -116,7 +116,9 @@ fn heads(src: impl Read) -> Vec<String> {
                 koid,
                 name,
             }) => out.push(format!("object {obj_type} {koid} {name}")),
-            Ok(Head::Initialization { ticks_per_second }) => out.push(format!("init {ticks_per_second}")),
+            Ok(Head::Initialization { ticks_per_second }) => {
+                out.push(format!("init {ticks_per_second}"))
+            }
             Ok(Head::Other) => {}
             Err(e) => out.push(format!("error {e}")),
         }
@@ -134,16 +136,17 @@ fn heads_are_the_records_without_their_arguments() {
                 "{:?} {} {} {} {} {}",
                 e.kind, e.timestamp, e.pid, e.tid, e.category, e.name
             )),
-            Record::KernelObject(k) => want.push(format!("object {} {} {}", k.obj_type, k.koid, k.name)),
-            Record::Initialization { ticks_per_second } => want.push(format!("init {ticks_per_second}")),
+            Record::KernelObject(k) => {
+                want.push(format!("object {} {} {}", k.obj_type, k.koid, k.name))
+            }
+            Record::Initialization { ticks_per_second } => {
+                want.push(format!("init {ticks_per_second}"))
+            }
             _ => {}
         }
     }
     assert_eq!(heads(&data[..]), want);
-    let dribble = Dribble {
-        data,
-        rng: Rng(5),
-    };
+    let dribble = Dribble { data, rng: Rng(5) };
     assert_eq!(heads(dribble), want);
     // Damage never panics, and a truncated trace ends with an error.
     let mut rng = Rng(11);
