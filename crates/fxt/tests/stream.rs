@@ -130,7 +130,7 @@ fn heads(src: impl Read) -> Vec<String> {
 fn heads_are_the_records_without_their_arguments() {
     let data = busy_trace();
     let mut want = Vec::new();
-    for r in Reader::new(&data) {
+    for r in Reader::new(data) {
         match r.unwrap() {
             Record::Event(e) => want.push(format!(
                 "{:?} {} {} {} {} {}",
@@ -145,7 +145,7 @@ fn heads_are_the_records_without_their_arguments() {
             _ => {}
         }
     }
-    assert_eq!(heads(&data[..]), want);
+    assert_eq!(heads(data), want);
     let dribble = Dribble { data, rng: Rng(5) };
     assert_eq!(heads(dribble), want);
     // Damage never panics, and a truncated trace ends with an error.
