@@ -85,8 +85,11 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "PATH")]
     pub executable: Option<PathBuf>,
 
-    /// How to read perf.data: through ptscope's perf dlfilter (binary, fast), as
-    /// `perf script` text, or the dlfilter when perf supports it (perf >= 5.14).
+    /// How to read perf.data: `builtin`, ptscope's own Intel PT decoder (no perf; every
+    /// instruction known, branches timed where they ran); `dlfilter`, perf's decoder
+    /// through ptscope's perf dlfilter (binary, fast); `text`, `perf script` text; `auto`:
+    /// builtin for Intel PT recordings (perf's path, with a notice, when it cannot decode
+    /// one), else the dlfilter when perf supports it (perf >= 5.14), else text.
     #[arg(long, value_enum, default_value_t = DecoderKind::Auto)]
     pub decoder: DecoderKind,
 

@@ -101,8 +101,10 @@ pub struct RecordArgs {
     /// Record only; do not decode (the recording is kept; `ptscope decode DIR` decodes it).
     #[arg(long)]
     pub no_decode: bool,
-    /// How to read the recording: ptscope's perf dlfilter, `perf script` text, or the
-    /// dlfilter when perf supports it, falling back to text with a notice.
+    /// How to read the recording: ptscope's own Intel PT decoder (`builtin`), perf
+    /// through ptscope's dlfilter, `perf script` text; `auto`: builtin for Intel PT
+    /// (perf's path with a notice when it cannot), else the dlfilter when perf supports
+    /// it, falling back to text with a notice.
     #[arg(long, value_enum, default_value_t = DecoderKind::Auto)]
     pub decoder: DecoderKind,
     /// No progress bar and no informational messages (warnings and errors still show).

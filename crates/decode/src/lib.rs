@@ -747,6 +747,11 @@ fn push_capped(spill: &mut Vec<u8>, overlong: &mut bool, bytes: &[u8]) {
 }
 
 impl<R: BufRead + Send> EventSource for Decoder<R> {
+    fn info(&self) -> ptscope_event::SourceInfo {
+        let mut i = ptscope_event::SourceInfo::default();
+        i.text = true;
+        i
+    }
     fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
         Ok(Decoder::next_event(self)?)
     }

@@ -17,7 +17,7 @@ use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
 use std::io::{BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 
@@ -293,6 +293,17 @@ fn keep_stderr_tail(mut stderr: impl Read + Send + 'static) -> JoinHandle<Vec<u8
     })
 }
 
+/// What a source decoding the perf.data at `input` through perf says about it: the
+/// recording, and the scope its (sampling) event asks for.
+pub fn recording_info(input: &Path) -> ptscope_event::SourceInfo {
+    let mut i = ptscope_event::SourceInfo::default();
+    i.recording = Some(input.to_path_buf());
+    i.scope = crate::header::read_header(input)
+        .ok()
+        .and_then(|h| h.scope());
+    i
+}
+
 /// A running `perf script` whose stdout is decoded as it arrives.
 ///
 /// Drain events with [`PerfScript::next_event`], then call [`PerfScript::finish`] to
@@ -302,6 +313,7 @@ pub struct PerfScript {
     decoder: Decoder<BufReader<ChildStdout>>,
     perf: PerfProcess,
     kind: RecordingKind,
+    input: PathBuf,
 }
 
 impl PerfScript {
@@ -324,6 +336,7 @@ impl PerfScript {
             decoder: Decoder::new(BufReader::with_capacity(1 << 20, stdout)),
             perf,
             kind,
+            input: options.input.clone(),
         })
     }
 
@@ -371,6 +384,9 @@ impl PerfScript {
 }
 
 impl EventSource for PerfScript {
+    fn info(&self) -> ptscope_event::SourceInfo {
+        recording_info(&self.input)
+    }
     fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
         Ok(self.decoder.next_event()?)
     }

@@ -324,6 +324,12 @@ impl AnyScript {
 }
 
 impl EventSource for AnyScript {
+    fn info(&self) -> ptscope_event::SourceInfo {
+        match &self.inner {
+            Inner::Dlfilter(script) => EventSource::info(&**script),
+            Inner::Text(script) | Inner::Continued { script, .. } => EventSource::info(&**script),
+        }
+    }
     fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
         Ok(AnyScript::next_event(self)?)
     }

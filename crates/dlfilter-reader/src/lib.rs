@@ -222,6 +222,8 @@ pub struct DlfilterScript {
     reader: RecordReader<BufReader<ChildStdout>>,
     perf: PerfProcess,
     kind: RecordingKind,
+    /// The perf.data file perf decodes.
+    input: PathBuf,
     /// Hides names from untrusted JIT maps.
     pub(crate) jit: jit::JitNames,
     /// The filter perf loaded; its private directory goes with the script. Declared
@@ -282,6 +284,7 @@ impl DlfilterScript {
             reader: RecordReader::new(BufReader::with_capacity(1 << 20, stdout)),
             perf,
             kind,
+            input: options.input.clone(),
             jit: jit::JitNames::new(options.map_trust.clone()),
             _filter: installed,
         })
@@ -357,6 +360,9 @@ impl DlfilterScript {
 }
 
 impl EventSource for DlfilterScript {
+    fn info(&self) -> ptscope_event::SourceInfo {
+        ptscope_decode::perf::recording_info(&self.input)
+    }
     fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
         Ok(DlfilterScript::next_event(self)?)
     }

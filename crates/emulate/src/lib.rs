@@ -1193,6 +1193,11 @@ impl Events {
 }
 
 impl ptscope_event::EventSource for Events {
+    fn info(&self) -> ptscope_event::SourceInfo {
+        let mut i = ptscope_event::SourceInfo::default();
+        i.exact_times = true;
+        i
+    }
     fn next_event(&mut self) -> Result<Option<Event>, ptscope_event::source::SourceError> {
         Ok(Events::next_event(self))
     }

@@ -559,6 +559,11 @@ impl Trace {
 }
 
 impl EventSource for Trace {
+    fn info(&self) -> ptscope_event::SourceInfo {
+        let mut i = ptscope_event::SourceInfo::default();
+        i.exact_times = true;
+        i
+    }
     fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
         Ok(Trace::next_event(self))
     }

@@ -29,7 +29,7 @@
 pub mod source;
 
 use rustc_hash::{FxHashMap, FxHasher};
-pub use source::EventSource;
+pub use source::{EventSource, SourceInfo};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 

@@ -90,8 +90,36 @@ pub trait EventSource: Send {
         None
     }
 
+    /// What a consumer must know about the input besides its events (asked once, when
+    /// it is opened): how its times are to be read, the recording its addresses belong
+    /// to, the scope it was recorded with.
+    fn info(&self) -> SourceInfo {
+        SourceInfo::default()
+    }
+
     /// Ends the input: stops a program still producing it, and says how it went.
     fn finish(self: Box<Self>) -> Finished;
+}
+
+/// What a source says about its input (see [`EventSource::info`]); a source that says
+/// nothing is perf's `perf script` text of unknown origin.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SourceInfo {
+    /// Every event is timed where it happened (an emulate recording, ptscope's own
+    /// Intel PT decoder), not at the packet or sample that revealed it: events sharing
+    /// a time really happened together, and writers must not spread them over the gap
+    /// to the next as perf's coarse packet times need.
+    pub exact_times: bool,
+    /// The perf.data file the events were decoded from: its mappings name the branches'
+    /// addresses, and its name says which snapshot of a rotated recording it is.
+    pub recording: Option<std::path::PathBuf>,
+    /// The privilege levels the recording asks to show (a sampling event's modifier),
+    /// when it says.
+    pub scope: Option<crate::TraceScope>,
+    /// The input is `perf script` text given as such (not a recording perf is
+    /// decoding): whose lines may not all be understood.
+    pub text: bool,
 }
 
 /// What a source hands back at its end.

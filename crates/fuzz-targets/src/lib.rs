@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("elf_symbols", elf_symbols),
     ("perf_map", perf_map),
     ("perf_data_reader", perf_data_reader),
+    ("pt_decoder", pt_decoder),
 ];
 
 /// Fuzzes the `perf script` text decoder: any bytes, any read-buffer size.
@@ -254,4 +255,79 @@ pub fn perf_data_reader(data: &[u8]) {
     let maps = file.mappings();
     let _ = (maps.len(), maps.lost(), maps.frame_pointer_stacks());
     let _ = (file.build_ids(), file.pmu_mappings());
+}
+
+/// A program for [`pt_decoder`] to walk: every kind of branch the walker knows, at
+/// `0x40_1000`; the fuzzed bytes themselves are code at `0x50_0000`.
+struct FuzzCode<'a> {
+    program: &'static [u8],
+    fuzzed: &'a [u8],
+}
+
+/// `call +5; jle +2; jmp +0; call rax; jmp rbx; ret; syscall; int3; ud2; rep movsb;
+/// mov [r14+0x10], rsp; pop [r14+0x10]; mov rsp, [r14+0x10]; ptwrite eax; jmp -0x23`.
+const FUZZ_PROGRAM: &[u8] = &[
+    0xe8, 0x05, 0, 0, 0, 0x7e, 0x02, 0xeb, 0x00, 0xff, 0xd0, 0xff, 0xe3, 0xc3, 0x0f, 0x05, 0xcc,
+    0x0f, 0x0b, 0xf3, 0xa4, 0x49, 0x89, 0x66, 0x10, 0x41, 0x8f, 0x46, 0x10, 0x49, 0x8b, 0x66, 0x10,
+    0xf3, 0x0f, 0xae, 0xe0, 0xeb, 0xdb,
+];
+
+impl ptscope_intel_pt::decoder::Memory for FuzzCode<'_> {
+    fn code(&self, _space: u32, ip: u64) -> Option<&[u8]> {
+        if let Some(off) = ip.checked_sub(0x40_1000) {
+            if let Some(b) = self.program.get(usize::try_from(off).ok()?..) {
+                return Some(b);
+            }
+        }
+        let off = usize::try_from(ip.checked_sub(0x50_0000)?).ok()?;
+        self.fuzzed.get(off..)
+    }
+}
+
+/// Fuzzes the Intel PT decoder: the bytes are a trace (packets one after another, and
+/// the whole walk over a program of every branch kind, and over the bytes as code),
+/// whole and cut at its PSBs. Never a panic, a hang or an endless walk; events only
+/// from what the trace holds.
+pub fn pt_decoder(data: &[u8]) {
+    use ptscope_intel_pt::cache::BlockCache;
+    use ptscope_intel_pt::decoder::Config;
+    use ptscope_intel_pt::insn::FactOptions;
+    use ptscope_intel_pt::packet::Packets;
+    // The first byte picks the settings.
+    let (flags, trace) = match data.split_first() {
+        Some((&f, rest)) => (f, rest),
+        None => (0, data),
+    };
+    let mut last = None;
+    for p in Packets::new(trace) {
+        let Ok((at, _)) = p else { break };
+        assert!(last.is_none_or(|l| l < at));
+        last = Some(at);
+    }
+    let cfg = Config {
+        return_compression: flags & 1 == 0,
+        cyc: flags & 2 != 0,
+        skip_bad_bytes: flags & 4 == 0,
+        blocks: flags & 8 != 0,
+        max_direct_blocks: 256,
+        ..Config::default()
+    };
+    let mem = FuzzCode {
+        program: FUZZ_PROGRAM,
+        fuzzed: trace,
+    };
+    let mut cache = BlockCache::new(FactOptions {
+        ocaml_traps: flags & 16 != 0,
+    });
+    let mut whole = Vec::new();
+    ptscope_intel_pt::decode_chunk(trace, 0..trace.len(), cfg, &mem, &mut cache, 0, &mut whole);
+    let mut chunked = Vec::new();
+    for r in ptscope_intel_pt::chunks(trace, 64) {
+        assert!(r.start < r.end && r.end <= trace.len());
+        ptscope_intel_pt::decode_chunk(trace, r, cfg, &mem, &mut cache, 0, &mut chunked);
+    }
+    // Walking is bounded by the trace: each packet lets the walk take at most so many
+    // blocks, so events stay proportional to the input.
+    let bound = (trace.len() as u64 + 1) * (u64::from(cfg.max_direct_blocks) + 64) * 4;
+    assert!((whole.len() as u64) < bound && (chunked.len() as u64) < bound);
 }

@@ -66,3 +66,8 @@ fn perf_map_corpus_replays_without_panics() {
 fn perf_data_reader_corpus_replays_without_panics() {
     replay("perf_data_reader");
 }
+
+#[test]
+fn pt_decoder_corpus_replays_without_panics() {
+    replay("pt_decoder");
+}

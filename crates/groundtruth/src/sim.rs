@@ -461,11 +461,22 @@ pub fn true_time_stacks_interned(
     let mut builder = StackBuilder::renaming(|name| rename.name(name));
     let mut out = Vec::with_capacity(sim.traces.len());
     for t in &sim.traces {
-        if !sim.expected.iter().any(|e| e.tid == t.tid && !e.branches.is_empty()) {
+        if !sim
+            .expected
+            .iter()
+            .any(|e| e.tid == t.tid && !e.branches.is_empty())
+        {
             continue;
         }
         let times: Vec<u64> = t.steps.iter().map(|s| sim.ns(s.clock) * SCALE).collect();
-        out.push(timeline_interned(t, &times, syms, &dso, names, &mut builder));
+        out.push(timeline_interned(
+            t,
+            &times,
+            syms,
+            &dso,
+            names,
+            &mut builder,
+        ));
     }
     out
 }
@@ -789,10 +800,21 @@ pub fn legacy(sink: TimelineSink, earliest: u64) -> LegacyWriter<TimelineSink> {
 
 /// The segments writer as the CLI configures it for a user-only trace.
 pub fn segments(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSink> {
+    segments_timed(sink, earliest, false)
+}
+
+/// [`segments`] for a decoder whose events are exactly timed (`WriterConfig::exact_times`:
+/// ptscope's own, as the pipeline configures it from what the source says).
+pub fn segments_timed(
+    sink: TimelineSink,
+    earliest: u64,
+    exact_times: bool,
+) -> SegmentsWriter<TimelineSink> {
     SegmentsWriter::new(
         sink,
         WriterConfig {
             earliest_time: earliest,
+            exact_times,
             ..WriterConfig::default()
         },
     )
@@ -818,14 +840,16 @@ pub struct PathScore {
 struct Writers {
     pending: Vec<Event>,
     earliest: u64,
+    exact_times: bool,
     both: Option<(LegacyWriter<TimelineSink>, SegmentsWriter<TimelineSink>)>,
 }
 
 impl Writers {
-    fn new() -> Self {
+    fn new(exact_times: bool) -> Self {
         Writers {
             pending: Vec::new(),
             earliest: 0,
+            exact_times,
             both: None,
         }
     }
@@ -833,7 +857,7 @@ impl Writers {
     fn start(&mut self, earliest: u64, strings: &StringTable) {
         let (mut l, mut s) = (
             legacy(TimelineSink::new(), earliest),
-            segments(TimelineSink::new(), earliest),
+            segments_timed(TimelineSink::new(), earliest, self.exact_times),
         );
         for e in self.pending.drain(..) {
             l.write_event(&e, strings);
@@ -919,7 +943,7 @@ fn score_path(
     names: &mut Names,
     keep: bool,
 ) -> Result<PathRun> {
-    let mut writers = Writers::new();
+    let mut writers = Writers::new(path == DecodePath::Builtin);
     let mut windows = ThreadWindows::default();
     let (mut events, mut errors) = (0usize, 0usize);
     let mut keys: FxHashMap<Thread, std::collections::hash_map::DefaultHasher> =
@@ -933,7 +957,8 @@ fn score_path(
         windows.observe(&e, strings);
         writers.write(e, strings);
     })?;
-    let mut per_thread: Vec<(Thread, u64)> = keys.into_iter().map(|(t, h)| (t, h.finish())).collect();
+    let mut per_thread: Vec<(Thread, u64)> =
+        keys.into_iter().map(|(t, h)| (t, h.finish())).collect();
     per_thread.sort();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     per_thread.hash(&mut h);
@@ -973,14 +998,15 @@ fn score_path(
 }
 
 /// What of an event two decoders must agree on, all but its time: branches by kind,
-/// trace start or end, both ends' addresses and names (a PLT stub is `NAME@plt` for
-/// ptscope's decoder and the sizeless `_init` before `.plt` for perf 6.1: both stand
-/// for the stub), decode errors by position (their words differ), side band.
+/// trace start or end, both ends' addresses and names, decode errors by position (their
+/// words differ), side band. PLT code is named by address only: ptscope's decoder names
+/// a stub `NAME@plt` and the PLT's header nothing, perf 6.1 both after the sizeless
+/// `_init` before `.plt`.
 pub fn event_key(e: &Event, strings: &StringTable) -> Option<String> {
     let name = |h| {
         let l = strings.location(h);
         let n = strings.display(l.symbol);
-        if n.ends_with("@plt") || n == "_init" {
+        if n.ends_with("@plt") || n == "_init" || n.starts_with("[unknown @ ") {
             format!("{:x} <plt stub>", l.ip)
         } else {
             format!("{:x} {n}+{:x}", l.ip, l.offset)
@@ -1131,7 +1157,13 @@ impl SimProgram {
         // truth at true times (perf's paths against the truth moved to perf's clock,
         // which spares them their timing error).
         let debug_builtin = std::env::var_os("BUILTIN_DEBUG").is_some();
-        let mut builtin = score_path(&true_time, &data, DecodePath::Builtin, &mut names, keep && debug_builtin)?;
+        let mut builtin = score_path(
+            &true_time,
+            &data,
+            DecodePath::Builtin,
+            &mut names,
+            keep && debug_builtin,
+        )?;
         let (text_truth, text_recon) = if keep && debug_builtin {
             (builtin.truth.take(), builtin.recon.take())
         } else {

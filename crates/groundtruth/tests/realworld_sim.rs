@@ -286,6 +286,47 @@ fn check_variant_kept(
             g.suffix_correct, g.root_correct
         ));
     }
+    // ptscope's own decoder: perf's events (times aside), at least the floor on the
+    // truth at true times, frames it invents no longer than a nanosecond (a branch
+    // timed by interpolation can fall in the neighbouring nanosecond).
+    let b = &s.builtin;
+    if !s.builtin_same_events {
+        failures.push("the builtin decoder's events differ from perf's (dlfilter path)".into());
+    }
+    if b.errors != injected_errors(cfg) {
+        failures.push(format!(
+            "builtin: {} decode errors, {} injected",
+            b.errors,
+            injected_errors(cfg)
+        ));
+    }
+    let b_exact = if injected_errors(cfg) > 0 {
+        b.segments.exact_outside_gaps
+    } else {
+        b.segments.exact
+    };
+    if b_exact < floor.exact
+        || b.segments.suffix_correct < floor.suffix
+        || b.segments.root_correct < floor.root
+    {
+        failures.push(format!(
+            "builtin segments exact {b_exact:.4} / suffix {:.4} / root {:.4} below the floor {floor:?}",
+            b.segments.suffix_correct, b.segments.root_correct
+        ));
+    }
+    let long: Vec<_> = b
+        .segments
+        .phantoms
+        .iter()
+        .filter(|p| p.end - p.start > 1 && !(p.inferred && p.name.starts_with("[unknown @ ")))
+        .collect();
+    if !long.is_empty() {
+        failures.push(format!(
+            "{} builtin phantom frames longer than 1 ns, e.g. {:?}",
+            long.len(),
+            &long[..long.len().min(3)]
+        ));
+    }
     // As in `simulated.rs`: a function without a symbol is named by its entry in the
     // truth, but a writer that only sees a return into it can name it only by that
     // address; such inferred frames are a naming limit, not an invented frame.

@@ -234,6 +234,8 @@ pub enum EventKind {
         last: u64,
         /// Instructions.
         insns: u32,
+        /// The code's address size (64, 32 or 16): how to decode it again.
+        bitness: u8,
     },
 }
 
@@ -372,8 +374,9 @@ pub struct Decoder<'t, 'm, M: Memory> {
     pending: Option<Pending>,
     rets: RetStack,
     in_tx: bool,
-    /// A PTWRITE walked since the last packet: where a PTW without IP belongs.
-    ptwrite_ip: u64,
+    /// PTW payloads without an IP, waiting for the PTWRITE instructions the walk
+    /// meets next (the packet comes before the walk reaches its instruction).
+    ptwrites: std::collections::VecDeque<u64>,
     after_overflow: bool,
     insn: u64,
     /// Events of `out` up to here are confirmed by a later packet.
@@ -426,7 +429,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             pending: None,
             rets: RetStack::new(),
             in_tx: false,
-            ptwrite_ip: 0,
+            ptwrites: std::collections::VecDeque::new(),
             after_overflow: false,
             insn: 0,
             committed: 0,
@@ -651,8 +654,12 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     if ip {
                         self.next_bind = Bind::Ptw(payload);
                     } else if self.enabled && self.have_ip {
-                        let ip = self.ptwrite_ip;
-                        self.push(out, EventKind::Ptwrite { ip, payload });
+                        self.ptwrites.push_back(payload);
+                    } else {
+                        // Tracing is off or the position lost: nothing will confirm
+                        // it later.
+                        self.push(out, EventKind::Ptwrite { ip: 0, payload });
+                        self.commit(out);
                     }
                     continue;
                 }
@@ -660,6 +667,11 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     if ip {
                         self.next_bind = Bind::Status;
                     }
+                    continue;
+                }
+                Packet::Trig { ip: true, .. } => {
+                    // A FUP follows with the trigger's IP.
+                    self.next_bind = Bind::Status;
                     continue;
                 }
                 Packet::Trig { .. }
@@ -853,9 +865,28 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         self.consume();
         match p.packet {
             Control::Pge(ip) => {
+                if self.enabled {
+                    // Tracing was on with the position lost: it stopped somewhere in
+                    // the code the walk could not follow.
+                    self.push(
+                        out,
+                        EventKind::Stop {
+                            from: 0,
+                            why: StopReason::Async,
+                        },
+                    );
+                    self.enabled = false;
+                }
                 self.pgd_cleanup();
+                let bind = std::mem::replace(&mut self.next_bind, Bind::Async);
                 match ip {
                     Some(ip) => {
+                        if let Bind::Tsx { intx, abort } = bind {
+                            // A MODE.TSX before TIP.PGE: the transaction state tracing
+                            // starts in.
+                            self.in_tx = intx;
+                            self.push(out, EventKind::Tsx { ip, intx, abort });
+                        }
                         self.enabled = true;
                         self.have_ip = true;
                         self.after_overflow = false;
@@ -875,21 +906,19 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     None => self.error(out, DecodeError::Mismatch, p.offset),
                 }
             }
-            Control::Fup(Some(ip), Bind::Overflow) => {
-                self.enabled = true;
-                self.have_ip = true;
-                self.after_overflow = false;
-                self.ip = ip;
-                self.apply_mode();
-                self.push(
-                    out,
-                    EventKind::Start {
-                        at: ip,
-                        after_overflow: true,
-                    },
-                );
-                self.anchor(out, p.time);
-                self.commit(out);
+            Control::Fup(Some(ip), Bind::Overflow) => self.resume(out, ip, p),
+            // The FUP after an overflow may be dropped (erratum SKD010) or bound to a
+            // MODE.TSX: the next IP is where tracing resumed.
+            Control::Tip(Some(ip)) if self.after_overflow && !self.enabled => {
+                self.next_bind = Bind::Async;
+                self.resume(out, ip, p);
+            }
+            Control::Fup(Some(ip), Bind::Tsx { intx, abort })
+                if self.after_overflow && !self.enabled =>
+            {
+                self.in_tx = intx;
+                self.push(out, EventKind::Tsx { ip, intx, abort });
+                self.resume(out, ip, p);
             }
             Control::Tip(Some(ip)) | Control::Fup(Some(ip), _) if self.enabled => {
                 // Missing code made the decoder lose its place: an IP packet gives it
@@ -899,13 +928,34 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 if let Control::Tip(_) = p.packet {
                     self.apply_mode();
                 }
-                if let Control::Fup(_, Bind::Async) = p.packet {
+                match p.packet {
                     // FUP + TIP/TIP.PGD: the event happens at this IP.
-                    return self.async_event(out, ip, p);
+                    Control::Fup(_, Bind::Async) => return self.async_event(out, ip, p),
+                    Control::Fup(_, Bind::Ptw(payload)) => {
+                        self.push(out, EventKind::Ptwrite { ip, payload });
+                        self.anchor(out, p.time);
+                        self.commit(out);
+                    }
+                    _ => {}
                 }
             }
+            Control::Fup(Some(ip), Bind::Ptw(payload)) => {
+                // A PTWRITE while the position is unknown: its FUP gives its address.
+                self.push(out, EventKind::Ptwrite { ip, payload });
+                self.anchor(out, p.time);
+                self.commit(out);
+            }
             Control::Pgd(_) if self.enabled => {
-                // Tracing stopped while the position was lost.
+                // Tracing stopped while the position was lost: from where is unknown.
+                self.push(
+                    out,
+                    EventKind::Stop {
+                        from: 0,
+                        why: StopReason::Async,
+                    },
+                );
+                self.anchor(out, p.time);
+                self.commit(out);
                 self.enabled = false;
                 self.pgd_cleanup();
             }
@@ -915,6 +965,24 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             _ => {}
         }
         Step::Go
+    }
+
+    /// Tracing resumes at `ip` after an overflow.
+    fn resume(&mut self, out: &mut Vec<Event>, ip: u64, p: Pending) {
+        self.enabled = true;
+        self.have_ip = true;
+        self.after_overflow = false;
+        self.ip = ip;
+        self.apply_mode();
+        self.push(
+            out,
+            EventKind::Start {
+                at: ip,
+                after_overflow: true,
+            },
+        );
+        self.anchor(out, p.time);
+        self.commit(out);
     }
 
     fn pgd_cleanup(&mut self) {
@@ -1018,6 +1086,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     start: b.start,
                     last: b.last,
                     insns: b.insns,
+                    bitness: self.mode.bitness() as u8,
                 },
             );
         } else {
@@ -1034,7 +1103,9 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 break;
             }
             if f.kind == FactKind::Ptwrite {
-                self.ptwrite_ip = f.ip;
+                if let Some(payload) = self.ptwrites.pop_front() {
+                    self.push(out, EventKind::Ptwrite { ip: f.ip, payload });
+                }
             } else {
                 self.push(
                     out,
@@ -1067,6 +1138,15 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 if let Control::Pge(Some(ip)) = p.packet {
                     self.ip = ip;
                     self.apply_mode();
+                    self.push(
+                        out,
+                        EventKind::Start {
+                            at: ip,
+                            after_overflow: false,
+                        },
+                    );
+                    self.anchor(out, p.time);
+                    self.commit(out);
                 }
                 return Step::Go;
             }
@@ -1114,7 +1194,9 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     }
                     self.run_block(out, &b);
                     let kind = if b.end == End::Call {
-                        if self.cfg.return_compression {
+                        // A call to the next instruction (PIC code reading its own
+                        // address) is not a call returns are compressed against.
+                        if self.cfg.return_compression && b.target != b.next {
                             self.rets.push(b.next);
                         }
                         BranchKind::Call
@@ -1146,16 +1228,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
     /// The code at the IP is unknown: report it and wait for the next IP packet.
     fn no_code(&mut self, out: &mut Vec<Event>, offset: usize) {
         self.error(out, DecodeError::NoCode, offset);
-        self.have_ip = false;
-        self.rets.clear();
-        // TNT bits pending belong to the unknown code.
-        if let Some(Pending {
-            packet: Control::Tnt { .. },
-            ..
-        }) = self.pending
-        {
-            self.pending = None;
-        }
+        self.lost_position();
     }
 
     /// A block ending in a branch that needs the packet `p`.
@@ -1186,11 +1259,13 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 let to = match (taken, self.rets.pop()) {
                     (true, Some(to)) => to,
                     (true, None) => {
+                        self.take_bit(bits, count, p);
+                        self.run_block(out, &b);
                         self.error(out, DecodeError::EmptyReturnStack, p.offset);
-                        self.lose_sync(p.offset + 1);
+                        self.lost_position();
                         return Step::Go;
                     }
-                    (false, _) => return self.mismatch(out, p),
+                    (false, _) => return self.mismatch(out, p, Some(&b)),
                 };
                 self.take_bit(bits, count, p);
                 self.run_block(out, &b);
@@ -1210,13 +1285,13 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 self.run_block(out, &b);
                 self.stop_at_branch(out, &b, BranchKind::Jcc)
             }
-            (End::Jcc, _) => self.mismatch(out, p),
+            (End::Jcc, _) => self.mismatch(out, p, Some(&b)),
             (_, Control::Tip(to)) if b.end != End::Jcc => {
                 self.consume();
                 self.run_block(out, &b);
                 let Some(to) = to else {
                     // A suppressed TIP: the target is out of context.
-                    return self.mismatch(out, p);
+                    return self.mismatch(out, p, None);
                 };
                 let kind = self.branch_kind(&b);
                 if kind == BranchKind::Ret {
@@ -1252,7 +1327,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 );
                 let indirect = matches!(b.end, End::IndJmp | End::IndCall | End::Ret);
                 if to.is_none() && !far && !indirect {
-                    return self.mismatch(out, p);
+                    return self.mismatch(out, p, Some(&b));
                 }
                 self.run_block(out, &b);
                 let kind = self.branch_kind(&b);
@@ -1261,7 +1336,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 }
                 self.stop_at_branch(out, &b, kind)
             }
-            _ => self.mismatch(out, p),
+            _ => self.mismatch(out, p, Some(&b)),
         }
     }
 
@@ -1325,10 +1400,30 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
     }
 
     /// The trace does not fit the code: report, and go on at the next PSB.
-    fn mismatch(&mut self, out: &mut Vec<Event>, p: Pending) -> Step {
+    /// The packet `p` does not fit the branch ending `b` (walked, if given, up to and
+    /// with its branch): the position is lost until the next packet with an IP, as
+    /// libipt and perf resynchronise (the IP packet `p` itself gives it back).
+    fn mismatch(&mut self, out: &mut Vec<Event>, p: Pending, b: Option<&Block>) -> Step {
+        if let Some(b) = b {
+            self.run_block(out, b);
+        }
         self.error(out, DecodeError::Mismatch, p.offset);
-        self.lose_sync(p.offset + 1);
+        self.lost_position();
         Step::Go
+    }
+
+    /// Forgets the position (not the synchronisation): the next IP packet gives it.
+    fn lost_position(&mut self) {
+        self.have_ip = false;
+        self.rets.clear();
+        // TNT bits pending belong to code the walk no longer follows.
+        if let Some(Pending {
+            packet: Control::Tnt { .. },
+            ..
+        }) = self.pending
+        {
+            self.pending = None;
+        }
     }
 
     /// A FUP: walk to its IP, then act on what it is bound to.
@@ -1338,11 +1433,9 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             return Step::Go;
         };
         if let Err(e) = self.walk_to(out, ip) {
+            // The FUP says where the walk is: it goes on from there.
             self.error(out, e, p.offset);
-            if e == DecodeError::NoCode {
-                self.have_ip = false;
-                return Step::Go;
-            }
+            self.rets.clear();
             self.ip = ip;
         }
         match bind {
@@ -1464,6 +1557,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                             start: b.start,
                             last,
                             insns: k,
+                            bitness: self.mode.bitness() as u8,
                         },
                     );
                 }
@@ -1478,7 +1572,9 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 End::Jmp | End::Call => {
                     self.run_block(out, &b);
                     let kind = if b.end == End::Call {
-                        if self.cfg.return_compression {
+                        // A call to the next instruction (PIC code reading its own
+                        // address) is not a call returns are compressed against.
+                        if self.cfg.return_compression && b.target != b.next {
                             self.rets.push(b.next);
                         }
                         BranchKind::Call
@@ -1495,7 +1591,11 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     );
                     self.ip = b.target;
                 }
-                _ => return Err(DecodeError::Mismatch),
+                _ => {
+                    // A branch the trace has no packet for: its block ran.
+                    self.run_block(out, &b);
+                    return Err(DecodeError::Mismatch);
+                }
             }
             n += 1;
             if n >= self.cfg.max_direct_blocks {

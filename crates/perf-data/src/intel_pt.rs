@@ -124,7 +124,10 @@ impl IntelPtInfo {
         }
         let filter = if n == 17 && w[16] > 0 {
             let len = usize::try_from(w[16]).unwrap_or(usize::MAX);
-            c.take(len.div_ceil(8) * 8)
+            // The length is the file's: it may claim more than there is, or anything.
+            len.div_ceil(8)
+                .checked_mul(8)
+                .and_then(|n| c.take(n))
                 .or_else(|| Some(c.rest()))
                 .map(|b| String::from_utf8_lossy(c_str(b)).into_owned())
                 .filter(|s| !s.is_empty())
@@ -261,6 +264,19 @@ mod tests {
         // 2 ns per tick: 2^31 / 2^30.
         assert_eq!(info.time.tsc_to_ns(10), 1020);
         assert_eq!(info.time.ns_to_tsc(1020), 10);
+        // A filter length of anything (found by the fuzz target: it overflowed).
+        let mut huge = b[..16 * 8].to_vec();
+        huge.extend_from_slice(&u64::MAX.to_le_bytes());
+        huge.extend_from_slice(b"f\0");
+        let info = IntelPtInfo::parse(
+            &AuxtraceInfo {
+                kind: 1,
+                private: &huge,
+            },
+            false,
+        )
+        .expect("parsed");
+        assert_eq!(info.filter.as_deref(), Some("f"));
         // Too short.
         assert!(IntelPtInfo::parse(
             &AuxtraceInfo {

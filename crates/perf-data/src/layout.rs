@@ -126,7 +126,13 @@ pub(crate) fn patched_head(file: &[u8], keep_features: bool, big: bool) -> [u8; 
     let (off, size) = section(&head, 40, big);
     if off.checked_add(size).is_none_or(|end| end > len) {
         let off = off.min(len);
-        let put = |v: u64| if big { v.to_be_bytes() } else { v.to_le_bytes() };
+        let put = |v: u64| {
+            if big {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
         head[40..48].copy_from_slice(&put(off));
         head[48..56].copy_from_slice(&put(len - off));
     }

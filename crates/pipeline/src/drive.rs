@@ -7,7 +7,7 @@ use crate::thread::{decode_inputs, Msg, Reading};
 use crate::{DecodeOptions, Error, Format, NoEvents, Notice, Observer, WriterKind};
 use ptscope_decode::Warning;
 use ptscope_event::source::TableDelta;
-use ptscope_event::{Event, OcamlExceptionInfo, StringTable, TraceScope};
+use ptscope_event::{Event, OcamlExceptionInfo, SourceInfo, StringTable};
 use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::segments::SegmentsWriter;
 use ptscope_stacks::WriterConfig;
@@ -190,8 +190,9 @@ const MAX_HELD: usize = 100_000;
 pub(crate) struct Extras {
     ocaml_exception_info: Option<OcamlExceptionInfo>,
     debug_info: rustc_hash::FxHashMap<u64, ptscope_event::SourcePosition>,
-    /// Every event is exactly timed (an emulate recording): see `WriterConfig`.
-    exact_times: bool,
+    /// What the first input's source says: every event exactly timed (an emulate
+    /// recording, ptscope's own PT decoder: see `WriterConfig`), the scope recorded.
+    info: SourceInfo,
 }
 
 fn extras(
@@ -199,13 +200,13 @@ fn extras(
     bias: &mut Option<u64>,
     totals: &mut Totals,
     quiet_if_unused: bool,
-    exact_times: bool,
+    info: SourceInfo,
 ) -> Extras {
     let Some(e) = exe else {
         return Extras {
             ocaml_exception_info: None,
             debug_info: Default::default(),
-            exact_times,
+            info,
         };
     };
     let b = match *bias {
@@ -222,12 +223,12 @@ fn extras(
     Extras {
         ocaml_exception_info,
         debug_info,
-        exact_times,
+        info,
     }
 }
 
-/// How the decoding thread is set up for `opts`' inputs, and the inputs' kinds.
-pub(crate) fn reading(opts: &DecodeOptions, scope: TraceScope) -> Reading {
+/// How the decoding thread is set up for `opts`' inputs.
+pub(crate) fn reading(opts: &DecodeOptions) -> Reading {
     // Transcripts stay comparable with magic-trace's: perf's names and stacks as printed.
     let naming = opts.format == Format::Fxt;
     Reading {
@@ -235,13 +236,14 @@ pub(crate) fn reading(opts: &DecodeOptions, scope: TraceScope) -> Reading {
         decoder: opts.decoder,
         no_inline: opts.no_inline,
         naming,
-        // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.
-        fold_kernel: naming && scope == TraceScope::Userspace,
+        scope: opts.scope,
     }
 }
 
 /// What the writer's side is handed, in order.
 pub(crate) enum Step {
+    /// An input was opened: what its source says about it (before its events).
+    Opened(SourceInfo),
     /// The next event.
     Event(Event),
     /// An input ended (a snapshot boundary unless it was the last).
@@ -284,6 +286,7 @@ pub(crate) fn each_step(
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             };
             match msg {
+                Msg::Opened(info) => f(Step::Opened(info), &strings, totals),
                 Msg::Batch { new, events } => {
                     intern_new(&mut strings, &new, demangle);
                     for e in events {
@@ -319,7 +322,6 @@ pub(crate) fn each_step(
 fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     specs: Vec<InputSpec>,
     opts: &DecodeOptions,
-    scope: TraceScope,
     end_at: Option<u64>,
     sink: S,
     make_writer: F,
@@ -341,22 +343,20 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
         .map(|d| d.join(ptscope_record::session::ROTATED_FILES_MARKER));
     let rotated = marker.as_ref().is_some_and(|m| m.exists());
     // With --multi-snapshot sampling the marker names the files that end a snapshot.
-    let ends_snapshot: Vec<bool> = {
-        let ends = marker
-            .as_ref()
-            .and_then(|m| std::fs::read_to_string(m).ok())
-            .unwrap_or_default();
-        let ends: std::collections::HashSet<&str> = ends.lines().collect();
-        specs
-            .iter()
-            .map(|s| match s {
-                InputSpec::PerfData(p) => p
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| ends.contains(n)),
-                _ => false,
-            })
-            .collect()
+    let snapshot_ends: std::collections::HashSet<String> = marker
+        .as_ref()
+        .and_then(|m| std::fs::read_to_string(m).ok())
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    // Whether the input being read ends a snapshot (by its recording's name).
+    let ends_snapshot = |info: &SourceInfo| {
+        info.recording
+            .as_deref()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| snapshot_ends.contains(n))
     };
     let demangle = opts.demangle && opts.format == Format::Fxt;
     let mut range = opts.filter.as_ref().map(|(start, stop)| RangeFilter {
@@ -367,9 +367,12 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
         seen_stop: false,
     });
     let inputs = specs.len();
-    let all_text = specs.iter().all(|s| matches!(s, InputSpec::Text(_)));
-    let exact_times = specs.iter().all(|s| matches!(s, InputSpec::Emulate(..)));
-    let reading = reading(opts, scope);
+    // What the inputs' sources say about themselves, as they are opened: the writer
+    // starts with the first's; whether all were text, for a message.
+    let mut first_info: Option<SourceInfo> = None;
+    let mut all_text = true;
+    let mut current_ends = false;
+    let reading = reading(opts);
     // The writer starts at the trace's first time with what the executable adds, and
     // is given the events held back until then.
     let start = |(sink, make): (S, F),
@@ -378,8 +381,9 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
                  bias: &mut Option<u64>,
                  totals: &mut Totals,
                  range: &mut Option<RangeFilter>,
-                 strings: &StringTable| {
-        let extras = extras(&exe, bias, totals, opts.executable_implied, exact_times);
+                 strings: &StringTable,
+                 info: SourceInfo| {
+        let extras = extras(&exe, bias, totals, opts.executable_implied, info);
         let mut w = make(sink, first, extras);
         for e in held.drain(..) {
             feed(&mut w, range, &e, strings);
@@ -396,6 +400,11 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
         observer,
         totals,
         |step, strings, totals| match step {
+            Step::Opened(info) => {
+                all_text &= info.text;
+                current_ends = ends_snapshot(&info);
+                first_info.get_or_insert(info);
+            }
             Step::Event(event) => {
                 // A trigger's snapshot ends at the hit: samples perf took while ptscope
                 // was still stopping the program are after the moment asked for.
@@ -416,7 +425,10 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
                         return;
                     };
                     let first = first_time(&held, &event);
-                    let w = start(p, first, &mut held, &mut bias, totals, &mut range, strings);
+                    let info = first_info.clone().unwrap_or_default();
+                    let w = start(
+                        p, first, &mut held, &mut bias, totals, &mut range, strings, info,
+                    );
                     writer = Some(w);
                 }
                 if let Some(w) = writer.as_mut() {
@@ -428,7 +440,7 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
                 // Each perf.data file is one snapshot: close its frames before the next,
                 // unless the files are the pieces of one rotated sampling recording (and
                 // this one does not end one of its snapshots).
-                if done < inputs && (!rotated || ends_snapshot[done - 1]) {
+                if done < inputs && (!rotated || current_ends) {
                     if let Some(w) = writer.as_mut() {
                         w.end_snapshot(strings);
                     }
@@ -440,8 +452,9 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     if writer.is_none() && held.iter().any(|e| !e.is_sideband()) {
         if let Some(p) = pending.take() {
             let first = first_time(&held, &held[0]);
+            let info = first_info.clone().unwrap_or_default();
             writer = Some(start(
-                p, first, &mut held, &mut bias, totals, &mut range, &strings,
+                p, first, &mut held, &mut bias, totals, &mut range, &strings, info,
             ));
         }
     }
@@ -494,8 +507,9 @@ pub(crate) fn run_writer<S: TraceSink>(
         (1, [.., last]) if last.time > 0 => Some(last.time),
         _ => None,
     };
-    let scope = config.scope;
-    // Both writers take the same options; what only the input knows is added per input.
+    // Both writers take the same options; what only the input knows is added per input:
+    // the scope a recording asks for, unless the user said one.
+    let scope_asked = opts.scope;
     let config_for = move |earliest_time, x: Extras| WriterConfig {
         earliest_time,
         ocaml_exception_info: config
@@ -503,14 +517,14 @@ pub(crate) fn run_writer<S: TraceSink>(
             .clone()
             .or(x.ocaml_exception_info),
         debug_info: x.debug_info,
-        exact_times: x.exact_times,
+        exact_times: x.info.exact_times,
+        scope: scope_asked.or(x.info.scope).unwrap_or(config.scope),
         ..config.clone()
     };
     match opts.writer {
         WriterKind::Legacy => drive(
             specs,
             opts,
-            scope,
             end_at,
             sink,
             |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
@@ -520,7 +534,6 @@ pub(crate) fn run_writer<S: TraceSink>(
         WriterKind::Segments => drive(
             specs,
             opts,
-            scope,
             end_at,
             sink,
             |sink, earliest_time, x: Extras| {

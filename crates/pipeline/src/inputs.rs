@@ -41,10 +41,20 @@ impl InputSpec {
                 BufReader::with_capacity(1 << 20, io::stdin()),
             ))),
             InputSpec::Text(p) => {
-                let f = File::open(p).map_err(|source| Error::OpenText {
+                let open_err = |source| Error::OpenText {
                     path: p.clone(),
                     source,
-                })?;
+                };
+                // A big file is parsed on two threads (a pipe or perf's output cannot be).
+                let big = std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.len() >= crate::parallel::MIN_SIZE)
+                    && crate::parallel::splittable(p);
+                if big {
+                    return Ok(Box::new(
+                        crate::parallel::ParallelText::open(p).map_err(open_err)?,
+                    ));
+                }
+                let f = File::open(p).map_err(open_err)?;
                 Ok(Box::new(Decoder::from_file(f)))
             }
             InputSpec::PerfData(p) => {

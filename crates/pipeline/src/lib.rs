@@ -535,21 +535,6 @@ pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// The scope `opts` asks for, else the one a sampling recording was made with, so
-/// `ptscope decode DIR` of a `run --trace-include-kernel` recording keeps its kernel
-/// frames.
-fn scope(opts: &DecodeOptions, specs: &[inputs::InputSpec]) -> TraceScope {
-    if let Some(s) = opts.scope {
-        return s;
-    }
-    match specs.first() {
-        Some(inputs::InputSpec::PerfData(p)) => (ptscope_decode::header::read_header(p).ok())
-            .and_then(|h| h.scope())
-            .unwrap_or_default(),
-        _ => TraceScope::default(),
-    }
-}
-
 /// Decodes as `opts` say and writes the trace, even when incomplete (the report says
 /// why); an error means nothing usable was written.
 pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, Error> {
@@ -563,8 +548,11 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
         Some(dir) => ptscope_record::hits::read(dir),
         None => Vec::new(),
     };
+    // The scope `opts` asks for, else (at the writer's start) the one the recording was
+    // made with, as its source says, so `ptscope decode DIR` of a `run
+    // --trace-include-kernel` recording keeps its kernel frames.
     let config = WriterConfig {
-        scope: scope(opts, &specs),
+        scope: opts.scope.unwrap_or_default(),
         annotate_inferred_start_times: opts.format == Format::Transcript,
         ocaml_exception_info,
         hits,
@@ -654,7 +642,7 @@ pub fn for_each_event(
     f: impl FnMut(Event, &StringTable),
 ) -> Result<(StringTable, Report), Error> {
     let specs = inputs::input_specs(opts)?;
-    let reading = drive::reading(opts, scope(opts, &specs));
+    let reading = drive::reading(opts);
     let mut totals = Totals::default();
     let demangle = opts.demangle && opts.format == Format::Fxt;
     let mut f = f;

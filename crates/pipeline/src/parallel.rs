@@ -3,13 +3,13 @@
 //! Parsing is the slowest stage of a text decode, and a file (unlike a pipe) can be
 //! read anywhere: it is cut into parts at group boundaries (a line that does not
 //! start with a tab), the parts are parsed by two workers with tables of their own,
-//! and their events are put back in file order, with every name re-interned in the
-//! one table the stack writer uses. Memory stays bounded: each worker is at most a few
-//! batches ahead.
+//! and their events are put back in file order by one [`EventSource`]
+//! ([`ParallelText`]), with every name re-interned in its table. Memory stays bounded:
+//! each worker is at most a few batches ahead.
 
 use ptscope_decode::{Decoder, Stats, Warning};
-use ptscope_event::source::{TableDelta, TableMap, TableSent};
-use ptscope_event::{Event, StringTable};
+use ptscope_event::source::{Finished, SourceError, TableDelta, TableMap, TableSent};
+use ptscope_event::{Event, EventSource, SourceInfo, StringTable};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -92,17 +92,8 @@ fn part_starts(file: &File, len: u64) -> io::Result<Vec<u64>> {
 }
 
 /// Parses parts `first, first + WORKERS, …` in order, sending everything to `tx`.
-fn worker(
-    file: &File,
-    ranges: &[(u64, u64)],
-    first: usize,
-    stopped: &(dyn Fn() -> bool + Sync),
-    tx: SyncSender<Part>,
-) {
+fn worker(file: &File, ranges: &[(u64, u64)], first: usize, tx: SyncSender<Part>) {
     for &(start, end) in ranges.iter().skip(first).step_by(WORKERS) {
-        if stopped() {
-            return;
-        }
         let mut buf = vec![0u8; (end - start) as usize];
         if let Err(e) = file.read_exact_at(&mut buf, start) {
             let _ = tx.send(Part::Failed(format!("reading bytes {start}..{end}: {e}")));
@@ -132,92 +123,160 @@ fn worker(
     }
 }
 
-/// What a parallel parse hands back besides the events it delivered.
-pub(crate) struct Outcome {
-    /// Totals over all parts.
-    pub stats: Stats,
-    /// The first warnings, with line numbers in the whole file.
-    pub warnings: Vec<Warning>,
-    /// Why parsing stopped early, if it did.
-    pub error: Option<String>,
+/// A large `perf script` text file parsed on two threads, as one [`EventSource`]: the
+/// workers parse parts with tables of their own; the source hands their events out in
+/// file order with the names moved into its own table.
+pub(crate) struct ParallelText {
+    strings: StringTable,
+    /// One receiver per worker: part `k` comes from worker `k % WORKERS`.
+    rxs: Vec<Receiver<Part>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    /// `(start, end)` of each part.
+    ranges: Vec<(u64, u64)>,
+    /// The part being read, and its table's handles in `strings`.
+    part: usize,
+    map: TableMap,
+    /// Events of the current batch not handed out yet.
+    pending: std::collections::VecDeque<Event>,
+    stats: Stats,
+    warnings: Vec<Warning>,
+    error: Option<String>,
+    /// Bytes of the parts done (progress).
+    done_bytes: u64,
+    size: u64,
 }
 
-/// Parses `path` on two threads; `deliver` gets each batch of events in file order,
-/// with names interned in `strings` (false from `deliver` stops everything).
-pub(crate) fn parse_file(
-    path: &Path,
-    strings: &mut StringTable,
-    stopped: &(dyn Fn() -> bool + Sync),
-    mut progress: impl FnMut(u64),
-    mut deliver: impl FnMut(&mut StringTable, Vec<Event>) -> bool,
-) -> io::Result<Outcome> {
-    let file = File::open(path)?;
-    let len = file.metadata()?.len();
-    let starts = part_starts(&file, len)?;
-    let ranges: Vec<(u64, u64)> = starts
-        .iter()
-        .zip(starts.iter().skip(1).chain(std::iter::once(&len)))
-        .map(|(&a, &b)| (a, b))
-        .collect();
-    let mut out = Outcome {
-        stats: Stats::default(),
-        warnings: Vec::new(),
-        error: None,
-    };
-    std::thread::scope(|scope| {
-        let mut rxs: Vec<Receiver<Part>> = Vec::new();
+impl ParallelText {
+    /// Starts parsing `path` on two threads.
+    pub(crate) fn open(path: &Path) -> io::Result<Self> {
+        let file = std::sync::Arc::new(File::open(path)?);
+        let len = file.metadata()?.len();
+        let starts = part_starts(&file, len)?;
+        let ranges: Vec<(u64, u64)> = starts
+            .iter()
+            .zip(starts.iter().skip(1).chain(std::iter::once(&len)))
+            .map(|(&a, &b)| (a, b))
+            .collect();
+        let shared = std::sync::Arc::new(ranges.clone());
+        let mut rxs = Vec::new();
+        let mut workers = Vec::new();
         for w in 0..WORKERS {
             let (tx, rx) = sync_channel(4);
             rxs.push(rx);
-            let (file, ranges) = (&file, &ranges);
-            scope.spawn(move || worker(file, ranges, w, stopped, tx));
+            let (file, ranges) = (std::sync::Arc::clone(&file), std::sync::Arc::clone(&shared));
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("ptscope-text-{w}"))
+                    .spawn(move || worker(&file, &ranges, w, tx))?,
+            );
         }
-        let mut done_bytes = 0u64;
-        'parts: for (k, &(start, end)) in ranges.iter().enumerate() {
-            let mut map = TableMap::new();
-            loop {
-                let msg = match rxs[k % WORKERS].recv() {
-                    Ok(m) => m,
-                    // The worker stopped (Ctrl-C): what was delivered stands.
-                    Err(_) => break 'parts,
-                };
-                match msg {
-                    Part::Batch(delta, mut events) => {
-                        map.add_delta(&delta, strings);
-                        for e in events.iter_mut() {
-                            map.rewrite(e);
-                        }
-                        if !deliver(strings, events) {
-                            break 'parts;
+        Ok(ParallelText {
+            strings: StringTable::new(),
+            rxs,
+            workers,
+            ranges,
+            part: 0,
+            map: TableMap::new(),
+            pending: std::collections::VecDeque::new(),
+            stats: Stats::default(),
+            warnings: Vec::new(),
+            error: None,
+            done_bytes: 0,
+            size: len,
+        })
+    }
+
+    /// Stops the workers: each ends at its next send.
+    fn stop(&mut self) {
+        self.rxs.clear();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl EventSource for ParallelText {
+    fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                return Ok(Some(e));
+            }
+            if self.error.is_some() || self.part >= self.ranges.len() || self.rxs.is_empty() {
+                return Ok(None);
+            }
+            let msg = match self.rxs[self.part % WORKERS].recv() {
+                Ok(m) => m,
+                Err(_) => return Ok(None),
+            };
+            match msg {
+                Part::Batch(delta, mut events) => {
+                    self.map.add_delta(&delta, &mut self.strings);
+                    for e in events.iter_mut() {
+                        self.map.rewrite(e);
+                    }
+                    self.pending.extend(events);
+                }
+                Part::Done(stats, warnings) => {
+                    for mut w in warnings {
+                        w.line += self.stats.lines;
+                        if self.warnings.len() < ptscope_decode::DEFAULT_KEPT_WARNINGS {
+                            self.warnings.push(w);
                         }
                     }
-                    Part::Done(stats, warnings) => {
-                        for mut w in warnings {
-                            w.line += out.stats.lines;
-                            if out.warnings.len() < ptscope_decode::DEFAULT_KEPT_WARNINGS {
-                                out.warnings.push(w);
-                            }
-                        }
-                        out.stats.lines += stats.lines;
-                        out.stats.bytes += stats.bytes;
-                        out.stats.events += stats.events;
-                        out.stats.warnings += stats.warnings;
-                        out.stats.ignored += stats.ignored;
-                        done_bytes += end - start;
-                        progress(done_bytes);
-                        break;
-                    }
-                    Part::Failed(e) => {
-                        out.error = Some(e);
-                        break 'parts;
-                    }
+                    self.stats.lines += stats.lines;
+                    self.stats.bytes += stats.bytes;
+                    self.stats.events += stats.events;
+                    self.stats.warnings += stats.warnings;
+                    self.stats.ignored += stats.ignored;
+                    let (start, end) = self.ranges[self.part];
+                    self.done_bytes += end - start;
+                    self.part += 1;
+                    self.map = TableMap::new();
+                }
+                Part::Failed(e) => {
+                    self.error = Some(e.clone());
+                    return Err(e.into());
                 }
             }
         }
-        // Unblock workers still sending, so the scope can end.
-        drop(rxs);
-    });
-    Ok(out)
+    }
+
+    fn strings(&self) -> &StringTable {
+        &self.strings
+    }
+
+    fn stats(&self) -> Stats {
+        // Progress counts whole parts (bytes read so far, by the workers ahead).
+        Stats {
+            bytes: self.done_bytes,
+            ..self.stats
+        }
+    }
+
+    fn warnings(&self) -> Vec<Warning> {
+        self.warnings.clone()
+    }
+
+    fn size(&self) -> Option<u64> {
+        Some(self.size)
+    }
+
+    fn info(&self) -> SourceInfo {
+        let mut i = SourceInfo::default();
+        i.text = true;
+        i
+    }
+
+    fn finish(mut self: Box<Self>) -> Finished {
+        self.stop();
+        Finished::new(std::mem::take(&mut self.strings))
+    }
+}
+
+impl Drop for ParallelText {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 #[cfg(test)]
@@ -272,26 +331,21 @@ mod tests {
         while let Some(e) = one.next_event().expect("decode") {
             expected.push(e);
         }
-        let mut strings = StringTable::new();
+        let mut source = Box::new(ParallelText::open(&path).expect("parse"));
         let mut got: Vec<Event> = Vec::new();
-        let outcome = parse_file(
-            &path,
-            &mut strings,
-            &|| false,
-            |_| {},
-            |_, evs| {
-                got.extend(evs);
-                true
-            },
-        )
-        .expect("parse");
+        while let Some(e) = source.next_event().expect("decode") {
+            got.push(e);
+        }
+        let stats = source.stats();
+        let warnings = source.warnings();
+        let strings = source.finish().strings;
         let _ = std::fs::remove_file(&path);
         assert_eq!(got.len(), expected.len());
-        assert_eq!(outcome.stats.lines, one.stats().lines);
-        assert_eq!(outcome.stats.warnings, 1);
-        assert_eq!(outcome.warnings[0].line, bad_line);
+        assert_eq!(stats.lines, one.stats().lines);
+        assert_eq!(stats.warnings, 1);
+        assert_eq!(warnings[0].line, bad_line);
         assert_eq!(one.warnings()[0].line, bad_line);
-        assert_eq!(outcome.stats.events, one.stats().events);
+        assert_eq!(stats.events, one.stats().events);
         // Same events once names are compared through each table.
         for (a, b) in got.iter().zip(expected.iter()) {
             assert_eq!(a.time(), b.time());

@@ -6,12 +6,14 @@ use crate::DecoderKind;
 use crate::Observer;
 use ptscope_decode::{Stats, Warning};
 use ptscope_event::source::{TableDelta, TableMap, TableSent};
-use ptscope_event::{Event, StringTable};
-use std::path::{Path, PathBuf};
+use ptscope_event::{Event, SourceInfo, StringTable, TraceScope};
+use std::path::PathBuf;
 
 /// What the decoding thread sends: names and stacks new since the last message (so
 /// the writer's table mirrors the decoder's, same ids), and events or an end of input.
 pub(crate) enum Msg {
+    /// An input was opened: what its source says about it (before its events).
+    Opened(SourceInfo),
     Batch {
         new: TableDelta,
         events: Vec<Event>,
@@ -52,8 +54,8 @@ pub(crate) struct Reading {
     pub no_inline: bool,
     /// Names from this machine's files (not for transcripts, which stay magic-trace's).
     pub naming: bool,
-    /// A sample's time in the kernel is one `[kernel: …]` frame.
-    pub fold_kernel: bool,
+    /// The scope asked for (else each recording's own).
+    pub scope: Option<TraceScope>,
 }
 
 /// Decodes every input in turn, sending what it decoded to `tx`.
@@ -68,14 +70,13 @@ pub(crate) fn decode_inputs(
         decoder,
         no_inline,
         naming,
-        fold_kernel,
+        scope,
     } = reading;
     // One table for the whole run, each source's names moved into it: the writer's
     // mirrors it, and the naming step's caches are keyed by its handles.
     let mut strings = StringTable::new();
     // One for the whole run: its caches and counts span the snapshots.
     let mut namer = ptscope_symbols::Namer::new(naming, naming);
-    namer.set_fold_kernel(fold_kernel);
     let last = specs.len().saturating_sub(1);
     let mut sent = TableSent::default();
     let flush = |strings: &StringTable, sent: &mut TableSent, events: Vec<Event>| Msg::Batch {
@@ -100,69 +101,6 @@ pub(crate) fn decode_inputs(
         if observer.stopped() {
             break;
         }
-        // Names come from this machine's files only for its own recordings (perf script
-        // text may come from elsewhere); branches need the mappings to be named.
-        let maps = match &spec {
-            InputSpec::PerfData(p) => ptscope_symbols::Mappings::read(p).ok(),
-            _ => None,
-        };
-        if let Some(m) = &maps {
-            lost.add(m.lost());
-        }
-        namer.set_mappings(maps.filter(|_| naming));
-        // A big file is parsed on two threads (a pipe or perf's output cannot be).
-        if let InputSpec::Text(p) = &spec {
-            let big = p != Path::new("-")
-                && std::fs::metadata(p)
-                    .is_ok_and(|m| m.is_file() && m.len() >= crate::parallel::MIN_SIZE)
-                && crate::parallel::splittable(p);
-            if big {
-                let size = std::fs::metadata(p).map(|m| m.len()).ok();
-                observer.started(&spec.name(), size);
-                let mut stopped = false;
-                let result = crate::parallel::parse_file(
-                    p,
-                    &mut strings,
-                    &|| observer.stopped(),
-                    |bytes| observer.advanced(bytes),
-                    |table, mut events| {
-                        for e in &mut events {
-                            namer.apply(e, table);
-                        }
-                        let ok = tx.send(flush(table, &mut sent, events)).is_ok();
-                        stopped |= !ok;
-                        ok
-                    },
-                );
-                observer.finished();
-                if stopped {
-                    return;
-                }
-                let msg = match result {
-                    Ok(out) => Msg::Done {
-                        stats: out.stats,
-                        warnings: out.warnings,
-                        errors: out
-                            .error
-                            .map(|e| {
-                                format!(
-                                    "{}: {e} (keeping the events decoded before it)",
-                                    spec.name()
-                                )
-                            })
-                            .into_iter()
-                            .collect(),
-                        notices: cut_notice(&namer, &lost),
-                        markers: Vec::new(),
-                    },
-                    Err(e) => Msg::failed(format!("cannot read {}: {e}", spec.name())),
-                };
-                if tx.send(msg).is_err() {
-                    return;
-                }
-                continue;
-            }
-        }
         let mut source = match spec.open(&perf, (decoder, no_inline), observer) {
             Ok(s) => s,
             Err(e) => {
@@ -170,6 +108,25 @@ pub(crate) fn decode_inputs(
                 continue;
             }
         };
+        // The source says what it is: the recording its addresses belong to (names come
+        // from this machine's files only for its own recordings: perf script text may
+        // come from elsewhere; branches need the mappings to be named), the scope it was
+        // recorded with, how its times read.
+        let info = source.info();
+        let maps = info
+            .recording
+            .as_deref()
+            .and_then(|p| ptscope_symbols::Mappings::read(p).ok());
+        if let Some(m) = &maps {
+            lost.add(m.lost());
+        }
+        namer.set_mappings(maps.filter(|_| naming));
+        // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.
+        let scope = scope.or(info.scope).unwrap_or_default();
+        namer.set_fold_kernel(naming && scope == TraceScope::Userspace);
+        if tx.send(Msg::Opened(info)).is_err() {
+            return;
+        }
         let size = source.size();
         observer.started(&spec.name(), size);
         let mut map = TableMap::default();

@@ -579,6 +579,14 @@ fn kind_of(k: BranchKind) -> Kind {
 }
 
 impl EventSource for PtSource {
+    fn info(&self) -> ptscope_event::SourceInfo {
+        // Branches are timed by instructions between exactly timed packets: where they
+        // ran, not when a packet revealed them.
+        let mut i = ptscope_event::SourceInfo::default();
+        i.exact_times = true;
+        i.recording = Some(self.shared.data.path().to_path_buf());
+        i
+    }
     fn next_event(&mut self) -> Result<Option<Event>, SourceError> {
         if !self.started {
             self.start();

@@ -419,7 +419,10 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
             }
             StepKind::Jcc { taken } => e.tnt(taken, s.clock),
             StepKind::Jmp => {}
-            StepKind::Call => e.stack.push(s.from + s.len as u64),
+            // A call to the next instruction (PIC code reading its own address) is not
+            // pushed: the processor does not compress a return against it.
+            StepKind::Call if s.to != s.from + s.len as u64 => e.stack.push(s.from + s.len as u64),
+            StepKind::Call => {}
             StepKind::IndirectCall => {
                 e.stack.push(s.from + s.len as u64);
                 e.tip(s.clock, s.to);
