@@ -368,6 +368,14 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         say: Some(session::Say::new(|m| crate::messages::info(m))),
     };
     let outcome = session::record(&opts)?;
+    // The builtin decoder reads the vDSO's code from this copy when perf kept none (its
+    // build-id cache not writable); it checks the build id before using it.
+    if let Err(e) = ptscope_pt_decode::save_vdso(&working_dir) {
+        messages::info(format!(
+            "cannot save the vDSO in {}: {e}; calls into it decode as missing code",
+            working_dir.display()
+        ));
+    }
     for w in &outcome.warnings {
         messages::warn(w);
     }

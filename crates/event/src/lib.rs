@@ -640,8 +640,9 @@ pub struct Hit {
     pub is_stop_indicator: bool,
 }
 
-/// Addresses of OCaml exception-handling code, from `.note.ocaml_eh` or a test case.
-#[derive(Clone, Debug, Default)]
+/// Addresses of OCaml exception-handling code, from `.note.ocaml_eh`, ptscope's own
+/// decoder (the instructions themselves) or a test case.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OcamlExceptionInfo {
     /// Sorted `(address, is_pushtrap)` pairs; `false` means poptrap.
     traps: Vec<(u64, bool)>,

@@ -120,6 +120,10 @@ pub struct SourceInfo {
     /// The input is `perf script` text given as such (not a recording perf is
     /// decoding): whose lines may not all be understood.
     pub text: bool,
+    /// OCaml's exception handlers in the code the source decodes, found in the
+    /// instructions (ptscope's own Intel PT decoder): with them the writers keep the
+    /// trap stack exactly, as with `.note.ocaml_eh`, instead of guessing.
+    pub ocaml_exception_info: Option<crate::OcamlExceptionInfo>,
 }
 
 /// What a source hands back at its end.

@@ -948,10 +948,20 @@ fn score_path(
     let (mut events, mut errors) = (0usize, 0usize);
     let mut keys: FxHashMap<Thread, std::collections::hash_map::DefaultHasher> =
         FxHashMap::default();
+    // `SIM_EVENT_KEYS=DIR`: each path's event keys go to `DIR/<path>.keys`, to diff.
+    let mut dump = std::env::var_os("SIM_EVENT_KEYS").and_then(|d| {
+        std::fs::File::create(Path::new(&d).join(format!("{path:?}.keys")))
+            .ok()
+            .map(std::io::BufWriter::new)
+    });
     let strings = decode_each(data, path, |e, strings| {
         events += 1;
         errors += usize::from(matches!(e, Event::DecodeError { .. }));
         if let Some(k) = event_key(&e, strings) {
+            if let Some(d) = dump.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(d, "{:?} {k}", e.thread().tid);
+            }
             k.hash(keys.entry(e.thread()).or_default());
         }
         windows.observe(&e, strings);

@@ -678,6 +678,81 @@ int main() {
     );
 }
 
+/// OCaml exceptions raised through several frames, re-raised, and raised inside
+/// handlers (`ocamlopt` without magic-trace's `.note.ocaml_eh`): perf's paths unwind by
+/// magic-trace's heuristics; ptscope's own decoder finds the trap instructions
+/// (pushtrap, poptrap, the handlers) in the code and keeps the trap stack exactly.
+#[test]
+fn ocaml_exceptions() {
+    if !qemu_perf() || !tools_available(&["ocamlopt"]) {
+        return;
+    }
+    let d = scratch();
+    let exe = compile(
+        d.path(),
+        "exn",
+        "exn.ml",
+        r#"
+exception Odd of int
+exception Wrapped of string
+
+let[@inline never] leaf i = if i mod 3 = 1 then raise (Odd i) else i * 2
+let[@inline never] middle i = leaf i + 1
+let[@inline never] outer i = middle i + middle (i + 1)
+
+(* a re-raise from a handler, and a new exception raised inside one *)
+let[@inline never] rethrow i =
+  try outer i with
+  | Odd n when n mod 2 = 0 -> raise (Wrapped (string_of_int n))
+  | Odd _ as e -> raise e
+
+let[@inline never] nested i =
+  try
+    try rethrow i with
+    | Wrapped s -> (try int_of_string s + leaf (i + 1) with Odd k -> -k)
+  with Odd n -> n
+
+let () =
+  let total = ref 0 in
+  for i = 0 to 300 do
+    total := !total + nested i
+  done;
+  Printf.printf "%d\n" !total
+"#,
+        &["ocamlopt", "-g"],
+    )
+    .unwrap();
+    // The heuristics are what perf's paths have: their floor is what they reach.
+    let heuristic = Floor {
+        exact: 0.5,
+        suffix: 0.5,
+        root: 0.99,
+        below_legacy: Some("OCaml exceptions without trap addresses: both writers guess"),
+    };
+    let s = check(
+        "ocaml exceptions",
+        d.path(),
+        &[&exe],
+        "full",
+        &SimConfig::default(),
+        heuristic,
+    );
+    let b = &s.builtin.segments;
+    eprintln!(
+        "OCAML | segments exact: builtin (trap instructions) {:.3} % vs dlfilter (heuristics) {:.3} % | legacy {:.3} % vs {:.3} %",
+        pct(b.exact),
+        pct(s.dlfilter.segments.exact),
+        pct(s.builtin.legacy.exact),
+        pct(s.dlfilter.legacy.exact)
+    );
+    assert!(
+        b.exact >= 0.999 && b.exact >= s.dlfilter.segments.exact,
+        "builtin segments exact {:.4} (dlfilter {:.4})",
+        b.exact,
+        s.dlfilter.segments.exact
+    );
+}
+
 #[test]
 fn rust_program() {
     if !qemu_perf() || !tools_available(&["rustc"]) {

@@ -997,6 +997,8 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         self.have_ip = false;
         self.after_overflow = true;
         self.next_bind = Bind::Overflow;
+        // IP packets were lost: the next IP is not compressed against them.
+        self.last_ip = 0;
     }
 
     /// A PSB met while in sync: read its status, walk to its IP.

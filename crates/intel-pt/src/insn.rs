@@ -238,6 +238,62 @@ fn fact_of(insn: &Instruction) -> Option<FactKind> {
     }
 }
 
+/// OCaml's exception-handler instructions in a piece of code (64-bit), by address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OcamlTraps {
+    /// Where a handler is pushed (`mov [r14+d], rsp`).
+    pub pushtraps: Vec<u64>,
+    /// Where the innermost handler is popped without a raise (`pop [r14+d]`).
+    pub poptraps: Vec<u64>,
+    /// The handlers' entries (the `lea r11, [rip+d]` before a pushtrap), where a raise
+    /// lands.
+    pub handlers: Vec<u64>,
+}
+
+/// Finds OCaml's trap instructions in `code` (at `start`), decoding it from its start
+/// (OCaml's code sections hold code only; a byte that decodes to nothing is skipped).
+/// The walk recognises the same instructions as [`FactKind`]s; a `pop [r14+d]` right
+/// after a raise's `mov rsp, [r14+d]` is the raise's own, not a poptrap.
+pub fn ocaml_traps(code: &[u8], start: u64) -> OcamlTraps {
+    let mut out = OcamlTraps::default();
+    let mut d = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    // The handler address last loaded into r11, and how many instructions ago.
+    let mut lea: Option<(u64, u32)> = None;
+    let mut since_raise = u32::MAX;
+    while d.can_decode() {
+        let at = d.position();
+        d.decode_out(&mut insn);
+        if insn.is_invalid() {
+            d.set_position(at + 1).ok();
+            d.set_ip(start + at as u64 + 1);
+            lea = None;
+            continue;
+        }
+        lea = lea.and_then(|(a, n)| (n < 4).then_some((a, n + 1)));
+        since_raise = since_raise.saturating_add(1);
+        if insn.code() == Code::Lea_r64_m
+            && insn.op0_register() == Register::R11
+            && insn.memory_base() == Register::RIP
+        {
+            lea = Some((insn.memory_displacement64(), 0));
+            continue;
+        }
+        match fact_of(&insn) {
+            Some(FactKind::PushTrap) => {
+                out.pushtraps.push(insn.ip());
+                if let Some((h, _)) = lea.take() {
+                    out.handlers.push(h);
+                }
+            }
+            Some(FactKind::Raise) => since_raise = 0,
+            Some(FactKind::PopTrap) if since_raise > 1 => out.poptraps.push(insn.ip()),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Walks the straight-line code of the block at `start` (decoding again) to the
 /// instruction at `to`: the instructions before it, or `None` when `to` is not an
 /// instruction boundary within it.
@@ -344,6 +400,21 @@ mod tests {
         assert_eq!(kinds, [FactKind::Raise, FactKind::PopTrap]);
         // Not looked for unless asked.
         assert!(block(&code, false).1.is_empty());
+    }
+
+    #[test]
+    fn ocaml_traps_of_a_function() {
+        // pushtrap (lea r11 to the handler at 0x1019), a poptrap, a ret; then a raise
+        // (mov rsp, [r14+0x10]; pop [r14+0x10]; ret), whose pop is no poptrap.
+        let code = [
+            0x4c, 0x8d, 0x1d, 0x0b, 0, 0, 0, 0x41, 0x53, 0x41, 0xff, 0x76, 0x10, 0x49, 0x89, 0x66,
+            0x10, 0x41, 0x8f, 0x46, 0x10, 0x48, 0x83, 0xc4, 0x08, 0xc3, 0x49, 0x8b, 0x66, 0x10,
+            0x41, 0x8f, 0x46, 0x10, 0xc3,
+        ];
+        let t = ocaml_traps(&code, 0x1000);
+        assert_eq!(t.pushtraps, [0x100d]);
+        assert_eq!(t.poptraps, [0x1011]);
+        assert_eq!(t.handlers, [0x1012]);
     }
 
     #[test]

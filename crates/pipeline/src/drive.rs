@@ -515,7 +515,8 @@ pub(crate) fn run_writer<S: TraceSink>(
         ocaml_exception_info: config
             .ocaml_exception_info
             .clone()
-            .or(x.ocaml_exception_info),
+            .or(x.ocaml_exception_info)
+            .or(x.info.ocaml_exception_info.clone()),
         debug_info: x.debug_info,
         exact_times: x.info.exact_times,
         scope: scope_asked.or(x.info.scope).unwrap_or(config.scope),

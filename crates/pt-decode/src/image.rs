@@ -167,6 +167,60 @@ impl Space {
     }
 }
 
+impl Space {
+    /// OCaml's exception handlers in the OCaml programs the recording ran: the trap
+    /// instructions of their code (found as the walk finds them), at the addresses each
+    /// was mapped at; `None` when no OCaml program's code is at hand.
+    pub(crate) fn ocaml_exception_info(&self) -> Option<ptscope_event::OcamlExceptionInfo> {
+        use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
+        let (mut push, mut pop, mut handlers) = (Vec::new(), Vec::new(), Vec::new());
+        for (fi, f) in self.files.iter().enumerate() {
+            let Some(bytes) = f.bytes() else { continue };
+            let Ok(elf) = ptscope_symbols::Elf::parse(bytes, Path::new(&*f.path)) else {
+                continue;
+            };
+            let obj = elf.object();
+            if !obj.symbols().any(|s| s.name() == Ok("caml_start_program")) {
+                continue;
+            }
+            // Where this file's offsets ran: each mapping of it.
+            let maps: Vec<&Map> = self
+                .images
+                .iter()
+                .flat_map(|i| &i.maps)
+                .filter(|m| m.file == fi as u32)
+                .collect();
+            for sec in obj.sections().filter(|s| s.kind() == SectionKind::Text) {
+                let Some((off, size)) = sec.file_range() else {
+                    continue;
+                };
+                let Some(code) = usize::try_from(off)
+                    .ok()
+                    .and_then(|o| bytes.get(o..o.checked_add(usize::try_from(size).ok()?)?))
+                else {
+                    continue;
+                };
+                // Scanned at file offsets, then moved to each mapping's addresses.
+                let t = ptscope_intel_pt::insn::ocaml_traps(code, off);
+                for m in &maps {
+                    let len = m.end - m.start;
+                    let at = |o: u64| {
+                        (o >= m.pgoff && o - m.pgoff < len).then(|| m.start + (o - m.pgoff))
+                    };
+                    push.extend(t.pushtraps.iter().filter_map(|&o| at(o)));
+                    pop.extend(t.poptraps.iter().filter_map(|&o| at(o)));
+                    handlers.extend(t.handlers.iter().filter_map(|&o| at(o)));
+                }
+            }
+        }
+        for v in [&mut push, &mut pop] {
+            v.sort_unstable();
+            v.dedup();
+        }
+        (!push.is_empty()).then(|| ptscope_event::OcamlExceptionInfo::new(&push, &pop, &handlers))
+    }
+}
+
 /// Finds `name`'s bytes: `(bytes, where from, why refused)`.
 fn load(
     name: &str,
@@ -276,6 +330,28 @@ fn trusted(path: &Path, owner: u32) -> bool {
             .is_some_and(|m| ok(&m))
 }
 
+/// Saves this process's vDSO as `dir/vdso.so` ([`VDSO_FILE`]), where decoding a
+/// recording made in `dir` finds it (the vDSO every process of this kernel runs; perf
+/// keeps a copy only when its build-id cache is writable). A file already there is
+/// replaced; a symbolic link is not followed.
+pub fn save_vdso(dir: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let bytes = own_vdso().ok_or_else(|| std::io::Error::other("this process has no vDSO"))?;
+    let path = dir.join(VDSO_FILE);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)?;
+    f.write_all(&bytes)
+}
+
 /// This process's vDSO, read from its own memory.
 pub fn own_vdso() -> Option<Vec<u8>> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
@@ -319,5 +395,83 @@ impl Memory for QueueMemory<'_> {
             .contexts
             .get(space as usize)
             .map_or(u32::MAX, |c| c.image)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(dir: Option<&Path>) -> Lookup<'_> {
+        Lookup {
+            dir,
+            owner: 0,
+            buildid_cache: None,
+        }
+    }
+
+    fn build_id_of(bytes: &[u8]) -> Option<Vec<u8>> {
+        ptscope_symbols::Elf::parse(bytes, Path::new("x"))
+            .ok()
+            .and_then(|e| e.build_id().map(<[u8]>::to_vec))
+    }
+
+    /// A file whose build id is not the recorded one is refused, with both ids named;
+    /// the right id loads it.
+    #[test]
+    fn mismatching_build_id_is_refused() {
+        let exe = std::env::current_exe().unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        let Some(id) = build_id_of(&bytes) else {
+            eprintln!("skipping: the test binary has no build id");
+            return;
+        };
+        let name = exe.to_str().unwrap();
+        let (b, from, refused) = load(name, Some(BuildId::new(&id)), &lookup(None));
+        assert!(b.is_some() && refused.is_none(), "{refused:?}");
+        assert_eq!(from.as_deref(), Some(exe.as_path()));
+        let mut wrong = id.clone();
+        wrong[0] ^= 0xff;
+        let (b, _, refused) = load(name, Some(BuildId::new(&wrong)), &lookup(None));
+        assert!(b.is_none());
+        match refused {
+            Some(Refused::BuildIdMismatch { recorded, found }) => {
+                assert_eq!(recorded, BuildId::new(&wrong).to_string());
+                assert_eq!(found, BuildId::new(&id).to_string());
+            }
+            other => panic!("{other:?}"),
+        }
+        let (b, _, refused) = load("/nonexistent/file", None, &lookup(None));
+        assert!(b.is_none() && matches!(refused, Some(Refused::Missing(_))));
+    }
+
+    /// The vDSO `ptscope run` saves is found in the recording's directory, and only
+    /// with the recorded build id.
+    #[test]
+    fn saved_vdso_is_found_by_build_id() {
+        let Some(own) = own_vdso() else {
+            eprintln!("skipping: no vDSO");
+            return;
+        };
+        let id = build_id_of(&own).expect("the vDSO has a build id");
+        let dir = tempfile::tempdir().unwrap();
+        save_vdso(dir.path()).unwrap();
+        // Saving again replaces the copy.
+        save_vdso(dir.path()).unwrap();
+        let saved = std::fs::read(dir.path().join(VDSO_FILE)).unwrap();
+        assert_eq!(saved, own);
+        let (b, from, refused) = load("[vdso]", Some(BuildId::new(&id)), &lookup(Some(dir.path())));
+        assert!(refused.is_none(), "{refused:?}");
+        assert_eq!(b.unwrap().get(), &own[..]);
+        assert_eq!(from, Some(dir.path().join(VDSO_FILE)));
+        // Another build id: neither the copy nor this process's vDSO will do.
+        let mut wrong = id.clone();
+        wrong[1] ^= 0xff;
+        let (b, _, refused) = load(
+            "[vdso]",
+            Some(BuildId::new(&wrong)),
+            &lookup(Some(dir.path())),
+        );
+        assert!(b.is_none() && matches!(refused, Some(Refused::Missing(_))));
     }
 }

@@ -22,7 +22,7 @@ mod names;
 mod recording;
 mod source;
 
-pub use image::{own_vdso, VDSO_FILE};
+pub use image::{own_vdso, save_vdso, VDSO_FILE};
 pub use source::PtSource;
 
 use std::path::{Path, PathBuf};

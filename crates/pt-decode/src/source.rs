@@ -232,6 +232,8 @@ pub struct PtSource {
     notices: Vec<String>,
     incomplete: Vec<String>,
     errors: u64,
+    /// The OCaml programs' exception handlers, from their instructions.
+    ocaml: Option<ptscope_event::OcamlExceptionInfo>,
 }
 
 impl PtSource {
@@ -297,6 +299,7 @@ impl PtSource {
                 _ => {}
             }
         }
+        let ocaml = rec.space.ocaml_exception_info();
         let shared = Arc::new(Shared {
             data,
             rec,
@@ -360,6 +363,7 @@ impl PtSource {
             notices,
             incomplete,
             errors: 0,
+            ocaml,
         })
     }
 
@@ -585,6 +589,7 @@ impl EventSource for PtSource {
         let mut i = ptscope_event::SourceInfo::default();
         i.exact_times = true;
         i.recording = Some(self.shared.data.path().to_path_buf());
+        i.ocaml_exception_info = self.ocaml.clone();
         i
     }
     fn next_event(&mut self) -> Result<Option<Event>, SourceError> {

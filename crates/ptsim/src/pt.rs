@@ -381,6 +381,10 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
                     e.stack.clear();
                     e.cyc(s.clock);
                     e.out.extend_from_slice(&[0x02, 0xf3]);
+                    // A decoder cannot know which IP packets were dropped: the IP after
+                    // an overflow is compressed against none of them (libipt resets its
+                    // last IP at OVF).
+                    e.last_ip = 0;
                     e.ip_packet(OP_FUP, Some(s.to));
                     if let Some(mut g) = open_gap.take() {
                         g.resume = Some((s.to, s.clock));
@@ -395,6 +399,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
             e.stack.clear();
             e.cyc(s.clock);
             e.out.extend_from_slice(&[0x02, 0xf3]);
+            e.last_ip = 0;
             e.enabled = false;
             if let Some(mut g) = open_gap.take() {
                 g.count += 1;

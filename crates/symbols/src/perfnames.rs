@@ -13,6 +13,8 @@
 //! #[inline(never)]
 //! pub extern "C" fn ptscope_perfnames_doc() -> u32 { std::hint::black_box(7) }
 //!
+//! // Used, so the linker keeps it.
+//! assert_eq!(ptscope_perfnames_doc(), 7);
 //! let syms = PerfSymbols::load(std::path::Path::new("/proc/self/exe")).unwrap();
 //! // The doc test's own function, at its file offset (ELF vaddr → offset).
 //! let exe = ptscope_symbols::MappedFile::open("/proc/self/exe").unwrap();
@@ -96,14 +98,20 @@ impl PerfSymbols {
             collect(from, syms, &offset_of, &mut cands);
         }
         let mut plt = Vec::new();
-        plt_symbols(binary, &offset_of, &mut plt);
-        Self::from_candidates(cands, plt)
+        let header = plt_symbols(binary, &offset_of, &mut plt);
+        Self::from_candidates(cands, plt, header)
     }
 
     /// Sorts, drops duplicates by perf's rules, fixes up ends, then adds the PLT entries.
     /// (perf 6.1 lets a sizeless `_init` run on over `.plt` and names stubs after it;
-    /// here a sizeless symbol ends with its section and a stub is `NAME@plt`.)
-    fn from_candidates(mut cands: Vec<Candidate>, plt: Vec<Candidate>) -> Self {
+    /// here a sizeless symbol ends with its section and a stub is `NAME@plt` — but what
+    /// of `.plt`, `[start, end)` of `plt`, has no name of its own (its header) is named
+    /// as perf names it: after the sizeless symbol before it.)
+    fn from_candidates(
+        mut cands: Vec<Candidate>,
+        stubs: Vec<Candidate>,
+        plt: Option<(u64, u64)>,
+    ) -> Self {
         cands.sort_by_key(|c| c.start);
         // Sizeless symbols run to the next symbol (the last to the end of its page and
         // one more) before duplicates are chosen between, in the order perf inserts
@@ -121,6 +129,12 @@ impl PerfSymbols {
                 }
                 .min(c.limit.max(c.start))
             };
+        }
+        if let Some((p0, p1)) = plt {
+            let i = cands.partition_point(|c| c.start < p0);
+            if i > 0 && cands[i - 1].size == 0 && cands.get(i).is_none_or(|c| c.start >= p1) {
+                ends[i - 1] = ends[i - 1].max(p1);
+            }
         }
         for (c, &e) in cands.iter_mut().zip(&ends) {
             c.size = e - c.start;
@@ -144,7 +158,7 @@ impl PerfSymbols {
                 name: perf_demangle(&c.name).into(),
             })
             .collect();
-        for c in plt {
+        for c in stubs {
             if kept.binary_search_by_key(&c.start, |k| k.start).is_err() {
                 syms.push(Sym {
                     start: c.start,
@@ -202,10 +216,17 @@ fn perf_demangle(name: &str) -> String {
         return format!("{d}{plt}");
     }
     let d = match crate::demangle_with_scheme(base) {
-        Some((d, crate::Scheme::Cpp)) => match crate::elf::strip_cpp_params(&d) {
-            Some(short) => short.to_owned(),
-            None => d,
-        },
+        Some((d, crate::Scheme::Cpp)) => {
+            // perf leaves out a clone's suffix too: `f(int) [clone .cold]` is `f`.
+            let mut t = d.as_str();
+            while let Some(i) = t.rfind(" [clone ").filter(|_| t.ends_with(']')) {
+                t = &t[..i];
+            }
+            match crate::elf::strip_cpp_params(t) {
+                Some(short) => short.to_owned(),
+                None => t.to_owned(),
+            }
+        }
         Some((d, _)) => d,
         None => base.to_owned(),
     };
@@ -338,20 +359,29 @@ fn better(a: &Candidate, b: &Candidate) -> bool {
 /// `NAME@plt` for each entry of `.plt` (after its 16-byte header) or `.plt.sec`, in the
 /// order of `.rela.plt`, as perf synthesizes them (an IRELATIVE entry, without a
 /// symbol, is `@plt`).
-fn plt_symbols(elf: &Elf<'_>, offset_of: &dyn Fn(u64) -> Option<u64>, out: &mut Vec<Candidate>) {
+fn plt_symbols(
+    elf: &Elf<'_>,
+    offset_of: &dyn Fn(u64) -> Option<u64>,
+    out: &mut Vec<Candidate>,
+) -> Option<(u64, u64)> {
     let obj = elf.object();
     if !obj.is_64() || !obj.is_little_endian() {
-        return;
+        return None;
     }
-    let (plt, header) = match obj.section_by_name(".plt.sec") {
+    // `.plt`: its header (the lazy-binding trampoline every stub jumps to first) has no
+    // name of its own.
+    let header = obj
+        .section_by_name(".plt")
+        .and_then(|s| offset_of(s.address()).map(|o| (o, o + s.size())));
+    let (plt, skip) = match obj.section_by_name(".plt.sec") {
         Some(s) => (s, 0),
         None => match obj.section_by_name(".plt") {
             Some(s) => (s, 16),
-            None => return,
+            None => return header,
         },
     };
     let Some(rela) = obj.section_by_name(".rela.plt").and_then(|s| s.data().ok()) else {
-        return;
+        return header;
     };
     let mut dynsyms: Vec<&str> = Vec::new();
     for s in obj.dynamic_symbols() {
@@ -361,9 +391,9 @@ fn plt_symbols(elf: &Elf<'_>, offset_of: &dyn Fn(u64) -> Option<u64>, out: &mut 
         }
         dynsyms[i] = s.name().unwrap_or("");
     }
-    let (Some(mut at), Some(start)) = (offset_of(plt.address() + header), offset_of(plt.address()))
+    let (Some(mut at), Some(start)) = (offset_of(plt.address() + skip), offset_of(plt.address()))
     else {
-        return;
+        return header;
     };
     let end = start + plt.size();
     // Elf64_Rela: r_offset, r_info (symbol index << 32 | type), r_addend.
@@ -384,4 +414,5 @@ fn plt_symbols(elf: &Elf<'_>, offset_of: &dyn Fn(u64) -> Option<u64>, out: &mut 
         });
         at += 16;
     }
+    header
 }
