@@ -1,9 +1,10 @@
-//! The filter perf loads runs with ptscope's privileges (root, usually), so it must
-//! come from a directory no other user can write. A `perf.data` in a world-writable
-//! directory where another user planted a `ptscope_dlfilter.so`, symbolic links under
-//! the old temporary name, and a FIFO that swaps itself for their library once read:
-//! decoding loads none of it, follows none of it, writes nothing there, and leaves
-//! nothing in `$TMPDIR`, even when decoding fails.
+//! The filter perf loads runs with ptscope's privileges (root, usually), so no other
+//! user may be able to swap it: perf loads a sealed memfd of ptscope's. A `perf.data`
+//! in a world-writable directory where another user planted a `ptscope_dlfilter.so`,
+//! symbolic links under the old temporary name, and a FIFO that swaps itself for their
+//! library once read: decoding loads none of it, follows none of it, writes nothing
+//! there, and writes nothing in `$TMPDIR` either, even when decoding fails. (The
+//! renaming race in a `TMPDIR` others can write is `crates/cli/tests/root_attacks.rs`.)
 //!
 //! One test in its own binary: it points `$TMPDIR` at a private directory to see what
 //! decoding leaves behind.
@@ -14,7 +15,7 @@ use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions, FILTER_SO};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// The other user.
@@ -77,19 +78,9 @@ fn decode(data: &Path, tmpdir: &Path) -> (usize, bool) {
     o.kind = Some(RecordingKind::Sampling);
     let (mut s, notice) = open(&o, Choice::Auto).expect("open");
     assert!(notice.is_none(), "{notice:?}");
-    // While decoding, the filter sits in one private directory of ours.
-    let dirs: Vec<PathBuf> = std::fs::read_dir(tmpdir)
-        .expect("read TMPDIR")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    assert_eq!(dirs.len(), 1, "{dirs:?}");
-    let name = dirs[0].file_name().expect("name").to_string_lossy();
-    assert!(name.starts_with("ptscope-dlf-"), "{name}");
-    let m = std::fs::symlink_metadata(&dirs[0]).expect("lstat");
-    assert!(
-        m.is_dir() && m.mode() & 0o777 == 0o700 && m.uid() == 0,
-        "{m:?}"
-    );
+    // While decoding, nothing is written anywhere: perf loads the filter from a sealed
+    // memfd of ptscope's (`/proc/PID/fd/N`).
+    assert_empty(tmpdir, "while decoding");
     let mut n = 0;
     while s.next_event().expect("decode").is_some() {
         n += 1;
@@ -173,10 +164,7 @@ fn filters_planted_in_a_shared_directory_are_never_loaded_or_written_through() {
     assert!(o.status.success(), "planting failed: {o:?}");
     let before = listing(&shared);
     let (n, dlf) = decode(&data, &tmpdir);
-    assert!(
-        dlf,
-        "the embedded filter should load from the private directory"
-    );
+    assert!(dlf, "the embedded filter should load from its memfd");
     assert!(n > 50, "only {n} events");
     assert!(!marker.exists(), "perf loaded the planted library");
     assert_eq!(

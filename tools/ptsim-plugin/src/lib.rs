@@ -557,6 +557,11 @@ fn child_log_path(out_path: &str, pid: u32) -> String {
 
 /// Creates a new file only we can read, failing if anything (a link) is in its place.
 fn create_private(path: &std::path::Path) -> Option<File> {
+    create_private_err(path).ok()
+}
+
+/// [`create_private`], saying why it failed.
+fn create_private_err(path: &std::path::Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)
@@ -564,7 +569,6 @@ fn create_private(path: &std::path::Path) -> Option<File> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .ok()
 }
 
 /// The `KIND_HEADER` payload.
@@ -1115,7 +1119,9 @@ pub unsafe extern "C" fn qemu_plugin_install(
         say("ptsim-plugin: missing out=FILE argument\n");
         return -1;
     };
-    let mut file = match File::create(&out_path) {
+    // A new file, never through a link or into someone's file (qemu may run as root):
+    // whoever runs the plugin removes an old log first.
+    let mut file = match create_private_err(std::path::Path::new(&out_path)) {
         Ok(f) => f,
         Err(e) => {
             say(&format!("ptsim-plugin: cannot create {out_path}: {e}\n"));
