@@ -55,6 +55,26 @@ pub fn attack(name: &str, args: &[&Path]) -> Command {
     c
 }
 
+/// An attack running in the background, stopped when dropped (also when the test fails).
+pub struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts [`attack`] in the background.
+pub fn start(name: &str, args: &[&Path]) -> Running {
+    Running(
+        attack(name, args)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("setpriv"),
+    )
+}
+
 /// Runs [`attack`] to its end; it must succeed (the planting, not the attack's effect).
 pub fn plant(name: &str, args: &[&Path]) {
     let o = attack(name, args).output().expect("setpriv");

@@ -223,12 +223,10 @@ fn the_dlfilter_cannot_be_swapped_in_a_tmpdir_others_can_write() {
     let evil = theirs.join("evil.so");
     evil_library(&evil, &marker);
     let seen = theirs.join("seen.log");
-    let mut swapper = attack(
+    let swapper = start(
         "swap_dlfilter_dir.sh",
         &[&tmp, &evil, &seen, Path::new("120")],
-    )
-    .spawn()
-    .expect("setpriv");
+    );
     let mut failures = Vec::new();
     for i in 0..5 {
         let (o, err) = out(ptscope()
@@ -241,8 +239,7 @@ fn the_dlfilter_cannot_be_swapped_in_a_tmpdir_others_can_write() {
             failures.push(err);
         }
     }
-    let _ = swapper.kill();
-    let _ = swapper.wait();
+    drop(swapper);
     assert!(
         !marker.exists(),
         "perf loaded the attacker's library as root"
@@ -287,15 +284,12 @@ fn a_working_directory_cannot_be_swapped_after_the_check() {
     assert!(!o.status.success(), "a linked -w was used: {err}");
     assert!(err.contains("symbolic link"), "{err}");
     // And while it flips.
-    let mut flipper = attack("flip_link.sh", &[&rec, &roots, &mine, Path::new("60")])
-        .spawn()
-        .expect("setpriv");
+    let flipper = start("flip_link.sh", &[&rec, &roots, &mine, Path::new("60")]);
     for _ in 0..5 {
         let (o, err) = record(&rec);
         assert!(!o.status.success(), "a linked -w was used: {err}");
     }
-    let _ = flipper.kill();
-    let _ = flipper.wait();
+    drop(flipper);
     assert_eq!(
         listing(&mine),
         Vec::<String>::new(),
@@ -377,7 +371,7 @@ fn the_emulate_plugin_qemu_loads_is_the_one_checked() {
     );
     assert!(err.contains("belongs to user 65534"), "{err}");
     // And while it flips.
-    let mut flipper = attack(
+    let flipper = start(
         "flip_link.sh",
         &[
             &link,
@@ -385,15 +379,12 @@ fn the_emulate_plugin_qemu_loads_is_the_one_checked() {
             &theirs.join("evil"),
             Path::new("60"),
         ],
-    )
-    .spawn()
-    .expect("setpriv");
+    );
     for _ in 0..5 {
         let (o, err) = run(&via);
         assert!(!o.status.success(), "{err}");
     }
-    let _ = flipper.kill();
-    let _ = flipper.wait();
+    drop(flipper);
     // Their library named directly.
     let (o, err) = run(&evil_lib.join("libptsim_plugin.so"));
     assert!(!o.status.success(), "{err}");
