@@ -41,17 +41,29 @@ pub fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// `sh tests/attacks/NAME ARGS…` as the attacker.
-pub fn attack(name: &str, args: &[&Path]) -> Command {
+/// `sh ARGS…` as the attacker.
+fn sh_as_nobody() -> Command {
     let mut c = Command::new("setpriv");
     c.args([
         &format!("--reuid={NOBODY}"),
         &format!("--regid={NOBODY}"),
         "--clear-groups",
         "sh",
-    ])
-    .arg(script(name))
-    .args(args);
+    ]);
+    c
+}
+
+/// `sh tests/attacks/NAME ARGS…` as the attacker.
+pub fn attack(name: &str, args: &[&Path]) -> Command {
+    let mut c = sh_as_nobody();
+    c.arg(script(name)).args(args);
+    c
+}
+
+/// `sh -c SCRIPT` as the attacker (for a step too small for a script of its own).
+pub fn as_nobody(script: &str) -> Command {
+    let mut c = sh_as_nobody();
+    c.args(["-c", script]);
     c
 }
 

@@ -185,20 +185,7 @@ fn outputs_never_go_through_links_fifos_or_devices() {
 /// A small sampling recording, made by root in a directory of root's.
 fn recording(dir: &Path) -> PathBuf {
     let data = dir.join("perf.data");
-    let st = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock", "-c", "100000", "-o"])
-        .arg(&data)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("perf record");
-    assert!(st.success(), "perf record failed");
+    perf_env::record_shell_loop(&data, 100_000, &["-c", "100000"]);
     data
 }
 

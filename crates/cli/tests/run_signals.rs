@@ -323,21 +323,11 @@ fn sigkill_of_decode_leaves_no_perf_and_nothing_in_tmpdir() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("perf.data");
     // DWARF stacks: perf script unwinds each sample, slowly enough to be caught at it.
-    let st = Command::new("perf")
-        .args(["record", "-q", "-e", "cpu-clock", "-F", "5000"])
-        .args(["--call-graph", "dwarf,8192", "-o"])
-        .arg(&data)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("perf record");
-    assert!(st.success());
+    perf_env::record_shell_loop(
+        &data,
+        300_000,
+        &["-F", "5000", "--call-graph", "dwarf,8192"],
+    );
     let tmp = tempfile::tempdir().expect("tempdir");
     for decoder in ["dlfilter", "text"] {
         let mut p = Command::new(emulate::ptscope())

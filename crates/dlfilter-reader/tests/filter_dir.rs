@@ -9,49 +9,17 @@
 //! One test in its own binary: it points `$TMPDIR` at a private directory to see what
 //! decoding leaves behind.
 
+#[path = "../../../tests/attacker.rs"]
+mod attacker;
 mod common;
 
+use attacker::{as_nobody, chmod};
 use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions, FILTER_SO};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
-
-/// The other user.
-const NOBODY: &str = "65534";
-
-/// A library whose constructor leaves `marker` behind: proof its code ran.
-fn evil_source(marker: &Path) -> String {
-    format!(
-        r#"
-#include <stdio.h>
-__attribute__((constructor)) static void planted(void) {{
-    FILE *f = fopen("{}", "w");
-    if (f) {{ fputs("the planted library ran\n", f); fclose(f); }}
-}}
-"#,
-        marker.display()
-    )
-}
-
-/// Runs `script` with `sh -c` as uid/gid 65534, no supplementary groups.
-fn as_nobody(script: &str) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        &format!("--reuid={NOBODY}"),
-        &format!("--regid={NOBODY}"),
-        "--clear-groups",
-        "sh",
-        "-c",
-        script,
-    ]);
-    c
-}
-
-fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
-}
 
 /// Names, owners, modes and sizes of a directory's entries (links not followed).
 fn listing(dir: &Path) -> Vec<(String, u32, u32, u64)> {
@@ -136,15 +104,7 @@ fn filters_planted_in_a_shared_directory_are_never_loaded_or_written_through() {
         &[&exe_s, "60"],
     );
     let marker = top.join("marker");
-    std::fs::write(top.join("evil.c"), evil_source(&marker)).expect("write evil.c");
-    let st = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(top.join("evil.so"))
-        .arg(top.join("evil.c"))
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc -shared failed");
-    chmod(&top.join("evil.so"), 0o755);
+    attacker::evil_library(&top.join("evil.so"), &marker);
     std::fs::write(top.join("good.so"), FILTER_SO).expect("write good.so");
     chmod(&top.join("good.so"), 0o644);
     let victim = top.join("victim");

@@ -422,19 +422,7 @@ impl Loadable {
     /// another file either). The child opens the descriptor, not the path.
     pub fn trusted_file(path: &Path) -> io::Result<Loadable> {
         let canon = resolve_trusted(path)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&canon)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", canon.display())))?;
-        let m = file.metadata()?;
-        if !m.is_file() {
-            return Err(refused(format!(
-                "{} is a {}, not a library file",
-                path.display(),
-                kind(&m)
-            )));
-        }
+        let (file, m) = open_regular(std::fs::OpenOptions::new().read(true), &canon, 0)?;
         if m.uid() != 0 && m.uid() != euid() {
             return Err(refused(format!(
                 "{} belongs to user {} (neither root nor you): ptscope loads no code another \
@@ -463,6 +451,29 @@ impl Loadable {
             self.file.as_raw_fd()
         ))
     }
+}
+
+/// Opens `path` as `opts` say, never through a link at its end (`O_NOFOLLOW`, plus
+/// `flags`), and refuses anything but a regular file; gives the file and its metadata,
+/// read through the descriptor (what is checked is what was opened).
+fn open_regular(
+    opts: &mut std::fs::OpenOptions,
+    path: &Path,
+    flags: i32,
+) -> io::Result<(File, Metadata)> {
+    let f = opts
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | flags)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Err(refused(format!(
+            "{} is a {}, not a regular file",
+            path.display(),
+            kind(&m)
+        )));
+    }
+    Ok((f, m))
 }
 
 /// Creates `path` afresh for writing, mode 0600: `O_EXCL|O_NOFOLLOW`, so nothing placed
@@ -494,19 +505,11 @@ pub fn replace_in_place(path: &Path) -> io::Result<File> {
         other => return other,
     }
     // O_NONBLOCK: a fifo swapped in meanwhile must not block the open.
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    let m = f.metadata()?;
-    if !m.is_file() {
-        return Err(refused(format!(
-            "{} is a {}, not a regular file",
-            path.display(),
-            kind(&m)
-        )));
-    }
+    let (f, m) = open_regular(
+        std::fs::OpenOptions::new().write(true),
+        path,
+        libc::O_NONBLOCK,
+    )?;
     if m.uid() != euid() {
         return Err(refused(format!(
             "{} belongs to user {}: an output is written only into a new file or one of \

@@ -557,18 +557,7 @@ fn child_log_path(out_path: &str, pid: u32) -> String {
 
 /// Creates a new file only we can read, failing if anything (a link) is in its place.
 fn create_private(path: &std::path::Path) -> Option<File> {
-    create_private_err(path).ok()
-}
-
-/// [`create_private`], saying why it failed.
-fn create_private_err(path: &std::path::Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+    ptscope_rootsafe::create_new(path).ok()
 }
 
 /// The `KIND_HEADER` payload.
@@ -1121,7 +1110,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     };
     // A new file, never through a link or into someone's file (qemu may run as root):
     // whoever runs the plugin removes an old log first.
-    let mut file = match create_private_err(std::path::Path::new(&out_path)) {
+    let mut file = match ptscope_rootsafe::create_new(std::path::Path::new(&out_path)) {
         Ok(f) => f,
         Err(e) => {
             say(&format!("ptsim-plugin: cannot create {out_path}: {e}\n"));
