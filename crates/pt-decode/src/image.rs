@@ -336,20 +336,13 @@ fn trusted(path: &Path, owner: u32) -> bool {
 /// replaced; a symbolic link is not followed.
 pub fn save_vdso(dir: &Path) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let bytes = own_vdso().ok_or_else(|| std::io::Error::other("this process has no vDSO"))?;
     let path = dir.join(VDSO_FILE);
     match std::fs::remove_file(&path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)?;
-    f.write_all(&bytes)
+    ptscope_rootsafe::create_new(&path)?.write_all(&bytes)
 }
 
 /// This process's vDSO, read from its own memory.

@@ -40,7 +40,7 @@ pub enum Error {
     NotIntelPt,
     /// The kernel was traced: decoding it needs the kernel's code (`--kcore`), which
     /// this decoder does not read yet.
-    #[error("the kernel was traced too, and ptscope's decoder does not decode kernel code")]
+    #[error("the kernel was traced too, and ptscope's decoder does not decode kernel code yet (use --decoder dlfilter: perf's decoder)")]
     KernelTrace,
     /// A worker thread could not be started.
     #[error("cannot start a decoding thread")]
