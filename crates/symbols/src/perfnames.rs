@@ -47,6 +47,8 @@ struct Candidate {
     weak: bool,
     global: bool,
     name: String,
+    /// Its table gave it no size (its end was fixed up).
+    sizeless: bool,
 }
 
 /// A DSO's symbols as perf names code (see the module documentation).
@@ -84,9 +86,8 @@ impl PerfSymbols {
             _ => binary,
         };
         let symtab = has_symtab(source);
-        let mut cands: Vec<Candidate> = Vec::new();
-        let tables: [(&Elf<'_>, bool); 2] = [(source, true), (binary, false)];
-        for (from, static_table) in tables {
+        let mut tables: Vec<Vec<Candidate>> = Vec::new();
+        for (from, static_table) in [(source, true), (binary, false)] {
             if static_table && !symtab {
                 continue;
             }
@@ -95,27 +96,25 @@ impl PerfSymbols {
             } else {
                 Box::new(from.object().dynamic_symbols())
             };
+            let mut cands = Vec::new();
             collect(from, syms, &offset_of, &mut cands);
+            tables.push(cands);
         }
         let mut plt = Vec::new();
         let header = plt_symbols(binary, &offset_of, &mut plt);
-        Self::from_candidates(cands, plt, header)
+        Self::from_candidates(tables, plt, header)
     }
 
-    /// Sorts, drops duplicates by perf's rules, fixes up ends, then adds the PLT entries.
-    /// (perf 6.1 lets a sizeless `_init` run on over `.plt` and names stubs after it;
-    /// here a sizeless symbol ends with its section and a stub is `NAME@plt` — but what
-    /// of `.plt`, `[start, end)` of `plt`, has no name of its own (its header) is named
-    /// as perf names it: after the sizeless symbol before it.)
-    fn from_candidates(
-        mut cands: Vec<Candidate>,
-        stubs: Vec<Candidate>,
-        plt: Option<(u64, u64)>,
-    ) -> Self {
+    /// Adds one symbol table to `kept` as perf 6.1 loads one (`dso__load_sym_internal`):
+    /// its symbols go after those already there with the same start (perf's tree puts
+    /// equal starts to the right), sizeless ones run to the next symbol (the last to the
+    /// end of its page and one more), then duplicates are chosen between. Per table:
+    /// OCaml's sizeless `camlM__code_begin` runs past the function at its address when
+    /// `.symtab` alone is fixed up, and then wins by its longer name, as perf shows it.
+    fn add_table(kept: Vec<Candidate>, table: Vec<Candidate>) -> Vec<Candidate> {
+        let mut cands = kept;
+        cands.extend(table);
         cands.sort_by_key(|c| c.start);
-        // Sizeless symbols run to the next symbol (the last to the end of its page and
-        // one more) before duplicates are chosen between, in the order perf inserts
-        // them: `.symtab`'s, then `.dynsym`'s, each in file order.
         let n = cands.len();
         let mut ends = vec![0u64; n];
         for i in 0..n {
@@ -130,24 +129,42 @@ impl PerfSymbols {
                 .min(c.limit.max(c.start))
             };
         }
-        if let Some((p0, p1)) = plt {
-            let i = cands.partition_point(|c| c.start < p0);
-            if i > 0 && cands[i - 1].size == 0 && cands.get(i).is_none_or(|c| c.start >= p1) {
-                ends[i - 1] = ends[i - 1].max(p1);
-            }
-        }
         for (c, &e) in cands.iter_mut().zip(&ends) {
             c.size = e - c.start;
         }
-        let mut kept: Vec<Candidate> = Vec::with_capacity(n);
+        let mut out: Vec<Candidate> = Vec::with_capacity(n);
         for c in cands {
-            match kept.last_mut() {
+            match out.last_mut() {
                 Some(k) if k.start == c.start => {
                     if better(&c, k) {
                         *k = c;
                     }
                 }
-                _ => kept.push(c),
+                _ => out.push(c),
+            }
+        }
+        out
+    }
+
+    /// Loads the tables in order (`.symtab`, then `.dynsym`) by perf's rules, then adds
+    /// the PLT entries. (perf 6.1 lets a sizeless `_init` run on over `.plt` and names
+    /// stubs after it; here a sizeless symbol ends with its section and a stub is
+    /// `NAME@plt` — but what of `.plt`, `[start, end)` of `plt`, has no name of its own
+    /// (its header) is named as perf names it: after the sizeless symbol before it.)
+    fn from_candidates(
+        tables: Vec<Vec<Candidate>>,
+        stubs: Vec<Candidate>,
+        plt: Option<(u64, u64)>,
+    ) -> Self {
+        let mut kept: Vec<Candidate> = Vec::new();
+        for t in tables {
+            kept = Self::add_table(kept, t);
+        }
+        if let Some((p0, p1)) = plt {
+            let i = kept.partition_point(|c| c.start < p0);
+            if i > 0 && kept[i - 1].sizeless && kept.get(i).is_none_or(|c| c.start >= p1) {
+                let before = &mut kept[i - 1];
+                before.size = before.size.max(p1 - before.start);
             }
         }
         let mut syms: Vec<Sym> = kept
@@ -326,6 +343,7 @@ fn collect<'d>(
         cands.push(Candidate {
             start,
             size: s.size(),
+            sizeless: s.size() == 0,
             limit,
             weak: s.is_weak(),
             global: s.is_global() && !s.is_weak(),
@@ -411,8 +429,57 @@ fn plt_symbols(
             weak: false,
             global: true,
             name: format!("{name}@plt"),
+            sizeless: false,
         });
         at += 16;
     }
     header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(start: u64, size: u64, name: &str) -> Candidate {
+        Candidate {
+            start,
+            size,
+            limit: 0x10_0000,
+            weak: false,
+            global: true,
+            name: name.into(),
+            sizeless: size == 0,
+        }
+    }
+
+    /// `ocamlopt`'s module start label shares its address with the first function:
+    /// fixed up within `.symtab` it runs to the next function, past the first one's
+    /// size, and wins by its longer name (perf 6.1 shows `Exn.code_begin`); the same
+    /// two in `.dynsym` change nothing. Fixed up over both tables at once it would have
+    /// lost (`camlExn__leaf_83`).
+    #[test]
+    fn tables_are_fixed_up_one_at_a_time() {
+        let symtab = vec![
+            cand(0x2e50, 0x81, "camlExn__leaf_83"),
+            cand(0x2e50, 0, "camlExn__code_begin"),
+            cand(0x2ee0, 0x12, "camlExn__middle_86"),
+        ];
+        let dynsym = vec![
+            cand(0x2e50, 0, "camlExn__code_begin"),
+            cand(0x2e50, 0x81, "camlExn__leaf_83"),
+            cand(0x2ee0, 0x12, "camlExn__middle_86"),
+        ];
+        let s = PerfSymbols::from_candidates(vec![symtab, dynsym], Vec::new(), None);
+        assert_eq!(s.lookup(0x2e50), Some(("Exn.code_begin", 0x2e50)));
+        assert_eq!(s.lookup(0x2ecf), Some(("Exn.code_begin", 0x2e50)));
+        assert_eq!(s.lookup(0x2ee0), Some(("Exn.middle_86", 0x2ee0)));
+        // A sized function alone at its address keeps its own name and end.
+        let s = PerfSymbols::from_candidates(
+            vec![vec![cand(0x100, 0x10, "f"), cand(0x200, 0, "g")]],
+            Vec::new(),
+            None,
+        );
+        assert_eq!(s.lookup(0x108), Some(("f", 0x100)));
+        assert_eq!(s.lookup(0x118), None);
+    }
 }
