@@ -17,6 +17,14 @@
 //! DSO. Everything from the first such caller outwards is invented, so the stack is cut
 //! there and one [`STACK_CUT`] frame stands for what was lost.
 //!
+//! **Inlined calls.** perf is asked not to expand inlined calls (`perf script
+//! --no-inline`: its `addr2line` children cost 80 times the rest of a decode, and could
+//! hang); this step does it from DWARF instead ([`InlineInfo`], cached per address): a
+//! frame whose address lies in code inlined from `step` and `mix` becomes the symbol's
+//! frame with `step` and `mix` nested in it. Each frame an expansion adds carries, as its
+//! address, where the inlined copy below it begins, so two samples in the same inlined
+//! call keep one frame, and two calls of one inlined function are two.
+//!
 //! **Time in the kernel.** A trace of user space still shows the samples a thread spent
 //! in a system call or a page fault: their kernel frames become one `[kernel: read]`-style
 //! frame (see [`kernel_frame_name`]) on top of the user stack that entered the kernel, so
@@ -30,6 +38,7 @@ use ptscope_event::{
 use rustc_hash::FxHashMap;
 
 use crate::functions::FunctionRanges;
+use crate::inline::InlineInfo;
 use crate::perfdata::Mappings;
 
 /// The frame that replaces the callers of a stack whose frame-pointer chain broke.
@@ -116,7 +125,13 @@ pub struct NamingStats {
     pub caller_lost: u64,
     /// Stacks sampled in the kernel whose kernel frames became one `[kernel: …]` frame.
     pub kernel_folded: u64,
+    /// Frames of inlined calls added to sampled stacks from DWARF.
+    pub inlined: u64,
 }
+
+/// The calls inlined at one address: each one's name and the file offset where its
+/// inlined copy begins, outermost first.
+type InlinedCalls = Box<[(Sym, u64)]>;
 
 /// A function's interned name and where it starts (file offset or address).
 type Named = (Sym, u64);
@@ -166,6 +181,12 @@ pub struct Namer {
     stats: NamingStats,
     /// A sampled stack's frames while they are changed.
     frames: Vec<Location>,
+    /// Expand inlined calls from DWARF.
+    inline: bool,
+    /// By DSO name: its DWARF, `None` when it has none (or the file could not be read).
+    inline_files: FxHashMap<Sym, Option<InlineInfo>>,
+    /// (DSO, file offset looked up) → the calls inlined there (`None`: none).
+    inlined: FxHashMap<(Sym, u64), Option<InlinedCalls>>,
 }
 
 impl Namer {
@@ -192,7 +213,18 @@ impl Namer {
             found_abs: FxHashMap::default(),
             stats: NamingStats::default(),
             frames: Vec::new(),
+            inline: false,
+            inline_files: FxHashMap::default(),
+            inlined: FxHashMap::default(),
         }
+    }
+
+    /// Whether sampled frames in code inlined from other functions get those functions
+    /// as frames of their own (from the files' DWARF; only with mappings, as names). For
+    /// recordings decoded with `perf script --no-inline`: perf's own expansion would
+    /// otherwise come twice.
+    pub fn set_inline(&mut self, inline: bool) {
+        self.inline = inline;
     }
 
     /// The mappings and build ids of the recording (`perf.data`) whose events come next
@@ -242,7 +274,9 @@ impl Namer {
         };
         let pid = thread.pid;
         let handle = match data {
-            EventData::StackSample { callstack } => callstack,
+            EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
+                callstack
+            }
             EventData::Trace { src, dst, .. } => {
                 if self.grouping() {
                     for h in [src, dst] {
@@ -288,6 +322,9 @@ impl Namer {
         if self.grouping() {
             for loc in callstack.iter_mut() {
                 self.name(loc, strings);
+            }
+            if self.inline {
+                self.expand_inlined(callstack, tail, strings);
             }
         }
         *handle = strings.intern_stack(callstack);
@@ -487,6 +524,115 @@ impl Namer {
             callstack.insert(n - 1, Location::new(0, Symbol::FromPerf(m), 0));
             self.stats.caller_lost += 1;
         }
+    }
+
+    /// Adds the calls inlined at each user frame as frames of their own, nested in it
+    /// (see the module documentation). `tail` frames after the user-space leaf are left
+    /// alone; callers are looked up at their return address less one (the call).
+    fn expand_inlined(
+        &mut self,
+        callstack: &mut Vec<Location>,
+        tail: usize,
+        strings: &mut impl NameTable,
+    ) {
+        let n = callstack.len().saturating_sub(tail);
+        // Most stacks hold no inlined call: change nothing until one does.
+        let mut first = None;
+        for (i, loc) in callstack[..n].iter().enumerate() {
+            let leaf = i + 1 == n;
+            if self.inlined_calls(loc, leaf, strings).is_some() {
+                first = Some(i);
+                break;
+            }
+        }
+        let Some(first) = first else { return };
+        let old = std::mem::take(callstack);
+        callstack.extend_from_slice(&old[..first]);
+        for (i, loc) in old.iter().enumerate().skip(first) {
+            let calls = if i < n {
+                self.inlined_calls(loc, i + 1 == n, strings)
+            } else {
+                None
+            };
+            let Some(calls) = calls else {
+                callstack.push(*loc);
+                continue;
+            };
+            // The symbol's frame, then each inlined call; every frame's address says
+            // which call it is in (the next one's start), the innermost keeps the pc.
+            let start = loc.ip.wrapping_sub(loc.offset);
+            let mut outer = *loc;
+            outer.ip = calls[0].1;
+            outer.offset = outer.ip.wrapping_sub(start);
+            callstack.push(outer);
+            for (j, &(name, entry)) in calls.iter().enumerate() {
+                let ip = calls.get(j + 1).map_or(loc.ip, |c| c.1);
+                callstack.push(Location {
+                    ip,
+                    symbol: Symbol::FromPerf(name),
+                    offset: ip.wrapping_sub(entry),
+                    dso: loc.dso,
+                });
+            }
+            self.stats.inlined += calls.len() as u64;
+        }
+    }
+
+    /// The calls inlined where `loc` (a sampled frame: a file offset in its DSO) is, if
+    /// any; `leaf` frames are looked up at their pc, callers at the call before the
+    /// return address.
+    fn inlined_calls(
+        &mut self,
+        loc: &Location,
+        leaf: bool,
+        strings: &mut impl NameTable,
+    ) -> Option<InlinedCalls> {
+        let dso = loc.dso?;
+        if loc.ip == 0 || !ptscope_event::TraceScope::Userspace.includes_address(loc.ip) {
+            return None;
+        }
+        let probe = if leaf { loc.ip } else { loc.ip - 1 };
+        if let Some(found) = self.inlined.get(&(dso, probe)) {
+            return found.clone();
+        }
+        let found = self.look_up_inlined(dso, probe, strings);
+        self.inlined.insert((dso, probe), found.clone());
+        found
+    }
+
+    fn look_up_inlined(
+        &mut self,
+        dso: Sym,
+        probe: u64,
+        strings: &mut impl NameTable,
+    ) -> Option<InlinedCalls> {
+        let mappings = &self.mappings;
+        let info = self
+            .inline_files
+            .entry(dso)
+            .or_insert_with(|| {
+                let path = strings.get(dso);
+                if !path.starts_with('/') || path.starts_with("//") {
+                    return None;
+                }
+                let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
+                InlineInfo::load(Path::new(path))
+                    .ok()
+                    .flatten()
+                    .filter(|i| recorded.is_none() || i.build_id() == recorded)
+            })
+            .as_ref()?;
+        let addr = info.address_of_offset(probe)?;
+        let calls = info.inlined_at(addr);
+        if calls.is_empty() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(calls.len());
+        for c in calls {
+            let entry = info.offset_of_address(c.entry)?;
+            out.push((strings.intern(&c.name), entry));
+        }
+        Some(out.into_boxed_slice())
     }
 
     /// The function ranges of the DSO named `dso`, loaded once.
