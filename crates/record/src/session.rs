@@ -338,10 +338,20 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     plan.buildid_mmap = caps.perf_version.buildid_mmap();
     plan.psb_cyc = caps.intel_pt.as_ref().is_some_and(|c| c.psb_cyc);
     plan.hardware_pmu = caps.hardware_pmu;
+    plan.switch_stacks = caps.switch_stacks();
     plan.max_sample_rate = caps.max_sample_rate.unwrap_or(100_000);
     plan.validate()?;
     for n in plan.notices() {
         say(opts, &n);
+    }
+    if backend == Backend::Sample && !plan.switch_stacks {
+        say(
+            opts,
+            "time off CPU is shown inside the frames the samples around it share, without \
+             the function the thread waited in: recording the stack at each switch out of the \
+             CPU needs root (or perf_event_paranoid -1) and the sched:sched_switch tracepoint \
+             (tracefs mounted)",
+        );
     }
     // A previous recording in a reused working directory must not be decoded with this one.
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
