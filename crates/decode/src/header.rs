@@ -90,6 +90,8 @@ pub struct RecordingInfo {
     pub events: Vec<EventDesc>,
     /// The `pmu mappings` feature: PMU number → name (`8 → intel_pt`); empty when absent.
     pub pmu_mappings: Vec<(u32, String)>,
+    /// The `perf record` command line (the `cmdline` feature), when the file has it.
+    pub cmdline: Vec<String>,
 }
 
 impl RecordingInfo {
@@ -118,6 +120,15 @@ impl RecordingInfo {
         } else {
             RecordingKind::Sampling
         }
+    }
+
+    /// The recording followed only the given threads (`perf record -t`, which implies
+    /// `--no-inherit`; `ptscope run/attach --single-thread`): threads and processes they
+    /// started were not recorded. False when the command line is unknown.
+    pub fn per_thread(&self) -> bool {
+        let record = self.cmdline.iter().skip_while(|a| a.as_str() != "record");
+        let mut args = record.skip(1).take_while(|a| a.as_str() != "--");
+        args.any(|a| a == "-t" || a == "--per-thread" || a.starts_with("--tid"))
     }
 
     /// The scope a sampling recording asks for, from its first event's modifier (see
@@ -226,9 +237,16 @@ pub fn read_header(path: &Path) -> Result<RecordingInfo, HeaderError> {
         .feature_section_data(Feature::PMU_MAPPINGS)
         .map(|s| pmu_table(s, big))
         .unwrap_or_default();
+    let cmdline = parsed
+        .cmdline()
+        .ok()
+        .flatten()
+        .map(|args| args.into_iter().map(str::to_owned).collect())
+        .unwrap_or_default();
     Ok(RecordingInfo {
         events,
         pmu_mappings,
+        cmdline,
     })
 }
 
@@ -424,8 +442,26 @@ impl Seek for PatchedHead {
 
 #[cfg(test)]
 mod tests {
-    use super::{pmu_table, scope_of_event_name};
+    use super::{pmu_table, scope_of_event_name, RecordingInfo};
     use ptscope_event::TraceScope;
+
+    #[test]
+    fn a_recording_of_given_threads_says_so_in_its_command_line() {
+        let info = |cmd: &str| RecordingInfo {
+            cmdline: cmd.split(' ').map(str::to_owned).collect(),
+            ..RecordingInfo::default()
+        };
+        // `ptscope run/attach --single-thread`, and perf's own `-t`.
+        assert!(
+            info("/usr/bin/perf record -o w/perf.data --per-thread -t 42 --switch-events")
+                .per_thread()
+        );
+        assert!(info("perf record --tid=42 -g").per_thread());
+        // The whole process tree (`-p`), or a workload after `--` that has a `-t` of its own.
+        assert!(!info("/usr/bin/perf record -o w/perf.data -p 42 --call-graph dwarf").per_thread());
+        assert!(!info("perf record -g -- sort -t , data.csv").per_thread());
+        assert!(!RecordingInfo::default().per_thread());
+    }
 
     #[test]
     fn a_recording_asks_for_the_kernel_only_with_a_k_modifier() {

@@ -228,6 +228,7 @@ pub(crate) fn reading(opts: &DecodeOptions, scope: TraceScope) -> Reading {
         perf: opts.perf.clone(),
         choice: opts.decoder.into(),
         no_inline: opts.no_inline,
+        perf_inline: opts.perf_inline && !opts.no_inline,
         naming,
         // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.
         fold_kernel: naming && scope == TraceScope::Userspace,
@@ -242,6 +243,9 @@ pub(crate) enum Step {
     InputDone,
 }
 
+/// How long perf is given to end after an interrupt asked it to, before it is killed.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs the decoding thread over `specs` and hands every event, and every input's end,
 /// to `f` with the names so far (demangled for display with `demangle`). Returns the
 /// names.
@@ -255,7 +259,9 @@ pub(crate) fn each_step(
 ) -> Result<StringTable, Error> {
     let (tx, rx) = std::sync::mpsc::sync_channel(8);
     let mut strings = StringTable::new();
-    let mut stopping = false;
+    // When an interrupt asked perf to stop, if it was.
+    let mut stopping: Option<std::time::Instant> = None;
+    let mut killed = false;
     std::thread::scope(|threads| {
         let decoder = std::thread::Builder::new()
             .name("ptscope-decode".into())
@@ -263,18 +269,24 @@ pub(crate) fn each_step(
             .map_err(Error::Thread)?;
         loop {
             // Polled, so an interrupt stops the decode even while perf prints nothing (it
-            // can think for seconds before its first line): perf is ended, the decoding
-            // thread sees its input end, and what it had decoded still arrives and is
-            // written.
+            // can think for seconds before its first line): perf is asked to stop and
+            // write out what it decoded, the decoding thread sees its input end, and
+            // what it had decoded still arrives and is written. A perf that does not
+            // end within a moment (stuck in a read of its own) is killed.
+            match stopping {
+                None if observer.stopped() => {
+                    stopping = Some(std::time::Instant::now());
+                    ptscope_decode::perf::stop_all();
+                }
+                Some(t) if !killed && t.elapsed() >= STOP_GRACE => {
+                    killed = true;
+                    ptscope_decode::perf::kill_all();
+                }
+                _ => {}
+            }
             let msg = match rx.recv_timeout(std::time::Duration::from_millis(50)) {
                 Ok(m) => m,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if observer.stopped() && !stopping {
-                        stopping = true;
-                        ptscope_decode::perf::stop_all();
-                    }
-                    continue;
-                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             };
             match msg {
@@ -355,6 +367,15 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     });
     let inputs = specs.len();
     let all_text = specs.iter().all(|s| matches!(s, InputSpec::Text(_)));
+    // When nothing was decoded, whether the recording followed only given threads says
+    // why perf could have names and no samples.
+    let recordings: Vec<std::path::PathBuf> = specs
+        .iter()
+        .filter_map(|s| match s {
+            InputSpec::PerfData(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
     let exact_times = specs.iter().all(|s| matches!(s, InputSpec::Emulate(..)));
     let reading = reading(opts, scope);
     // The writer starts at the trace's first time with what the executable adds, and
@@ -451,6 +472,9 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
         None => Err(Error::NoEvents(NoEvents {
             interrupted: totals.interrupted,
             names_only: !held.is_empty(),
+            per_thread: recordings
+                .iter()
+                .any(|p| ptscope_decode::header::read_header(p).is_ok_and(|h| h.per_thread())),
             causes: totals
                 .errors
                 .iter()
