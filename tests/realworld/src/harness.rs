@@ -291,6 +291,26 @@ impl Ptscope {
         done
     }
 
+    /// Waits for a spawned run, success or failure; either way no panic and TMPDIR left
+    /// empty (see [`Ptscope::run_either`]).
+    pub fn wait_either(self, child: Child, start: Instant) -> Finished {
+        let output = child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what));
+        let done = Finished {
+            what: self.what.clone(),
+            output,
+            elapsed: start.elapsed(),
+        };
+        self.check_clean(&done);
+        done
+    }
+
+    /// The command line, for messages.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
     /// Exit 0, no panic text on stderr, and TMPDIR left as empty as it was given.
     fn check(&self, done: &Finished) {
         let stderr = done.stderr();
