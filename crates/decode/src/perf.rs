@@ -440,6 +440,11 @@ impl PerfProcess {
         })
     }
 
+    /// How perf exited, if it has (it is not waited for).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Stops perf and returns the end of its stderr (to explain why its output stopped).
     pub fn kill_and_stderr(&mut self) -> String {
         unregister(self.child.id());

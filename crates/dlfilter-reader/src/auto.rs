@@ -175,9 +175,17 @@ pub fn open(
             Ok((any(Inner::Dlfilter(Box::new(script)), fallback), None))
         }
         _ => {
+            let exited = script.exited();
             let stderr = script.stderr_now();
-            let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            let why = format!("perf did not load the dlfilter ({})", first.trim());
+            let first = stderr.lines().find(|l| !l.trim().is_empty()).map(str::trim);
+            let why = match (first, exited) {
+                (Some(said), _) => format!("perf did not load the dlfilter ({said})"),
+                (None, Some(status)) => format!(
+                    "perf did not load the dlfilter: it ended ({status}) before the filter's \
+                     first record, saying nothing"
+                ),
+                (None, None) => "perf did not load the dlfilter, saying nothing".to_string(),
+            };
             if choice == Choice::Dlfilter {
                 return refuse(why);
             }

@@ -362,6 +362,11 @@ impl DlfilterScript {
         self.perf.interrupted()
     }
 
+    /// How perf exited, if it has.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.perf.exited()
+    }
+
     /// Stops perf and returns the end of its stderr (for diagnostics).
     fn stderr_now(&mut self) -> String {
         self.perf.kill_and_stderr()

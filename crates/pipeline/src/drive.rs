@@ -320,6 +320,7 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     opts: &DecodeOptions,
     scope: TraceScope,
     end_at: Option<u64>,
+    hit_times: Vec<u64>,
     sink: S,
     make_writer: F,
     totals: &mut Totals,
@@ -339,6 +340,12 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
         .recording_dir()
         .map(|d| d.join(ptscope_record::session::ROTATED_FILES_MARKER));
     let rotated = marker.as_ref().is_some_and(|m| m.exists());
+    // A sampling recording with trigger hits: its files are pieces of one recording, and
+    // each hit ends a snapshot, at the hit's time whatever file it falls in (hits closer
+    // together than perf can start a new file are one snapshot each, as with emulate).
+    // What comes after the last hit is after the moments asked for.
+    let cuts: Vec<u64> = if rotated { hit_times } else { Vec::new() };
+    let mut next_cut = 0;
     // With --multi-snapshot sampling the marker names the files that end a snapshot.
     let ends_snapshot: Vec<bool> = {
         let ends = marker
@@ -410,6 +417,19 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
                 if end_at.is_some_and(|t| event.time().is_some_and(|et| et > t)) {
                     return;
                 }
+                if let Some(t) = event.time().filter(|&t| t > 0) {
+                    while cuts.get(next_cut).is_some_and(|&cut| t > cut) {
+                        next_cut += 1;
+                        if next_cut < cuts.len() {
+                            if let Some(w) = writer.as_mut() {
+                                w.end_snapshot(strings);
+                            }
+                        }
+                    }
+                    if !cuts.is_empty() && next_cut == cuts.len() {
+                        return;
+                    }
+                }
                 if writer.is_none() {
                     if bias.is_none() {
                         bias = exe.as_ref().and_then(|e| e.bias_from(&event, strings));
@@ -436,7 +456,7 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
                 // Each perf.data file is one snapshot: close its frames before the next,
                 // unless the files are the pieces of one rotated sampling recording (and
                 // this one does not end one of its snapshots).
-                if done < inputs && (!rotated || ends_snapshot[done - 1]) {
+                if done < inputs && cuts.is_empty() && (!rotated || ends_snapshot[done - 1]) {
                     if let Some(w) = writer.as_mut() {
                         w.end_snapshot(strings);
                     }
@@ -501,6 +521,13 @@ pub(crate) fn run_writer<S: TraceSink>(
     observer: &dyn Observer,
 ) -> Result<(S, StringTable), Error> {
     // One snapshot taken at a trigger hit ends at that hit (several are multi-snapshot).
+    let mut hit_times: Vec<u64> = config
+        .hits
+        .iter()
+        .map(|h| h.time)
+        .filter(|&t| t > 0)
+        .collect();
+    hit_times.sort_unstable();
     let end_at = match (specs.len(), config.hits.as_slice()) {
         (1, [.., last]) if last.time > 0 => Some(last.time),
         _ => None,
@@ -523,6 +550,7 @@ pub(crate) fn run_writer<S: TraceSink>(
             opts,
             scope,
             end_at,
+            hit_times.clone(),
             sink,
             |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
             totals,
@@ -533,6 +561,7 @@ pub(crate) fn run_writer<S: TraceSink>(
             opts,
             scope,
             end_at,
+            hit_times.clone(),
             sink,
             |sink, earliest_time, x: Extras| {
                 SegmentsWriter::new(sink, config_for(earliest_time, x))

@@ -168,10 +168,42 @@ pub(crate) fn decode_inputs(
                 continue;
             }
         }
+        // A perf.data cut short: perf refuses records cut short, and may crash on a file
+        // whose last sections are missing; the error says what is wrong with the file.
+        let cut = match &spec {
+            InputSpec::PerfData(p) => ptscope_decode::header::read_header(p)
+                .ok()
+                .and_then(|h| h.cut_short),
+            _ => None,
+        };
+        let cut_said = |e: String| match cut {
+            Some(c) => format!(
+                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
+                 while writing it), and perf failed on it: {e}. Record again, or decode the \
+                 whole file",
+                spec.name()
+            ),
+            None => e,
+        };
+        if let Some(c @ ptscope_decode::header::CutShort::Records { .. }) = cut {
+            let e = format!(
+                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
+                 while writing it). perf cannot read such a file: record again, or decode the \
+                 whole file",
+                spec.name()
+            );
+            if tx.send(Msg::failed(e)).is_err() {
+                return;
+            }
+            continue;
+        }
+        // perf script text says why perf failed on such a file; the dlfilter may not get
+        // to say anything.
+        let choice = if cut.is_some() { Choice::Text } else { choice };
         let mut source = match spec.open(&perf, (choice, perf_inline), observer) {
             Ok(s) => s,
             Err(e) => {
-                let _ = tx.send(Msg::failed(crate::error_text(&e)));
+                let _ = tx.send(Msg::failed(cut_said(crate::error_text(&e))));
                 continue;
             }
         };
@@ -225,6 +257,9 @@ pub(crate) fn decode_inputs(
         let end = source.finish();
         if let Some(e) = end.failure {
             errors.push(format!("{e} (keeping the events decoded before it)"));
+        }
+        if cut.is_some() {
+            errors = errors.into_iter().map(cut_said).collect();
         }
         errors.extend(end.incomplete);
         let mut notices = end.notices;

@@ -15,11 +15,15 @@ use std::borrow::Cow;
 /// [`EventData::Comm`] and are inherited through [`EventData::Fork`], as the kernel
 /// does; a later name (an exec, `pthread_setname_np`) renames the group or track.
 /// A name from the writer's configuration (a command line) wins over perf's.
+///
+/// Threads whose process is unknown (perf script's default output prints the tid alone,
+/// and no task events unless asked) are grouped by the command they carry when first
+/// seen, `COMM [pid=?]`, rather than all in one nameless group.
 pub(crate) struct Tracks<T> {
     /// Latest name of each thread, by tid.
     comms: FxHashMap<u32, String>,
     /// Sink group of each process.
-    groups: FxHashMap<Option<u32>, u32>,
+    groups: FxHashMap<GroupKey, u32>,
     /// Sink track of each thread.
     tracks: FxHashMap<Thread, T>,
 }
@@ -32,6 +36,14 @@ impl<T: Copy> Default for Tracks<T> {
             tracks: FxHashMap::default(),
         }
     }
+}
+
+/// What a track group stands for: a process, or the command of threads whose process
+/// is unknown.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum GroupKey {
+    Process(Option<u32>),
+    Command(String),
 }
 
 fn id(v: Option<u32>) -> String {
@@ -62,11 +74,23 @@ impl<T: Copy> Tracks<T> {
         thread: Thread,
         configured: &FxHashMap<u32, String>,
     ) -> (T, u32) {
-        let group = match self.groups.get(&thread.pid) {
+        let command = thread
+            .tid
+            .and_then(|t| self.comms.get(&t))
+            .filter(|_| thread.pid.is_none());
+        let key = match command {
+            Some(c) => GroupKey::Command(c.clone()),
+            None => GroupKey::Process(thread.pid),
+        };
+        let group = match self.groups.get(&key) {
             Some(&g) => g,
             None => {
-                let g = sink.allocate_pid(&self.process_name(thread.pid, configured));
-                self.groups.insert(thread.pid, g);
+                let name = match command {
+                    Some(c) => format!("{c} [pid=?]"),
+                    None => self.process_name(thread.pid, configured),
+                };
+                let g = sink.allocate_pid(&name);
+                self.groups.insert(key, g);
                 g
             }
         };
@@ -107,7 +131,7 @@ impl<T: Copy> Tracks<T> {
             sink.rename_thread(track, &self.thread_name(thread));
         }
         if thread.pid == Some(tid) {
-            if let Some(&group) = self.groups.get(&thread.pid) {
+            if let Some(&group) = self.groups.get(&GroupKey::Process(thread.pid)) {
                 if !configured.contains_key(&tid) {
                     sink.rename_pid(group, &self.process_name(thread.pid, configured));
                 }

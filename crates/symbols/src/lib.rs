@@ -57,8 +57,8 @@ pub use functions::{
 };
 pub use inline::{InlineInfo, Inlined};
 pub use naming::{
-    kernel_frame_name, NameTable, Namer, NamingStats, CALLER_LOST, IN_KERNEL, IN_SYSCALL,
-    STACK_CUT, STACK_CUT_NO_COPY, STACK_CUT_STOPPED, STACK_CUT_UNWOUND,
+    kernel_frame_name, NameTable, Namer, NamingStats, CALLER_LOST, IN_INTERRUPT, IN_KERNEL,
+    IN_SYSCALL, STACK_CUT, STACK_CUT_NO_COPY, STACK_CUT_STOPPED, STACK_CUT_UNWOUND,
 };
 pub use ocaml::OcamlTraps;
 pub use perfdata::{Lost, Mappings};

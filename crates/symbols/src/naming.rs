@@ -65,6 +65,10 @@ pub const CALLER_LOST: &str = "[caller lost: no frame pointer here]";
 /// frames say nothing more specific (see [`kernel_frame_name`]).
 pub const IN_KERNEL: &str = "[kernel]";
 
+/// The frame for a sampled stack's kernel part inside an interrupt (see
+/// [`kernel_frame_name`]).
+pub const IN_INTERRUPT: &str = "[kernel: interrupt]";
+
 /// Stands for the kernel part of a sampled stack in a system call whose handler's name
 /// does not say which.
 pub const IN_SYSCALL: &str = "[kernel: system call]";
@@ -273,6 +277,7 @@ impl Namer {
             return;
         };
         let pid = thread.pid;
+        let switch_out = matches!(data, EventData::SwitchOutStack { .. });
         let handle = match data {
             EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
                 callstack
@@ -306,7 +311,17 @@ impl Namer {
         let callstack = &mut frames;
         // The frames after the user-space leaf (the `[kernel: …]` frame): the checks below
         // are about the user stack, whose leaf is the sampled user pc.
-        let tail = usize::from(self.fold_kernel && self.fold_kernel_frames(callstack, strings));
+        let mut tail = usize::from(self.fold_kernel && self.fold_kernel_frames(callstack, strings));
+        // A thread preempted as an interrupt returned to user space left the CPU from
+        // the interrupt's exit path: the time off CPU belongs to the user frame it was
+        // running, which goes on after it (as a sample there would show it).
+        if switch_out && tail == 1 {
+            let folded = callstack.last().map(|l| l.symbol);
+            if matches!(folded, Some(Symbol::FromPerf(s)) if strings.get(s) == IN_INTERRUPT) {
+                callstack.pop();
+                tail = 0;
+            }
+        }
         self.mark_missing_copy(callstack, tail, strings);
         if self.cut {
             self.cut_stack(callstack, tail, strings);
@@ -801,7 +816,7 @@ pub fn kernel_frame_name(function: &str) -> Option<String> {
         return Some("[kernel: page fault]".into());
     }
     if f.starts_with("asm_sysvec_") || f.starts_with("asm_common_interrupt") {
-        return Some("[kernel: interrupt]".into());
+        return Some(IN_INTERRUPT.into());
     }
     None
 }

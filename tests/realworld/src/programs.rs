@@ -32,6 +32,19 @@ pub fn sleeper_c(test: &str, dir: &Path) -> Option<PathBuf> {
     Some(exe)
 }
 
+/// `hits.c` with gcc (`-O1 -g`): calls `mid` three times, GAP seconds apart.
+pub fn hits_c(test: &str, dir: &Path) -> Option<PathBuf> {
+    let gcc = need_tool(test, "gcc", "gcc")?;
+    let exe = dir.join("hits");
+    build(
+        Command::new(gcc)
+            .args(["-O1", "-g", "-o"])
+            .arg(&exe)
+            .arg(programs().join("hits.c")),
+    );
+    Some(exe)
+}
+
 /// `throw.cpp` with g++ (`-O2 -g`, frame pointers kept; libstdc++ itself has none).
 pub fn throw_cpp(test: &str, dir: &Path) -> Option<PathBuf> {
     let gxx = need_tool(test, "g++", "g++")?;

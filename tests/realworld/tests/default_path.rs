@@ -14,6 +14,7 @@ use ptscope_realworld::harness::{
     record_with, system_tool, Finished, Ptscope,
 };
 use ptscope_realworld::trace::{Trace, Track};
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -477,4 +478,175 @@ fn sleeper_time_off_cpu_sits_inside_the_function_that_slept() {
         "main lasts {main_lasted:.3} s of a run of 0.1 s + 0.3 s + 0.1 s"
     );
     assert_decoders_agree(&work, dir.path(), &run, "sleeper");
+}
+
+/// `run --multi-snapshot --trigger mid` on a program that calls `mid` three times 20 ms
+/// apart (closer than perf starts a new file): three hits, three snapshots, each ending
+/// at its hit (the moments before it, from the previous hit on), and nothing after the
+/// last hit. Before, hits that came together were one snapshot, and one that came while
+/// a rotation was waited for was lost.
+#[test]
+fn multi_snapshot_sampling_takes_one_snapshot_per_hit() {
+    let test = "multi_snapshot_sampling_takes_one_snapshot_per_hit";
+    if !can_record(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = ptscope_realworld::programs::hits_c(test, dir.path()) else {
+        return;
+    };
+    let out = dir.path().join("hits.fxt.gz");
+    let run = Ptscope::new(args(&[
+        &"run",
+        &"--multi-snapshot",
+        &"--trigger",
+        &"mid",
+        &"-o",
+        &out,
+        &"--",
+        &exe,
+        &"0.02",
+    ]))
+    .run();
+    let err = run.stderr();
+    assert_eq!(err.matches("trigger hit: snapshot").count(), 3, "{err}");
+    let t = load_checked(&out, &run);
+    let hits: Vec<u64> = t
+        .tracks
+        .values()
+        .filter(|k| k.thread_name == "hits")
+        .flat_map(|k| k.slices.iter().map(|s| s.start))
+        .collect();
+    assert_eq!(hits.len(), 3, "hits marked in the trace\n{}", t.summary());
+    let prog = tracks_of(&t, "hits");
+    let k = prog.first().expect("the program's thread");
+    let mains: Vec<(u64, u64)> = k
+        .find(|n| n == "main")
+        .map(|i| (k.slices[i].start, k.slices[i].end.unwrap_or(u64::MAX)))
+        .collect();
+    // One snapshot per hit: main (which calls mid) ends at each hit and begins again.
+    assert_eq!(
+        mains.len(),
+        3,
+        "main in each snapshot: {mains:?}, hits at {hits:?}"
+    );
+    for (i, &(start, end)) in mains.iter().enumerate() {
+        assert!(
+            end <= hits[i],
+            "snapshot {i} ends at {end}, after its hit at {}",
+            hits[i]
+        );
+        if i > 0 {
+            assert!(
+                start >= hits[i - 1],
+                "snapshot {i} begins before the hit before it"
+            );
+        }
+    }
+    let last = *hits.last().unwrap();
+    for k in prog {
+        for s in &k.slices {
+            assert!(s.start <= last, "{} begins after the last hit", s.name);
+        }
+    }
+}
+
+/// `perf script` with perf's default fields (what someone pastes from their own
+/// machine) names each thread's command but not its process: the decode groups the
+/// threads by that command (`gzip [pid=?]`), not all under one nameless `[pid=?]`.
+#[test]
+fn perf_default_output_groups_threads_by_their_command() {
+    let test = "perf_default_output_groups_threads_by_their_command";
+    if !can_record(test) {
+        return;
+    }
+    let (Some(perf), Some(gzip)) = (system_tool("perf"), need_tool(test, "gzip", "gzip")) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    ptscope_realworld::programs::text_file(&input, 2);
+    let data = dir.path().join("perf.data");
+    let script = format!("{} -c {} | wc -c", gzip.display(), input.display());
+    let start = std::time::Instant::now();
+    let recorded = std::process::Command::new(&perf)
+        .args(["record", "-q", "-g", "-e", "cpu-clock", "-o"])
+        .arg(&data)
+        .args(["--", "/bin/sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(recorded.status.success(), "perf record");
+    let recorded = Finished {
+        what: "perf record".into(),
+        output: recorded,
+        elapsed: start.elapsed(),
+    };
+    let text = std::process::Command::new(&perf)
+        .args(["script", "--no-inline", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(text.status.success(), "perf script");
+    let txt = dir.path().join("default.txt");
+    std::fs::write(&txt, &text.stdout).unwrap();
+    let out = dir.path().join("default.fxt.gz");
+    Ptscope::new(args(&[&"decode", &"--perf-script", &txt, &"-o", &out])).run();
+    let t = load_checked(&out, &recorded);
+    let groups: BTreeSet<&str> = t.tracks.values().map(|k| k.process_name.as_str()).collect();
+    assert!(
+        groups.contains("gzip [pid=?]"),
+        "process groups: {groups:?}"
+    );
+    assert!(!groups.contains("[pid=?]"), "a nameless group: {groups:?}");
+}
+
+/// A perf.data cut short (a copy that stopped early): in its records, or after them
+/// (the sections perf writes last). Either way a clear error naming the file and what is
+/// missing, not "perf did not load the dlfilter ()" and a perf dying of a signal.
+#[test]
+fn a_perf_data_cut_short_is_a_clear_error() {
+    let test = "a_perf_data_cut_short_is_a_clear_error";
+    if !can_record(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some((work, _)) = gzip_recording(test, dir.path()) else {
+        return;
+    };
+    let file = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("perf.data.")
+        })
+        .expect("a perf.data file");
+    let bytes = std::fs::read(&file).unwrap();
+    // perf's header: the data section's offset and size at bytes 40 and 48.
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let (data_at, data_len) = (word(40), word(48));
+    for (what, len, said) in [
+        ("in its records", data_at + data_len / 2, "bytes of records"),
+        (
+            "after its records",
+            data_at + data_len + 16,
+            "sections perf writes after them",
+        ),
+    ] {
+        let cut = dir.path().join("cut.data");
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let out = dir.path().join("cut.fxt.gz");
+        let done = Ptscope::new(args(&[&"decode", &cut, &"-o", &out])).run_either();
+        let err = done.stderr();
+        assert_eq!(done.output.status.code(), Some(1), "cut {what}: {err}");
+        assert!(
+            err.contains("is cut short") && err.contains(said),
+            "cut {what}: {err}"
+        );
+        assert!(!err.contains("dlfilter ()"), "cut {what}: {err}");
+        assert!(!out.exists(), "cut {what}: a trace was written");
+    }
 }
