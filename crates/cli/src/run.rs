@@ -108,6 +108,8 @@ pub struct RecordArgs {
     /// No progress bar and no informational messages (warnings and errors still show).
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub after: crate::view::AfterFlags,
 }
 
 /// Arguments of `ptscope run`.
@@ -125,7 +127,8 @@ the trace keeps the last 256 MiB of samples (`--snapshot-size 64M` or `--snapsho
 10s` for the last 10 seconds), shows time off CPU as [off-cpu] and time in system calls
 as [kernel: read]-style frames under their callers. `--backend emulate` shows every call
 exactly by running the program under qemu-user.
-Open the trace at https://ui.perfetto.dev.
+Open the trace at https://ui.perfetto.dev: `--view` serves it to the UI once written
+(as `ptscope view` does); `--report` prints `ptscope report`'s summary.
 
 Ctrl-C (or SIGTERM/SIGHUP): the first stops recording and decodes; the second stops
 decoding and writes what was decoded; the third quits, keeping the recording and printing
@@ -437,6 +440,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         a.working_directory.is_some(),
         &kept_message,
         program_code,
+        &a.after,
     )
 }
 
@@ -450,6 +454,7 @@ fn decode_keeping_the_recording(
     user_dir: bool,
     kept_message: &str,
     program_code: Option<i32>,
+    after: &crate::view::AfterFlags,
 ) -> Result<i32> {
     let result = decode::run(options, stop_at);
     let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
@@ -463,7 +468,8 @@ fn decode_keeping_the_recording(
         messages::warn(kept_message);
     }
     let report = result?;
-    Ok(program_code.unwrap_or_else(|| decode::exit_status(&report)))
+    let code = program_code.unwrap_or_else(|| decode::exit_status(&report));
+    after.run(&options.output, report.interrupted, code)
 }
 
 /// Reads one line from the terminal after a prompt.
@@ -672,6 +678,15 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     );
     ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
     let base = ptscope_interrupt::presses();
+    // The same three presses as the other backends (README "Interrupts").
+    ptscope_interrupt::say_at(
+        base + 1,
+        "ptscope: stopping the program (Ctrl-C again to stop decoding early, a third time to quit)",
+    );
+    ptscope_interrupt::set_quit(
+        base + 3,
+        format!("ptscope: interrupted three times: quitting; {kept_message}"),
+    );
     if let Some(t) = triggers.first() {
         messages::info(format!(
             "emulate backend: trigger {} at {:#x} in {}: {}",
@@ -757,6 +772,10 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     }
     let pressed = ptscope_interrupt::presses() - base;
     let stop_at = base + pressed.min(1) + 1;
+    ptscope_interrupt::say_at(
+        stop_at,
+        "ptscope: interrupted: writing what was decoded so far (Ctrl-C again to quit, keeping the recording)",
+    );
     ptscope_interrupt::set_quit(
         stop_at + 1,
         format!("ptscope: interrupted again: quitting; {kept_message}"),
@@ -781,6 +800,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         a.working_directory.is_some(),
         &kept_message,
         program_code,
+        &a.after,
     )
 }
 

@@ -257,18 +257,25 @@ pub fn record_with(
     if multi {
         spec.push(",multi=1");
     }
+    let base = ptscope_interrupt::presses();
     // The program's children (each a qemu of its own) may outlive it: as their reaper,
     // ptscope waits for them, so their logs and rings are whole when gathered.
     let reaper = process::Reaper::start();
-    let status = std::process::Command::new(&qemu)
-        .arg("-plugin")
+    let mut cmd = std::process::Command::new(&qemu);
+    cmd.arg("-plugin")
         .arg(spec)
         .arg("-0")
         .arg(argv0)
         .arg(exe)
-        .args(args)
-        .status()
+        .args(args);
+    // qemu stays in ptscope's process group, so a terminal's Ctrl-C reaches the program
+    // as it would without ptscope; it dies with ptscope (its children: the sentinel).
+    ptscope_interrupt::children::die_with_ptscope(&mut cmd);
+    let mut child = cmd
+        .spawn()
         .with_context(|| format!("cannot run {}", qemu.display()))?;
+    let status = process::wait_stopping_at_press(&mut child, base)
+        .with_context(|| format!("lost track of {}", qemu.display()))?;
     reaper.wait_for_orphans(say);
     if ring.is_some() {
         append_rings(dir, &log)?;

@@ -218,9 +218,16 @@ pub struct TraceOutput {
     inner: Inner,
     /// `None` for standard output and devices, written in place.
     pending: Option<Pending>,
+    /// Bytes handed to it (before compression).
+    written: u64,
 }
 
 impl TraceOutput {
+    /// Bytes written so far, before compression (what a reader unpacks).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
     /// Whether the output is gzip-compressed.
     pub fn is_gzip(&self) -> bool {
         matches!(self.inner, Inner::Gzip(_))
@@ -243,11 +250,13 @@ impl TraceOutput {
 
 impl Write for TraceOutput {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &mut self.inner {
+        let n = match &mut self.inner {
             Inner::Raw(w) => w.write(buf),
             Inner::Gzip(w) => w.write_all(buf).map(|()| buf.len()),
             Inner::Stdout(w) => w.write(buf),
-        }
+        }?;
+        self.written += n as u64;
+        Ok(n)
     }
 
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
@@ -255,7 +264,9 @@ impl Write for TraceOutput {
             Inner::Raw(w) => w.write_all(buf),
             Inner::Gzip(w) => w.write_all(buf),
             Inner::Stdout(w) => w.write_all(buf),
-        }
+        }?;
+        self.written += buf.len() as u64;
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -277,6 +288,7 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
         return Ok(TraceOutput {
             inner: Inner::Stdout(BufWriter::with_capacity(FILE_BUFFER, io::stdout())),
             pending: None,
+            written: 0,
         });
     }
     let (file, pending) = Pending::create(path, true)?;
@@ -289,7 +301,11 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
     } else {
         Inner::Raw(file)
     };
-    Ok(TraceOutput { inner, pending })
+    Ok(TraceOutput {
+        inner,
+        pending,
+        written: 0,
+    })
 }
 
 /// Any output file written atomically: it replaces its path only at

@@ -24,12 +24,10 @@ impl Program {
         };
         let mut cmd = Command::new(prog);
         cmd.args(args);
+        ptscope_interrupt::children::die_with_ptscope(&mut cmd);
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
                 if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -287,13 +285,7 @@ impl Perf {
             .stdout(out)
             .stderr(err)
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        ptscope_interrupt::children::die_with_ptscope(&mut cmd);
         let child = cmd.spawn().map_err(|source| Error::CannotRunPerf {
             perf: Path::new(prog).to_owned(),
             source,
