@@ -104,7 +104,7 @@ pub fn script_has_inline_option(perf: &std::path::Path) -> bool {
     if let Some((_, has)) = known.iter().find(|(p, _)| p == perf) {
         return *has;
     }
-    let has = Command::new(perf)
+    let has = ptscope_interrupt::children::die_with_ptscope(&mut Command::new(perf))
         .args(["script", "-h"])
         .env("PAGER", "cat")
         .stdin(Stdio::null())
