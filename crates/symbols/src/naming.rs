@@ -626,15 +626,11 @@ impl Namer {
             .inline_files
             .entry(dso)
             .or_insert_with(|| {
-                let path = strings.get(dso);
-                if !path.starts_with('/') || path.starts_with("//") {
-                    return None;
-                }
-                let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
-                InlineInfo::load(Path::new(path))
-                    .ok()
-                    .flatten()
-                    .filter(|i| recorded.is_none() || i.build_id() == recorded)
+                the_recorded_file(dso, strings, mappings, |p| {
+                    let i = InlineInfo::load(p).ok().flatten()?;
+                    let id = i.build_id().map(<[u8]>::to_vec);
+                    Some((i, id))
+                })
             })
             .as_ref()?;
         let addr = info.address_of_offset(probe)?;
@@ -656,15 +652,11 @@ impl Namer {
         self.files
             .entry(dso)
             .or_insert_with(|| {
-                let path = strings.get(dso);
-                // `[vdso]`, `//anon`, `[unknown]` and JIT maps have no ELF file to read.
-                if !path.starts_with('/') || path.starts_with("//") {
-                    return None;
-                }
-                let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
-                FunctionRanges::load(Path::new(path))
-                    .ok()
-                    .filter(|r| recorded.is_none() || r.build_id() == recorded)
+                the_recorded_file(dso, strings, mappings, |p| {
+                    let r = FunctionRanges::load(p).ok()?;
+                    let id = r.build_id().map(<[u8]>::to_vec);
+                    Some((r, id))
+                })
             })
             .as_ref()
     }
@@ -784,6 +776,25 @@ impl Namer {
         let name = f.name.into_owned();
         Some((strings.intern(&name), start))
     }
+}
+
+/// What `load` reads from the file perf named `dso`, if it is the file that was
+/// recorded: `[vdso]`, `//anon`, `[unknown]` and JIT maps have no ELF file to read, and a
+/// file whose build id differs from the one perf recorded was replaced since. `load`
+/// returns what it read and the file's build id.
+fn the_recorded_file<T>(
+    dso: Sym,
+    strings: &impl NameTable,
+    mappings: &Option<Mappings>,
+    load: impl FnOnce(&Path) -> Option<(T, Option<Vec<u8>>)>,
+) -> Option<T> {
+    let path = strings.get(dso);
+    if !path.starts_with('/') || path.starts_with("//") {
+        return None;
+    }
+    let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
+    let (read, id) = load(Path::new(path))?;
+    (recorded.is_none() || id.as_deref() == recorded).then_some(read)
 }
 
 /// True for a frame perf found in no mapping of the process.

@@ -279,14 +279,7 @@ impl Ptscope {
 
     /// Waits for a spawned run and checks it.
     pub fn wait(self, child: Child, start: Instant) -> Finished {
-        let output = child
-            .wait_with_output()
-            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what));
-        let done = Finished {
-            what: self.what.clone(),
-            output,
-            elapsed: start.elapsed(),
-        };
+        let done = self.finished(child, start);
         self.check(&done);
         done
     }
@@ -294,16 +287,20 @@ impl Ptscope {
     /// Waits for a spawned run, success or failure; either way no panic and TMPDIR left
     /// empty (see [`Ptscope::run_either`]).
     pub fn wait_either(self, child: Child, start: Instant) -> Finished {
+        let done = self.finished(child, start);
+        self.check_clean(&done);
+        done
+    }
+
+    fn finished(&self, child: Child, start: Instant) -> Finished {
         let output = child
             .wait_with_output()
             .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what));
-        let done = Finished {
+        Finished {
             what: self.what.clone(),
             output,
             elapsed: start.elapsed(),
-        };
-        self.check_clean(&done);
-        done
+        }
     }
 
     /// The command line, for messages.
