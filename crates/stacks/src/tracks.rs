@@ -16,9 +16,11 @@ use std::borrow::Cow;
 /// does; a later name (an exec, `pthread_setname_np`) renames the group or track.
 /// A name from the writer's configuration (a command line) wins over perf's.
 ///
-/// Threads whose process is unknown (perf script's default output prints the tid alone,
-/// and no task events unless asked) are grouped by the command they carry when first
-/// seen, `COMM [pid=?]`, rather than all in one nameless group.
+/// A thread whose process is unknown (perf script's default output prints the tid alone,
+/// and no task events unless asked) has a group of its own named after its command,
+/// `gzip [pid=?]`, renamed when the command changes (an exec): the text does not say
+/// which threads share a process, and one nameless `[pid=?]` group for all of them
+/// named none.
 pub(crate) struct Tracks<T> {
     /// Latest name of each thread, by tid.
     comms: FxHashMap<u32, String>,
@@ -38,12 +40,20 @@ impl<T: Copy> Default for Tracks<T> {
     }
 }
 
-/// What a track group stands for: a process, or the command of threads whose process
-/// is unknown.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// What a track group stands for: a process, or a thread whose process is unknown.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum GroupKey {
     Process(Option<u32>),
-    Command(String),
+    Thread(u32),
+}
+
+impl GroupKey {
+    fn of(thread: Thread) -> GroupKey {
+        match (thread.pid, thread.tid) {
+            (None, Some(tid)) => GroupKey::Thread(tid),
+            (pid, _) => GroupKey::Process(pid),
+        }
+    }
 }
 
 fn id(v: Option<u32>) -> String {
@@ -56,6 +66,18 @@ impl<T: Copy> Tracks<T> {
         match shown {
             Some(name) => format!("{name} [pid={}]", id(pid)),
             None => format!("[pid={}]", id(pid)),
+        }
+    }
+
+    /// The name of the group `thread` is in: its process's, or for a thread whose
+    /// process is unknown, its own command's.
+    fn group_name(&self, thread: Thread, configured: &FxHashMap<u32, String>) -> String {
+        match GroupKey::of(thread) {
+            GroupKey::Thread(tid) => match self.comms.get(&tid) {
+                Some(name) => format!("{name} [pid=?]"),
+                None => "[pid=?]".into(),
+            },
+            GroupKey::Process(pid) => self.process_name(pid, configured),
         }
     }
 
@@ -74,22 +96,11 @@ impl<T: Copy> Tracks<T> {
         thread: Thread,
         configured: &FxHashMap<u32, String>,
     ) -> (T, u32) {
-        let command = thread
-            .tid
-            .and_then(|t| self.comms.get(&t))
-            .filter(|_| thread.pid.is_none());
-        let key = match command {
-            Some(c) => GroupKey::Command(c.clone()),
-            None => GroupKey::Process(thread.pid),
-        };
+        let key = GroupKey::of(thread);
         let group = match self.groups.get(&key) {
             Some(&g) => g,
             None => {
-                let name = match command {
-                    Some(c) => format!("{c} [pid=?]"),
-                    None => self.process_name(thread.pid, configured),
-                };
-                let g = sink.allocate_pid(&name);
+                let g = sink.allocate_pid(&self.group_name(thread, configured));
                 self.groups.insert(key, g);
                 g
             }
@@ -130,10 +141,10 @@ impl<T: Copy> Tracks<T> {
         if let Some(&track) = self.tracks.get(&thread) {
             sink.rename_thread(track, &self.thread_name(thread));
         }
-        if thread.pid == Some(tid) {
-            if let Some(&group) = self.groups.get(&GroupKey::Process(thread.pid)) {
+        if thread.pid == Some(tid) || thread.pid.is_none() {
+            if let Some(&group) = self.groups.get(&GroupKey::of(thread)) {
                 if !configured.contains_key(&tid) {
-                    sink.rename_pid(group, &self.process_name(thread.pid, configured));
+                    sink.rename_pid(group, &self.group_name(thread, configured));
                 }
             }
         }
