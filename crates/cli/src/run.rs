@@ -184,13 +184,16 @@ fn check_output(output: &Path) -> Result<()> {
     if output == Path::new("-") {
         return Ok(());
     }
-    if output.is_dir() {
+    if std::fs::symlink_metadata(output).is_ok_and(|m| m.is_dir()) {
         bail!(
             "cannot write the trace to {}: it is a directory; give a file name, e.g. -o {}",
             output.display(),
             output.join("trace.fxt.gz").display()
         );
     }
+    // Never through a link, never into a device or fifo: a trace is a regular file.
+    ptscope_rootsafe::check_output_target(output)
+        .map_err(|e| anyhow::anyhow!("cannot write the trace: {e}; nothing was recorded"))?;
     let dir = match output.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -202,19 +205,6 @@ fn check_output(output: &Path) -> Result<()> {
             output.display(),
             dir.display()
         );
-    }
-    // A device or fifo (-o /dev/null) is written in place: it only has to open.
-    if std::fs::metadata(output).is_ok_and(|m| !m.is_file()) {
-        return std::fs::OpenOptions::new()
-            .write(true)
-            .open(output)
-            .map(drop)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot write the trace to {}: {e}; nothing was recorded",
-                    output.display()
-                )
-            });
     }
     // The trace is written to a temporary file beside -o, then renamed: try exactly that.
     tempfile::Builder::new()
@@ -233,45 +223,30 @@ fn check_output(output: &Path) -> Result<()> {
 }
 
 /// The working directory: `-w DIR` (which must be private: perf, its control fifos and
-/// its log live there) or a fresh private temporary one.
+/// its log live there) or a fresh private temporary one in `$TMPDIR`. Either is
+/// resolved once and checked to be out of other users' reach, every directory above it
+/// included (`ptscope_rootsafe::TrustedDir`); only the resolved path is used after, so
+/// a link flipped after the check changes nothing.
 fn working_dir(asked: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let Some(d) = asked else {
+        let parent = ptscope_rootsafe::temp_parent()?;
         // 0700: the recording shows what the program did; tempfile's default is 0755.
         let t = tempfile::Builder::new()
             .prefix("ptscope-rec-")
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir()
-            .context("cannot create a temporary working directory (is TMPDIR writable?)")?;
-        return Ok((t.path().to_path_buf(), Some(t)));
+            .tempdir_in(&parent)
+            .with_context(|| {
+                format!(
+                    "cannot create a temporary working directory in {} (is TMPDIR writable?)",
+                    parent.display()
+                )
+            })?;
+        let checked = ptscope_rootsafe::TrustedDir::check(t.path())?;
+        return Ok((checked.path().to_path_buf(), Some(t)));
     };
-    match std::fs::metadata(d) {
-        Ok(m) => {
-            if !m.is_dir() {
-                bail!("-w {}: not a directory", d.display());
-            }
-            // SAFETY: geteuid cannot fail.
-            let me = unsafe { libc::geteuid() };
-            if m.uid() != me || m.mode() & 0o022 != 0 {
-                bail!(
-                    "-w {}: this directory is writable by other users or belongs to another \
-                     user; ptscope runs perf and writes its recording there, so another user \
-                     could swap its files. Use a directory only you can write (e.g. a new one: \
-                     ptscope creates it with mode 0700)",
-                    d.display()
-                );
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(d)
-                .with_context(|| format!("cannot create the working directory {}", d.display()))?;
-        }
-        Err(e) => return Err(e).with_context(|| format!("-w {}", d.display())),
-    }
-    Ok((d.to_path_buf(), None))
+    let dir =
+        ptscope_rootsafe::TrustedDir::private(d).with_context(|| format!("-w {}", d.display()))?;
+    Ok((dir.path().to_path_buf(), None))
 }
 
 /// How a failed program's status is passed on: its exit code, or 128+N for signal N.

@@ -310,3 +310,46 @@ fn sigkill_of_ptscope_leaves_nothing_of_a_sampling_run() {
     std::thread::sleep(Duration::from_millis(200));
     kill_and_check_nothing_is_left(p, &needle);
 }
+
+/// SIGKILL of `ptscope decode` while perf script runs: perf did not die until its next
+/// write met the closed pipe, and the dlfilter's directory (`$TMPDIR/ptscope-dlf-*`,
+/// with its library) stayed. Now perf dies with ptscope, and the filter never was in
+/// a directory (a sealed memfd): nothing is left.
+#[test]
+fn sigkill_of_decode_leaves_no_perf_and_nothing_in_tmpdir() {
+    if !perf_env::perf_usable("sigkill_of_decode_leaves_no_perf_and_nothing_in_tmpdir") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("perf.data");
+    // DWARF stacks: perf script unwinds each sample, slowly enough to be caught at it.
+    perf_env::record_shell_loop(
+        &data,
+        300_000,
+        &["-F", "5000", "--call-graph", "dwarf,8192"],
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for decoder in ["dlfilter", "text"] {
+        let mut p = Command::new(emulate::ptscope())
+            .env("TMPDIR", tmp.path())
+            .args(["decode", "--decoder", decoder])
+            .arg(&data)
+            .arg("-o")
+            .arg(dir.path().join("t.fxt"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ptscope");
+        let needle = format!("script -i {}", data.display());
+        wait_for_tree(&mut p, &needle, 1);
+        kill_and_check_nothing_is_left(p, &needle);
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("TMPDIR")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{decoder}: left in TMPDIR: {left:?}");
+        assert!(!dir.path().join("t.fxt").exists());
+    }
+}

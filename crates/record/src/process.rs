@@ -349,7 +349,6 @@ impl Drop for Perf {
 /// Creates `path` for writing, afresh: an old file (or a symlink planted in its place) is
 /// removed, never followed, and the new one is created with `O_EXCL|O_NOFOLLOW`, mode 0600.
 pub fn create_private(path: &Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
     // unlink(2) removes a symlink itself, not its target.
     match std::fs::remove_file(path) {
         Ok(()) => {}
@@ -361,16 +360,10 @@ pub fn create_private(path: &Path) -> Result<std::fs::File> {
             })
         }
     }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|source| Error::Create {
-            path: path.to_owned(),
-            source,
-        })
+    ptscope_rootsafe::create_new(path).map_err(|source| Error::Create {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// True if `pid` exists (and is not a zombie).
