@@ -123,6 +123,75 @@ fn node_run_completes_with_javascript_engine_frames() {
         engine,
         &[&start],
     );
+    // node wrote no JIT map (it does only when asked): the user is told how to get the
+    // JavaScript functions' names, not that a file could not be opened.
+    let err = run.stderr();
+    assert!(
+        err.contains("node --perf-basic-prof") && !err.contains("cannot be opened"),
+        "{err}"
+    );
+}
+
+/// node asked for its JIT map (`--perf-basic-prof`, as the notice above advises): the
+/// JavaScript function that ran names its slices on node's main thread.
+#[test]
+fn node_with_its_jit_map_names_javascript_functions() {
+    let test = "node_with_its_jit_map_names_javascript_functions";
+    if !can_record(test) {
+        return;
+    }
+    let Some(node) = need_tool(test, "node", "nodejs") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("node.fxt.gz");
+    let p = Ptscope::new(args(&[
+        &"run",
+        &"--quiet",
+        &"-o",
+        &out,
+        &"--",
+        &node,
+        &"--perf-basic-prof",
+        &"-e",
+        &"function hotLoop(n){let s=0;for(let i=0;i<n;i++)s+=Math.sqrt(i);return s}\
+          console.log(hotLoop(1e7))",
+    ]));
+    let run = run_within(p);
+    let t = run
+        .output
+        .status
+        .success()
+        .then(|| load_checked(&out, &run));
+    // node leaves its map in /tmp (a fixed place, not TMPDIR): remove what this run wrote.
+    for k in t.iter().flat_map(|t| t.tracks.values()) {
+        let pid = k.process_name.split("[pid=").nth(1);
+        if let Some(pid) = pid.and_then(|p| p.strip_suffix(']')) {
+            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        }
+    }
+    let Some(t) = t else {
+        panic!(
+            "ptscope run -- node --perf-basic-prof failed ({}):\n{}",
+            run.output.status,
+            run.stderr()
+        );
+    };
+    let err = run.stderr();
+    assert!(!err.contains("ignoring JIT symbols"), "{err}");
+    // DWARF unwinding stops in JIT code (it has no CFI), so the frame is the root of a
+    // cut stack rather than under `main`: on the main thread is what can be asked.
+    let js = |n: &str| n.starts_with("JS:") && n.contains("hotLoop");
+    let on_main: usize = tracks_of(&t, "node")
+        .iter()
+        .filter(|k| k.thread_is("node"))
+        .map(|k| k.find(js).count())
+        .sum();
+    assert!(
+        on_main >= 1,
+        "no JS:*hotLoop slice on node's main thread\n{}",
+        t.summary()
+    );
 }
 
 /// Copies the multi-file project (`programs/makeproj`) into `dir`.
