@@ -9,7 +9,10 @@
 //! records one program, simulates one variant and prints, per thread, the writer's exact
 //! / suffix / root shares, where the mismatching time goes, and its first N mismatching
 //! intervals (truth against reconstruction; with `--not-suffix` only those that are not
-//! even a suffix of the truth), each with the decoded events just before it.
+//! even a suffix of the truth), each with the decoded events just before it. PROGRAM is
+//! one of the table's or a C/C++ source file (`tests/realworld/programs/…`, built with
+//! `cc -O1` / `c++ -O2` unless `--cc 'g++ -O1'`); VARIANT is one of the table's or the
+//! corpus's `spread faults` / `late faults`.
 
 use ptscope_groundtruth::{
     evaluate, gen, legacy_writer, reconstruct, score, segments_writer, Fidelity, Scenario,
@@ -96,6 +99,7 @@ fn main() {
                     ("segments".to_string(), 20usize, false);
                 let mut events: Option<(u64, u64)> = None;
                 let mut around_gaps = 0usize;
+                let mut cc: Option<String> = None;
                 while let Some(a) = args.next() {
                     match a.as_str() {
                         "--writer" => writer = args.next().expect("--writer W"),
@@ -103,6 +107,7 @@ fn main() {
                             limit = args.next().and_then(|n| n.parse().ok()).expect("--limit N")
                         }
                         "--not-suffix" => not_suffix = true,
+                        "--cc" => cc = Some(args.next().expect("--cc 'COMPILER FLAGS'")),
                         "--around-gaps" => {
                             around_gaps = args
                                 .next()
@@ -117,7 +122,7 @@ fn main() {
                             ))
                         }
                         _ => {
-                            eprintln!("--sim-explain takes --writer W, --limit N, --not-suffix, --events FROM TO, --around-gaps N");
+                            eprintln!("--sim-explain takes --writer W, --limit N, --not-suffix, --events FROM TO, --around-gaps N, --cc 'COMPILER FLAGS'");
                             std::process::exit(2)
                         }
                     }
@@ -130,6 +135,7 @@ fn main() {
                     not_suffix,
                     events,
                     around_gaps,
+                    cc.as_deref(),
                 );
                 return;
             }
@@ -296,31 +302,55 @@ fn sim_explain(
     not_suffix: bool,
     events_between: Option<(u64, u64)>,
     around_gaps: usize,
+    cc: Option<&str>,
 ) {
     use ptscope_groundtruth::sim::{
-        decode, legacy, reconstruct_decoded, segments, thread_truths, variants, DecodePath,
-        SimProgram, SCALE,
+        decode, legacy, reconstruct_decoded, segments, spread_faults, thread_truths, variants,
+        DecodePath, SimProgram, SCALE,
     };
-    let Some((name, file, src, cc)) = programs::PROGRAMS.iter().find(|p| p.0 == program) else {
-        eprintln!(
-            "unknown program {program} (one of: {})",
-            programs::PROGRAMS.map(|p| p.0).join(", ")
-        );
-        std::process::exit(2)
-    };
+    // A program of the table, or a C/C++ source of the corpus (tests/realworld/programs),
+    // built the way its test builds it (`cc`).
+    let source = std::path::Path::new(program);
+    let (name, file, src, cc): (&str, &str, String, Vec<&str>) =
+        match programs::PROGRAMS.iter().find(|p| p.0 == program) {
+            Some(p) => (p.0, p.1, p.2.to_string(), p.3.to_vec()),
+            None if source.is_file() => {
+                let file = source
+                    .file_name()
+                    .and_then(|f| f.to_str())
+                    .unwrap_or("prog.c");
+                let cc = match cc {
+                    Some(cc) => cc.split_whitespace().collect(),
+                    None if file.ends_with(".c") => vec!["cc", "-O1"],
+                    None => vec!["c++", "-O2"],
+                };
+                let text = std::fs::read_to_string(source).expect("readable source");
+                (file.split('.').next().unwrap_or("prog"), file, text, cc)
+            }
+            None => {
+                eprintln!(
+                    "unknown program {program} (one of: {}, or a C/C++ source file)",
+                    programs::PROGRAMS.map(|p| p.0).join(", ")
+                );
+                std::process::exit(2)
+            }
+        };
     // Kept: the recording it prints is there to be looked at.
     let dir = ptsim::testing::scratch_dir("fidelity-sim-explain")
         .expect("scratch directory")
         .keep();
     let pdir = dir.join(name);
     std::fs::create_dir_all(&pdir).expect("program directory");
-    let exe = ptsim::testing::compile(&pdir, name, file, src, cc).expect("compiles");
+    let exe = ptsim::testing::compile(&pdir, name, file, &src, &cc).expect("compiles");
     let prog = SimProgram::record(name, &pdir, &[&exe]).expect("records");
-    let Some((_, cfg)) = variants(8192, prog.main_steps)
-        .into_iter()
-        .find(|v| v.0 == variant)
-    else {
-        eprintln!("unknown variant {variant} (full, snapshot, faults, snapshot+faults)");
+    // The table's variants, and the corpus's for programs with signals and unwinding.
+    let mut all = variants(8192, prog.main_steps);
+    all.push(("spread faults", spread_faults()));
+    if prog.main_entry_step > 0 {
+        all.push(("late faults", prog.late_faults()));
+    }
+    let Some((_, cfg)) = all.into_iter().find(|v| v.0 == variant) else {
+        eprintln!("unknown variant {variant} (full, snapshot, faults, snapshot+faults, spread faults, late faults)");
         std::process::exit(2)
     };
     let (timelines, data) = prog.simulate(variant, &cfg).expect("simulates");

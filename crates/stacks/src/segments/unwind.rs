@@ -155,6 +155,13 @@ impl<T> Cx<'_, T> {
             skip += 1;
             f = self.ts.frames[f as usize].parent;
         }
+        // `_Unwind_Resume` whose caller is beyond the known root (a gap or a snapshot began
+        // inside it): that caller, the first open frame below the unwinder, is ruled out
+        // too. Without it the pad landed in the caller itself, in a recursion one level
+        // too deep at every resume until the catch.
+        if how == Landing::Above && self.is_sentinel(caller) {
+            skip += 1;
+        }
         self.split(Join::Landed { skip });
         self.ensure_current(dst);
         true
