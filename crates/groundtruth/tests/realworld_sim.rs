@@ -1087,3 +1087,32 @@ fn cpp_recursive_cleanups() {
     }
     check_variants(&prog, &floors);
 }
+
+/// Ordinary code leaving a leaf straight into an ancestor (issue 25): `__builtin_longjmp`
+/// (an indirect `jmp` from the leaf into the catcher's body) and a context switch by `ret`
+/// into a saved frame, through a recursion of varying depth; no unwinder or `longjmp` by
+/// name on the way.
+const HAND_UNWIND_C: &str = include_str!("../../../tests/realworld/programs/hand_unwind.c");
+
+#[test]
+fn c_hand_written_unwinds() {
+    if !qemu_perf() || !tools_available(&["cc"]) {
+        return;
+    }
+    let d = scratch();
+    let exe = compile(
+        d.path(),
+        "unwinds",
+        "unwinds.c",
+        HAND_UNWIND_C,
+        &["cc", "-O1", "-fno-optimize-sibling-calls"],
+    )
+    .unwrap();
+    let prog = SimProgram::record("c hand-written unwinds", d.path(), &[&exe])
+        .unwrap_or_else(|e| panic!("recording failed: {e:#}"));
+    let mut floors = unwinding_floors(&prog, 8 << 10, 1.0);
+    for (_, _, floor) in floors.iter_mut().take(3) {
+        floor.exact = 0.999;
+    }
+    check_variants(&prog, &floors);
+}

@@ -95,28 +95,31 @@ fn main() {
                     );
                     std::process::exit(2)
                 };
-                let (mut writer, mut limit, mut not_suffix) =
-                    ("segments".to_string(), 20usize, false);
-                let mut events: Option<(u64, u64)> = None;
-                let mut around_gaps = 0usize;
-                let mut cc: Option<String> = None;
+                let mut o = Explain {
+                    writer: "segments".to_string(),
+                    limit: 20,
+                    not_suffix: false,
+                    events: None,
+                    around_gaps: 0,
+                    cc: None,
+                };
                 while let Some(a) = args.next() {
                     match a.as_str() {
-                        "--writer" => writer = args.next().expect("--writer W"),
+                        "--writer" => o.writer = args.next().expect("--writer W"),
                         "--limit" => {
-                            limit = args.next().and_then(|n| n.parse().ok()).expect("--limit N")
+                            o.limit = args.next().and_then(|n| n.parse().ok()).expect("--limit N")
                         }
-                        "--not-suffix" => not_suffix = true,
-                        "--cc" => cc = Some(args.next().expect("--cc 'COMPILER FLAGS'")),
+                        "--not-suffix" => o.not_suffix = true,
+                        "--cc" => o.cc = Some(args.next().expect("--cc 'COMPILER FLAGS'")),
                         "--around-gaps" => {
-                            around_gaps = args
+                            o.around_gaps = args
                                 .next()
                                 .and_then(|n| n.parse().ok())
                                 .expect("--around-gaps N")
                         }
                         "--events" => {
                             let mut t = || args.next().and_then(|n| n.parse().ok());
-                            events = Some((
+                            o.events = Some((
                                 t().expect("--events FROM TO"),
                                 t().expect("--events FROM TO"),
                             ))
@@ -127,16 +130,7 @@ fn main() {
                         }
                     }
                 }
-                sim_explain(
-                    &program,
-                    &variant,
-                    &writer,
-                    limit,
-                    not_suffix,
-                    events,
-                    around_gaps,
-                    cc.as_deref(),
-                );
+                sim_explain(&program, &variant, &o);
                 return;
             }
             "--dump" => {
@@ -294,16 +288,38 @@ fn event_line(e: &ptscope_event::Event, strings: &ptscope_event::StringTable) ->
 /// Records `program`, simulates `variant` and prints `writer`'s scores per thread with its
 /// first `limit` mismatching intervals and the events before each (debugging aid; times
 /// are perf's, in ns, as the scorer sees them divided by `SCALE`).
-fn sim_explain(
-    program: &str,
-    variant: &str,
-    writer: &str,
+/// `--sim-explain`'s options.
+struct Explain {
+    /// The writer explained.
+    writer: String,
+    /// How many mismatching intervals to print.
     limit: usize,
+    /// Only intervals whose stack is not even a suffix of the truth.
     not_suffix: bool,
-    events_between: Option<(u64, u64)>,
+    /// Print the decoded events between these perf times (ns).
+    events: Option<(u64, u64)>,
+    /// Print this many events either side of each decode error.
     around_gaps: usize,
-    cc: Option<&str>,
-) {
+    /// The compiler command for a source file given as the program.
+    cc: Option<String>,
+}
+
+fn sim_explain(program: &str, variant: &str, o: &Explain) {
+    let Explain {
+        writer,
+        limit,
+        not_suffix,
+        events: events_between,
+        around_gaps,
+        cc,
+    } = o;
+    let (writer, limit, not_suffix, events_between, around_gaps) = (
+        writer.as_str(),
+        *limit,
+        *not_suffix,
+        *events_between,
+        *around_gaps,
+    );
     use ptscope_groundtruth::sim::{
         decode, legacy, reconstruct_decoded, segments, spread_faults, thread_truths, variants,
         DecodePath, SimProgram, SCALE,

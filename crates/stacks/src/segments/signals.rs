@@ -16,7 +16,7 @@
 //! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
 //! on the stack.
 
-use super::frames::{Flow, Frame, Loc, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use super::frames::{Flow, Frame, Loc, INFERRED_START, NONE, RETURN_LABEL, SENTINEL, SIGNAL};
 use super::ingest::{Cx, MAX_FIND_DEPTH};
 use ptscope_event::{Kind, TraceStateChange};
 
@@ -205,6 +205,7 @@ impl<T> Cx<'_, T> {
         self.ts.frames.push(Frame {
             loc: fr.loc,
             parent: root,
+            site: NONE,
             flags: SIGNAL,
         });
         // Since the return onto the trampoline: the root's entries (the return, the end
@@ -255,12 +256,36 @@ impl<T> Cx<'_, T> {
             self.ts.signals.label_return = dst.offset == 0 && dst.ip != 0;
             return false;
         }
-        if self.injected_call_return(dst) {
+        if self.injected_call_return(dst) || self.handler_leaves(dst) {
             return true;
         }
         self.replace_signal_frame(dst);
         self.ts.signals.trampoline = true;
         true
+    }
+
+    /// A handler returning straight into the middle of a function an older frame runs
+    /// (a hand-written unwinder, a user-level thread switching out of a handler) lands in
+    /// that frame, like any return that skips frames; the handler's frame and the ones it
+    /// interrupted are left. A handler returns into its trampoline otherwise, whose code no
+    /// frame outside a handler's runs. True when handled so.
+    fn handler_leaves(&mut self, dst: &Loc) -> bool {
+        if dst.offset == 0 {
+            return false;
+        }
+        let mut f = self.ts.frames[self.ts.leaf as usize].parent;
+        for _ in 0..MAX_FIND_DEPTH {
+            let fr = self.ts.frames[f as usize];
+            if fr.flags & SENTINEL != 0 {
+                return false;
+            }
+            if fr.flags & SIGNAL == 0 && self.symbol(f) == Some(dst.symbol) {
+                self.land_in(f);
+                return true;
+            }
+            f = fr.parent;
+        }
+        false
     }
 
     /// A handler may make the interrupted code resume in a function of its choosing, as
@@ -297,6 +322,7 @@ impl<T> Cx<'_, T> {
         self.ts.frames.push(Frame {
             loc: l,
             parent: fr.parent,
+            site: NONE,
             flags: SIGNAL,
         });
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;

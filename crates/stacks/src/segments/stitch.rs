@@ -50,7 +50,9 @@ pub(super) fn add_process_entry<T>(
     };
     let mut start_loc = None;
     for f in 0..ts.frames.len() {
-        let Frame { loc, parent, flags } = ts.frames[f];
+        let Frame {
+            loc, parent, flags, ..
+        } = ts.frames[f];
         if flags & SENTINEL != 0 || parent == NONE {
             continue;
         }
@@ -67,6 +69,7 @@ pub(super) fn add_process_entry<T>(
         ts.frames.push(Frame {
             loc: l,
             parent,
+            site: NONE,
             flags: INFERRED_START,
         });
         ts.frames[f].parent = entry;
@@ -119,6 +122,7 @@ pub(super) fn extend_roots_backwards<T>(
             ts.frames.push(Frame {
                 loc: NONE,
                 parent: NONE,
+                site: NONE,
                 flags: SENTINEL,
             });
             let fr = &mut ts.frames[sentinel as usize];
