@@ -446,3 +446,111 @@ fn a_signal_handler_leaving_into_an_ancestor_unwinds_to_it() {
         );
     }
 }
+
+/// A recursion whose cleanups each end in `_Unwind_Resume`, reached through its PLT stub
+/// (the first call binds it lazily: the stub jumps into `.plt`, which perf names after
+/// `_init`, then into ld.so's resolver), with a decode error inside the innermost cleanup.
+/// The stub's jumps are no unwind (taken for one, the binder became the root of
+/// everything after the gap), and each landing after the gap is in the level above the
+/// one that called `_Unwind_Resume`.
+#[test]
+fn cleanups_after_a_gap_land_one_level_out_through_a_lazily_bound_stub() {
+    let resume = |ns: u64, from: Loc, binds: bool, pad: Loc| {
+        let mut b: Vec<Branch> = vec![(ns, "call", from, (0x401080, "_Unwind_Resume@plt", 0))];
+        if binds {
+            b.extend([
+                (
+                    ns + 1,
+                    "jmp",
+                    (0x40108b, "_Unwind_Resume@plt", 0xb),
+                    (0x401020, "_init", 0x20),
+                ),
+                (
+                    ns + 2,
+                    "jmp",
+                    (0x401026, "_init", 0x26),
+                    (0x7f10, "_dl_runtime_resolve_xsave", 0),
+                ),
+                (
+                    ns + 3,
+                    "jmp",
+                    (0x7fd6, "_dl_runtime_resolve_xsave", 0xc6),
+                    (0x9000, "_Unwind_Resume", 0),
+                ),
+            ]);
+        } else {
+            b.push((
+                ns + 1,
+                "jmp",
+                (0x401080, "_Unwind_Resume@plt", 0),
+                (0x9000, "_Unwind_Resume", 0),
+            ));
+        }
+        b.push((ns + 5, "jmp", (0x91c3, "_Unwind_Resume", 0x1c3), pad));
+        b
+    };
+    let pad = (0x401241, "parse", 0x41);
+    let mut lines: Vec<Line> = [
+        (
+            110,
+            "call",
+            (0x401008, "_start", 0x8),
+            (0x401100, "main", 0),
+        ),
+        (
+            120,
+            "call",
+            (0x401110, "main", 0x10),
+            (0x401200, "parse", 0),
+        ),
+        (
+            130,
+            "call",
+            (0x401230, "parse", 0x30),
+            (0x401200, "parse", 0),
+        ),
+        (
+            140,
+            "call",
+            (0x401230, "parse", 0x30),
+            (0x401200, "parse", 0),
+        ),
+    ]
+    .into_iter()
+    .map(Line::Branch)
+    .collect();
+    lines.push(Line::Lost {
+        ns: 150,
+        resume: (0x401250, "parse", 0x50),
+    });
+    for (ns, binds, to) in [
+        (160, true, pad),
+        (180, false, pad),
+        (200, false, (0x401160, "main", 0x60)),
+    ] {
+        let from = (0x40125a, "parse", 0x5a);
+        lines.extend(resume(ns, from, binds, to).into_iter().map(Line::Branch));
+    }
+    lines.push(Line::Branch((
+        240,
+        "return",
+        (0x401190, "main", 0x90),
+        (0x401010, "_start", 0x10),
+    )));
+    let got = transcript(&input_text(&lines));
+    let parses = |n: usize| -> Vec<&str> {
+        let mut s = vec!["_start", "main"];
+        s.extend(std::iter::repeat_n("parse", n));
+        s
+    };
+    for (ns, want) in [
+        (35, parses(3)),
+        (54, [parses(3), vec!["_Unwind_Resume"]].concat()),
+        (56, parses(2)),
+        (74, [parses(2), vec!["_Unwind_Resume"]].concat()),
+        (76, parses(1)),
+        (96, parses(0)),
+    ] {
+        assert_eq!(stack_at(&got, ns), want, "stack at {ns} ns\n{got}");
+    }
+}

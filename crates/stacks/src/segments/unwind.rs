@@ -83,6 +83,10 @@ fn landing(name: &str) -> Option<Landing> {
 /// (`__longjmp`, `____longjmp_chk`, `__libc_siglongjmp`, …), libgcc's and LLVM's
 /// unwinders, OCaml's raise functions and Go's `gogo`.
 fn exits_non_locally(name: &str) -> bool {
+    // `_Unwind_Resume@plt` is its caller's stub, which only jumps to the unwinder.
+    if name.ends_with("@plt") {
+        return false;
+    }
     let name = unversioned(name);
     name.contains("longjmp")
         || name.starts_with("_Unwind_")
