@@ -104,6 +104,10 @@ pub struct Spec {
     pub gaps: usize,
     /// Bursts of several decode errors close together.
     pub bursts: usize,
+    /// Bursts are storms (an overloaded buffer overflowing again and again): 6-12 errors
+    /// each, 2-10 events apart, each losing 1-30 events (else 3-5 errors, 3-20 events
+    /// apart, each losing 1-7).
+    pub storms: bool,
 }
 
 /// The true stack of one thread over the interval its trace covers.
@@ -611,6 +615,15 @@ fn pick_gaps(rng: &mut Rng, spec: &Spec, lo: usize, hi: usize) -> Vec<(usize, us
         gaps.push((i, i + len));
     }
     for _ in 0..spec.bursts {
+        if spec.storms {
+            let mut i = rng.range(lo as u64, (hi - 500) as u64) as usize;
+            for _ in 0..rng.range(6, 12) {
+                let len = rng.range(1, 30) as usize;
+                gaps.push((i, i + len));
+                i += len + rng.range(2, 10) as usize;
+            }
+            continue;
+        }
         let mut i = rng.range(lo as u64, (hi - 200) as u64) as usize;
         for _ in 0..rng.range(3, 5) {
             let len = rng.range(1, 8) as usize;
@@ -862,6 +875,7 @@ pub fn standard_specs(seed: u64) -> Vec<Spec> {
             snapshot,
             gaps,
             bursts,
+            storms: false,
         };
     vec![
         spec(
@@ -917,6 +931,19 @@ pub fn standard_specs(seed: u64) -> Vec<Spec> {
             2,
             4,
         ),
+        Spec {
+            storms: true,
+            ..spec(
+                "storm_bursts",
+                "3 storms of 6-12 decode errors 2-10 events apart, each losing 1-30 events",
+                1,
+                base.clone(),
+                false,
+                0,
+                3,
+                16,
+            )
+        },
         spec(
             "snapshot_gaps_bursts",
             "snapshot start + 2 gaps + 1 burst",

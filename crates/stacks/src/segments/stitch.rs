@@ -2,6 +2,7 @@
 //! snapshot start) line up with the frames open before it, and the callers a later
 //! segment reveals for earlier ones.
 
+use super::bursts::is_short;
 use super::frames::Segment;
 use super::frames::{
     frame_path, plain_name, Frame, Join, Locations, ThreadState, INFERRED_START, NONE,
@@ -212,11 +213,12 @@ pub(super) fn find_stitch<T>(
             matched: run,
             unverified: false,
         },
-        // Nothing lines up. If the new stack shares no function with the open one, its
-        // frames were most likely called during the gap on top of what was running
-        // (outer frames rarely return within a short loss). If it shares some but not
-        // at its root, it knows other callers than the open stack: carrying the open
-        // frames under it would stack two versions of the same calls.
+        // Nothing lines up: the new frames were most likely called during the gap on top
+        // of what was running (outer frames rarely return within a short loss), even when
+        // they share functions with the open stack (a function called again from another
+        // caller, as in a burst of gaps). Dropping the open frames instead lost the
+        // thread's root for the rest of the run. The carried frames are marked
+        // unverified, and a later segment that lines up narrows them.
         None => {
             // Nothing is below a thread's first function.
             if is_root(first) {
@@ -234,12 +236,6 @@ pub(super) fn find_stitch<T>(
                         unverified: false,
                     });
                 }
-            }
-            let shared = after
-                .iter()
-                .any(|&f| open.iter().any(|o| sym(o.frame) == sym(f)));
-            if shared {
-                return None;
             }
             Stitch {
                 base: open.len(),
@@ -300,6 +296,12 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         } else {
             found
         };
+        let stitch = match stitch {
+            Some(st) if seg.join == Join::Any && is_short(seg) => {
+                Some(self.respect_survivors(si, st))
+            }
+            other => other,
+        };
         (stitch, resumed)
     }
 
@@ -307,6 +309,12 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
     /// the old stack survived the gap: keep only that much.
     pub(super) fn narrow_unverified(&self, si: usize, st: &mut Stitch) {
         let ts = self.ts;
+        // Not in a burst: the segments after a short one line up with the open frames
+        // that survived *their* gaps, often by a single coincidental name, which cut
+        // frames still running under this one.
+        if is_short(&ts.segments[si]) {
+            return;
+        }
         let mut later_path = Vec::new();
         for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
             if later.join != Join::Any || later.end <= later.first {
