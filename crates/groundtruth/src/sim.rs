@@ -1039,13 +1039,25 @@ impl SimProgram {
     /// # Panics
     /// If the main thread never entered `main`.
     pub fn late_faults(&self) -> SimConfig {
+        self.late_faults_at(0, 1)
+    }
+
+    /// [`SimProgram::late_faults`] with all 8 errors moved later by `placement /
+    /// placements` of their spacing (11 % of the main thread's steps after `main`'s
+    /// entry): `placements` of them put an error at every step of that span once, to
+    /// sweep where a decode error can fall.
+    ///
+    /// # Panics
+    /// If the main thread never entered `main`, or `placements` is 0.
+    pub fn late_faults_at(&self, placement: usize, placements: usize) -> SimConfig {
         let (entry, end) = (self.main_entry_step, self.main_steps);
         assert!(
             entry > 0 && entry < end,
             "{}: no entry into main",
             self.name
         );
-        let at = |k: usize| entry + (end - entry) * (5 + 11 * k) / 100;
+        let shift = (end - entry) * 11 * placement / (100 * placements);
+        let at = |k: usize| entry + (end - entry) * (5 + 11 * k) / 100 + shift;
         SimConfig {
             main_faults: Some(ptsim::pt::Faults {
                 overflows: (0..4).map(|k| (at(2 * k), 50)).collect(),

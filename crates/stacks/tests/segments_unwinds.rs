@@ -554,3 +554,51 @@ fn cleanups_after_a_gap_land_one_level_out_through_a_lazily_bound_stub() {
         assert_eq!(stack_at(&got, ns), want, "stack at {ns} ns\n{got}");
     }
 }
+
+/// glibc's `mempcpy` jumps into `memmove`'s body (code shared by two functions): in a
+/// trace whose root is unknown that may be an unwind past the root, so the writer gives it
+/// a segment of its own; nothing lines up with it, and it stays a tail jump, `memmove`
+/// starting exactly at the jump (no `[inferred start time]`).
+#[test]
+fn a_jump_into_code_another_function_shares_stays_a_tail_jump() {
+    let lines: Vec<Line> = [
+        (
+            110,
+            "call",
+            (0x401230, "printf_fp", 0x30),
+            (0x402000, "mempcpy", 0),
+        ),
+        (
+            120,
+            "jmp",
+            (0x40200a, "mempcpy", 0xa),
+            (0x402107, "memmove", 0x7),
+        ),
+        (
+            130,
+            "return",
+            (0x402171, "memmove", 0x71),
+            (0x401235, "printf_fp", 0x35),
+        ),
+        (
+            140,
+            "return",
+            (0x401290, "printf_fp", 0x90),
+            (0x401535, "vfprintf", 0x35),
+        ),
+    ]
+    .into_iter()
+    .map(Line::Branch)
+    .collect();
+    let got = transcript(&input_text(&lines));
+    assert_stacks(
+        "mempcpy into memmove",
+        &got,
+        &[
+            (5, &["vfprintf", "printf_fp", "mempcpy"]),
+            (15, &["vfprintf", "printf_fp", "memmove"]),
+            (25, &["vfprintf", "printf_fp"]),
+        ],
+    );
+    assert!(got.contains("BEGIN memmove\n"), "{got}");
+}

@@ -77,7 +77,8 @@ pub(super) fn add_process_entry<T>(
     }
 }
 
-/// Callers learnt after a gap also ran before it: when the stack after a gap holds
+/// Callers learnt after a gap (or after a jump the writer could not place) also ran
+/// before it: when the stack after a gap holds
 /// the outermost frames before it *above* further frames, those further frames are the
 /// earlier segment's missing roots. Applied from the last gap back to the first, so a
 /// root found late reaches every segment it lines up with.
@@ -90,12 +91,19 @@ pub(super) fn extend_roots_backwards<T>(
     let mut after = Vec::new();
     for k in (1..ts.segments.len()).rev() {
         let (a, b) = (&ts.segments[k - 1], &ts.segments[k]);
-        if b.join != Join::Any || a.end <= a.first || b.end <= b.first {
+        let unwound = b.join == Join::Unwound;
+        if !(b.join == Join::Any || unwound) || a.end <= a.first || b.end <= b.first {
             continue;
         }
         let a_sentinel = a.sentinel;
         frame_path(ts, ts.entries[a.end - 1].leaf, &mut before);
         frame_path(ts, ts.entries[b.first].leaf, &mut after);
+        // A jump the writer could not place (`Join::Unwound`) left the frame that jumped:
+        // only the frames below it can line up with the later stack (as its callers when
+        // the jump turns out to be a tail jump, glibc's `mempcpy` into `memmove`).
+        if unwound {
+            before.pop();
+        }
         let Some(&a0) = before.first() else { continue };
         let sym = |ts: &ThreadState<T>, f: u32| locs.get(strings, ts.frames[f as usize].loc).symbol;
         if matches!(
@@ -253,6 +261,9 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         if !(si > 0 && seg.join != Join::Never && self.config.stitch) {
             return (None, None);
         }
+        // A jump the writer could not place began the segment: the frame it entered
+        // starts at the jump, whatever its callers turn out to be.
+        self.entered_by_jump = seg.join == Join::Unwound;
         let (ts, locs, strings) = (self.ts, self.locs, self.strings);
         let candidates = match seg.join {
             Join::Landed { skip } => &self.open[..self.open.len().saturating_sub(skip as usize)],
