@@ -602,3 +602,250 @@ fn a_jump_into_code_another_function_shares_stays_a_tail_jump() {
     );
     assert!(got.contains("BEGIN memmove\n"), "{got}");
 }
+
+/// A decode error between a handler's return into the signal trampoline and the
+/// trampoline's `rt_sigreturn`: after the gap the trampoline is all the segment knows,
+/// and tracing resumes in the code the signal interrupted, the frame the trampoline ran
+/// on. That frame becomes its caller and the stack lines up with the one before the gap
+/// (taken for a new delivery, the interrupted function was shown as a handler on top of
+/// the trampoline for the rest of the run: the C signals program at 87 %).
+#[test]
+fn a_gap_before_rt_sigreturn_returns_to_the_interrupted_frame() {
+    let mut lines: Vec<Line> = [
+        (
+            110,
+            "call",
+            (0x401008, "_start", 0x8),
+            (0x401100, "main", 0),
+        ),
+        (
+            120,
+            "call",
+            (0x401110, "main", 0x10),
+            (0x401300, "raise", 0),
+        ),
+        (
+            130,
+            "call",
+            (0x401310, "raise", 0x10),
+            (0x401400, "pthread_kill", 0),
+        ),
+        (
+            140,
+            "tr end  syscall",
+            (0x40140a, "pthread_kill", 0xa),
+            (0, "", 0),
+        ),
+        (200, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)),
+        (
+            210,
+            "call",
+            (0x401710, "on_usr1", 0x10),
+            (0x401600, "note", 0),
+        ),
+        (
+            220,
+            "return",
+            (0x401640, "note", 0x40),
+            (0x401715, "on_usr1", 0x15),
+        ),
+        (
+            230,
+            "return",
+            (0x401740, "on_usr1", 0x40),
+            (0x401800, "__restore_rt", 0),
+        ),
+    ]
+    .into_iter()
+    .map(Line::Branch)
+    .collect();
+    lines.push(Line::Lost {
+        ns: 230,
+        resume: (0x401807, "__restore_rt", 0x7),
+    });
+    lines.extend(
+        [
+            (
+                240,
+                "tr end  syscall",
+                (0x401807, "__restore_rt", 0x7),
+                (0, "", 0),
+            ),
+            (300, "tr strt", (0, "", 0), (0x40140c, "pthread_kill", 0xc)),
+            (
+                310,
+                "return",
+                (0x401420, "pthread_kill", 0x20),
+                (0x401315, "raise", 0x15),
+            ),
+            (
+                320,
+                "return",
+                (0x401320, "raise", 0x20),
+                (0x401115, "main", 0x15),
+            ),
+            (330, "call", (0x401120, "main", 0x20), (0x401600, "note", 0)),
+            (
+                340,
+                "return",
+                (0x401640, "note", 0x40),
+                (0x401125, "main", 0x25),
+            ),
+            (
+                350,
+                "return",
+                (0x401190, "main", 0x90),
+                (0x401010, "_start", 0x10),
+            ),
+        ]
+        .into_iter()
+        .map(Line::Branch),
+    );
+    let got = transcript(&input_text(&lines));
+    let kill: &[&str] = &["_start", "main", "raise", "pthread_kill"];
+    assert_stacks(
+        "gap before rt_sigreturn",
+        &got,
+        &[
+            (25, kill),
+            (95, &["_start", "main", "raise", "pthread_kill", "on_usr1"]),
+            (
+                105,
+                &["_start", "main", "raise", "pthread_kill", "on_usr1", "note"],
+            ),
+            (
+                125,
+                &["_start", "main", "raise", "pthread_kill", "__restore_rt"],
+            ),
+            (195, kill),
+            (205, &["_start", "main", "raise"]),
+            (225, &["_start", "main", "note"]),
+            (235, &["_start", "main"]),
+        ],
+    );
+}
+
+/// A decode error inside a handler, and a pending signal delivered as that handler's
+/// `rt_sigreturn` returns: after the gap the handler's return onto the trampoline is the
+/// segment's root (a label), and the next `tr strt` is the second handler's first byte,
+/// not the interrupted code. The second handler runs on the interrupted frame; its own
+/// `rt_sigreturn` names that frame (it was one `on_usr1` level too deep: the C signals
+/// program's placements at 88-99 %).
+#[test]
+fn a_gap_in_a_handler_then_a_pending_signal_stays_on_the_interrupted_frame() {
+    let mut lines: Vec<Line> = [
+        (
+            110,
+            "call",
+            (0x401008, "_start", 0x8),
+            (0x401100, "main", 0),
+        ),
+        (
+            120,
+            "call",
+            (0x401110, "main", 0x10),
+            (0x401300, "raise", 0),
+        ),
+        (
+            130,
+            "call",
+            (0x401310, "raise", 0x10),
+            (0x401400, "pthread_kill", 0),
+        ),
+        (
+            140,
+            "tr end  syscall",
+            (0x40140a, "pthread_kill", 0xa),
+            (0, "", 0),
+        ),
+        (200, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)),
+    ]
+    .into_iter()
+    .map(Line::Branch)
+    .collect();
+    lines.push(Line::Lost {
+        ns: 205,
+        resume: (0x401720, "on_usr1", 0x20),
+    });
+    let handler = |ns: u64| -> Vec<Branch> {
+        vec![
+            (
+                ns,
+                "call",
+                (0x401710, "on_usr1", 0x10),
+                (0x401600, "note", 0),
+            ),
+            (
+                ns + 10,
+                "return",
+                (0x401640, "note", 0x40),
+                (0x401715, "on_usr1", 0x15),
+            ),
+            (
+                ns + 20,
+                "return",
+                (0x401740, "on_usr1", 0x40),
+                (0x401800, "__restore_rt", 0),
+            ),
+            (
+                ns + 30,
+                "tr end  syscall",
+                (0x401807, "__restore_rt", 0x7),
+                (0, "", 0),
+            ),
+        ]
+    };
+    let mut rest = handler(220);
+    rest.push((300, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)));
+    rest.extend(handler(310));
+    rest.extend([
+        (400, "tr strt", (0, "", 0), (0x40140c, "pthread_kill", 0xc)),
+        (
+            410,
+            "return",
+            (0x401420, "pthread_kill", 0x20),
+            (0x401315, "raise", 0x15),
+        ),
+        (
+            420,
+            "return",
+            (0x401320, "raise", 0x20),
+            (0x401115, "main", 0x15),
+        ),
+        (
+            430,
+            "return",
+            (0x401190, "main", 0x90),
+            (0x401010, "_start", 0x10),
+        ),
+    ]);
+    lines.extend(rest.into_iter().map(Line::Branch));
+    let got = transcript(&input_text(&lines));
+    let kill: &[&str] = &["_start", "main", "raise", "pthread_kill"];
+    assert_stacks(
+        "pending signal after a gap in a handler",
+        &got,
+        &[
+            (92, &["_start", "main", "raise", "pthread_kill", "on_usr1"]),
+            (
+                115,
+                &["_start", "main", "raise", "pthread_kill", "on_usr1", "note"],
+            ),
+            (
+                135,
+                &["_start", "main", "raise", "pthread_kill", "__restore_rt"],
+            ),
+            (195, &["_start", "main", "raise", "pthread_kill", "on_usr1"]),
+            (
+                205,
+                &["_start", "main", "raise", "pthread_kill", "on_usr1", "note"],
+            ),
+            (
+                225,
+                &["_start", "main", "raise", "pthread_kill", "__restore_rt"],
+            ),
+            (295, kill),
+            (305, &["_start", "main", "raise"]),
+        ],
+    );
+}

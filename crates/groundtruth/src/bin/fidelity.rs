@@ -100,11 +100,28 @@ fn main() {
                     eprintln!("usage: fidelity --sim-sweep PROGRAM N [--cc 'COMPILER FLAGS']");
                     std::process::exit(2)
                 };
-                let cc = match (args.next().as_deref(), args.next()) {
-                    (Some("--cc"), Some(cc)) => Some(cc),
-                    _ => None,
-                };
-                sim_sweep(&program, n, cc.as_deref());
+                let (mut cc, mut explain) = (None, None);
+                while let Some(a) = args.next() {
+                    match a.as_str() {
+                        "--cc" => cc = args.next(),
+                        // The first mismatches of each placement below 99.9 %.
+                        "--explain" => {
+                            explain = Some(Explain {
+                                writer: "segments".into(),
+                                limit: args.next().and_then(|n| n.parse().ok()).unwrap_or(6),
+                                not_suffix: false,
+                                events: None,
+                                around_gaps: 3,
+                                cc: None,
+                            })
+                        }
+                        _ => {
+                            eprintln!("--sim-sweep takes --cc 'COMPILER FLAGS' and --explain N");
+                            std::process::exit(2)
+                        }
+                    }
+                }
+                sim_sweep(&program, n, cc.as_deref(), explain.as_ref());
                 return;
             }
             "--sim-explain" => {
@@ -355,7 +372,7 @@ fn record_program(
 /// `--sim-sweep PROGRAM N`: records PROGRAM once and scores N placements of its late
 /// faults (`SimProgram::late_faults_at`) through the text path, legacy and segments,
 /// exact outside the gaps; then the placements below 99.9 % and the worst.
-fn sim_sweep(program: &str, placements: usize, cc: Option<&str>) {
+fn sim_sweep(program: &str, placements: usize, cc: Option<&str>, explain: Option<&Explain>) {
     use ptscope_groundtruth::sim::{
         decode, legacy, reconstruct_decoded, segments, thread_truths, DecodePath,
     };
@@ -390,6 +407,13 @@ fn sim_sweep(program: &str, placements: usize, cc: Option<&str>) {
         scores.push((p, g.exact_outside_gaps, l.exact_outside_gaps));
     }
     let below: Vec<_> = scores.iter().filter(|s| s.1 < 0.999).collect();
+    if let Some(o) = explain {
+        for &&(p, _, _) in &below {
+            println!("\n## placement {p}");
+            let variant = format!("late faults@{p}/{placements}");
+            explain_recorded(&prog, &variant, &prog.late_faults_at(p, placements), o);
+        }
+    }
     let worst = scores.iter().map(|s| s.1).fold(1.0, f64::min);
     println!(
         "\n{} placements; segments below 99.9 %: {} {:?}; worst {}; segments below legacy: {}",
@@ -418,26 +442,8 @@ struct Explain {
 }
 
 fn sim_explain(program: &str, variant: &str, o: &Explain) {
-    let Explain {
-        writer,
-        limit,
-        not_suffix,
-        events: events_between,
-        around_gaps,
-        cc,
-    } = o;
-    let (writer, limit, not_suffix, events_between, around_gaps) = (
-        writer.as_str(),
-        *limit,
-        *not_suffix,
-        *events_between,
-        *around_gaps,
-    );
-    use ptscope_groundtruth::sim::{
-        decode, legacy, reconstruct_decoded, segments, spread_faults, thread_truths, variants,
-        DecodePath, SCALE,
-    };
-    let prog = record_program(program, cc.as_deref(), "fidelity-sim-explain");
+    use ptscope_groundtruth::sim::{spread_faults, variants};
+    let prog = record_program(program, o.cc.as_deref(), "fidelity-sim-explain");
     // The table's variants, and the corpus's for programs with signals and unwinding.
     let mut all = variants(8192, prog.main_steps);
     all.push(("spread faults", spread_faults()));
@@ -456,7 +462,28 @@ fn sim_explain(program: &str, variant: &str, o: &Explain) {
         eprintln!("unknown variant {variant} (full, snapshot, faults, snapshot+faults, spread faults, late faults)");
         std::process::exit(2)
     };
-    let (timelines, data) = prog.simulate(variant, &cfg).expect("simulates");
+    explain_recorded(&prog, variant, &cfg, o);
+}
+
+/// The body of `--sim-explain` for a program already recorded: simulates `variant`
+/// (`cfg`) and prints the writer's mismatches.
+fn explain_recorded(
+    prog: &ptscope_groundtruth::sim::SimProgram,
+    variant: &str,
+    cfg: &ptsim::SimConfig,
+    o: &Explain,
+) {
+    use ptscope_groundtruth::sim::{
+        decode, legacy, reconstruct_decoded, segments, thread_truths, DecodePath, SCALE,
+    };
+    let (writer, limit, not_suffix, events_between, around_gaps) = (
+        o.writer.as_str(),
+        o.limit,
+        o.not_suffix,
+        o.events,
+        o.around_gaps,
+    );
+    let (timelines, data) = prog.simulate(variant, cfg).expect("simulates");
     let d = decode(&data, DecodePath::Text).expect("decodes");
     let truth = thread_truths(&timelines, &d);
     let recon = match writer {
