@@ -23,7 +23,9 @@ Examples:
   # Print magic-trace's test transcript instead of a trace file:
   ptscope decode --perf-script input.perf --format transcript -o -
 
-Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file).
+Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file), or let ptscope serve it
+to the UI: `ptscope view trace.fxt.gz` (or --view); `--report` (or `ptscope report`)
+summarises it in the terminal.
 Ctrl-C (or SIGTERM/SIGHUP) stops decoding and still writes what was decoded so far, then
 exits with status 130; a second one quits at once without writing. The trace appears at
 -o only when complete (written to a temporary file beside it, then renamed).
@@ -101,6 +103,9 @@ pub struct DecodeArgs {
     /// spent in syscalls). Emulate recordings only.
     #[arg(long, value_enum, value_name = "CLOCK")]
     pub clock: Option<ClockArg>,
+
+    #[command(flatten)]
+    pub after: crate::view::AfterFlags,
 }
 
 /// `--clock`: which clock an emulate trace's times follow.
@@ -240,7 +245,8 @@ pub fn command(args: DecodeArgs) -> Result<i32> {
         "ptscope: interrupted again; quitting without writing the trace",
     );
     let report = run(&args.options(), stop_at)?;
-    Ok(exit_status(&report))
+    args.after
+        .run(&args.output, report.interrupted, exit_status(&report))
 }
 
 /// 130 (as for a Ctrl-C'd program) when interrupted, 1 when the trace is incomplete.

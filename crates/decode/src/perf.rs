@@ -164,8 +164,9 @@ impl PerfProcess {
     pub fn spawn(cmd: &mut Command) -> Result<(PerfProcess, ChildStdout), PerfError> {
         // Its own process group: a terminal's Ctrl-C reaches ptscope, whose policy decides
         // (stop decoding and keep what was read), not perf, whose death would read as a
-        // failure. It still dies with ptscope: its next write meets a closed pipe.
+        // failure. It still dies with ptscope, however ptscope ends.
         std::os::unix::process::CommandExt::process_group(cmd, 0);
+        ptscope_interrupt::children::die_with_ptscope(cmd);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let command = describe(cmd);
         let program = cmd.get_program().to_string_lossy().into_owned();

@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 
 /// perf's `major.minor` from `perf --version` (`perf version 6.1.187`).
 pub fn perf_version(perf: &Path) -> Option<(u32, u32)> {
-    let out = Command::new(perf)
+    let out = ptscope_interrupt::children::die_with_ptscope(&mut Command::new(perf))
         .arg("--version")
         .stdin(Stdio::null())
         .stderr(Stdio::null())

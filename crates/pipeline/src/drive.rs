@@ -27,6 +27,12 @@ pub(crate) struct Totals {
     pub notes: Vec<Notice>,
     /// Instants for the trace's info track ([`Msg::Done`]).
     pub markers: Vec<(u64, String)>,
+    /// Sampled call stacks and branches the writer was given: a trace made only of
+    /// samples says so on its info track (its slices are estimates).
+    pub samples: u64,
+    pub branches: u64,
+    /// The FXT trace's size before compression.
+    pub trace_bytes: u64,
     pub interrupted: bool,
 }
 
@@ -281,6 +287,13 @@ pub(crate) fn each_step(
                 Msg::Batch { new, events } => {
                     intern_new(&mut strings, &new, demangle);
                     for e in events {
+                        if let Event::Ok { data, .. } = &e {
+                            match data {
+                                ptscope_event::EventData::StackSample { .. } => totals.samples += 1,
+                                ptscope_event::EventData::Trace { .. } => totals.branches += 1,
+                                _ => {}
+                            }
+                        }
                         f(Step::Event(e), &strings, totals);
                     }
                 }

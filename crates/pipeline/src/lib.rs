@@ -482,6 +482,8 @@ pub struct Report {
     pub incomplete: Vec<String>,
     /// An interrupt stopped decoding early.
     pub interrupted: bool,
+    /// The trace's size before compression (0 for transcripts).
+    pub trace_bytes: u64,
 }
 
 impl From<Totals> for Report {
@@ -493,6 +495,7 @@ impl From<Totals> for Report {
             first_skipped: t.kept,
             incomplete: t.errors,
             interrupted: t.interrupted,
+            trace_bytes: t.trace_bytes,
         }
     }
 }
@@ -609,8 +612,14 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
             } else {
                 drive::run_writer(specs, opts, config, fxt, &mut totals, observer)?.0
             };
+            if totals.samples > 0 && totals.branches == 0 {
+                // `ptscope report` reads this to mark counts and times as estimates.
+                totals
+                    .markers
+                    .push((0, ptscope_output::SAMPLED_MARKER.to_string()));
+            }
             drive::info_track(&mut sink, &totals.markers);
-            sink.finish_output().map_err(|source| Error::FinishOutput {
+            totals.trace_bytes = sink.finish_output().map_err(|source| Error::FinishOutput {
                 path: output.clone(),
                 source,
             })?;

@@ -99,7 +99,7 @@ impl Capabilities {
 
     /// Probes with `/sys` and `/proc` read under `root` (tests point it at a fake tree).
     pub fn detect_in(perf: &Path, root: &Path) -> Result<Self> {
-        let out = Command::new(perf)
+        let out = ptscope_interrupt::children::die_with_ptscope(&mut Command::new(perf))
             .arg("--version")
             .env("PAGER", "cat")
             .output()
