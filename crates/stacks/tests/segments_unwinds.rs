@@ -603,15 +603,11 @@ fn a_jump_into_code_another_function_shares_stays_a_tail_jump() {
     assert!(got.contains("BEGIN memmove\n"), "{got}");
 }
 
-/// A decode error between a handler's return into the signal trampoline and the
-/// trampoline's `rt_sigreturn`: after the gap the trampoline is all the segment knows,
-/// and tracing resumes in the code the signal interrupted, the frame the trampoline ran
-/// on. That frame becomes its caller and the stack lines up with the one before the gap
-/// (taken for a new delivery, the interrupted function was shown as a handler on top of
-/// the trampoline for the rest of the run: the C signals program at 87 %).
-#[test]
-fn a_gap_before_rt_sigreturn_returns_to_the_interrupted_frame() {
-    let mut lines: Vec<Line> = [
+/// `_start > main > raise > pthread_kill`, whose `kill` syscall is interrupted by
+/// `SIGUSR1`: tracing resumes at the first byte of the handler `on_usr1` (the start of
+/// both signal tests below).
+fn into_handler() -> Vec<Branch> {
+    vec![
         (
             110,
             "call",
@@ -637,28 +633,41 @@ fn a_gap_before_rt_sigreturn_returns_to_the_interrupted_frame() {
             (0, "", 0),
         ),
         (200, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)),
-        (
-            210,
-            "call",
-            (0x401710, "on_usr1", 0x10),
-            (0x401600, "note", 0),
-        ),
-        (
-            220,
-            "return",
-            (0x401640, "note", 0x40),
-            (0x401715, "on_usr1", 0x15),
-        ),
-        (
-            230,
-            "return",
-            (0x401740, "on_usr1", 0x40),
-            (0x401800, "__restore_rt", 0),
-        ),
     ]
-    .into_iter()
-    .map(Line::Branch)
-    .collect();
+}
+
+/// A decode error between a handler's return into the signal trampoline and the
+/// trampoline's `rt_sigreturn`: after the gap the trampoline is all the segment knows,
+/// and tracing resumes in the code the signal interrupted, the frame the trampoline ran
+/// on. That frame becomes its caller and the stack lines up with the one before the gap
+/// (taken for a new delivery, the interrupted function was shown as a handler on top of
+/// the trampoline for the rest of the run: the C signals program at 87 %).
+#[test]
+fn a_gap_before_rt_sigreturn_returns_to_the_interrupted_frame() {
+    let mut lines: Vec<Line> = into_handler()
+        .into_iter()
+        .chain([
+            (
+                210,
+                "call",
+                (0x401710, "on_usr1", 0x10),
+                (0x401600, "note", 0),
+            ),
+            (
+                220,
+                "return",
+                (0x401640, "note", 0x40),
+                (0x401715, "on_usr1", 0x15),
+            ),
+            (
+                230,
+                "return",
+                (0x401740, "on_usr1", 0x40),
+                (0x401800, "__restore_rt", 0),
+            ),
+        ])
+        .map(Line::Branch)
+        .collect();
     lines.push(Line::Lost {
         ns: 230,
         resume: (0x401807, "__restore_rt", 0x7),
@@ -733,36 +742,7 @@ fn a_gap_before_rt_sigreturn_returns_to_the_interrupted_frame() {
 /// program's placements at 88-99 %).
 #[test]
 fn a_gap_in_a_handler_then_a_pending_signal_stays_on_the_interrupted_frame() {
-    let mut lines: Vec<Line> = [
-        (
-            110,
-            "call",
-            (0x401008, "_start", 0x8),
-            (0x401100, "main", 0),
-        ),
-        (
-            120,
-            "call",
-            (0x401110, "main", 0x10),
-            (0x401300, "raise", 0),
-        ),
-        (
-            130,
-            "call",
-            (0x401310, "raise", 0x10),
-            (0x401400, "pthread_kill", 0),
-        ),
-        (
-            140,
-            "tr end  syscall",
-            (0x40140a, "pthread_kill", 0xa),
-            (0, "", 0),
-        ),
-        (200, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)),
-    ]
-    .into_iter()
-    .map(Line::Branch)
-    .collect();
+    let mut lines: Vec<Line> = into_handler().into_iter().map(Line::Branch).collect();
     lines.push(Line::Lost {
         ns: 205,
         resume: (0x401720, "on_usr1", 0x20),
