@@ -59,6 +59,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             off_cpu: Vec::new(),
             last_sample: None,
             sampled: false,
+            leaving: false,
             gaps: [0; GAPS],
             gap_count: 0,
             leaf_samples: FxHashMap::default(),
@@ -148,21 +149,24 @@ impl<S: TraceSink> SegmentsWriter<S> {
                         }
                     }
                 }
-                EventData::StackSample { callstack } => {
+                EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
                     // perf samples whole callchains whatever the event's `u`/`k`:
                     // keep only the frames of the levels the trace is about.
                     let scope = cx.config.scope;
-                    let callstack = strings.stack_handles(*callstack);
-                    let all = callstack.len();
+                    let handles = strings.stack_handles(*callstack);
+                    let all = handles.len();
                     let kept = &mut self.sample_frames;
                     kept.clear();
                     kept.extend(
-                        callstack
+                        handles
                             .iter()
                             .map(|&h| Loc::of(h, strings))
                             .filter(|l| scope.includes_address(l.ip)),
                     );
-                    cx.sample(kept);
+                    match data {
+                        EventData::SwitchOutStack { .. } => cx.switch_stack(kept),
+                        _ => cx.sample(kept),
+                    }
                     if kept.len() != all && !self.warned_scope {
                         self.warned_scope = true;
                         let (left, keep) = match scope {
