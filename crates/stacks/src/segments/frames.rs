@@ -19,11 +19,16 @@ pub(super) const RETURN_LABEL: u8 = 8;
 pub(super) const SIGNAL: u8 = 16;
 pub(super) const NONE: u32 = u32::MAX;
 
-/// One stack frame: 12 bytes, so millions of calls stay cheap.
+/// One stack frame: 16 bytes, so millions of calls stay cheap.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Frame {
     pub(super) loc: u32,
     pub(super) parent: u32,
+    /// Where the call that made this frame was (the call's source, a location id): its
+    /// return goes back just after it, so a return elsewhere leaves more than this frame
+    /// (see [`unwind`](super::unwind)). [`NONE`] if unknown (a frame learnt from a
+    /// return, a signal handler, a sampled frame).
+    pub(super) site: u32,
     pub(super) flags: u8,
 }
 
@@ -232,6 +237,7 @@ pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
     ts.frames.push(Frame {
         loc: NONE,
         parent: NONE,
+        site: NONE,
         flags: SENTINEL,
     });
     ts.sentinel = sentinel;
