@@ -430,7 +430,7 @@ fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
 }
 
 /// Ctrl-C during a slow decode (perf's inline lookup through an `addr2line` that takes
-/// 20 ms an answer): perf is asked to stop and hand over what it decoded, the trace
+/// 50 ms an answer): perf is asked to stop and hand over what it decoded, the trace
 /// holds it, the message says the decode was interrupted (and gives no advice about
 /// `--single-thread`, which this recording did not use), exit status 130.
 #[test]
@@ -443,17 +443,26 @@ fn ctrl_c_during_a_slow_decode_writes_what_was_decoded() {
     let Some((work, run)) = gzip_recording(test, dir.path()) else {
         return;
     };
+    // perf's addr2line, slow (each answer, none known, after 50 ms), leaving a mark
+    // once perf has asked it something: the interrupt then always lands mid-decode,
+    // however fast or loaded the machine (a fixed 3 s wait raced the decode's end).
+    let asked = dir.path().join("asked");
     let path = stand_in(
         dir.path(),
         "addr2line",
-        "#!/bin/sh\n# perf's addr2line, slow: each answer (none known) after 20 ms.\n\
-         while read -r line; do sleep 0.02; printf '??\\n??:0\\n'; done\n",
+        &format!(
+            "#!/bin/sh\nwhile read -r line; do : > '{}'; sleep 0.05; printf '??\\n??:0\\n'; done\n",
+            asked.display()
+        ),
     );
     let out = dir.path().join("interrupted.fxt.gz");
     let mut p = Ptscope::new(args(&[&"decode", &work, &"--perf-inline", &"-o", &out]));
     p.cmd().env("PATH", &path);
     let (child, start) = p.spawn();
-    std::thread::sleep(Duration::from_secs(3));
+    while !asked.exists() && start.elapsed() < HUNG {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     interrupt(child.id());
     let done = p.wait_either(child, start);
     let err = done.stderr();
