@@ -11,7 +11,7 @@ use ptscope_perf_data::PerfData;
 use std::path::Path;
 
 /// Why a `perf.data` header could not be read.
-pub use ptscope_perf_data::Error as HeaderError;
+pub use ptscope_perf_data::{CutShort, Error as HeaderError};
 
 /// `PERF_TYPE_*` numbers of the kernel's fixed event types.
 const FIXED_TYPES: [(u32, &str); 5] = [
@@ -43,6 +43,10 @@ pub struct RecordingInfo {
     pub events: Vec<EventDesc>,
     /// The `pmu mappings` feature: PMU number → name (`8 → intel_pt`); empty when absent.
     pub pmu_mappings: Vec<(u32, String)>,
+    /// The `perf record` command line (the `cmdline` feature), when the file has it.
+    pub cmdline: Vec<String>,
+    /// The file ends before what its header says it holds.
+    pub cut_short: Option<CutShort>,
 }
 
 impl RecordingInfo {
@@ -62,6 +66,15 @@ impl RecordingInfo {
             e.name.as_deref().is_some_and(|n| n.contains("intel_pt"))
                 || self.pmu_name(e.pmu_type) == Some("intel_pt")
         })
+    }
+
+    /// The recording followed only the given threads (`perf record -t`, which implies
+    /// `--no-inherit`; `ptscope run/attach --single-thread`): threads and processes they
+    /// started were not recorded. False when the command line is unknown.
+    pub fn per_thread(&self) -> bool {
+        let record = self.cmdline.iter().skip_while(|a| a.as_str() != "record");
+        let mut args = record.skip(1).take_while(|a| a.as_str() != "--");
+        args.any(|a| a == "-t" || a == "--per-thread" || a.starts_with("--tid"))
     }
 
     /// Intel PT or sampling, as decoding needs to know.
@@ -132,12 +145,14 @@ pub fn read_header(path: &Path) -> Result<RecordingInfo, HeaderError> {
     Ok(RecordingInfo {
         events,
         pmu_mappings: data.pmu_mappings(),
+        cmdline: data.cmdline(),
+        cut_short: data.cut_short(),
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::scope_of_event_name;
+    use super::{scope_of_event_name, RecordingInfo};
     use ptscope_event::TraceScope;
 
     #[test]
@@ -160,5 +175,23 @@ mod tests {
         ] {
             assert_eq!(scope_of_event_name(name), want, "{name}");
         }
+    }
+
+    #[test]
+    fn a_recording_of_given_threads_says_so_in_its_command_line() {
+        let info = |cmd: &str| RecordingInfo {
+            cmdline: cmd.split(' ').map(str::to_owned).collect(),
+            ..RecordingInfo::default()
+        };
+        // `ptscope run/attach --single-thread`, and perf's own `-t`.
+        assert!(
+            info("/usr/bin/perf record -o w/perf.data --per-thread -t 42 --switch-events")
+                .per_thread()
+        );
+        assert!(info("perf record --tid=42 -g").per_thread());
+        // The whole process tree (`-p`), or a workload after `--` that has a `-t` of its own.
+        assert!(!info("/usr/bin/perf record -o w/perf.data -p 42 --call-graph dwarf").per_thread());
+        assert!(!info("perf record -g -- sort -t , data.csv").per_thread());
+        assert!(!RecordingInfo::default().per_thread());
     }
 }

@@ -4,6 +4,7 @@
 //! written last, missing) is read like perf reads it: events without their names.
 
 use crate::cursor::word_at;
+use crate::CutShort;
 use std::io::{self, Read, Seek, SeekFrom};
 
 /// perf's file header: magic, size, attr size, three sections, feature bitmap.
@@ -28,9 +29,10 @@ pub(crate) fn section(head: &[u8], at: usize, big: bool) -> (u64, u64) {
 }
 
 /// Checks that the header's sections lie inside `file` (`Err` says which does not), and
-/// whether the feature sections do too and their event descriptions are sized within
-/// their section (`Ok(false)`: read the file without its features).
-pub(crate) fn check(file: &[u8], big: bool) -> Result<bool, String> {
+/// whether the records and the feature sections do too and their event descriptions are
+/// sized within their section (`Ok(Some(_))`: how the file is cut short; read it without
+/// its features).
+pub(crate) fn check(file: &[u8], big: bool) -> Result<Option<CutShort>, String> {
     let head = &file[..HEADER_LEN];
     let len = file.len() as u64;
     let attr_size = word(head, 16, 8, big);
@@ -48,7 +50,10 @@ pub(crate) fn check(file: &[u8], big: bool) -> Result<bool, String> {
     let (data_off, data_len) = section(head, 40, big);
     if !inside((data_off, data_len)) {
         // Cut short: perf itself then reads the attributes alone.
-        return Ok(false);
+        return Ok(Some(CutShort::Records {
+            promised: data_len,
+            held: len.saturating_sub(data_off).min(data_len),
+        }));
     }
     let features: u32 = (0..4)
         .map(|i| word(head, FEATURES_AT + 8 * i, 8, big).count_ones())
@@ -57,12 +62,12 @@ pub(crate) fn check(file: &[u8], big: bool) -> Result<bool, String> {
     let table_at = data_off + data_len;
     if !inside((table_at, table_len)) {
         // Cut short: perf itself then reads the attributes alone.
-        return Ok(false);
+        return Ok(Some(CutShort::Features));
     }
     let table = &file[table_at as usize..(table_at + table_len) as usize];
     let sections: Vec<(u64, u64)> = table.chunks_exact(16).map(|s| section(s, 0, big)).collect();
     if !sections.iter().all(|&s| inside(s)) {
-        return Ok(false);
+        return Ok(Some(CutShort::Features));
     }
     // The event descriptions are `HEADER_EVENT_DESC`, feature bit 12: its count and
     // attribute size must fit its section, else the crate reserves memory by them.
@@ -72,10 +77,10 @@ pub(crate) fn check(file: &[u8], big: bool) -> Result<bool, String> {
         let index: u64 = (0..EVENT_DESC).map(bit_set).sum();
         let (off, size) = sections[index as usize];
         if !event_desc_fits(&file[off as usize..(off + size) as usize], big) {
-            return Ok(false);
+            return Ok(Some(CutShort::Features));
         }
     }
-    Ok(true)
+    Ok(None)
 }
 
 /// Whether every count and length in a `HEADER_EVENT_DESC` section (`u32 nr`, `u32

@@ -139,6 +139,41 @@ pub struct PerfData {
     table: AttrTable,
     data: Range<usize>,
     file: Option<PerfFile>,
+    cut_short: Option<CutShort>,
+}
+
+/// How a `perf.data` file ends before what its header promises (a copy that stopped
+/// early, a full disk, perf killed while writing it). perf cannot read such a file: it
+/// refuses it ("incompatible file format") or, when only the sections it writes last
+/// are missing, crashes on it (SIGSEGV, SIGBUS); this crate reads what it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutShort {
+    /// The records end early: of `promised` bytes of them, the file holds `held`.
+    Records {
+        /// Bytes of records the header promises.
+        promised: u64,
+        /// Bytes of them the file holds.
+        held: u64,
+    },
+    /// The records are whole; the sections after them (event names, build ids, the
+    /// tracepoints' formats, …) are missing or cut.
+    Features,
+}
+
+impl std::fmt::Display for CutShort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CutShort::Records { promised, held } => write!(
+                f,
+                "its header promises {promised} bytes of records, but the file ends after \
+                 {held} of them"
+            ),
+            CutShort::Features => f.write_str(
+                "its records are whole, but the sections perf writes after them (event \
+                 names, build ids, tracepoint formats) are missing",
+            ),
+        }
+    }
 }
 
 impl std::fmt::Debug for PerfData {
@@ -214,12 +249,14 @@ impl PerfData {
                 table: AttrTable::new(Vec::new()),
                 data: 16..len,
                 file: None,
+                cut_short: None,
             });
         }
         if bytes.len() < layout::HEADER_LEN {
             return Err(damaged(format!("the file has only {} bytes", bytes.len())));
         }
-        let keep_features = layout::check(&bytes, big).map_err(&damaged)?;
+        let cut_short = layout::check(&bytes, big).map_err(&damaged)?;
+        let keep_features = cut_short.is_none();
         let reader = layout::Patched {
             head: layout::patched_head(&bytes, keep_features, big),
             file: &bytes,
@@ -266,7 +303,26 @@ impl PerfData {
             table: AttrTable::new(infos),
             data: start..end.max(start),
             file: Some(parsed),
+            cut_short,
         })
+    }
+
+    /// How the file is cut short, if it is (its records, or only the sections after
+    /// them): what it holds is read all the same.
+    pub fn cut_short(&self) -> Option<CutShort> {
+        self.cut_short
+    }
+
+    /// The `perf record` command line (the `cmdline` feature), empty when absent.
+    pub fn cmdline(&self) -> Vec<String> {
+        let Some(f) = &self.file else {
+            return Vec::new();
+        };
+        f.cmdline()
+            .ok()
+            .flatten()
+            .map(|args| args.into_iter().map(str::to_owned).collect())
+            .unwrap_or_default()
     }
 
     /// The file's name, for messages.

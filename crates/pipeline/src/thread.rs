@@ -51,7 +51,10 @@ const BATCH: usize = 4096;
 pub(crate) struct Reading {
     pub perf: PathBuf,
     pub decoder: DecoderKind,
+    /// Sampled frames get no frames for the calls inlined in them.
     pub no_inline: bool,
+    /// perf expands inlined calls (its `addr2line` lookup), not the naming step.
+    pub perf_inline: bool,
     /// Names from this machine's files (not for transcripts, which stay magic-trace's).
     pub naming: bool,
     /// The scope asked for (else each recording's own).
@@ -69,6 +72,7 @@ pub(crate) fn decode_inputs(
         perf,
         decoder,
         no_inline,
+        perf_inline,
         naming,
         scope,
     } = reading;
@@ -77,6 +81,7 @@ pub(crate) fn decode_inputs(
     let mut strings = StringTable::new();
     // One for the whole run: its caches and counts span the snapshots.
     let mut namer = ptscope_symbols::Namer::new(naming, naming);
+    namer.set_inline(naming && !no_inline && !perf_inline);
     let last = specs.len().saturating_sub(1);
     let mut sent = TableSent::default();
     let flush = |strings: &StringTable, sent: &mut TableSent, events: Vec<Event>| Msg::Batch {
@@ -101,10 +106,46 @@ pub(crate) fn decode_inputs(
         if observer.stopped() {
             break;
         }
-        let mut source = match spec.open(&perf, (decoder, no_inline), observer) {
+        // A perf.data cut short: perf refuses records cut short, and may crash on a file
+        // whose last sections are missing; the error says what is wrong with the file.
+        let cut = match &spec {
+            InputSpec::PerfData(p) => ptscope_decode::header::read_header(p)
+                .ok()
+                .and_then(|h| h.cut_short),
+            _ => None,
+        };
+        let cut_said = |e: String| match cut {
+            Some(c) => format!(
+                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
+                 while writing it), and perf failed on it: {e}. Record again, or decode the \
+                 whole file",
+                spec.name()
+            ),
+            None => e,
+        };
+        if let Some(c @ ptscope_decode::header::CutShort::Records { .. }) = cut {
+            let e = format!(
+                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
+                 while writing it). perf cannot read such a file: record again, or decode the \
+                 whole file",
+                spec.name()
+            );
+            if tx.send(Msg::failed(e)).is_err() {
+                return;
+            }
+            continue;
+        }
+        // perf script text says why perf failed on such a file; the dlfilter may not get
+        // to say anything.
+        let decoder = if cut.is_some() {
+            DecoderKind::Text
+        } else {
+            decoder
+        };
+        let mut source = match spec.open(&perf, (decoder, perf_inline), observer) {
             Ok(s) => s,
             Err(e) => {
-                let _ = tx.send(Msg::failed(crate::error_text(&e)));
+                let _ = tx.send(Msg::failed(cut_said(crate::error_text(&e))));
                 continue;
             }
         };
@@ -124,6 +165,11 @@ pub(crate) fn decode_inputs(
         // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.
         let scope = scope.or(info.scope).unwrap_or_default();
         namer.set_fold_kernel(naming && scope == TraceScope::Userspace);
+        // After an interrupt perf is asked to stop and write out what it decoded (see
+        // `ptscope_decode::perf::stop_all`): its output is read to its end. Other
+        // sources (ptscope's own Intel PT decoder, whose times are exact, included) stop
+        // at once.
+        let drain = matches!(spec, InputSpec::PerfData(_)) && !info.exact_times;
         if tx.send(Msg::Opened(info)).is_err() {
             return;
         }
@@ -134,7 +180,7 @@ pub(crate) fn decode_inputs(
         let mut batch = Vec::with_capacity(BATCH);
         let mut n = 0u64;
         loop {
-            if observer.stopped() {
+            if observer.stopped() && !drain {
                 break;
             }
             match source.next_event() {
@@ -173,6 +219,9 @@ pub(crate) fn decode_inputs(
         let end = source.finish();
         if let Some(e) = end.failure {
             errors.push(format!("{e} (keeping the events decoded before it)"));
+        }
+        if cut.is_some() {
+            errors = errors.into_iter().map(cut_said).collect();
         }
         errors.extend(end.incomplete);
         let mut notices = end.notices;

@@ -77,8 +77,12 @@ pub fn demangle_rust(name: &str) -> Option<String> {
 }
 
 fn has_legacy_hash(name: &str) -> bool {
-    // `17h` + 16 hex digits + `E`, optionally followed by a `.llvm.NNN`-style suffix.
-    let core = name.split('.').next().unwrap_or(name);
+    // `17h` + 16 hex digits + `E`, optionally followed by a `.llvm.NNN`-style suffix
+    // (cut at the last `E.`: the name itself may hold dots, `_$LT$core..str..iter…`).
+    let core = match name.rfind("E.") {
+        Some(i) if !name.ends_with('E') => &name[..=i],
+        _ => name,
+    };
     let b = core.as_bytes();
     if b.len() < 20 || b[b.len() - 1] != b'E' {
         return false;
@@ -212,6 +216,20 @@ fn bounded(f: impl FnOnce(&mut Bounded) -> fmt::Result) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A legacy Rust name whose path holds dots (`_$LT$core..str..iter…`, a trait impl)
+    /// is Rust, with or without an LLVM suffix; a C++ name without the hash is not.
+    #[test]
+    fn legacy_rust_names_with_dots() {
+        let n = "_ZN90_$LT$core..str..iter..Split$LT$P$GT$$u20$as$u20$core..iter..traits..iterator..Iterator$GT$4next17h5f615ffa1a68a05dE";
+        let want = "<core::str::iter::Split<P> as core::iter::traits::iterator::Iterator>::next";
+        assert_eq!(demangle_rust(n).as_deref(), Some(want));
+        assert_eq!(
+            demangle_rust(&format!("{n}.llvm.1234")).as_deref(),
+            Some(want)
+        );
+        assert_eq!(demangle_rust("_ZN3foo3barE"), None);
+    }
 
     #[test]
     fn ocaml_matches_magic_trace_cases() {
