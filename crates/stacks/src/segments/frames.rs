@@ -25,6 +25,24 @@ pub(super) struct Frame {
     pub(super) loc: u32,
     pub(super) parent: u32,
     pub(super) flags: u8,
+    /// How many samples had this frame as their leaf, up to `u16::MAX` (more are
+    /// counted in [`ThreadState::more_samples`]). It fills what would be padding: a
+    /// map by frame cost a sampled trace as much again as its frames.
+    pub(super) samples: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<Frame>() == 12);
+
+impl Frame {
+    /// A frame no sample has counted yet.
+    pub(super) fn new(loc: u32, parent: u32, flags: u8) -> Self {
+        Frame {
+            loc,
+            parent,
+            flags,
+            samples: 0,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,10 +149,9 @@ pub(super) struct ThreadState<T> {
     pub(super) gaps: [i64; GAPS],
     /// How many gaps were seen (the ring holds the last [`GAPS`]).
     pub(super) gap_count: usize,
-    /// Frame -> how many samples had it as their leaf: its slice carries the count
-    /// (`samples`), so per-function self counts can be read from the trace. A map,
-    /// not a field of [`Frame`]: traced frames (most of them) never need it.
-    pub(super) leaf_samples: FxHashMap<u32, u32>,
+    /// Frame -> leaf samples beyond the `u16::MAX` its [`Frame::samples`] holds (a
+    /// slice carries its count, so per-function self counts can be read from the trace).
+    pub(super) more_samples: FxHashMap<u32, u32>,
 }
 
 /// One interval a thread spent off CPU.
@@ -222,11 +239,7 @@ impl std::ops::Deref for Loc {
 pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
     close_segment(ts);
     let sentinel = ts.frames.len() as u32;
-    ts.frames.push(Frame {
-        loc: NONE,
-        parent: NONE,
-        flags: SENTINEL,
-    });
+    ts.frames.push(Frame::new(NONE, NONE, SENTINEL));
     ts.sentinel = sentinel;
     ts.leaf = sentinel;
     ts.handlers.clear();

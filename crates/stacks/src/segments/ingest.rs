@@ -60,7 +60,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             sampled: false,
             gaps: [0; GAPS],
             gap_count: 0,
-            leaf_samples: FxHashMap::default(),
+            more_samples: FxHashMap::default(),
         };
         new_segment(&mut ts, time, Join::Never);
         self.threads.push(ts);
@@ -267,14 +267,15 @@ impl<T> Cx<'_, T> {
     }
 
     pub(super) fn push_as(&mut self, loc: &Loc, flags: u8, flow: Flow) {
-        let l = loc.id;
-        self.ts.frames.push(Frame {
-            loc: l,
-            parent: self.ts.leaf,
-            flags,
-        });
-        self.ts.leaf = (self.ts.frames.len() - 1) as u32;
+        self.push_frame(loc, flags);
         self.record(flow);
+    }
+
+    /// A new leaf frame, with no stack change recorded (the caller records one for
+    /// several frames entered at once).
+    pub(super) fn push_frame(&mut self, loc: &Loc, flags: u8) {
+        self.ts.frames.push(Frame::new(loc.id, self.ts.leaf, flags));
+        self.ts.leaf = (self.ts.frames.len() - 1) as u32;
     }
 
     /// The sentinel becomes `loc`, a caller found above the known root; a new
@@ -283,11 +284,7 @@ impl<T> Cx<'_, T> {
         let l = loc.id;
         let old = self.ts.sentinel;
         let new = self.ts.frames.len() as u32;
-        self.ts.frames.push(Frame {
-            loc: NONE,
-            parent: NONE,
-            flags: SENTINEL,
-        });
+        self.ts.frames.push(Frame::new(NONE, NONE, SENTINEL));
         let f = &mut self.ts.frames[old as usize];
         f.loc = l;
         f.parent = new;
@@ -302,11 +299,9 @@ impl<T> Cx<'_, T> {
         let l = loc.id;
         let e = self.ts.frames[entry as usize];
         let new = self.ts.frames.len() as u32;
-        self.ts.frames.push(Frame {
-            loc: l,
-            parent: e.parent,
-            flags: INFERRED_START | KERNEL_ENTRY,
-        });
+        self.ts
+            .frames
+            .push(Frame::new(l, e.parent, INFERRED_START | KERNEL_ENTRY));
         let f = &mut self.ts.frames[entry as usize];
         f.parent = new;
         f.flags &= !KERNEL_ENTRY;
@@ -367,12 +362,9 @@ impl<T> Cx<'_, T> {
             return;
         }
         let l = loc.id;
-        self.ts.frames.push(Frame {
-            loc: l,
-            parent: fr.parent,
-            // A handler's tail call still returns into the signal trampoline.
-            flags: fr.flags & (KERNEL_ENTRY | SIGNAL),
-        });
+        // A handler's tail call still returns into the signal trampoline.
+        let flags = fr.flags & (KERNEL_ENTRY | SIGNAL);
+        self.ts.frames.push(Frame::new(l, fr.parent, flags));
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
         self.record(Flow::Jump);
     }

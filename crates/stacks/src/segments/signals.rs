@@ -202,11 +202,7 @@ impl<T> Cx<'_, T> {
             return false;
         }
         let trampoline = self.ts.frames.len() as u32;
-        self.ts.frames.push(Frame {
-            loc: fr.loc,
-            parent: root,
-            flags: SIGNAL,
-        });
+        self.ts.frames.push(Frame::new(fr.loc, root, SIGNAL));
         // Since the return onto the trampoline: the root's entries (the return, the end
         // of the syscall) are the trampoline's, as is the syscall's synthetic frame.
         let first = self.ts.segments.last().map_or(0, |s| s.first);
@@ -294,11 +290,7 @@ impl<T> Cx<'_, T> {
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
         let l = loc.id;
-        self.ts.frames.push(Frame {
-            loc: l,
-            parent: fr.parent,
-            flags: SIGNAL,
-        });
+        self.ts.frames.push(Frame::new(l, fr.parent, SIGNAL));
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
         self.record(Flow::Jump);
     }

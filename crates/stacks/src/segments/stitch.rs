@@ -50,7 +50,9 @@ pub(super) fn add_process_entry<T>(
     };
     let mut start_loc = None;
     for f in 0..ts.frames.len() {
-        let Frame { loc, parent, flags } = ts.frames[f];
+        let Frame {
+            loc, parent, flags, ..
+        } = ts.frames[f];
         if flags & SENTINEL != 0 || parent == NONE {
             continue;
         }
@@ -64,11 +66,7 @@ pub(super) fn add_process_entry<T>(
         let l = *start_loc
             .get_or_insert_with(|| locs.own(Location::new(0, Symbol::FromPerf(start), 0)).id);
         let entry = ts.frames.len() as u32;
-        ts.frames.push(Frame {
-            loc: l,
-            parent,
-            flags: INFERRED_START,
-        });
+        ts.frames.push(Frame::new(l, parent, INFERRED_START));
         ts.frames[f].parent = entry;
     }
 }
@@ -116,11 +114,7 @@ pub(super) fn extend_roots_backwards<T>(
         for &f in after[..j].iter().rev() {
             let Frame { loc, flags, .. } = ts.frames[f as usize];
             let new = ts.frames.len() as u32;
-            ts.frames.push(Frame {
-                loc: NONE,
-                parent: NONE,
-                flags: SENTINEL,
-            });
+            ts.frames.push(Frame::new(NONE, NONE, SENTINEL));
             let fr = &mut ts.frames[sentinel as usize];
             fr.loc = loc;
             fr.parent = new;
