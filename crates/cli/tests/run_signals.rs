@@ -261,6 +261,75 @@ fn emulate_quits_at_the_third_press_keeping_the_recording() {
     assert!(mentioning(&needle).is_empty(), "qemu left behind: {err}");
 }
 
+/// The second press under the emulate backend, once the program has stopped, stops the
+/// decode: the trace holds what was decoded (or nothing was, and that is said) and the
+/// recording is kept and named (the README's three presses; before, no press reached
+/// the emulate backend at all). A 16 MiB ring decodes for seconds even unloaded.
+#[test]
+fn emulate_second_press_stops_decoding_and_keeps_the_recording() {
+    let Some(plugin) = emulate::plugin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    emulate::compile(dir.path(), "spin", SPIN, &[]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut p = Command::new(emulate::ptscope())
+        .env("PTSCOPE_EMULATE_PLUGIN", &plugin)
+        .env("TMPDIR", tmp.path())
+        .current_dir(dir.path())
+        .args(["run", "--backend", "emulate", "--snapshot-size", "16M"])
+        .args(["-o", "t.fxt", "--", "./spin"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ptscope");
+    let needle = format!("out={}", tmp.path().display());
+    let qemu = wait_for_tree(&mut p, &needle, 1);
+    perf_env::wait_for_cpu(qemu, 100);
+    signal(p.id(), libc::SIGINT);
+    // The program stopped: what follows is the decode.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mentioning(&needle).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "qemu ran on after the first press"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    signal(p.id(), libc::SIGINT);
+    let (code, err) = wait_exit(p, "two SIGINTs");
+    assert!(err.contains("writing what was decoded so far"), "{err}");
+    let trace = dir.path().join("t.fxt");
+    if trace.exists() {
+        // The program's death by the first press is the status.
+        assert_eq!(code, Some(130), "{err}");
+        assert!(err.contains("decoding was interrupted"), "{err}");
+        let r = ptscope_fxt::check::validate_bytes(&std::fs::read(&trace).expect("trace"));
+        assert!(r.is_ok() && r.count("f") > 0, "{r}\n{err}");
+    } else {
+        // Stopped while the blocks were still being named (a loaded machine): nothing
+        // to write, said so, and the recording kept.
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("no events were decoded before decoding was interrupted"),
+            "{err}"
+        );
+    }
+    let kept: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("TMPDIR")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}\n{err}");
+    assert!(
+        err.contains(&format!("ptscope decode {}", kept[0].display())),
+        "{err}"
+    );
+    assert!(kept[0].join("emulate-blocks.log").is_file(), "{err}");
+}
+
 /// After SIGKILL of ptscope, qemu ran on (orphaned). Now qemu dies with ptscope, and so
 /// do the program's forked children (each a qemu of its own, not ptscope's children).
 #[test]
