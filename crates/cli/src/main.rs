@@ -93,7 +93,13 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             messages::error(&e);
-            std::process::exit(1);
+            // Interrupted before anything was decoded: the interrupt's status, as for a
+            // decode it cut short.
+            let interrupted = matches!(
+                e.downcast_ref::<ptscope_pipeline::Error>(),
+                Some(ptscope_pipeline::Error::NoEvents(n)) if n.interrupted
+            );
+            std::process::exit(if interrupted { 130 } else { 1 });
         }
     }
 }

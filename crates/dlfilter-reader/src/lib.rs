@@ -41,7 +41,7 @@ use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// The filter shared object, compiled from `crates/dlfilter` by this crate's build script.
 pub static FILTER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libptscope_dlfilter.so"));
@@ -176,7 +176,7 @@ impl DlfilterOptions {
 
 /// Asks for a 1 MiB pipe so perf, writing 4 KiB stdio blocks, rarely waits for us.
 /// Failure (an old kernel, a lower `pipe-max-size`) only costs speed.
-fn grow_pipe(stdout: &ChildStdout) {
+fn grow_pipe(stdout: &PerfOutput) {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
@@ -191,7 +191,7 @@ fn grow_pipe(stdout: &ChildStdout) {
     }
 }
 
-use ptscope_decode::perf::PerfProcess;
+use ptscope_decode::perf::{PerfOutput, PerfProcess};
 
 /// A running `perf script --dlfilter` whose output is decoded as it arrives.
 ///
@@ -199,7 +199,7 @@ use ptscope_decode::perf::PerfProcess;
 /// then [`DlfilterScript::finish`] to learn how perf exited.
 #[derive(Debug)]
 pub struct DlfilterScript {
-    reader: RecordReader<BufReader<ChildStdout>>,
+    reader: RecordReader<BufReader<PerfOutput>>,
     perf: PerfProcess,
     kind: RecordingKind,
     /// Hides names from untrusted JIT maps.
@@ -295,7 +295,7 @@ impl DlfilterScript {
     }
 
     /// The record reader (stats, warnings, strings).
-    pub fn reader(&self) -> &RecordReader<BufReader<ChildStdout>> {
+    pub fn reader(&self) -> &RecordReader<BufReader<PerfOutput>> {
         &self.reader
     }
 
@@ -324,6 +324,23 @@ impl DlfilterScript {
     pub fn finish(&mut self) -> Result<(), Error> {
         let stopped_early = !self.reader.is_finished();
         Ok(self.perf.finish(stopped_early)?)
+    }
+
+    /// Why the watchdog stopped perf, if it did: perf made no progress, and running it
+    /// again (the text path) would only wait as long again.
+    pub fn stall(&self) -> Option<ptscope_decode::PerfError> {
+        self.perf.stall()
+    }
+
+    /// True once an interrupt asked perf to stop (`ptscope_decode::perf::stop_all`):
+    /// a stream cut short then is the end of the input, not a failure.
+    pub fn interrupted(&self) -> bool {
+        self.perf.interrupted()
+    }
+
+    /// How perf exited, if it has.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.perf.exited()
     }
 
     /// Stops perf and returns the end of its stderr (for diagnostics).

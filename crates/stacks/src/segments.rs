@@ -143,6 +143,9 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
                 }
                 return;
             }
+            if matches!(data, EventData::SwitchOutStack { .. }) {
+                self.switches = true;
+            }
             if matches!(data, EventData::Switch { .. }) {
                 self.switches = true;
                 // A thread never sampled has no stack to interrupt, and no track; a

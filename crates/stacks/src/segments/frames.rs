@@ -108,6 +108,9 @@ pub(super) struct Segment {
     pub(super) sentinel: u32,
     /// When the segment was opened: after a decode error, the error's time.
     pub(super) opened_at: i64,
+    /// Stack changes recorded together with the next one in a single entry (a sample's
+    /// return and the frames it enters): they still count as changes the segment saw.
+    pub(super) merged: usize,
 }
 
 pub(super) struct ThreadState<T> {
@@ -144,6 +147,10 @@ pub(super) struct ThreadState<T> {
     pub(super) last_sample: Option<i64>,
     /// The stack comes from samples (not branches): only then do switches matter.
     pub(super) sampled: bool,
+    /// The current stack is the one the thread is leaving the CPU in (a `sched_switch`
+    /// stack was the thread's last event): its next switch-out is
+    /// [`OffCpu::stacked`].
+    pub(super) leaving: bool,
     /// The last gaps between consecutive samples (a ring), to estimate the sampling
     /// period when the recording has no context switches.
     pub(super) gaps: [i64; GAPS],
@@ -163,6 +170,9 @@ pub(super) struct OffCpu {
     pub(super) back: Option<i64>,
     /// Preempted (still runnable), not blocked.
     pub(super) preempt: bool,
+    /// The stack the thread left in is known (a `sched_switch` stack came just before
+    /// the switch-out): the interval nests in every frame open then.
+    pub(super) stacked: bool,
 }
 
 /// How many sample gaps the period estimate looks at.
@@ -252,6 +262,7 @@ pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
         join,
         sentinel,
         opened_at: time,
+        merged: 0,
     });
     ts.entries.push(Entry {
         time,

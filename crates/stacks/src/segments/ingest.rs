@@ -58,6 +58,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             off_cpu: Vec::new(),
             last_sample: None,
             sampled: false,
+            leaving: false,
             gaps: [0; GAPS],
             gap_count: 0,
             more_samples: FxHashMap::default(),
@@ -147,21 +148,24 @@ impl<S: TraceSink> SegmentsWriter<S> {
                         }
                     }
                 }
-                EventData::StackSample { callstack } => {
+                EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
                     // perf samples whole callchains whatever the event's `u`/`k`:
                     // keep only the frames of the levels the trace is about.
                     let scope = cx.config.scope;
-                    let callstack = strings.stack_handles(*callstack);
-                    let all = callstack.len();
+                    let handles = strings.stack_handles(*callstack);
+                    let all = handles.len();
                     let kept = &mut self.sample_frames;
                     kept.clear();
                     kept.extend(
-                        callstack
+                        handles
                             .iter()
                             .map(|&h| Loc::of(h, strings))
                             .filter(|l| scope.includes_address(l.ip)),
                     );
-                    cx.sample(kept);
+                    match data {
+                        EventData::SwitchOutStack { .. } => cx.switch_stack(kept),
+                        _ => cx.sample(kept),
+                    }
                     if kept.len() != all && !self.warned_scope {
                         self.warned_scope = true;
                         let (left, keep) = match scope {
@@ -247,13 +251,11 @@ impl<T> Cx<'_, T> {
     }
 
     pub(super) fn record(&mut self, flow: Flow) {
-        let leaf = self.ts.leaf;
-        if let Some(last) = self.ts.entries.last_mut() {
-            // A stack change at the same time that undoes nothing needs no entry.
-            if last.leaf == leaf && last.time == self.time && flow != Flow::Start {
-                return;
-            }
+        // A stack change at the same time that undoes nothing needs no entry.
+        if flow != Flow::Start && !self.changes_stack() {
+            return;
         }
+        let leaf = self.ts.leaf;
         self.ts.entries.push(Entry {
             time: self.time,
             leaf,
@@ -264,6 +266,15 @@ impl<T> Cx<'_, T> {
 
     pub(super) fn push(&mut self, loc: &Loc, flags: u8) {
         self.push_as(loc, flags, Flow::Call)
+    }
+
+    /// Is the current leaf, now, a change from the last entry?
+    pub(super) fn changes_stack(&self) -> bool {
+        let leaf = self.ts.leaf;
+        self.ts
+            .entries
+            .last()
+            .is_none_or(|last| last.leaf != leaf || last.time != self.time)
     }
 
     pub(super) fn push_as(&mut self, loc: &Loc, flags: u8, flow: Flow) {
