@@ -60,6 +60,7 @@ use crate::{StackWriter, WriterConfig};
 use ptscope_event::{Event, EventData, StringTable, Thread};
 use rustc_hash::FxHashMap;
 
+mod bursts;
 mod frames;
 mod go;
 mod ingest;

@@ -19,11 +19,16 @@ pub(super) const RETURN_LABEL: u8 = 8;
 pub(super) const SIGNAL: u8 = 16;
 pub(super) const NONE: u32 = u32::MAX;
 
-/// One stack frame: 12 bytes, so millions of calls stay cheap.
+/// One stack frame: 16 bytes, so millions of calls stay cheap.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Frame {
     pub(super) loc: u32,
     pub(super) parent: u32,
+    /// Where the call that made this frame was (the call's source, a location id): its
+    /// return goes back just after it, so a return elsewhere leaves more than this frame
+    /// (see [`unwind`](super::unwind)). [`NONE`] if unknown (a frame learnt from a
+    /// return, a signal handler, a sampled frame).
+    pub(super) site: u32,
     pub(super) flags: u8,
     /// How many samples had this frame as their leaf, up to `u16::MAX` (more are
     /// counted in [`ThreadState::more_samples`]). It fills what would be padding: a
@@ -31,19 +36,7 @@ pub(super) struct Frame {
     pub(super) samples: u16,
 }
 
-const _: () = assert!(std::mem::size_of::<Frame>() == 12);
-
-impl Frame {
-    /// A frame no sample has counted yet.
-    pub(super) fn new(loc: u32, parent: u32, flags: u8) -> Self {
-        Frame {
-            loc,
-            parent,
-            flags,
-            samples: 0,
-        }
-    }
-}
+const _: () = assert!(std::mem::size_of::<Frame>() == 16);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -249,7 +242,13 @@ impl std::ops::Deref for Loc {
 pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
     close_segment(ts);
     let sentinel = ts.frames.len() as u32;
-    ts.frames.push(Frame::new(NONE, NONE, SENTINEL));
+    ts.frames.push(Frame {
+        loc: NONE,
+        parent: NONE,
+        site: NONE,
+        flags: SENTINEL,
+        samples: 0,
+    });
     ts.sentinel = sentinel;
     ts.leaf = sentinel;
     ts.handlers.clear();

@@ -1,6 +1,8 @@
 //! Sampled stacks (perf's callchains) and the times a sampled thread spent off CPU.
 
-use super::frames::{Flow, Loc, Locations, OffCpu, ThreadState, GAPS, MAX_OFF_CPU, RETURN_LABEL};
+use super::frames::{
+    Flow, Loc, Locations, OffCpu, ThreadState, GAPS, MAX_OFF_CPU, NONE, RETURN_LABEL,
+};
 use super::ingest::Cx;
 use crate::WriterConfig;
 use ptscope_event::{Location, StringTable, Symbol};
@@ -260,7 +262,7 @@ impl<T> Cx<'_, T> {
         }
         if callstack.len() > keep {
             for loc in &callstack[keep..] {
-                self.push_frame(loc, 0);
+                self.enter(loc, NONE, 0);
             }
             self.record(Flow::Sampled);
             merged += callstack.len() - keep - 1;

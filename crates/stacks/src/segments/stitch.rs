@@ -2,6 +2,7 @@
 //! snapshot start) line up with the frames open before it, and the callers a later
 //! segment reveals for earlier ones.
 
+use super::bursts::is_short;
 use super::frames::Segment;
 use super::frames::{
     frame_path, plain_name, Frame, Join, Locations, ThreadState, INFERRED_START, NONE,
@@ -66,12 +67,19 @@ pub(super) fn add_process_entry<T>(
         let l = *start_loc
             .get_or_insert_with(|| locs.own(Location::new(0, Symbol::FromPerf(start), 0)).id);
         let entry = ts.frames.len() as u32;
-        ts.frames.push(Frame::new(l, parent, INFERRED_START));
+        ts.frames.push(Frame {
+            loc: l,
+            parent,
+            site: NONE,
+            flags: INFERRED_START,
+            samples: 0,
+        });
         ts.frames[f].parent = entry;
     }
 }
 
-/// Callers learnt after a gap also ran before it: when the stack after a gap holds
+/// Callers learnt after a gap (or after a jump the writer could not place) also ran
+/// before it: when the stack after a gap holds
 /// the outermost frames before it *above* further frames, those further frames are the
 /// earlier segment's missing roots. Applied from the last gap back to the first, so a
 /// root found late reaches every segment it lines up with.
@@ -84,12 +92,19 @@ pub(super) fn extend_roots_backwards<T>(
     let mut after = Vec::new();
     for k in (1..ts.segments.len()).rev() {
         let (a, b) = (&ts.segments[k - 1], &ts.segments[k]);
-        if b.join != Join::Any || a.end <= a.first || b.end <= b.first {
+        let unwound = b.join == Join::Unwound;
+        if !(b.join == Join::Any || unwound) || a.end <= a.first || b.end <= b.first {
             continue;
         }
         let a_sentinel = a.sentinel;
         frame_path(ts, ts.entries[a.end - 1].leaf, &mut before);
         frame_path(ts, ts.entries[b.first].leaf, &mut after);
+        // A jump the writer could not place (`Join::Unwound`) left the frame that jumped:
+        // only the frames below it can line up with the later stack (as its callers when
+        // the jump turns out to be a tail jump, glibc's `mempcpy` into `memmove`).
+        if unwound {
+            before.pop();
+        }
         let Some(&a0) = before.first() else { continue };
         let sym = |ts: &ThreadState<T>, f: u32| locs.get(strings, ts.frames[f as usize].loc).symbol;
         if matches!(
@@ -114,7 +129,13 @@ pub(super) fn extend_roots_backwards<T>(
         for &f in after[..j].iter().rev() {
             let Frame { loc, flags, .. } = ts.frames[f as usize];
             let new = ts.frames.len() as u32;
-            ts.frames.push(Frame::new(NONE, NONE, SENTINEL));
+            ts.frames.push(Frame {
+                loc: NONE,
+                parent: NONE,
+                site: NONE,
+                flags: SENTINEL,
+                samples: 0,
+            });
             let fr = &mut ts.frames[sentinel as usize];
             fr.loc = loc;
             fr.parent = new;
@@ -202,11 +223,12 @@ pub(super) fn find_stitch<T>(
             matched: run,
             unverified: false,
         },
-        // Nothing lines up. If the new stack shares no function with the open one, its
-        // frames were most likely called during the gap on top of what was running
-        // (outer frames rarely return within a short loss). If it shares some but not
-        // at its root, it knows other callers than the open stack: carrying the open
-        // frames under it would stack two versions of the same calls.
+        // Nothing lines up: the new frames were most likely called during the gap on top
+        // of what was running (outer frames rarely return within a short loss), even when
+        // they share functions with the open stack (a function called again from another
+        // caller, as in a burst of gaps). Dropping the open frames instead lost the
+        // thread's root for the rest of the run. The carried frames are marked
+        // unverified, and a later segment that lines up narrows them.
         None => {
             // Nothing is below a thread's first function.
             if is_root(first) {
@@ -225,12 +247,6 @@ pub(super) fn find_stitch<T>(
                     });
                 }
             }
-            let shared = after
-                .iter()
-                .any(|&f| open.iter().any(|o| sym(o.frame) == sym(f)));
-            if shared {
-                return None;
-            }
             Stitch {
                 base: open.len(),
                 matched: 0,
@@ -247,6 +263,9 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         if !(si > 0 && seg.join != Join::Never && self.config.stitch) {
             return (None, None);
         }
+        // A jump the writer could not place began the segment: the frame it entered
+        // starts at the jump, whatever its callers turn out to be.
+        self.entered_by_jump = seg.join == Join::Unwound;
         let (ts, locs, strings) = (self.ts, self.locs, self.strings);
         let candidates = match seg.join {
             Join::Landed { skip } => &self.open[..self.open.len().saturating_sub(skip as usize)],
@@ -290,6 +309,12 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         } else {
             found
         };
+        let stitch = match stitch {
+            Some(st) if seg.join == Join::Any && is_short(seg) => {
+                Some(self.respect_survivors(si, st))
+            }
+            other => other,
+        };
         (stitch, resumed)
     }
 
@@ -297,6 +322,12 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
     /// the old stack survived the gap: keep only that much.
     pub(super) fn narrow_unverified(&self, si: usize, st: &mut Stitch) {
         let ts = self.ts;
+        // Not in a burst: the segments after a short one line up with the open frames
+        // that survived *their* gaps, often by a single coincidental name, which cut
+        // frames still running under this one.
+        if is_short(&ts.segments[si]) {
+            return;
+        }
         let mut later_path = Vec::new();
         for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
             if later.join != Join::Any || later.end <= later.first {
