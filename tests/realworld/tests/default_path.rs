@@ -145,7 +145,7 @@ fn node_with_its_jit_map_names_javascript_functions() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("node.fxt.gz");
-    let p = Ptscope::new(args(&[
+    let mut p = Ptscope::new(args(&[
         &"run",
         &"--quiet",
         &"-o",
@@ -157,6 +157,9 @@ fn node_with_its_jit_map_names_javascript_functions() {
         &"function hotLoop(n){let s=0;for(let i=0;i<n;i++)s+=Math.sqrt(i);return s}\
           console.log(hotLoop(1e7))",
     ]));
+    // With --perf-basic-prof node also writes `isolate-*-v8.log` into its working
+    // directory: that is the test's own temporary directory.
+    p.cmd().current_dir(dir.path());
     let run = run_within(p);
     let t = run
         .output
