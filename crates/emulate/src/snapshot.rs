@@ -99,6 +99,8 @@ pub(crate) fn at_hit(log: &BlockLog, hit: &Hit, since: Option<u64>) -> BlockLog 
         ring_copies: Vec::new(),
         fork: log.fork,
         exec_calls: Vec::new(),
+        comms: Vec::new(),
+        handler_entries: Vec::new(),
     }
 }
 

@@ -6,52 +6,18 @@
 //! whether it was taken.
 
 use crate::blocklog::{BlockLog, TbDef, ThreadLog};
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 
-/// How a block's last instruction transfers control.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Flow {
-    /// Conditional branch (`jcc`, `loop`, `jrcxz`) to a fixed target.
-    Cond {
-        /// Taken target.
-        target: u64,
-    },
-    /// Direct unconditional jump.
-    Jmp {
-        /// Target.
-        target: u64,
-    },
-    /// Indirect jump.
-    IndirectJmp,
-    /// Direct call.
-    Call {
-        /// Target.
-        target: u64,
-    },
-    /// Indirect call.
-    IndirectCall,
-    /// Near return.
-    Return,
-    /// A transfer into the kernel (`syscall`, `int`, `sysenter`): user-mode tracing stops.
-    Syscall,
-    /// Not a branch: the block was cut for another reason.
-    Other,
-    /// The last instruction did not execute: QEMU records an instruction that crosses
-    /// into the next page, then abandons it and starts a new block with it.
-    Abandoned,
-}
+pub use ptscope_blocklog::classify::{Flow, Interrupted};
 
 /// Classifies the last instruction of `tb`.
 pub fn classify(tb: &TbDef) -> Flow {
-    classify_bytes(&tb.last, tb.last_addr())
+    ptscope_blocklog::classify::classify(&tb.last, tb.last_addr())
 }
 
 /// True when the block ends in a `rep`-prefixed instruction, which QEMU runs one
 /// iteration per block execution.
 fn ends_in_rep(tb: &TbDef) -> bool {
-    let mut dec = Decoder::with_ip(64, &tb.last, tb.last_addr(), DecoderOptions::NONE);
-    let insn = dec.decode();
-    !insn.is_invalid() && (insn.has_rep_prefix() || insn.has_repne_prefix())
+    ptscope_blocklog::classify::is_rep(&tb.last, tb.last_addr())
 }
 
 /// A signal's interrupted position that the block log leaves open, settled afterwards.
@@ -67,58 +33,8 @@ enum Pending {
     Rep { at: usize, rep: u64, fall: u64 },
 }
 
-/// What a signal interrupted when it arrived before the instruction at a block's start.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Interrupted {
-    /// Anything but an indirect branch.
-    Other,
-    /// A return: perf takes the FUP as that return leaving the traced region.
-    Return,
-    /// An indirect jump (reported like a return).
-    IndirectJmp,
-    /// An indirect call (reported like a return).
-    IndirectCall,
-}
-
 fn interrupted(tb: &TbDef) -> Interrupted {
-    match classify_bytes(&tb.first, tb.vaddr) {
-        Flow::Return => Interrupted::Return,
-        Flow::IndirectJmp => Interrupted::IndirectJmp,
-        Flow::IndirectCall => Interrupted::IndirectCall,
-        _ => Interrupted::Other,
-    }
-}
-
-/// Classifies one instruction; [`Flow::Abandoned`] when the bytes are not one whole instruction.
-fn classify_bytes(bytes: &[u8], ip: u64) -> Flow {
-    let mut dec = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
-    let insn = dec.decode();
-    if insn.is_invalid() || insn.len() != bytes.len() {
-        return Flow::Abandoned;
-    }
-    // iced-x86 counts `syscall` as a call; for Intel PT it is a transfer to the kernel.
-    if matches!(
-        insn.mnemonic(),
-        Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int | Mnemonic::Int1
-    ) {
-        return Flow::Syscall;
-    }
-    match insn.flow_control() {
-        FlowControl::ConditionalBranch => Flow::Cond {
-            target: insn.near_branch_target(),
-        },
-        FlowControl::UnconditionalBranch => Flow::Jmp {
-            target: insn.near_branch_target(),
-        },
-        FlowControl::IndirectBranch => Flow::IndirectJmp,
-        FlowControl::Call => Flow::Call {
-            target: insn.near_branch_target(),
-        },
-        FlowControl::IndirectCall => Flow::IndirectCall,
-        FlowControl::Return => Flow::Return,
-        // int3/into/ud2 raise signals, seen as asynchronous transfers.
-        _ => Flow::Other,
-    }
+    ptscope_blocklog::classify::interrupted(&tb.first, tb.vaddr)
 }
 
 /// What one step of the branch trace is.
