@@ -1,0 +1,467 @@
+//! The exact writer: call stacks from [`ExactStep`]s, for a decoder that saw every call,
+//! return, jump between functions, syscall and signal of a thread (the emulate backend).
+//! No stitching, no inference, no memory of the past: one pass per thread, the stack as
+//! it stands, each change written to the sink as it happens. Threads are independent,
+//! so each can be written by its own [`ExactStack`] (in parallel, into its own sink).
+//!
+//! The stack follows FIDELITY.md's conventions (those of ptsim's true stacks): a
+//! return pops to the frame whose call pushed its destination; a jump to another
+//! function's entry, or to code no ancestor runs, is a tail call (the top frame changes
+//! function); a jump or return into the middle of an ancestor's function unwinds to it
+//! (exceptions, `longjmp`); a signal handler is a frame on top of the code it
+//! interrupted until `rt_sigreturn`; `[syscall]` sits on top between a syscall and the
+//! restart, `[untraced]` after an asynchronous stop.
+//!
+//! ```
+//! use ptscope_event::exact::{ExactKind, ExactStep, Functions, Restart};
+//! use ptscope_stacks::exact::ExactWriter;
+//! use ptscope_stacks::transcript::TranscriptSink;
+//!
+//! let mut f = Functions::default();
+//! let main = f.add(0x1000, true, "main");
+//! let work = f.add(0x2000, true, "work");
+//! let mut w = ExactWriter::new(TranscriptSink::default());
+//! let t = w.thread(7, 7, "demo");
+//! for s in [
+//!     ExactStep::new(0, ExactKind::Start(Restart::First), main),
+//!     ExactStep::new(2_000, ExactKind::Call { ret: 0x1005 }, work).at(0x2000),
+//!     ExactStep::new(4_500, ExactKind::Return, main).at(0x1005),
+//! ] {
+//!     w.step(t, &s, &f);
+//! }
+//! w.end_thread(t, 5_000, &f);
+//! assert_eq!(
+//!     w.finish().render(),
+//!     "->      0ns BEGIN main\n\
+//!      ->      2us BEGIN work\n\
+//!      ->    4.5us END   work\n\
+//!      ->      5us END   main\n"
+//! );
+//! ```
+
+use crate::sink::TraceSink;
+use ptscope_event::exact::{ExactKind, ExactStep, FuncId, Functions, Restart, UNKNOWN_FUNC};
+
+/// A frame of the stack.
+#[derive(Clone, Debug)]
+struct Frame {
+    func: FuncId,
+    /// The function's entry (0 for an unknown one).
+    entry: u64,
+    known: bool,
+    /// Where its call returns to (0: nothing called it; a signal handler's frame: 0).
+    ret: u64,
+    /// A signal handler's frame.
+    signal: bool,
+    /// Return addresses of the calls this frame made (to tell a `longjmp` to one of them).
+    sites: Vec<u64>,
+}
+
+impl Frame {
+    fn new(func: FuncId, funcs: &Functions, ret: u64) -> Self {
+        let (entry, known) = funcs.get(func).map_or((0, false), |f| (f.entry, f.known));
+        Frame {
+            func,
+            entry,
+            known,
+            ret,
+            signal: false,
+            sites: Vec::new(),
+        }
+    }
+}
+
+/// A synthetic frame on top while tracing is stopped.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Overlay {
+    Syscall,
+    Untraced,
+}
+
+impl Overlay {
+    fn name(self) -> &'static str {
+        match self {
+            Overlay::Syscall => "[syscall]",
+            Overlay::Untraced => "[untraced]",
+        }
+    }
+}
+
+/// What the sink has open, bottom first.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Shown {
+    Func(FuncId),
+    Overlay(Overlay),
+}
+
+/// Where tracing stopped.
+#[derive(Copy, Clone, Debug)]
+struct Stop {
+    /// At `rt_sigreturn`.
+    sigreturn: bool,
+}
+
+/// One thread's stack, written to a sink as it changes.
+#[derive(Debug, Default)]
+pub struct ExactStack {
+    frames: Vec<Frame>,
+    overlay: Option<Overlay>,
+    stop: Option<Stop>,
+    /// The last step was a handler's return into the signal trampoline.
+    trampoline: bool,
+    shown: Vec<Shown>,
+    /// The lowest frame changed since the last write.
+    dirty: usize,
+    /// The last step's time.
+    last: u64,
+}
+
+impl ExactStack {
+    /// An empty stack.
+    pub fn new() -> Self {
+        ExactStack::default()
+    }
+
+    /// How deep the stack is (frames, not counting `[syscall]`/`[untraced]`).
+    pub fn depth(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The time of the last step.
+    pub fn last_time(&self) -> u64 {
+        self.last
+    }
+
+    fn touch(&mut self, i: usize) {
+        self.dirty = self.dirty.min(i);
+    }
+
+    fn truncate(&mut self, i: usize) {
+        if i < self.frames.len() {
+            self.frames.truncate(i);
+            self.touch(i);
+        }
+    }
+
+    fn push(&mut self, f: Frame) {
+        self.touch(self.frames.len());
+        self.frames.push(f);
+    }
+
+    /// The top frame now runs `to`'s code (its name follows; the stack's shape does not).
+    fn rename_top(&mut self, to: FuncId, funcs: &Functions) {
+        if to == UNKNOWN_FUNC && !self.frames.is_empty() {
+            return;
+        }
+        match self.frames.last_mut() {
+            Some(top) => {
+                if top.func != to {
+                    let f = Frame::new(to, funcs, top.ret);
+                    top.func = to;
+                    top.entry = f.entry;
+                    top.known = f.known;
+                    let i = self.frames.len() - 1;
+                    self.touch(i);
+                }
+            }
+            // The thread's root, or code reached after everything known was left.
+            None => self.push(Frame::new(to, funcs, 0)),
+        }
+    }
+
+    /// Control left the top frame's function by a jump, or by a return to an address no
+    /// call pushed: inside an ancestor's (named) function that is a non-local exit to
+    /// the innermost such ancestor; at a function's entry, or anywhere else, the top
+    /// frame continues there (a tail call, a trampoline).
+    fn leave(&mut self, to: FuncId, at_entry: bool, funcs: &Functions) {
+        if self.frames.last().is_some_and(|top| top.func == to) {
+            return;
+        }
+        let known = funcs.get(to).is_some_and(|f| f.known);
+        if known && !at_entry {
+            let below = self.frames.len().saturating_sub(1);
+            if let Some(i) = self.frames[..below]
+                .iter()
+                .rposition(|fr| fr.known && fr.func == to)
+            {
+                self.truncate(i + 1);
+                return;
+            }
+        }
+        self.rename_top(to, funcs);
+    }
+
+    /// Applies one step (times must not go backwards).
+    pub fn apply(&mut self, s: &ExactStep, funcs: &Functions) {
+        self.last = self.last.max(s.time);
+        let trampoline = std::mem::take(&mut self.trampoline);
+        match s.kind {
+            ExactKind::Start(r) => {
+                if self.overlay.take().is_some() {
+                    self.touch(self.frames.len());
+                }
+                let stop = self.stop.take();
+                match r {
+                    Restart::First | Restart::Resume => self.rename_top(s.to, funcs),
+                    Restart::Handler => match self.frames.last_mut() {
+                        // The kernel restored the interrupted code at the last handler's
+                        // rt_sigreturn, then delivered this signal there: this handler
+                        // replaces that one.
+                        Some(top)
+                            if top.signal && trampoline && stop.is_some_and(|s| s.sigreturn) =>
+                        {
+                            let ret = top.ret;
+                            let i = self.frames.len() - 1;
+                            self.truncate(i);
+                            self.push(Frame {
+                                signal: true,
+                                ..Frame::new(s.to, funcs, ret)
+                            });
+                        }
+                        _ => self.push(Frame {
+                            signal: true,
+                            ..Frame::new(s.to, funcs, 0)
+                        }),
+                    },
+                    Restart::Sigreturn => match self.frames.iter().rposition(|f| f.signal) {
+                        Some(i) => {
+                            let interrupted = i.checked_sub(1).map(|j| self.frames[j].func);
+                            if interrupted == Some(s.to) || s.to == UNKNOWN_FUNC {
+                                self.truncate(i);
+                            } else {
+                                // The handler changed where the code resumes (Go's
+                                // asynchronous preemption: `asyncPreempt` runs, and
+                                // returns to the interrupted code later): it runs in
+                                // the handler's place.
+                                self.truncate(i + 1);
+                                let ret = self.frames[i].ret;
+                                self.truncate(i);
+                                self.push(Frame {
+                                    signal: true,
+                                    ..Frame::new(s.to, funcs, ret)
+                                });
+                            }
+                        }
+                        None => self.rename_top(s.to, funcs),
+                    },
+                }
+            }
+            ExactKind::Call { ret } => {
+                if let Some(top) = self.frames.last_mut() {
+                    if !top.sites.contains(&ret) {
+                        top.sites.push(ret);
+                    }
+                }
+                self.push(Frame::new(s.to, funcs, ret));
+            }
+            ExactKind::Return => {
+                let n = self.frames.len();
+                let back = if s.to == UNKNOWN_FUNC {
+                    n.checked_sub(1)
+                } else if s.to_addr != 0 {
+                    self.frames
+                        .iter()
+                        .rposition(|f| f.ret == s.to_addr && f.ret != 0)
+                } else {
+                    // Only the function is known: the innermost frame whose caller runs it.
+                    (1..n)
+                        .rev()
+                        .find(|&i| !self.frames[i].signal && self.frames[i - 1].func == s.to)
+                };
+                match back {
+                    Some(i) => {
+                        self.truncate(i);
+                        self.rename_top(s.to, funcs);
+                    }
+                    // A handler returns into the signal trampoline (`sa_restorer`), which
+                    // runs in its frame's place until rt_sigreturn.
+                    None if self.frames.last().is_some_and(|f| f.signal) => {
+                        self.rename_top(s.to, funcs);
+                        self.trampoline = true;
+                    }
+                    None => {
+                        self.leave(s.to, false, funcs);
+                        self.trampoline = true;
+                    }
+                }
+            }
+            ExactKind::Jump { indirect } => {
+                if self.frames.last().is_none_or(|fr| fr.func != s.to) {
+                    // Without a symbol, an indirect jump to where a call made by a frame
+                    // below returns lands in that frame (`longjmp` to its `setjmp`).
+                    let known = funcs.get(s.to).is_some_and(|f| f.known);
+                    let owner = match self.frames.split_last() {
+                        Some((top, below))
+                            if indirect
+                                && !known
+                                && s.to_addr != 0
+                                && !top.sites.contains(&s.to_addr) =>
+                        {
+                            below.iter().rposition(|fr| fr.sites.contains(&s.to_addr))
+                        }
+                        _ => None,
+                    };
+                    match owner {
+                        Some(i) => {
+                            self.truncate(i + 1);
+                            self.rename_top(s.to, funcs);
+                        }
+                        None => self.leave(s.to, s.at_entry(funcs), funcs),
+                    }
+                }
+            }
+            ExactKind::Syscall { sigreturn, .. } => {
+                self.trampoline = trampoline;
+                self.overlay = Some(Overlay::Syscall);
+                self.stop = Some(Stop { sigreturn });
+                self.touch(self.frames.len());
+            }
+            ExactKind::Async => {
+                self.overlay = Some(Overlay::Untraced);
+                self.stop = Some(Stop { sigreturn: false });
+                self.touch(self.frames.len());
+            }
+        }
+    }
+
+    /// Writes what changed since the last write to `track` at `time`: the slices that
+    /// ended, then those that began.
+    pub fn write<S: TraceSink>(
+        &mut self,
+        sink: &mut S,
+        track: S::Thread,
+        time: u64,
+        funcs: &Functions,
+    ) {
+        let want = |i: usize| -> Option<Shown> {
+            match self.frames.get(i) {
+                Some(f) => Some(Shown::Func(f.func)),
+                None if i == self.frames.len() => self.overlay.map(Shown::Overlay),
+                None => None,
+            }
+        };
+        let mut d = self.dirty.min(self.shown.len());
+        while d < self.shown.len() && want(d) == Some(self.shown[d]) {
+            d += 1;
+        }
+        let t = i64::try_from(time).unwrap_or(i64::MAX);
+        while self.shown.len() > d {
+            let s = self.shown.pop();
+            let name = match s {
+                Some(Shown::Func(f)) => funcs.name(f),
+                Some(Shown::Overlay(o)) => o.name(),
+                None => "",
+            };
+            sink.duration_end(track, name, t, &[]);
+        }
+        while let Some(w) = want(self.shown.len()) {
+            let name = match w {
+                Shown::Func(f) => funcs.name(f),
+                Shown::Overlay(o) => o.name(),
+            };
+            sink.duration_begin(track, name, t, &[]);
+            self.shown.push(w);
+        }
+        self.dirty = self.frames.len();
+    }
+
+    /// Applies a step and writes what it changed.
+    pub fn step<S: TraceSink>(
+        &mut self,
+        sink: &mut S,
+        track: S::Thread,
+        s: &ExactStep,
+        funcs: &Functions,
+    ) {
+        self.apply(s, funcs);
+        self.write(sink, track, s.time, funcs);
+    }
+
+    /// Ends every open slice at `time` (the thread's or the snapshot's end); the stack is
+    /// forgotten.
+    pub fn close<S: TraceSink>(
+        &mut self,
+        sink: &mut S,
+        track: S::Thread,
+        time: u64,
+        funcs: &Functions,
+    ) {
+        let time = time.max(self.last);
+        self.frames.clear();
+        self.overlay = None;
+        self.stop = None;
+        self.trampoline = false;
+        self.dirty = 0;
+        self.write(sink, track, time, funcs);
+    }
+}
+
+/// Several threads' [`ExactStack`]s written into one sink, each thread on its own track
+/// (`NAME [tid=T]`) in its process's group (`NAME [pid=P]`), as the other writers name
+/// them.
+pub struct ExactWriter<S: TraceSink> {
+    sink: S,
+    groups: Vec<(u32, u32)>,
+    threads: Vec<(S::Thread, ExactStack)>,
+}
+
+impl<S: TraceSink> ExactWriter<S> {
+    /// A writer into `sink`.
+    pub fn new(sink: S) -> Self {
+        ExactWriter {
+            sink,
+            groups: Vec::new(),
+            threads: Vec::new(),
+        }
+    }
+
+    /// A new thread `tid` of process `pid`, named `name`; the process's group is made
+    /// with its first thread. Returns the thread's number for [`ExactWriter::step`].
+    pub fn thread(&mut self, pid: u32, tid: u32, name: &str) -> usize {
+        let group = match self.groups.iter().find(|g| g.0 == pid) {
+            Some(g) => g.1,
+            None => {
+                let g = self.sink.allocate_pid(&format!("{name} [pid={pid}]"));
+                self.groups.push((pid, g));
+                g
+            }
+        };
+        let track = self
+            .sink
+            .allocate_thread(group, &format!("{name} [tid={tid}]"));
+        self.threads.push((track, ExactStack::new()));
+        self.threads.len() - 1
+    }
+
+    /// Gives thread `t` (of process `pid`, thread `tid`) a new name.
+    pub fn rename(&mut self, t: usize, tid: u32, name: &str) {
+        if let Some((track, _)) = self.threads.get(t) {
+            self.sink
+                .rename_thread(*track, &format!("{name} [tid={tid}]"));
+        }
+    }
+
+    /// Applies one step of thread `t` and writes what it changed.
+    pub fn step(&mut self, t: usize, s: &ExactStep, funcs: &Functions) {
+        if let Some((track, stack)) = self.threads.get_mut(t) {
+            stack.step(&mut self.sink, *track, s, funcs);
+        }
+    }
+
+    /// Ends thread `t`'s open slices at `time` (its end, or its snapshot's).
+    pub fn end_thread(&mut self, t: usize, time: u64, funcs: &Functions) {
+        if let Some((track, stack)) = self.threads.get_mut(t) {
+            stack.close(&mut self.sink, *track, time, funcs);
+        }
+    }
+
+    /// The sink, to write more (an info track).
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+
+    /// Hands the sink back.
+    pub fn finish(self) -> S {
+        self.sink
+    }
+}
