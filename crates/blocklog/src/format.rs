@@ -28,6 +28,10 @@ pub const KIND_FORK: u8 = 10;
 /// chunk's tid is the thread named (which need not be the thread that named it).
 pub const KIND_COMM: u8 = 11;
 
+/// Chunk kind (empty): thread `tid`'s flight recorder dropped its oldest executions, so
+/// its stream starts mid-run (written by the recorder when it appends the rings).
+pub const KIND_RING_WRAPPED: u8 = 12;
+
 /// Bytes of a chunk header: `[kind u8][0u8; 3][tid u32][len u64]`.
 pub const CHUNK_HEADER: usize = 16;
 

@@ -53,6 +53,8 @@ pub struct LogIndex<'a> {
     pub exec_calls: Vec<ExecCall>,
     /// Threads' names.
     pub comms: Vec<Comm>,
+    /// Threads whose flight recorder dropped their oldest executions.
+    pub wrapped: Vec<u32>,
     /// Where the log stops being readable, if it does: the index holds what came before.
     pub damage: Option<LogError>,
 }
@@ -85,6 +87,7 @@ impl<'a> LogIndex<'a> {
             fork: None,
             exec_calls: Vec::new(),
             comms: Vec::new(),
+            wrapped: Vec::new(),
             damage: None,
         };
         // One record takes at least MIN_TB_RECORD - 1 bytes (version 2 had no flags).
@@ -170,6 +173,7 @@ impl<'a> LogIndex<'a> {
                 self.fork = Some(f);
             }
             KIND_COMM => self.comms.push(Comm::parse(c)?),
+            KIND_RING_WRAPPED => self.wrapped.push(c.tid),
             other => {
                 return Err(LogError::malformed(
                     c.offset,

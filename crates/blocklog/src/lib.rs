@@ -78,6 +78,9 @@
 //! * `KIND_COMM`: a thread was named (`prctl(PR_SET_NAME)`, or a write to
 //!   `/proc/…/task/TID/comm` as `pthread_setname_np` does for another thread): `ns u64,
 //!   clock u64`, then the name; the chunk's tid is the thread named.
+//! * `KIND_RING_WRAPPED` (empty; written by the recorder as it appends a flight
+//!   recorder's ring): the thread's oldest executions were dropped, its stream starts
+//!   mid-run.
 //!
 //! In stack mode the logged blocks are those ending in a call, return, indirect jump,
 //! syscall, or a direct jump (or conditional one, either way) that leaves its function

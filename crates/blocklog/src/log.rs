@@ -435,6 +435,7 @@ impl BlockLog {
                 }
                 KIND_EXEC_CALL => log.exec_calls.push(ExecCall::parse(&chunk)?),
                 KIND_COMM => log.comms.push(Comm::parse(&chunk)?),
+                KIND_RING_WRAPPED => {}
                 other => {
                     return Err(LogError::malformed(
                         at,

@@ -20,6 +20,10 @@ pub struct ThreadInfo {
     pub tid: u32,
     /// Its last name (`prctl(PR_SET_NAME)`, `pthread_setname_np`), else the program's.
     pub name: String,
+    /// Its stream starts mid-run (a snapshot, a flight recorder that dropped its oldest
+    /// executions, a forked child's first thread): its first frames' callers are learnt
+    /// from the returns into them.
+    pub mid_run: bool,
 }
 
 /// One snapshot of a recording, to decode.
@@ -100,10 +104,14 @@ impl<'v, 'a> Decoding<'v, 'a> {
                     .rev()
                     .find(|c| c.tid == t.tid)
                     .map_or_else(|| comm.clone(), |c| c.name.clone());
+                let mid_run = snapshot.hit.is_some()
+                    || proc.index.wrapped.contains(&t.tid)
+                    || (proc.index.fork.is_some() && t.tid == proc.pid());
                 ThreadInfo {
                     pid: proc.pid(),
                     tid: t.tid,
                     name,
+                    mid_run,
                 }
             })
             .collect();
@@ -139,6 +147,12 @@ impl<'v, 'a> Decoding<'v, 'a> {
     /// Where the snapshot's time 0 is, on its time base (steps' times are after it).
     pub fn origin(&self) -> u64 {
         self.origin
+    }
+
+    /// Puts time 0 at `origin` (one for every snapshot of a recording, so they follow
+    /// each other in time).
+    pub fn set_origin(&mut self, origin: u64) {
+        self.origin = origin;
     }
 
     /// The snapshot is a trigger hit's.

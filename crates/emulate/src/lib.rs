@@ -276,10 +276,11 @@ pub fn record_with(
 /// (the data bytes of every slot of the file).
 const SLOT_HEADER: usize = 16;
 
-/// A ring file's used slots, oldest first; empty if the file is not one the plugin wrote.
+/// A ring file's used slots (sequence number, bytes), oldest first; empty if the file is
+/// not one the plugin wrote.
 /// Only slot headers and used bytes are read: a short-lived process's ring is a mostly
 /// unwritten (sparse) file of the full ring size.
-fn ring_slots(path: &Path) -> std::io::Result<Vec<Vec<u8>>> {
+fn ring_slots(path: &Path) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(path)?;
     let len = f.metadata()?.len();
@@ -305,7 +306,7 @@ fn ring_slots(path: &Path) -> std::io::Result<Vec<Vec<u8>>> {
         slots.push((seq, data));
     }
     slots.sort_by_key(|s| s.0);
-    Ok(slots.into_iter().map(|s| s.1).collect())
+    Ok(slots)
 }
 
 /// After qemu has exited (however: a Ctrl-C or a crash runs no plugin exit code), moves
@@ -359,7 +360,7 @@ fn append_rings(dir: &Path, log: &Path) -> Result<()> {
 /// the threads' exec chunks. The log is first cut back to its last whole chunk (qemu may
 /// have died while writing one), so what follows still parses. The ring files are removed.
 fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
-    use ptscope_blocklog::format::{chunk_header, KIND_EXEC};
+    use ptscope_blocklog::format::{chunk_header, KIND_EXEC, KIND_RING_WRAPPED};
     use ptscope_blocklog::whole_chunks_len;
     use std::io::{Seek, SeekFrom, Write};
     use std::os::unix::fs::OpenOptionsExt;
@@ -380,7 +381,13 @@ fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
     for (tid, path) in &rings {
         let slots = ring_slots(path)
             .with_context(|| format!("cannot read the ring file {}", path.display()))?;
-        for data in slots {
+        // Slot 1 overwritten: the thread's first moments are gone, its stack's bottom
+        // is not known (the decoder infers it from the returns it sees).
+        if slots.first().is_some_and(|s| s.0 > 1) {
+            w.write_all(&chunk_header(KIND_RING_WRAPPED, *tid, 0))
+                .with_context(|| format!("cannot write {}", log.display()))?;
+        }
+        for (_, data) in slots {
             w.write_all(&chunk_header(KIND_EXEC, *tid, data.len() as u64))
                 .and_then(|_| w.write_all(&data))
                 .with_context(|| format!("cannot write {}", log.display()))?;

@@ -529,13 +529,10 @@ impl<'v, 'a> Walker<'v, 'a> {
 
     /// Where the restart after a stop happens (the truth's rule: one instruction in the
     /// kernel, or the global clock if other threads moved it further), with `skip`
-    /// instructions of the thread's own between it and the block at `clock`.
-    fn restart_at(&self, clock: Option<u64>, skip: u64) -> u64 {
-        let kernel = self.running + KERNEL_INSNS;
-        match clock {
-            Some(c) => kernel.max(c.saturating_sub(skip)),
-            None => kernel,
-        }
+    /// instructions of the thread's own between it and the block starting at global
+    /// clock `gstart`.
+    fn restart_at(&self, gstart: u64, skip: u64) -> u64 {
+        (self.running + KERNEL_INSNS).max(gstart.saturating_sub(skip))
     }
 
     /// One logged block.
@@ -588,7 +585,11 @@ impl<'v, 'a> Walker<'v, 'a> {
             // return): it started `skip` instructions earlier, in the same function.
             self.started = true;
             self.traced = true;
-            let start = clock.map_or(0, |c| c.saturating_sub(skip));
+            // A snapshot starts after the previous one's last block, even where the
+            // instructions skipped before this block began inside that one.
+            let floor = self.input.since.map_or(0, |s| s.saturating_add(1));
+            let start = gstart.saturating_sub(skip).max(floor).min(gstart);
+            let skip = gstart - start;
             self.running = start;
             self.own = 0;
             let raw = self.raw(start, 0, true);
@@ -618,7 +619,7 @@ impl<'v, 'a> Walker<'v, 'a> {
                 None => false,
             };
         if a.handler && !explained {
-            self.deliver(&a, skip, clock);
+            self.deliver(&a, skip, gstart);
             return;
         }
 
@@ -630,7 +631,7 @@ impl<'v, 'a> Walker<'v, 'a> {
                 self.done = true;
                 return;
             }
-            let at = self.restart_at(clock, skip);
+            let at = self.restart_at(gstart, skip);
             let raw = self.raw(at, self.own, true);
             let sigreturn = st.num == Some(SYS_RT_SIGRETURN);
             let kind = if sigreturn {
@@ -670,7 +671,7 @@ impl<'v, 'a> Walker<'v, 'a> {
     }
 
     /// A signal delivered before block `a` (its handler's entry).
-    fn deliver(&mut self, a: &Action, skip: u64, clock: Option<u64>) {
+    fn deliver(&mut self, a: &Action, skip: u64, gstart: u64) {
         self.stats.signals += 1;
         // The interrupted code ran `skip` more instructions, then stopped.
         self.running += skip;
@@ -688,7 +689,7 @@ impl<'v, 'a> Walker<'v, 'a> {
         // A transfer waiting for its destination waits until the handler is done.
         let waiting = self.awaiting.take();
         self.contexts.push(waiting);
-        let at = self.restart_at(clock, 0);
+        let at = self.restart_at(gstart, 0);
         let raw = self.raw(at, self.own, true);
         self.emit(
             ExactStep::new(

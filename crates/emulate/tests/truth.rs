@@ -119,9 +119,13 @@ fn report(
     f: &Fidelity,
 ) {
     if f.exact < 0.999 || f.phantom_frames > 0 {
-        for (t, r) in truth.iter().zip(recon) {
+        for t in truth {
+            let Some(r) = recon.iter().find(|r| r.thread == t.thread) else {
+                eprintln!("{name} ({way}): no thread {:?}", t.thread);
+                continue;
+            };
             for m in ptscope_groundtruth::score::mismatches(t, r, 5) {
-                eprintln!("{name} ({way}): {m:?}");
+                eprintln!("{name} ({way}): {:?}: {m:?}", t.thread.tid);
             }
         }
         for p in f.phantoms.iter().take(10) {
@@ -507,4 +511,68 @@ fn rust_program_is_exact() {
         fibs - 1
     );
     assert_eq!(calls_to(&run.decoded, "rusty::may_panic"), 8);
+}
+
+/// What stack-mode logging must not lose, each where the plugin decides at translation
+/// from the functions' bounds: a tail call across functions (`tail` jumps to `leaf` or
+/// `other`), a `.cold` part (`split` branches into `split.cold`, which calls `report` and
+/// `leaf`), and a signal handler (`raise` has SIGUSR1 delivered to `handler`, which calls
+/// `leaf`). Scored against the truth of the same run, and counted.
+#[test]
+fn tail_calls_cold_parts_and_signal_handlers_are_exact() {
+    if !ptsim::testing::tools_available(&["gcc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let src = r#"
+        #include <signal.h>
+        #include <stdio.h>
+        volatile int sink;
+        __attribute__((noinline)) int leaf(int x) { __asm__ volatile(""); return x + 1; }
+        __attribute__((noinline)) int other(int x) { return leaf(x) * 2; }
+        __attribute__((noinline)) int tail(int x) { if (x & 1) return other(x); return leaf(x); }
+        __attribute__((noinline, cold)) void report(int x) { fprintf(stderr, "rare %d\n", x); }
+        __attribute__((noinline)) int split(int x) {
+            if (x % 7 == 0) { report(x); sink += leaf(x); return -x; }
+            return x * 3;
+        }
+        void handler(int s) { sink += leaf(s); }
+        int main(void) {
+            signal(SIGUSR1, handler);
+            int s = 0;
+            for (int i = 0; i < 21; i++) {
+                s += tail(i);
+                s += split(i);
+                if (i % 5 == 0) raise(SIGUSR1);
+            }
+            printf("%d %d\n", s, sink);
+            return 0;
+        }
+    "#;
+    let exe = ptsim::testing::compile(dir.path(), "tcs", "tcs.c", src, &["gcc", "-O2", "-g"])
+        .expect("compiling");
+    // The test means nothing unless gcc split `split` and made `tail` jump.
+    let syms = ptsim::testing::symbols(&exe).expect("nm");
+    assert!(syms.contains_key("split.cold"), "gcc made no split.cold");
+    let Some(run) = score_program("tcs", &[&exe]) else {
+        return;
+    };
+    assert_run_exact(&run);
+    let r = &run.recon;
+    // 11 even i: tail → leaf; 10 odd: tail → other → leaf. The tail frame becomes the
+    // function it jumped to, under main.
+    assert_eq!(calls_to(&run.decoded, "tail"), 21);
+    assert_eq!(slices_under(r, "main", "leaf"), 11);
+    assert_eq!(slices_under(r, "main", "other"), 10);
+    assert_eq!(slices_under(r, "other", "leaf"), 10);
+    // i = 0, 7, 14: split branches into its cold part.
+    assert_eq!(slices_under(r, "main", "split.cold"), 3);
+    assert_eq!(slices_under(r, "split.cold", "report"), 3);
+    assert_eq!(slices_under(r, "split.cold", "leaf"), 3);
+    // i = 0, 5, 10, 15, 20: the handler runs on top of the raise's syscall's caller.
+    assert_eq!(
+        slices_under(r, "__pthread_kill_implementation", "handler"),
+        5
+    );
+    assert_eq!(slices_under(r, "handler", "leaf"), 5);
 }

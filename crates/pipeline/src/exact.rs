@@ -16,8 +16,9 @@ use ptscope_event::exact::ExactStep;
 use ptscope_output::filter::{FilterSink, FilterStats};
 use ptscope_output::{FxtSink, FxtThread};
 use ptscope_stacks::exact::ExactStack;
+use ptscope_stacks::ordered::OrderedSink;
 use ptscope_stacks::transcript::TranscriptSink;
-use ptscope_stacks::TraceSink;
+use ptscope_stacks::{Arg, TraceSink};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -59,9 +60,15 @@ pub(crate) fn decode(
     let view = rec.view().map_err(Error::Emulate)?;
     totals.errors.extend(view.notices.iter().cloned());
     let snapshots = view.snapshots().len();
-    let decodings: Vec<Decoding<'_, '_>> = (0..snapshots)
+    let mut decodings: Vec<Decoding<'_, '_>> = (0..snapshots)
         .map(|i| Decoding::new(&view, i, clock, &comm))
         .collect();
+    // Snapshots follow each other on one time line.
+    if let Some(origin) = decodings.iter().map(Decoding::origin).min() {
+        for d in &mut decodings {
+            d.set_origin(origin);
+        }
+    }
     let total: u64 = view.procs.iter().map(|p| p.index.exec_bytes()).sum();
     observer.started(&dir.display().to_string(), Some(total));
     if let Some(d) = decodings.first() {
@@ -108,20 +115,23 @@ fn account(r: ThreadResult, t: &ThreadInfo, observer: &dyn Observer, totals: &mu
     }
 }
 
-/// Walks one thread into `stack` on `sink`; `cut` is offered the sink after each batch
-/// (to hand over what it holds); stops early when the user interrupts.
-#[allow(clippy::too_many_arguments)]
+/// Walks thread `i` into `sink` (on a track of its own); stops early when the user
+/// interrupts. `annotate`: mark inferred starts in slice names (transcripts).
 fn walk_thread<S: TraceSink>(
     d: &Decoding<'_, '_>,
     i: usize,
     sink: &mut S,
     track: S::Thread,
+    annotate: bool,
     observer: &dyn Observer,
     progress: &AtomicU64,
-    mut cut: impl FnMut(&mut S),
 ) -> ThreadResult {
     let mut walker = d.walker(i);
-    let mut stack = ExactStack::new();
+    let mut stack = if d.threads()[i].mid_run {
+        ExactStack::mid_run(annotate)
+    } else {
+        ExactStack::new()
+    };
     let mut buf: Vec<ExactStep> = Vec::with_capacity(8192);
     let mut result = ThreadResult::default();
     let mut seen = 0;
@@ -132,7 +142,6 @@ fn walk_thread<S: TraceSink>(
         }
         result.steps += buf.len() as u64;
         buf.clear();
-        cut(sink);
         let pos = walker.position();
         observer.advanced(progress.fetch_add(pos - seen, Ordering::Relaxed) + pos - seen);
         seen = pos;
@@ -156,41 +165,48 @@ fn transcript(
 ) -> Result<(), Error> {
     let f = opts.output_filter;
     let sink = if f.is_none() {
-        in_turn(TranscriptSink::default(), decodings, observer, totals)
+        in_turn(TranscriptSink::default(), decodings, observer, totals)?
     } else {
         let s = in_turn(
             FilterSink::new(TranscriptSink::default(), f),
             decodings,
             observer,
             totals,
-        );
+        )?;
         totals.filtered(&f, s.stats());
         s.into_inner()
     };
     write_text(&opts.output, &sink.render())
 }
 
-/// Every thread of every snapshot into `sink`, one after the other.
+/// Every thread of every snapshot into `sink`, one after the other. Frames learnt late
+/// (mid-run streams) are put in order snapshot by snapshot, so one snapshot's end and
+/// the next one's start never mix, even at the same instant.
 fn in_turn<S: TraceSink>(
     mut sink: S,
     decodings: &[Decoding<'_, '_>],
     observer: &dyn Observer,
     totals: &mut Totals,
-) -> S {
-    let mut tracks = Tracks::default();
+) -> Result<S, Error> {
     let progress = AtomicU64::new(0);
-    'all: for d in decodings {
+    for d in decodings {
+        let mut ordered = OrderedSink::new(sink);
+        let mut tracks = Tracks::default();
         for (i, t) in d.threads().iter().enumerate() {
-            let track = tracks.track(&mut sink, d.threads(), t);
-            let r = walk_thread(d, i, &mut sink, track, observer, &progress, |_| {});
+            let track = tracks.track(&mut ordered, d.threads(), t);
+            let r = walk_thread(d, i, &mut ordered, track, true, observer, &progress);
             account(r, t, observer, totals);
             if observer.stopped() {
-                break 'all;
+                break;
             }
+        }
+        sink = ordered.finish().map_err(Error::Reorder)?;
+        if observer.stopped() {
+            break;
         }
     }
     sink.end_of_input();
-    sink
+    Ok(sink)
 }
 
 fn write_text(output: &Path, text: &str) -> Result<(), Error> {
@@ -254,34 +270,81 @@ impl<T: Copy> Tracks<T> {
     }
 }
 
-/// Walks thread `i` into `sink` (a fragment, or a filter in front of one: `frag` finds
-/// it), handing the fragment's bytes to `tx` whenever about a megabyte is ready.
-#[allow(clippy::too_many_arguments)]
-fn fragments<S: TraceSink>(
+/// One thread's FXT fragment: its slices written as self-contained fragments, each
+/// handed to the output thread once about a megabyte is ready (and the rest when
+/// dropped). Its track is the one the header named (`koids`).
+struct Sending<'t> {
+    frag: Fragment,
+    tx: &'t std::sync::mpsc::SyncSender<Vec<u8>>,
+    koids: (u32, u32),
+}
+
+impl Sending<'_> {
+    /// Hands what is written over.
+    fn send(&mut self) {
+        self.frag.cut();
+        let bytes = std::mem::take(self.frag.writer_mut().inner_mut());
+        if !bytes.is_empty() {
+            let _ = self.tx.send(bytes);
+        }
+    }
+
+    fn maybe_send(&mut self) {
+        let w = self.frag.writer_mut();
+        if w.buffered() + w.inner_mut().len() >= FRAGMENT {
+            self.send();
+        }
+    }
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        self.send();
+    }
+}
+
+impl TraceSink for Sending<'_> {
+    type Thread = FxtThread;
+
+    fn allocate_pid(&mut self, _name: &str) -> u32 {
+        self.koids.0
+    }
+    fn allocate_thread(&mut self, _pid: u32, _name: &str) -> FxtThread {
+        self.frag.attach_thread(self.koids.0, self.koids.1)
+    }
+    fn duration_begin(&mut self, t: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
+        self.frag.duration_begin(t, name, time, args);
+        self.maybe_send();
+    }
+    fn duration_end(&mut self, t: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
+        self.frag.duration_end(t, name, time, args);
+        self.maybe_send();
+    }
+    fn duration_complete(&mut self, t: FxtThread, name: &str, a: i64, b: i64, args: &[Arg<'_>]) {
+        self.frag.duration_complete(t, name, a, b, args);
+        self.maybe_send();
+    }
+    fn duration_instant(&mut self, t: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
+        self.frag.duration_instant(t, name, time, args);
+    }
+    fn counter(&mut self, t: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
+        self.frag.counter(t, name, time, args);
+    }
+    fn warning(&mut self, message: &str) {
+        self.frag.warning(message);
+    }
+}
+
+/// Walks thread `i` into `sink`, on the track `sink` gives it.
+fn write_one<S: TraceSink>(
     d: &Decoding<'_, '_>,
     i: usize,
     sink: &mut S,
-    track: S::Thread,
-    frag: impl Fn(&mut S) -> &mut Fragment,
     observer: &dyn Observer,
     progress: &AtomicU64,
-    tx: &std::sync::mpsc::SyncSender<Vec<u8>>,
 ) -> ThreadResult {
-    let send = |f: &mut Fragment| {
-        f.cut();
-        let bytes = std::mem::take(f.writer_mut().inner_mut());
-        if !bytes.is_empty() {
-            let _ = tx.send(bytes);
-        }
-    };
-    let r = walk_thread(d, i, sink, track, observer, progress, |s| {
-        let f = frag(s);
-        if f.writer_mut().buffered() + f.writer_mut().inner_mut().len() >= FRAGMENT {
-            send(f);
-        }
-    });
-    send(frag(sink));
-    r
+    let track = sink.allocate_thread(0, "");
+    walk_thread(d, i, sink, track, false, observer, progress)
 }
 
 /// A fragment writer's sink: FXT into a buffer handed over when full.
@@ -346,26 +409,42 @@ fn fxt(
                 scope.spawn(move || {
                     while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
                         let t = &threads[i];
-                        let (pk, tk) = koids.get(&(t.pid, t.tid)).copied().unwrap_or((0, 0));
-                        let mut frag: Fragment = FxtSink::fragment(Vec::new(), no_warning);
-                        let track: FxtThread = frag.attach_thread(pk, tk);
-                        let (r, stats) = if filter.is_none() {
-                            let r =
-                                fragments(d, i, &mut frag, track, |s| s, observer, progress, &tx);
-                            (r, None)
-                        } else {
-                            let mut sink = FilterSink::new(frag, filter);
-                            let r = fragments(
-                                d,
-                                i,
-                                &mut sink,
-                                track,
-                                FilterSink::inner_mut,
-                                observer,
-                                progress,
-                                &tx,
-                            );
-                            (r, Some(sink.stats()))
+                        let koids = koids.get(&(t.pid, t.tid)).copied().unwrap_or((0, 0));
+                        let frag: Fragment = FxtSink::fragment(Vec::new(), no_warning);
+                        let sending = Sending {
+                            frag,
+                            tx: &tx,
+                            koids,
+                        };
+                        let reorder_failed = |e: std::io::Error| {
+                            observer.warning(&format!("cannot reorder thread {}: {e}", t.tid));
+                        };
+                        let (r, stats) = match (t.mid_run, filter.is_none()) {
+                            (false, true) => {
+                                let mut s = sending;
+                                (write_one(d, i, &mut s, observer, progress), None)
+                            }
+                            (false, false) => {
+                                let mut s = FilterSink::new(sending, filter);
+                                let r = write_one(d, i, &mut s, observer, progress);
+                                (r, Some(s.stats()))
+                            }
+                            // Frames learnt late are put in order first (spooled to an
+                            // unnamed temporary file past 16 MiB).
+                            (true, true) => {
+                                let mut s = OrderedSink::new(sending);
+                                let r = write_one(d, i, &mut s, observer, progress);
+                                if let Err(e) = s.finish() {
+                                    reorder_failed(e);
+                                }
+                                (r, None)
+                            }
+                            (true, false) => {
+                                let mut s = OrderedSink::new(FilterSink::new(sending, filter));
+                                let r = write_one(d, i, &mut s, observer, progress);
+                                let st = s.finish().map(|f| f.stats()).map_err(reorder_failed);
+                                (r, st.ok())
+                            }
                         };
                         if let Ok(mut res) = results.lock() {
                             res.push((i, r, stats));

@@ -39,8 +39,15 @@
 //! );
 //! ```
 
-use crate::sink::TraceSink;
+use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::exact::{ExactKind, ExactStep, FuncId, Functions, Restart, UNKNOWN_FUNC};
+
+/// What marks a slice whose start is the stream's, not its own.
+const INFERRED: &str = "[inferred start time]";
+const INFERRED_ARGS: [Arg<'static>; 1] = [Arg {
+    name: "inferred_start_time",
+    value: ArgValue::Interned("true"),
+}];
 
 /// A frame of the stack.
 #[derive(Clone, Debug)]
@@ -55,6 +62,9 @@ struct Frame {
     signal: bool,
     /// Return addresses of the calls this frame made (to tell a `longjmp` to one of them).
     sites: Vec<u64>,
+    /// Its start is not known (it was running when the stream began): its slice starts
+    /// with the stream, marked so.
+    inferred: bool,
 }
 
 impl Frame {
@@ -67,6 +77,7 @@ impl Frame {
             ret,
             signal: false,
             sites: Vec::new(),
+            inferred: false,
         }
     }
 }
@@ -114,12 +125,34 @@ pub struct ExactStack {
     dirty: usize,
     /// The last step's time.
     last: u64,
+    /// The stream starts mid-run (a flight recorder, a snapshot, a forked child): the
+    /// frames below its first one are learnt from the returns into them.
+    mid_run: bool,
+    /// Mark inferred starts in slice names (transcripts), else in an argument.
+    annotate: bool,
+    /// The first step's time: where inferred frames start.
+    first_time: Option<u64>,
+    /// Callers revealed below the stack by the last step, not yet written.
+    revealed: Vec<FuncId>,
 }
 
 impl ExactStack {
     /// An empty stack.
     pub fn new() -> Self {
         ExactStack::default()
+    }
+
+    /// An empty stack for a stream that starts mid-run: the first frames' callers are
+    /// learnt from the returns into them, and written as slices enclosing what was
+    /// written ([`TraceSink::duration_begin_enclosing`]: the sink must put them in order,
+    /// e.g. `ptscope_stacks::ordered::OrderedSink`). `annotate`: mark inferred starts in
+    /// the slice's name (transcripts), not only in an argument.
+    pub fn mid_run(annotate: bool) -> Self {
+        ExactStack {
+            mid_run: true,
+            annotate,
+            ..ExactStack::default()
+        }
     }
 
     /// How deep the stack is (frames, not counting `[syscall]`/`[untraced]`).
@@ -194,6 +227,7 @@ impl ExactStack {
     /// Applies one step (times must not go backwards).
     pub fn apply(&mut self, s: &ExactStep, funcs: &Functions) {
         self.last = self.last.max(s.time);
+        let first = *self.first_time.get_or_insert(s.time);
         let trampoline = std::mem::take(&mut self.trampoline);
         match s.kind {
             ExactKind::Start(r) => {
@@ -202,6 +236,12 @@ impl ExactStack {
                 }
                 let stop = self.stop.take();
                 match r {
+                    Restart::First if self.mid_run && self.frames.is_empty() => {
+                        self.push(Frame {
+                            inferred: true,
+                            ..Frame::new(s.to, funcs, 0)
+                        });
+                    }
                     Restart::First | Restart::Resume => self.rename_top(s.to, funcs),
                     Restart::Handler => match self.frames.last_mut() {
                         // The kernel restored the interrupted code at the last handler's
@@ -255,6 +295,27 @@ impl ExactStack {
                 self.push(Frame::new(s.to, funcs, ret));
             }
             ExactKind::Return => {
+                // Mid-run, a return out of the oldest frame known goes to its caller,
+                // which was running since before the stream began.
+                if self.mid_run
+                    && self.frames.len() == 1
+                    && self.frames[0].ret == 0
+                    && !self.frames[0].signal
+                    && s.to != UNKNOWN_FUNC
+                    && self.frames[0].func != s.to
+                {
+                    let _ = first;
+                    self.frames[0].ret = s.to_addr;
+                    self.frames.insert(
+                        0,
+                        Frame {
+                            inferred: true,
+                            ..Frame::new(s.to, funcs, 0)
+                        },
+                    );
+                    self.dirty = self.dirty.saturating_add(1);
+                    self.revealed.push(s.to);
+                }
                 let n = self.frames.len();
                 let back = if s.to == UNKNOWN_FUNC {
                     n.checked_sub(1)
@@ -333,6 +394,19 @@ impl ExactStack {
         time: u64,
         funcs: &Functions,
     ) {
+        let t0 = i64::try_from(self.first_time.unwrap_or(0)).unwrap_or(i64::MAX);
+        for f in std::mem::take(&mut self.revealed) {
+            let name = funcs.name(f);
+            let named;
+            let name = if self.annotate {
+                named = format!("{name} {INFERRED}");
+                &named
+            } else {
+                name
+            };
+            sink.duration_begin_enclosing(track, name, t0, &INFERRED_ARGS);
+            self.shown.insert(0, Shown::Func(f));
+        }
         let want = |i: usize| -> Option<Shown> {
             match self.frames.get(i) {
                 Some(f) => Some(Shown::Func(f.func)),
@@ -355,11 +429,24 @@ impl ExactStack {
             sink.duration_end(track, name, t, &[]);
         }
         while let Some(w) = want(self.shown.len()) {
+            let i = self.shown.len();
+            let inferred = self.frames.get(i).is_some_and(|f| f.inferred);
             let name = match w {
                 Shown::Func(f) => funcs.name(f),
                 Shown::Overlay(o) => o.name(),
             };
-            sink.duration_begin(track, name, t, &[]);
+            if inferred {
+                let named;
+                let name = if self.annotate {
+                    named = format!("{name} {INFERRED}");
+                    &named
+                } else {
+                    name
+                };
+                sink.duration_begin(track, name, t, &INFERRED_ARGS);
+            } else {
+                sink.duration_begin(track, name, t, &[]);
+            }
             self.shown.push(w);
         }
         self.dirty = self.frames.len();
@@ -391,6 +478,7 @@ impl ExactStack {
         self.overlay = None;
         self.stop = None;
         self.trampoline = false;
+        self.revealed.clear();
         self.dirty = 0;
         self.write(sink, track, time, funcs);
     }
@@ -463,5 +551,49 @@ impl<S: TraceSink> ExactWriter<S> {
     /// Hands the sink back.
     pub fn finish(self) -> S {
         self.sink
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ordered::OrderedSink;
+    use crate::transcript::TranscriptSink;
+    use ptscope_event::exact::ExactStep;
+
+    /// A stream that starts mid-run learns the callers of its first frame from the
+    /// returns into them: each slice starts with the stream, outermost first.
+    #[test]
+    fn callers_below_a_mid_run_start_enclose_it() {
+        let mut f = Functions::default();
+        let inner = f.add(0x3000, true, "inner");
+        let mid = f.add(0x2000, true, "mid");
+        let main = f.add(0x1000, true, "main");
+        let leaf = f.add(0x4000, true, "leaf");
+        let mut sink = OrderedSink::new(TranscriptSink::default());
+        let t = sink.allocate_thread(0, "t");
+        let mut st = ExactStack::mid_run(true);
+        for s in [
+            ExactStep::new(10, ExactKind::Start(Restart::First), inner),
+            ExactStep::new(20, ExactKind::Return, mid),
+            ExactStep::new(30, ExactKind::Call { ret: 0x2010 }, leaf).at(0x4000),
+            ExactStep::new(40, ExactKind::Return, mid).at(0x2010),
+            ExactStep::new(50, ExactKind::Return, main),
+        ] {
+            st.step(&mut sink, t, &s, &f);
+        }
+        st.close(&mut sink, t, 60, &f);
+        let out = sink.finish().expect("in memory").render();
+        assert_eq!(
+            out,
+            "->     10ns BEGIN main [inferred start time]\n\
+             ->     10ns BEGIN mid [inferred start time]\n\
+             ->     10ns BEGIN inner [inferred start time]\n\
+             ->     20ns END   inner [inferred start time]\n\
+             ->     30ns BEGIN leaf\n\
+             ->     40ns END   leaf\n\
+             ->     50ns END   mid [inferred start time]\n\
+             ->     60ns END   main [inferred start time]\n"
+        );
     }
 }

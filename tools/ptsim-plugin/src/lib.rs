@@ -325,10 +325,15 @@ extern "C" fn in_child() {
     fork.extend_from_slice(&NEXT_TB.load(Ordering::Relaxed).to_le_bytes());
     fork.extend_from_slice(&clock.to_le_bytes());
     write_chunk(&mut file, KIND_FORK, 0, &fork);
+    // The parent's functions, unless another of its threads held them at the fork.
+    let regions = match parent.regions.try_lock() {
+        Ok(r) => r.inherit(Vec::new()),
+        Err(_) => Regions::default(),
+    };
     let child = Proc {
         pid,
         out: Mutex::new(BufWriter::with_capacity(1 << 20, file)),
-        regions: Mutex::new(Regions::default()),
+        regions: Mutex::new(regions),
         threads: Mutex::new(Vec::new()),
         hits: AtomicU32::new(0),
         comm_fds: Mutex::new(Vec::new()),

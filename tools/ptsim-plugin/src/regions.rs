@@ -5,6 +5,7 @@
 
 use ptscope_symbols::FileFunctions;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// One line of a maps snapshot.
 pub(crate) struct MapLine {
@@ -43,8 +44,20 @@ impl Key {
 pub(crate) struct Regions {
     pub(crate) maps: Vec<MapLine>,
     /// Loaded files by path, and their functions (`None`: not readable as ELF).
-    files: Vec<(String, Option<FileFunctions>)>,
+    files: Vec<(String, Option<Arc<FileFunctions>>)>,
     by_path: HashMap<String, usize>,
+}
+
+impl Regions {
+    /// A forked child's: the parent's files, already loaded (loading them again costs
+    /// the child as much as it cost the parent).
+    pub(crate) fn inherit(&self, maps: Vec<MapLine>) -> Regions {
+        Regions {
+            maps,
+            files: self.files.clone(),
+            by_path: self.by_path.clone(),
+        }
+    }
 }
 
 impl Regions {
@@ -66,7 +79,9 @@ impl Regions {
         let i = match self.by_path.get(&path) {
             Some(&i) => i,
             None => {
-                let f = FileFunctions::load(std::path::Path::new(&path)).ok();
+                let f = FileFunctions::load(std::path::Path::new(&path))
+                    .ok()
+                    .map(Arc::new);
                 self.files.push((path.clone(), f));
                 self.by_path.insert(path, self.files.len() - 1);
                 self.files.len() - 1
