@@ -204,14 +204,15 @@ impl ExactStack {
 
     /// Control left the top frame's function by a jump, or by a return to an address no
     /// call pushed: inside an ancestor's (named) function that is a non-local exit to
-    /// the innermost such ancestor; at a function's entry, or anywhere else, the top
-    /// frame continues there (a tail call, a trampoline).
-    fn leave(&mut self, to: FuncId, at_entry: bool, funcs: &Functions) {
+    /// the innermost such ancestor (for a jump, only from code that may exit so); at a
+    /// function's entry, or anywhere else, the top frame continues there (a tail call,
+    /// a trampoline).
+    fn leave(&mut self, to: FuncId, at_entry: bool, jump: bool, funcs: &Functions) {
         if self.frames.last().is_some_and(|top| top.func == to) {
             return;
         }
         let known = funcs.get(to).is_some_and(|f| f.known);
-        if known && !at_entry {
+        if known && !at_entry && (!jump || self.may_exit_non_locally(to, funcs)) {
             let below = self.frames.len().saturating_sub(1);
             if let Some(i) = self.frames[..below]
                 .iter()
@@ -222,6 +223,40 @@ impl ExactStack {
             }
         }
         self.rename_top(to, funcs);
+    }
+
+    /// Whether control leaving the top frame for the middle of `to` may be a non-local
+    /// exit into an ancestor (the segments writer's rule, `segments::unwind`): only code
+    /// made for it (`longjmp`, the unwinders) jumps so. Ordinary code jumps into the
+    /// middle of another symbol where GCC split a function into hot and `.cold` parts:
+    /// stripped, each part is named after its FDE (`python3.11+0x4517d5`), and an outer
+    /// call of the same function may be running in the part the inner call jumps to
+    /// (python3's nested evaluation loops: taken for an unwind, ten frames vanished).
+    fn may_exit_non_locally(&self, to: FuncId, funcs: &Functions) -> bool {
+        use crate::segments::unwind::{exits_non_locally, fde_file};
+        let Some((top, below)) = self.frames.split_last() else {
+            return true;
+        };
+        // Unnamed code called by an unwinder (`__longjmp` in a stripped libc).
+        if below
+            .last()
+            .is_some_and(|c| exits_non_locally(funcs.name(c.func)))
+        {
+            return true;
+        }
+        let src = funcs.name(top.func);
+        if exits_non_locally(src) {
+            return true;
+        }
+        if funcs.get(top.func).is_some() && fde_file(src).is_none() {
+            // Named code that is no unwinder.
+            return false;
+        }
+        // Unnamed code: the parts of one function are in one object.
+        match (fde_file(src), fde_file(funcs.name(to))) {
+            (Some(a), Some(b)) => a != b,
+            _ => true,
+        }
     }
 
     /// Applies one step (times must not go backwards).
@@ -334,6 +369,14 @@ impl ExactStack {
                         self.truncate(i);
                         self.rename_top(s.to, funcs);
                     }
+                    // Code a handler made the interrupted code resume in (Go's
+                    // `asyncPreempt`) returns to the code the signal interrupted.
+                    None if n >= 2
+                        && self.frames[n - 1].signal
+                        && self.frames[n - 2].func == s.to =>
+                    {
+                        self.truncate(n - 1);
+                    }
                     // A handler returns into the signal trampoline (`sa_restorer`), which
                     // runs in its frame's place until rt_sigreturn.
                     None if self.frames.last().is_some_and(|f| f.signal) => {
@@ -341,7 +384,7 @@ impl ExactStack {
                         self.trampoline = true;
                     }
                     None => {
-                        self.leave(s.to, false, funcs);
+                        self.leave(s.to, false, false, funcs);
                         self.trampoline = true;
                     }
                 }
@@ -356,7 +399,8 @@ impl ExactStack {
                             if indirect
                                 && !known
                                 && s.to_addr != 0
-                                && !top.sites.contains(&s.to_addr) =>
+                                && !top.sites.contains(&s.to_addr)
+                                && self.may_exit_non_locally(s.to, funcs) =>
                         {
                             below.iter().rposition(|fr| fr.sites.contains(&s.to_addr))
                         }
@@ -367,7 +411,7 @@ impl ExactStack {
                             self.truncate(i + 1);
                             self.rename_top(s.to, funcs);
                         }
-                        None => self.leave(s.to, s.at_entry(funcs), funcs),
+                        None => self.leave(s.to, s.at_entry(funcs), true, funcs),
                     }
                 }
             }
@@ -595,5 +639,43 @@ mod tests {
              ->     50ns END   mid [inferred start time]\n\
              ->     60ns END   main [inferred start time]\n"
         );
+    }
+
+    /// The frames' function names, outermost first.
+    fn names(st: &ExactStack, f: &Functions) -> Vec<String> {
+        st.frames.iter().map(|fr| f.name(fr.func).to_string()).collect()
+    }
+
+    /// python3's evaluation loop jumps into its stripped `.cold` part while an outer call
+    /// of the loop runs in that part: no unwind, the inner frame goes on there (before,
+    /// the frames between were dropped); a jump from `longjmp` still unwinds.
+    #[test]
+    fn a_jump_into_an_ancestors_cold_part_is_no_unwind_but_longjmp_is() {
+        let mut f = Functions::default();
+        let main = f.add(0x1000, true, "main");
+        let eval = f.add(0x2000, true, "_PyEval_EvalFrameDefault");
+        let cold = f.add(0x4517d5, true, "python3.11+0x4517d5");
+        let lj = f.add(0x9000, true, "__longjmp_chk@@GLIBC_2.11");
+        let mut st = ExactStack::new();
+        let jump = |t, to, at| ExactStep::new(t, ExactKind::Jump { indirect: true }, to).at(at);
+        for s in [
+            ExactStep::new(1, ExactKind::Start(Restart::First), main).at(0x1000),
+            ExactStep::new(2, ExactKind::Call { ret: 0x1010 }, eval).at(0x2000),
+            jump(3, cold, 0x4517d5),
+            ExactStep::new(4, ExactKind::Call { ret: 0x4517e0 }, eval).at(0x2000),
+            jump(5, cold, 0x451800),
+        ] {
+            st.apply(&s, &f);
+        }
+        assert_eq!(
+            names(&st, &f),
+            ["main", "python3.11+0x4517d5", "python3.11+0x4517d5"]
+        );
+        st.apply(&ExactStep::new(6, ExactKind::Return, cold).at(0x4517e0), &f);
+        assert_eq!(names(&st, &f), ["main", "python3.11+0x4517d5"]);
+        // longjmp back into the middle of main unwinds.
+        st.apply(&ExactStep::new(7, ExactKind::Call { ret: 0x451810 }, lj).at(0x9000), &f);
+        st.apply(&jump(8, main, 0x1020), &f);
+        assert_eq!(names(&st, &f), ["main"]);
     }
 }
