@@ -391,8 +391,10 @@ fn thread_names(path: &std::path::Path) -> Vec<String> {
             }
         }
     }
+    // The trace's own info track is no thread of the program.
     let mut v: Vec<String> = names
         .into_values()
+        .filter(|n| n != "trace info")
         .map(|n| n.split(" [tid=").next().unwrap_or_default().to_string())
         .collect();
     v.sort();

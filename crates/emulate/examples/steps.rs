@@ -1,22 +1,28 @@
 //! Decodes an emulate recording's threads and prints their exact steps (all, or with
 //! `--count` only how many there are and how fast they came, per thread).
 //!
-//! `cargo run --release -p ptscope-emulate --example steps -- DIR [--count]`
+//! `cargo run --release -p ptscope-emulate --example steps -- DIR [--count|--instructions]`
 
 use ptscope_emulate::{ClockKind, Decoding, Recording};
 use ptscope_event::exact::ExactKind;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let dir = args.next().ok_or("usage: steps DIR [--count]")?;
-    let count = args.next().as_deref() == Some("--count");
+    let dir = args.next().ok_or("usage: steps DIR [--count|--instructions]")?;
+    let flag = args.next();
+    let count = flag.as_deref() == Some("--count");
+    let insns = flag.as_deref() == Some("--instructions");
     let rec = Recording::open(std::path::Path::new(&dir))?;
     let view = rec.view()?;
     for n in &view.notices {
         eprintln!("notice: {n}");
     }
     for s in 0..view.snapshots().len() {
-        let d = Decoding::new(&view, s, ClockKind::Host, "prog");
+        let d = if insns {
+            Decoding::with_time_base(&view, s, ptscope_emulate::TimeBase::Instructions, "prog")
+        } else {
+            Decoding::new(&view, s, ClockKind::Host, "prog")
+        };
         eprintln!("snapshot {s}: {}", d.clock_info());
         for (i, t) in d.threads().iter().enumerate() {
             let started = std::time::Instant::now();

@@ -143,11 +143,12 @@ impl HostClock {
             i
         };
         let scale = |d: u64, (num, den): (u64, u64)| {
-            (u128::from(d) * u128::from(num) / u128::from(den.max(1))) as u64
+            (u128::from(d) * u128::from(num) / u128::from(den.max(1))).min(u128::from(u64::MAX))
+                as u64
         };
         match (i.checked_sub(1).map(|j| a[j]), a.get(i)) {
             (Some(lo), Some(hi)) => {
-                Some(lo.ns + scale(own - lo.own, (hi.ns - lo.ns, hi.own - lo.own)))
+                Some(lo.ns.saturating_add(scale(own - lo.own, (hi.ns - lo.ns, hi.own - lo.own))))
             }
             (Some(lo), None) => {
                 done.then(|| lo.ns.saturating_add(scale(own - lo.own, self.rate())))
@@ -221,6 +222,7 @@ pub(crate) fn virtual_bases(view: &View<'_>, threads: &[ThreadInput]) -> Vec<u64
         else {
             continue;
         };
+        let virt = |own: u64, kernel: u64| own.saturating_mul(NS_PER_INSN).saturating_add(kernel);
         // (host ns, virtual ns) at each of the main thread's stamps.
         let mut pairs: Vec<(u64, u64)> = Vec::new();
         let (mut own, mut kernel, mut entered) = (0u64, 0u64, None);
@@ -229,22 +231,24 @@ pub(crate) fn virtual_bases(view: &View<'_>, threads: &[ThreadInput]) -> Vec<u64
             for w in Words::new(data, piece.0) {
                 match w {
                     Ok(Word::Block(id)) => {
-                        own += view.tb(p, id).map_or(0, |t| u64::from(t.n_insns));
+                        own = own.saturating_add(view.tb(p, id).map_or(0, |t| u64::from(t.n_insns)));
                     }
                     Ok(Word::SkipBlock(k, id)) => {
-                        own += u64::from(k) + view.tb(p, id).map_or(0, |t| u64::from(t.n_insns));
+                        own = own
+                            .saturating_add(u64::from(k))
+                            .saturating_add(view.tb(p, id).map_or(0, |t| u64::from(t.n_insns)));
                     }
-                    Ok(Word::Skip(k)) => own += u64::from(k),
-                    Ok(Word::Host(ns)) => pairs.push((ns, own * NS_PER_INSN + kernel)),
+                    Ok(Word::Skip(k)) => own = own.saturating_add(u64::from(k)),
+                    Ok(Word::Host(ns)) => pairs.push((ns, virt(own, kernel))),
                     Ok(Word::SyscallEntry { ns, .. }) => {
                         entered = Some(ns);
-                        pairs.push((ns, own * NS_PER_INSN + kernel));
+                        pairs.push((ns, virt(own, kernel)));
                     }
                     Ok(Word::SyscallReturn { ns, .. }) => {
                         if let Some(e) = entered.take() {
-                            kernel += ns.saturating_sub(e);
+                            kernel = kernel.saturating_add(ns.saturating_sub(e));
                         }
-                        pairs.push((ns, own * NS_PER_INSN + kernel));
+                        pairs.push((ns, virt(own, kernel)));
                     }
                     Ok(Word::Clock(_)) => {}
                     Err(_) => break 'walk,
@@ -271,7 +275,9 @@ fn by_host_time(pairs: &[(u64, u64)], ns: u64) -> u64 {
     match (i.checked_sub(1).map(|j| pairs[j]), pairs.get(i)) {
         (Some(lo), Some(hi)) => {
             let span = u128::from(hi.1.saturating_sub(lo.1));
-            lo.1 + (span * u128::from(ns - lo.0) / u128::from((hi.0 - lo.0).max(1))) as u64
+            lo.1.saturating_add(
+                (span * u128::from(ns - lo.0) / u128::from((hi.0 - lo.0).max(1))) as u64,
+            )
         }
         (Some(lo), None) => lo.1.saturating_add(ns - lo.0),
         (None, Some(hi)) => hi.1.saturating_sub(hi.0 - ns),

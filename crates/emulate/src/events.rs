@@ -158,6 +158,10 @@ impl Events {
             return strings.intern_location(Location::new(s.to_addr, Symbol::Unknown, 0));
         };
         let sym = strings.intern(&f.name);
+        if s.to_addr == 0 && matches!(s.kind, ExactKind::Start(_)) {
+            // Somewhere in the function, not at its entry.
+            return strings.intern_location(Location::new(0, Symbol::FromPerf(sym), 0));
+        }
         if s.to_addr == 0 || s.to_addr == f.entry {
             if let Some(&h) = part.entries.get(&s.to) {
                 return h;
@@ -201,11 +205,17 @@ impl Events {
             ExactKind::Return => {
                 let at = if s.to_addr != 0 {
                     p.returns.iter().rposition(|r| r.0 == s.to_addr)
+                } else if s.to == UNKNOWN_FUNC {
+                    // Where its call pushed, wherever that is.
+                    p.returns.len().checked_sub(1)
                 } else {
                     p.returns.iter().rposition(|r| r.1 == s.to)
                 };
                 if let Some(i) = at {
                     s.to_addr = p.returns[i].0;
+                    if s.to == UNKNOWN_FUNC {
+                        s.to = p.returns[i].1;
+                    }
                     p.returns.truncate(i);
                 }
             }
@@ -228,6 +238,10 @@ impl Events {
                 };
                 let src = Self::location(p, strings, &at);
                 (Some(TraceStateChange::End), Some(Kind::Syscall), src, null)
+            }
+            // Where the code stopped, when the walk saw where it resumed.
+            ExactKind::Async if s.to_addr != 0 => {
+                (Some(TraceStateChange::End), Some(Kind::Async), to, null)
             }
             ExactKind::Async => (Some(TraceStateChange::End), Some(Kind::Async), src, null),
         };

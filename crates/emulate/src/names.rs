@@ -163,10 +163,10 @@ impl Namer {
         let Some(f) = file.as_ref() else {
             return self.intern(ip, false, &unknown(ip));
         };
-        let off = ip - m.start + m.pgoff;
+        let off = (ip - m.start).wrapping_add(m.pgoff);
         let found = f.link_address(off).and_then(|v| {
             let found = f.function_at(v)?;
-            Some((ip - (v - found.start), found.name.into_owned()))
+            Some((ip.wrapping_sub(v - found.start), found.name.into_owned()))
         });
         match found {
             Some((entry, name)) => self.intern(entry, true, &name),

@@ -82,10 +82,28 @@ impl Recording {
 
     /// Indexes the logs.
     pub fn view(&self) -> Result<View<'_>> {
-        let mut procs: Vec<Proc<'_>> = Vec::new();
+        let logs: Vec<(Option<u32>, &Path, &[u8])> = self
+            .files
+            .iter()
+            .map(|(c, p, m)| (*c, p.as_path(), m.bytes()))
+            .collect();
+        let mut v = View::from_logs(&logs)?;
         let mut notices = self.left_out.clone();
-        for (child, path, map) in &self.files {
-            let index = match LogIndex::new(map.bytes()) {
+        notices.append(&mut v.notices);
+        v.notices = notices;
+        Ok(v)
+    }
+}
+
+impl<'a> View<'a> {
+    /// Indexes logs held in memory: the first process's, then forked children's (with
+    /// the pid their file name gives), each with its path for messages. Fails only when
+    /// the first one is not a block log.
+    pub fn from_logs(logs: &[(Option<u32>, &Path, &'a [u8])]) -> Result<Self> {
+        let mut procs: Vec<Proc<'a>> = Vec::new();
+        let mut notices = Vec::new();
+        for &(child, path, bytes) in logs {
+            let index = match LogIndex::new(bytes) {
                 Ok(ix) => ix,
                 Err(e) if child.is_none() => {
                     return Err(e).with_context(|| {
@@ -128,7 +146,7 @@ impl Recording {
             procs.push(Proc {
                 index,
                 parent,
-                path: path.clone(),
+                path: path.to_path_buf(),
                 maps,
             });
         }

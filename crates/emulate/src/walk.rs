@@ -34,6 +34,11 @@ const SYS_EXECVEAT: u32 = 322;
 /// Steps a transfer interrupted by a signal may hold back before it is settled as
 /// unknown (a handler that never returns: `siglongjmp`).
 const MAX_HELD: usize = 1 << 20;
+/// Steps an asynchronous stop is held for, waiting for the function its handler made
+/// the code resume in to return to where it stopped.
+const MAX_INJECTED: usize = 1 << 16;
+/// Return addresses remembered per thread.
+const MAX_RETURNS: usize = 1 << 12;
 
 /// What a block does, worked out at its first execution.
 #[derive(Copy, Clone, Debug)]
@@ -89,6 +94,22 @@ enum Slot {
     Ready(ExactStep, Raw),
     Held,
     Nothing,
+}
+
+/// A signal handler running: what it interrupted.
+#[derive(Copy, Clone, Debug)]
+struct Context {
+    /// The transfer it interrupted before its destination was seen.
+    waiting: Option<Pending>,
+    /// Where the interrupted code resumes, when known (a delivery at a syscall's return).
+    resume: Option<u64>,
+    /// Entered right after an indirect call, which may have called the handler's
+    /// function: the places of the delivery's two steps and the handler's entry, undone
+    /// if the handler returns where that call pushed.
+    maybe_called: Option<(u64, u64, FuncId, u64)>,
+    /// The asynchronous stop's step, held until the code resumes (where tells the
+    /// instruction it interrupted): its place, the step and its time.
+    stop: Option<(u64, ExactStep, Raw)>,
 }
 
 /// A syscall stop awaiting its restart.
@@ -150,8 +171,14 @@ pub struct Walker<'v, 'a> {
     last: Option<(Action, u64)>,
     awaiting: Option<Pending>,
     stopped: Option<Stopped>,
-    /// Signal handlers running, innermost last: the transfer each interrupted.
-    contexts: Vec<Option<Pending>>,
+    /// Signal handlers running, innermost last.
+    contexts: Vec<Context>,
+    /// An asynchronous stop whose handler made the code resume in another function (Go's
+    /// `asyncPreempt`), held until that function returns to where the code stopped.
+    injected: Option<(u64, ExactStep, Raw)>,
+    /// The return addresses the calls seen pushed, innermost last (at most
+    /// [`MAX_RETURNS`]): where a return a signal interrupted was going.
+    rets: Vec<u64>,
     /// Where the thread is (the function of the last destination seen).
     here: FuncId,
 
@@ -203,6 +230,8 @@ impl<'v, 'a> Walker<'v, 'a> {
             awaiting: None,
             stopped: None,
             contexts: Vec::new(),
+            injected: None,
+            rets: Vec::new(),
             here: UNKNOWN_FUNC,
             out: VecDeque::new(),
             front: 0,
@@ -284,10 +313,12 @@ impl<'v, 'a> Walker<'v, 'a> {
             match w {
                 Word::Block(id) => self.block(id),
                 Word::SkipBlock(k, id) => {
-                    self.pending_skip += u64::from(k);
+                    self.pending_skip = self.pending_skip.saturating_add(u64::from(k));
                     self.block(id);
                 }
-                Word::Skip(k) => self.pending_skip += u64::from(k),
+                Word::Skip(k) => {
+                    self.pending_skip = self.pending_skip.saturating_add(u64::from(k))
+                }
                 Word::Clock(c) => self.pending_clock = Some(c),
                 Word::Host(ns) => self.pending_host = Some(ns),
                 Word::SyscallEntry { num, ns } => self.syscall_entry(num, ns),
@@ -382,6 +413,7 @@ impl<'v, 'a> Walker<'v, 'a> {
                 self.settle(p.seq, s, p.time);
             }
             Awaiting::IndirectCall { ret } => {
+                self.push_return(ret);
                 let s = ExactStep::new(time, ExactKind::Call { ret }, to);
                 let entry = self.namer.entry_of(to);
                 let s = s.at(addr.unwrap_or(entry));
@@ -438,15 +470,25 @@ impl<'v, 'a> Walker<'v, 'a> {
 
     /// Hands the steps that are settled (and, on the host clock, datable) to `out`.
     fn drain(&mut self, out: &mut Vec<ExactStep>) {
+        if self.out.len() > MAX_INJECTED {
+            self.release_injected();
+        }
         // A transfer a signal interrupted that never settles is given up on.
         if self.out.len() > MAX_HELD {
-            if let Some(p) = self.contexts.iter_mut().flatten().next().copied() {
-                self.stats.unknown += 1;
-                self.settle_pending(p, UNKNOWN_FUNC, None);
-                for c in self.contexts.iter_mut() {
-                    if c.is_some_and(|x| x.seq == p.seq) {
-                        *c = None;
-                    }
+            if let Some(i) = self
+                .contexts
+                .iter()
+                .position(|c| c.waiting.is_some() || c.stop.is_some())
+            {
+                let c = &mut self.contexts[i];
+                let (waiting, stop) = (c.waiting.take(), c.stop.take());
+                c.maybe_called = None;
+                if let Some((seq, s, raw)) = stop {
+                    self.settle(seq, s, raw);
+                }
+                if let Some(p) = waiting {
+                    self.stats.unknown += 1;
+                    self.settle_pending(p, UNKNOWN_FUNC, None);
                 }
             }
         }
@@ -501,7 +543,7 @@ impl<'v, 'a> Walker<'v, 'a> {
             restart: true,
         });
         if let Some(e) = self.syscall_entry_ns.take() {
-            self.kernel_ns += ns.saturating_sub(e);
+            self.kernel_ns = self.kernel_ns.saturating_add(ns.saturating_sub(e));
         }
         if let Some(st) = self.stopped.as_mut() {
             // Returned: not an exec that replaced the program.
@@ -532,7 +574,9 @@ impl<'v, 'a> Walker<'v, 'a> {
     /// instructions of the thread's own between it and the block starting at global
     /// clock `gstart`.
     fn restart_at(&self, gstart: u64, skip: u64) -> u64 {
-        (self.running + KERNEL_INSNS).max(gstart.saturating_sub(skip))
+        self.running
+            .saturating_add(KERNEL_INSNS)
+            .max(gstart.saturating_sub(skip))
     }
 
     /// One logged block.
@@ -568,9 +612,13 @@ impl<'v, 'a> Walker<'v, 'a> {
             return;
         }
         self.stats.blocks += 1;
-        self.stats.instructions += u64::from(a.n) + skip;
+        self.stats.instructions = self
+            .stats
+            .instructions
+            .saturating_add(u64::from(a.n))
+            .saturating_add(skip);
         let immediate = skip == 0;
-        let own_start = self.own + skip;
+        let own_start = self.own.saturating_add(skip);
         if let Some(ns) = self.pending_host.take() {
             self.host.push(Anchor {
                 own: own_start,
@@ -599,7 +647,7 @@ impl<'v, 'a> Walker<'v, 'a> {
                     .at(if skip == 0 { a.vaddr } else { 0 }),
                 raw,
             );
-            self.running = start + skip;
+            self.running = start.saturating_add(skip);
             self.own = skip;
             self.run(&a);
             return;
@@ -612,7 +660,10 @@ impl<'v, 'a> Walker<'v, 'a> {
                 Some((l, _)) => match l.flow {
                     Flow::Call { target } | Flow::Jmp { target } => target == a.vaddr,
                     Flow::Cond { target } => target == a.vaddr || l.end == a.vaddr,
-                    Flow::IndirectCall | Flow::IndirectJmp => true,
+                    // A signal delivered right after an indirect branch shows its
+                    // handler as the branch's destination: taken for a delivery (a
+                    // call through a pointer is undone when the handler returns).
+                    Flow::IndirectCall | Flow::IndirectJmp => false,
                     Flow::Other | Flow::Abandoned => l.end == a.vaddr,
                     Flow::Return | Flow::Syscall => false,
                 },
@@ -639,20 +690,62 @@ impl<'v, 'a> Walker<'v, 'a> {
             } else {
                 Restart::Resume
             };
-            let addr = if sigreturn { None } else { Some(st.resume) };
+            // rt_sigreturn resumes the interrupted code: where, if the delivery said.
+            let context = if sigreturn { self.contexts.pop() } else { None };
+            let addr = if sigreturn {
+                context
+                    .and_then(|c| c.resume)
+                    .or((skip == 0).then_some(a.vaddr))
+            } else {
+                Some(st.resume)
+            };
             let to = if sigreturn { a.start_fn } else { st.resume_fn };
             self.emit(
                 ExactStep::new(self.time(raw), ExactKind::Start(kind), to).at(addr.unwrap_or(0)),
                 raw,
             );
-            self.running = at + skip;
-            self.own += skip;
+            self.running = at.saturating_add(skip);
+            self.own = self.own.saturating_add(skip);
             self.traced = true;
-            if sigreturn {
-                // The code the handler interrupted resumes: its waiting transfer, if
-                // any, is settled by this block.
-                if let Some(Some(p)) = self.contexts.pop() {
-                    self.settle_pending(p, a.start_fn, None);
+            // The code the handler interrupted resumes: its stop and waiting transfer, if
+            // any, are settled by this block.
+            if let Some((seq, mut s, raw)) = context.and_then(|c| c.stop) {
+                let indirect = context.and_then(|c| c.waiting).is_some_and(|p| {
+                    matches!(
+                        p.what,
+                        Awaiting::IndirectCall { .. } | Awaiting::IndirectJmp { .. }
+                    )
+                });
+                if indirect && skip == 0 {
+                    // It stopped at the indirect branch's target, which runs now.
+                    s.to = a.start_fn;
+                    s.to_addr = a.vaddr;
+                    self.settle(seq, s, raw);
+                } else if s.to_addr != 0 {
+                    self.settle(seq, s, raw);
+                } else if s.to == a.start_fn {
+                    if skip == 0 {
+                        s.to_addr = a.vaddr;
+                    }
+                    self.settle(seq, s, raw);
+                } else {
+                    self.release_injected();
+                    self.injected = Some((seq, s, raw));
+                }
+            }
+            if let Some(p) = context.and_then(|c| c.waiting) {
+                // A return went where its call pushed; the handler may have made the code
+                // resume elsewhere (Go's `asyncPreempt`), so this block does not say which
+                // function that is.
+                match p.what {
+                    Awaiting::Return => match context.and_then(|c| c.stop).map(|c| c.1) {
+                        Some(stop) if stop.to_addr != 0 => {
+                            self.pop_returns(stop.to_addr);
+                            self.settle_pending(p, stop.to, Some(stop.to_addr));
+                        }
+                        _ => self.settle_pending(p, UNKNOWN_FUNC, None),
+                    },
+                    _ => self.settle_pending(p, a.start_fn, None),
                 }
             }
             self.here = a.start_fn;
@@ -662,10 +755,25 @@ impl<'v, 'a> Walker<'v, 'a> {
 
         // Tracing continues: the last block's waiting transfer went here.
         if let Some(p) = self.awaiting.take() {
+            if matches!(p.what, Awaiting::Return) && !immediate {
+                self.rets.pop();
+            }
+            if matches!(p.what, Awaiting::Return) && immediate {
+                self.pop_returns(a.vaddr);
+                self.undo_delivery(a.vaddr);
+                if let Some((seq, mut s, raw)) = self.injected.take() {
+                    if s.to == a.start_fn {
+                        s.to_addr = a.vaddr;
+                        self.settle(seq, s, raw);
+                    } else {
+                        self.injected = Some((seq, s, raw));
+                    }
+                }
+            }
             self.settle_pending(p, a.start_fn, immediate.then_some(a.vaddr));
         }
-        self.running += skip;
-        self.own += skip;
+        self.running = self.running.saturating_add(skip);
+        self.own = self.own.saturating_add(skip);
         self.here = a.start_fn;
         self.run(&a);
     }
@@ -674,21 +782,79 @@ impl<'v, 'a> Walker<'v, 'a> {
     fn deliver(&mut self, a: &Action, skip: u64, gstart: u64) {
         self.stats.signals += 1;
         // The interrupted code ran `skip` more instructions, then stopped.
-        self.running += skip;
-        self.own += skip;
+        self.running = self.running.saturating_add(skip);
+        self.own = self.own.saturating_add(skip);
         let restarting = self.stopped.take();
-        match restarting {
-            // Delivered as a syscall returned: the syscall is the stop.
-            Some(mut st) => self.write_stop(&mut st),
-            None => {
+        let stop_seq = self.front + self.out.len() as u64;
+        // Delivered as the last handler's rt_sigreturn returned: the kernel restored the
+        // code that handler interrupted and delivered this signal there.
+        let replaced = match restarting {
+            Some(st) if st.num == Some(SYS_RT_SIGRETURN) => self.contexts.pop(),
+            _ => None,
+        };
+        let resume = match restarting {
+            Some(mut st) if replaced.is_some() => {
+                self.write_stop(&mut st);
+                replaced.and_then(|c| c.resume)
+            }
+            // Delivered as a syscall returned: the syscall is the stop, and the code
+            // resumes after it.
+            Some(mut st) => {
+                self.write_stop(&mut st);
+                Some(st.resume)
+            }
+            None => None,
+        };
+        let stop = match (restarting, replaced) {
+            (_, Some(c)) => c.stop,
+            (Some(_), None) => None,
+            (None, None) => {
                 let raw = self.raw(self.running, self.own, false);
                 let s = ExactStep::new(self.time(raw), ExactKind::Async, self.here);
-                self.emit(s, raw);
+                // The instruction it stopped at, where the last block's flow says.
+                let at = match self.last {
+                    Some((l, _)) if skip == 0 => match l.flow {
+                        Flow::Other => Some(l.end),
+                        Flow::Call { target } | Flow::Jmp { target } => Some(target),
+                        Flow::Cond { target } if target == l.end => Some(target),
+                        // Where its call pushed.
+                        Flow::Return => self.rets.last().copied(),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let s = match at {
+                    Some(x) if l_is_return(self.last) => {
+                        let f = self.namer.function(x);
+                        ExactStep { to: f, ..s }.at(x)
+                    }
+                    Some(x) => s.at(x),
+                    None => s,
+                };
+                Some((self.hold(), s, raw))
             }
-        }
+        };
         // A transfer waiting for its destination waits until the handler is done.
-        let waiting = self.awaiting.take();
-        self.contexts.push(waiting);
+        let waiting = match replaced {
+            Some(c) => c.waiting,
+            None => self.awaiting.take(),
+        };
+        let start_seq = self.front + self.out.len() as u64;
+        let maybe_called = match waiting {
+            Some(Pending {
+                what: Awaiting::IndirectCall { .. },
+                ..
+            }) if skip == 0 && restarting.is_none() => {
+                Some((stop_seq, start_seq, a.start_fn, a.vaddr))
+            }
+            _ => None,
+        };
+        self.contexts.push(Context {
+            waiting,
+            resume,
+            maybe_called,
+            stop,
+        });
         let at = self.restart_at(gstart, 0);
         let raw = self.raw(at, self.own, true);
         self.emit(
@@ -706,11 +872,60 @@ impl<'v, 'a> Walker<'v, 'a> {
         self.run(a);
     }
 
+    fn push_return(&mut self, ret: u64) {
+        if self.rets.len() == MAX_RETURNS {
+            // The oldest half goes (deep recursion): amortized, no shifting per call.
+            self.rets.drain(..MAX_RETURNS / 2);
+        }
+        self.rets.push(ret);
+    }
+
+    /// A return went to `to`: the calls it returns from are done.
+    fn pop_returns(&mut self, to: u64) {
+        if let Some(i) = self.rets.iter().rposition(|&r| r == to) {
+            self.rets.truncate(i);
+        }
+    }
+
+    /// The held asynchronous stop goes out as it is.
+    fn release_injected(&mut self) {
+        if let Some((seq, s, raw)) = self.injected.take() {
+            self.settle(seq, s, raw);
+        }
+    }
+
+    /// A return to `to`: if the innermost handler was entered right after an indirect
+    /// call and this is where that call pushed, the call went to the handler's function
+    /// (no signal): its delivery's steps are undone and the call settled.
+    fn undo_delivery(&mut self, to: u64) {
+        let Some(c) = self.contexts.last().copied() else {
+            return;
+        };
+        let (Some(p), Some((stop_seq, start_seq, func, entry))) = (c.waiting, c.maybe_called)
+        else {
+            return;
+        };
+        if !matches!(p.what, Awaiting::IndirectCall { ret } if ret == to) {
+            return;
+        }
+        self.contexts.pop();
+        self.stats.signals = self.stats.signals.saturating_sub(1);
+        for seq in [stop_seq, start_seq] {
+            if let Some(slot) = seq
+                .checked_sub(self.front)
+                .and_then(|i| self.out.get_mut(i as usize))
+            {
+                *slot = Slot::Nothing;
+            }
+        }
+        self.settle_pending(p, func, Some(entry));
+    }
+
     /// Block `a` runs: its own transfer.
     fn run(&mut self, a: &Action) {
-        let end_running = self.running + u64::from(a.n);
+        let end_running = self.running.saturating_add(u64::from(a.n));
         self.running = end_running;
-        self.own += u64::from(a.n);
+        self.own = self.own.saturating_add(u64::from(a.n));
         self.last = Some((*a, self.own));
         let raw = self.raw(end_running, self.own, false);
         let time = self.time(raw);
@@ -725,6 +940,7 @@ impl<'v, 'a> Walker<'v, 'a> {
         };
         match a.flow {
             Flow::Call { target } => {
+                self.push_return(a.end);
                 self.emit(
                     ExactStep::new(time, ExactKind::Call { ret: a.end }, a.target_fn).at(target),
                     raw,
@@ -772,12 +988,16 @@ impl<'v, 'a> Walker<'v, 'a> {
 
     /// The stream ended: what still waits is settled as unknown.
     fn finish(&mut self) {
+        self.release_injected();
         if let Some(p) = self.awaiting.take() {
             self.stats.unknown += 1;
             self.settle_pending(p, UNKNOWN_FUNC, None);
         }
         while let Some(c) = self.contexts.pop() {
-            if let Some(p) = c {
+            if let Some((seq, s, raw)) = c.stop {
+                self.settle(seq, s, raw);
+            }
+            if let Some(p) = c.waiting {
                 self.stats.unknown += 1;
                 self.settle_pending(p, UNKNOWN_FUNC, None);
             }
@@ -802,6 +1022,11 @@ impl<'v, 'a> Walker<'v, 'a> {
             }
         }
     }
+}
+
+/// The last block ended in a return.
+fn l_is_return(last: Option<(Action, u64)>) -> bool {
+    last.is_some_and(|(l, _)| matches!(l.flow, Flow::Return))
 }
 
 /// A PLT stub's indirect jump goes to a function's entry.

@@ -451,6 +451,8 @@ fn hidden_handlers(
     let mut returns: Vec<u64> = Vec::new();
     // (branch index, depth of the code after it), depths never decreasing.
     let mut waiting: Vec<(usize, i64)> = Vec::new();
+    // A branch whose handler's rt_sigreturn delivered another signal, still waiting.
+    let mut redelivered: Option<(usize, i64)> = None;
     let vaddr = |k: usize| (k < n).then(|| log.tb_by_id(t.tb_id(k)).vaddr);
     for i in 0..n {
         let id = t.tb_id(i);
@@ -492,17 +494,24 @@ fn hidden_handlers(
                     settled.get_or_insert(b);
                 }
                 if let Some(b) = settled {
-                    let into_trampoline = !returns.contains(&next) && (i + 1 < n) && {
-                        let s = t.tb_id(i + 1);
-                        flows[s as usize] == Flow::Syscall
-                            && vaddr(i + 2).is_some_and(|r| {
-                                r != log.tb_by_id(s).end() && Some(r) != vaddr(b + 1)
-                            })
-                    };
-                    if into_trampoline {
-                        if let Some(r) = vaddr(i + 2) {
+                    // Where the trampoline's rt_sigreturn went.
+                    let resumed = (!returns.contains(&next) && (i + 1 < n))
+                        .then(|| {
+                            let s = t.tb_id(i + 1);
+                            (flows[s as usize] == Flow::Syscall)
+                                .then(|| vaddr(i + 2))
+                                .flatten()
+                                .filter(|&r| r != log.tb_by_id(s).end())
+                        })
+                        .flatten();
+                    match resumed {
+                        // A signal pending at rt_sigreturn entered the handler again:
+                        // its return into the trampoline tells.
+                        Some(r) if Some(r) == vaddr(b + 1) => redelivered = Some((b, depth)),
+                        Some(r) => {
                             found.insert(b, r);
                         }
+                        None => {}
                     }
                 }
                 let top = returns.last().copied();
@@ -524,6 +533,10 @@ fn hidden_handlers(
         };
         if expected != Some(next) {
             waiting.clear();
+            // Except the branch whose handler runs again.
+            if let Some(r) = redelivered.take() {
+                waiting.push(r);
+            }
         }
     }
     found
@@ -705,6 +718,28 @@ mod tests {
                 (StepKind::Start, 0, 0x2000),
             ]
         );
+    }
+
+    /// A signal delivered right after an indirect call, whose handler's `rt_sigreturn`
+    /// has another signal delivered (the handler runs again): the call went where the
+    /// second `rt_sigreturn` resumes; before, the handler passed for its target.
+    #[test]
+    fn signal_after_an_indirect_call_delivered_twice() {
+        let blocks = [
+            tb(0x1000, &[0xff, 0xd0]), // 0: call *%rax, returns to 0x1002
+            tb(0x3000, RET),           // 1: the handler returns into the trampoline
+            tb(0x4000, SYSCALL),       // 2: rt_sigreturn
+            tb(0x2000, NOP),           // 3: the call's target
+        ];
+        // The handler runs twice, then the call's target.
+        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 1, 2, 3]), 1);
+        let calls: Vec<(u64, u64)> = traces[0]
+            .steps
+            .iter()
+            .filter(|s| s.kind == StepKind::IndirectCall)
+            .map(|s| (s.from, s.to))
+            .collect();
+        assert_eq!(calls, [(0x1000, 0x2000)]);
     }
 
     /// A function reached by an indirect jump that returns where a call pushed, into a
