@@ -25,10 +25,14 @@ Examples:
   # A trace too large for the viewer: a time window, calls of 1 us or more, 30 deep:
   ptscope decode DIR --window 1.5s..2s --min-duration 1us --max-depth 30
 
-Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file).
+Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file), or let ptscope serve it
+to the UI: `ptscope view trace.fxt.gz` (or --view); `--report` (or `ptscope report`)
+summarises it in the terminal.
 Ctrl-C (or SIGTERM/SIGHUP) stops decoding and still writes what was decoded so far, then
 exits with status 130; a second one quits at once without writing. The trace appears at
 -o only when complete (written to a temporary file beside it, then renamed).
+A perf that makes no progress (no output, no CPU time of its own) for 30 s is stopped
+and said so; the trace holds what was decoded (PTSCOPE_PERF_STALL=SECONDS sets the limit).
 Exit status: 0 when the whole input was decoded; 1 when nothing could be decoded, or when
 the trace is incomplete (perf died or the input is cut short): it is still written.")]
 pub struct DecodeArgs {
@@ -75,10 +79,18 @@ pub struct DecodeArgs {
     pub no_demangle: bool,
 
     /// Name each sampled frame by the function perf's symbol table puts it in, as
-    /// `perf report` does, instead of expanding it into the functions inlined there
-    /// (`perf script --no-inline`): self sample counts then compare with perf report's.
-    #[arg(long)]
+    /// `perf report` does, without frames for the calls inlined there (which ptscope
+    /// otherwise reads from the files' DWARF): self sample counts then compare with perf
+    /// report's.
+    #[arg(long, conflicts_with = "perf_inline")]
     pub no_inline: bool,
+
+    /// Let perf expand inlined calls (its `addr2line` lookup, `perf script`'s default)
+    /// instead of ptscope reading them from DWARF: for comparing with perf's own output.
+    /// Much slower (80 times on a `make -j2` recording), and perf 6.1 waited forever on
+    /// node's; the watchdog then decodes the rest without it.
+    #[arg(long)]
+    pub perf_inline: bool,
 
     /// The traced executable, for source positions of functions (DWARF) and OCaml
     /// exception traps (`.note.ocaml_eh`); PIE load addresses are found from the trace.
@@ -107,6 +119,9 @@ pub struct DecodeArgs {
     /// What of the trace to keep.
     #[command(flatten)]
     pub shape: ShapeArgs,
+
+    #[command(flatten)]
+    pub after: crate::view::AfterFlags,
 }
 
 /// What of a trace to keep, for a trace too large for the viewer to open (on every
@@ -193,6 +208,7 @@ impl DecodeArgs {
             missed_trigger: None,
             demangle: !self.no_demangle,
             no_inline: self.no_inline,
+            perf_inline: self.perf_inline,
             executable: self.executable.clone(),
             executable_implied: false,
             decoder: self.decoder,
@@ -276,7 +292,8 @@ pub fn command(args: DecodeArgs) -> Result<i32> {
         "ptscope: interrupted again; quitting without writing the trace",
     );
     let report = run(&args.options(), stop_at)?;
-    Ok(exit_status(&report))
+    args.after
+        .run(&args.output, report.interrupted, exit_status(&report))
 }
 
 /// 130 (as for a Ctrl-C'd program) when interrupted, 1 when the trace is incomplete.

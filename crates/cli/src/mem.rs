@@ -115,12 +115,8 @@ fn to_stdout(f: impl FnOnce(&mut dyn Write) -> memtrace::Result<()>) -> memtrace
 /// when [`commit`] succeeds, so an error leaves `path` as it was (and the input intact
 /// when it is also the output).
 fn create(path: &Path) -> anyhow::Result<ptscope_output::AtomicFile> {
-    ptscope_output::AtomicFile::create(path).with_context(|| {
-        format!(
-            "{}: cannot create a temporary file beside it",
-            path.display()
-        )
-    })
+    ptscope_output::AtomicFile::create(path)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Renames a finished output into place.

@@ -23,6 +23,12 @@ fn emit(line: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
+/// A command's own output (a report) on standard output; a closed pipe (`| head`) ends
+/// it quietly.
+pub fn print(text: impl Display) {
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 /// Progress and outcomes: "recording …", "wrote …".
 pub fn info(msg: impl Display) {
     if !quiet() {
@@ -88,10 +94,32 @@ pub fn report(report: &ptscope_pipeline::Report, output: &std::path::Path) {
     }
     if output != std::path::Path::new("-") {
         info(format!(
-            "wrote {} ({} events); open it at https://ui.perfetto.dev",
+            "wrote {} ({} events); `ptscope view {}` opens it in the Perfetto UI, `ptscope \
+             report {}` summarises it here",
             output.display(),
-            report.events
+            report.events,
+            output.display(),
+            output.display()
         ));
+        // The bound can be lowered for tests (a trace past the real one is not cheap).
+        let max = std::env::var("PTSCOPE_UI_MAX_TRACE_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(ptscope_output::UI_MAX_TRACE_BYTES);
+        if report.trace_bytes > max {
+            warn(format!(
+                "the trace is {} MiB of FXT: more than the Perfetto UI is likely to load in a \
+                 browser (about {} MiB: its in-browser trace processor has ~2 GiB of memory \
+                 and needs 2-4x the trace's size). `ptscope report {}` summarises it in the \
+                 terminal, however large; for a trace the UI opens, record a shorter \
+                 window (--snapshot-size) or a range (--filter START,STOP), or write less of \
+                 this one: a time range (--window START..END), calls of at least a duration \
+                 (--min-duration 1us) or a depth (--max-depth N)",
+                report.trace_bytes >> 20,
+                max >> 20,
+                output.display()
+            ));
+        }
     }
 }
 

@@ -111,6 +111,8 @@ pub struct RecordArgs {
     /// What of the trace to keep.
     #[command(flatten)]
     pub shape: decode::ShapeArgs,
+    #[command(flatten)]
+    pub after: crate::view::AfterFlags,
 }
 
 /// Arguments of `ptscope run`.
@@ -128,7 +130,8 @@ the trace keeps the last 256 MiB of samples (`--snapshot-size 64M` or `--snapsho
 10s` for the last 10 seconds), shows time off CPU as [off-cpu] and time in system calls
 as [kernel: read]-style frames under their callers. `--backend emulate` shows every call
 exactly by running the program under qemu-user.
-Open the trace at https://ui.perfetto.dev.
+Open the trace at https://ui.perfetto.dev: `--view` serves it to the UI once written
+(as `ptscope view` does); `--report` prints `ptscope report`'s summary.
 
 Ctrl-C (or SIGTERM/SIGHUP): the first stops recording and decodes; the second stops
 decoding and writes what was decoded; the third quits, keeping the recording and printing
@@ -184,13 +187,16 @@ fn check_output(output: &Path) -> Result<()> {
     if output == Path::new("-") {
         return Ok(());
     }
-    if output.is_dir() {
+    if std::fs::symlink_metadata(output).is_ok_and(|m| m.is_dir()) {
         bail!(
             "cannot write the trace to {}: it is a directory; give a file name, e.g. -o {}",
             output.display(),
             output.join("trace.fxt.gz").display()
         );
     }
+    // Never through a link, never into a device or fifo: a trace is a regular file.
+    ptscope_rootsafe::check_output_target(output)
+        .map_err(|e| anyhow::anyhow!("cannot write the trace: {e}; nothing was recorded"))?;
     let dir = match output.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -202,19 +208,6 @@ fn check_output(output: &Path) -> Result<()> {
             output.display(),
             dir.display()
         );
-    }
-    // A device or fifo (-o /dev/null) is written in place: it only has to open.
-    if std::fs::metadata(output).is_ok_and(|m| !m.is_file()) {
-        return std::fs::OpenOptions::new()
-            .write(true)
-            .open(output)
-            .map(drop)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot write the trace to {}: {e}; nothing was recorded",
-                    output.display()
-                )
-            });
     }
     // The trace is written to a temporary file beside -o, then renamed: try exactly that.
     tempfile::Builder::new()
@@ -233,45 +226,30 @@ fn check_output(output: &Path) -> Result<()> {
 }
 
 /// The working directory: `-w DIR` (which must be private: perf, its control fifos and
-/// its log live there) or a fresh private temporary one.
+/// its log live there) or a fresh private temporary one in `$TMPDIR`. Either is
+/// resolved once and checked to be out of other users' reach, every directory above it
+/// included (`ptscope_rootsafe::TrustedDir`); only the resolved path is used after, so
+/// a link flipped after the check changes nothing.
 fn working_dir(asked: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let Some(d) = asked else {
+        let parent = ptscope_rootsafe::temp_parent()?;
         // 0700: the recording shows what the program did; tempfile's default is 0755.
         let t = tempfile::Builder::new()
             .prefix("ptscope-rec-")
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir()
-            .context("cannot create a temporary working directory (is TMPDIR writable?)")?;
-        return Ok((t.path().to_path_buf(), Some(t)));
+            .tempdir_in(&parent)
+            .with_context(|| {
+                format!(
+                    "cannot create a temporary working directory in {} (is TMPDIR writable?)",
+                    parent.display()
+                )
+            })?;
+        let checked = ptscope_rootsafe::TrustedDir::check(t.path())?;
+        return Ok((checked.path().to_path_buf(), Some(t)));
     };
-    match std::fs::metadata(d) {
-        Ok(m) => {
-            if !m.is_dir() {
-                bail!("-w {}: not a directory", d.display());
-            }
-            // SAFETY: geteuid cannot fail.
-            let me = unsafe { libc::geteuid() };
-            if m.uid() != me || m.mode() & 0o022 != 0 {
-                bail!(
-                    "-w {}: this directory is writable by other users or belongs to another \
-                     user; ptscope runs perf and writes its recording there, so another user \
-                     could swap its files. Use a directory only you can write (e.g. a new one: \
-                     ptscope creates it with mode 0700)",
-                    d.display()
-                );
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(d)
-                .with_context(|| format!("cannot create the working directory {}", d.display()))?;
-        }
-        Err(e) => return Err(e).with_context(|| format!("-w {}", d.display())),
-    }
-    Ok((d.to_path_buf(), None))
+    let dir =
+        ptscope_rootsafe::TrustedDir::private(d).with_context(|| format!("-w {}", d.display()))?;
+    Ok((dir.path().to_path_buf(), None))
 }
 
 /// How a failed program's status is passed on: its exit code, or 128+N for signal N.
@@ -441,6 +419,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         a.working_directory.is_some(),
         &kept_message,
         program_code,
+        &a.after,
     )
 }
 
@@ -454,6 +433,7 @@ fn decode_keeping_the_recording(
     user_dir: bool,
     kept_message: &str,
     program_code: Option<i32>,
+    after: &crate::view::AfterFlags,
 ) -> Result<i32> {
     let result = decode::run(options, stop_at);
     let whole = matches!(&result, Ok(r) if !r.interrupted && r.incomplete.is_empty());
@@ -467,7 +447,8 @@ fn decode_keeping_the_recording(
         messages::warn(kept_message);
     }
     let report = result?;
-    Ok(program_code.unwrap_or_else(|| decode::exit_status(&report)))
+    let code = program_code.unwrap_or_else(|| decode::exit_status(&report));
+    after.run(&options.output, report.interrupted, code)
 }
 
 /// Reads one line from the terminal after a prompt.
@@ -676,6 +657,15 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     );
     ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
     let base = ptscope_interrupt::presses();
+    // The same three presses as the other backends (README "Interrupts").
+    ptscope_interrupt::say_at(
+        base + 1,
+        "ptscope: stopping the program (Ctrl-C again to stop decoding early, a third time to quit)",
+    );
+    ptscope_interrupt::set_quit(
+        base + 3,
+        format!("ptscope: interrupted three times: quitting; {kept_message}"),
+    );
     if let Some(t) = triggers.first() {
         messages::info(format!(
             "emulate backend: trigger {} at {:#x} in {}: {}",
@@ -761,6 +751,10 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     }
     let pressed = ptscope_interrupt::presses() - base;
     let stop_at = base + pressed.min(1) + 1;
+    ptscope_interrupt::say_at(
+        stop_at,
+        "ptscope: interrupted: writing what was decoded so far (Ctrl-C again to quit, keeping the recording)",
+    );
     ptscope_interrupt::set_quit(
         stop_at + 1,
         format!("ptscope: interrupted again: quitting; {kept_message}"),
@@ -786,6 +780,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         a.working_directory.is_some(),
         &kept_message,
         program_code,
+        &a.after,
     )
 }
 

@@ -243,3 +243,22 @@ fn filter_keeps_only_the_range() {
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
     assert!(stderr(&bad).contains("START,STOP"), "{}", stderr(&bad));
 }
+
+/// Issue 25's minimal input, through the command the issue names (`ptscope decode
+/// --perf-script unwind.perf --format transcript`, default writer): a `jmp` from `d`
+/// into `a`'s body ends `b`, `c` and `d` and begins no second `a`; a `return` from `d`
+/// straight to `main` ends everything above `main`. The same golden file is checked
+/// through the library, with variants (gaps, snapshots), in
+/// `crates/stacks/tests/segments_unwinds.rs`.
+#[test]
+fn a_jump_into_an_ancestor_unwinds_to_it_through_the_cli() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../stacks/tests/data");
+    let out = run(ptscope()
+        .args(["decode", "--quiet", "--format", "transcript", "-o", "-"])
+        .arg("--perf-script")
+        .arg(data.join("unwind_into_ancestor.perf")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let expected =
+        std::fs::read_to_string(data.join("unwind_into_ancestor.expected.txt")).expect("golden");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}

@@ -99,8 +99,8 @@ fn dlfilter_and_text_paths_give_the_same_trace() {
         notice.is_empty() && auto_notice.is_empty(),
         "{notice}{auto_notice}"
     );
-    // Nothing is written beside the input: the filter lives in a private directory
-    // under TMPDIR while perf runs (crates/dlfilter-reader/tests/filter_dir.rs).
+    // Nothing is written beside the input: perf loads the filter from a sealed memfd
+    // (crates/dlfilter-reader/tests/filter_dir.rs).
     assert!(!std::fs::read_dir(dir)
         .expect("dir")
         .filter_map(|e| e.ok())

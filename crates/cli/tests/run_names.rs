@@ -104,8 +104,14 @@ fn tree(path: &Path) -> Tree {
     let mut processes = BTreeMap::new();
     let mut threads = BTreeMap::new();
     let mut slices: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    let mut info = None;
     for r in Reader::new(&data) {
         match r.unwrap() {
+            // ptscope's own "trace info" track (a sampled trace says so there) is no
+            // process of the recording.
+            Record::KernelObject(k) if k.obj_type == 1 && k.name == "ptscope" => {
+                info = Some(k.koid);
+            }
             Record::KernelObject(k) if k.obj_type == 1 => {
                 processes.insert(k.koid, k.name.to_string());
             }
@@ -125,6 +131,9 @@ fn tree(path: &Path) -> Tree {
     let mut t = Tree::new();
     for (koid, (p, name)) in threads {
         let p = p.expect("a thread track names its process");
+        if Some(p) == info {
+            continue;
+        }
         let pname = processes
             .get(&p)
             .unwrap_or_else(|| panic!("thread {name} in an unnamed process {p}"));

@@ -490,7 +490,7 @@ fn failures_are_clear_and_leave_nothing_behind() {
         let o = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(ptscope())
-            .args(["attach", "-p", "1", "-o", "/dev/null"])
+            .args(["attach", "-p", "1", "-o", "-"])
             .env_remove("TMPDIR")
             .output()
             .unwrap();

@@ -90,6 +90,44 @@ pub struct RecordingInfo {
     pub events: Vec<EventDesc>,
     /// The `pmu mappings` feature: PMU number → name (`8 → intel_pt`); empty when absent.
     pub pmu_mappings: Vec<(u32, String)>,
+    /// The `perf record` command line (the `cmdline` feature), when the file has it.
+    pub cmdline: Vec<String>,
+    /// The file ends before what its header says it holds.
+    pub cut_short: Option<CutShort>,
+}
+
+/// How a `perf.data` file ends before what its header promises (a copy that stopped
+/// early, a full disk, perf killed while writing it). perf cannot read such a file: it
+/// refuses it ("incompatible file format") or, when only the sections it writes last
+/// are missing, crashes on it (SIGSEGV, SIGBUS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutShort {
+    /// The records end early: of `promised` bytes of them, the file holds `held`.
+    Records {
+        /// Bytes of records the header promises.
+        promised: u64,
+        /// Bytes of them the file holds.
+        held: u64,
+    },
+    /// The records are whole; the sections after them (event names, build ids, the
+    /// tracepoints' formats, …) are missing or cut.
+    Features,
+}
+
+impl std::fmt::Display for CutShort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CutShort::Records { promised, held } => write!(
+                f,
+                "its header promises {promised} bytes of records, but the file ends after \
+                 {held} of them"
+            ),
+            CutShort::Features => f.write_str(
+                "its records are whole, but the sections perf writes after them (event \
+                 names, build ids, tracepoint formats) are missing",
+            ),
+        }
+    }
 }
 
 impl RecordingInfo {
@@ -118,6 +156,15 @@ impl RecordingInfo {
         } else {
             RecordingKind::Sampling
         }
+    }
+
+    /// The recording followed only the given threads (`perf record -t`, which implies
+    /// `--no-inherit`; `ptscope run/attach --single-thread`): threads and processes they
+    /// started were not recorded. False when the command line is unknown.
+    pub fn per_thread(&self) -> bool {
+        let record = self.cmdline.iter().skip_while(|a| a.as_str() != "record");
+        let mut args = record.skip(1).take_while(|a| a.as_str() != "--");
+        args.any(|a| a == "-t" || a == "--per-thread" || a.starts_with("--tid"))
     }
 
     /// The scope a sampling recording asks for, from its first event's modifier (see
@@ -189,7 +236,8 @@ pub fn read_header(path: &Path) -> Result<RecordingInfo, HeaderError> {
     if got < HEADER_LEN {
         return Err(damaged(format!("the file has only {got} bytes")));
     }
-    let keep_features = check_layout(&mut file, &head, big, len).map_err(damaged)?;
+    let cut_short = check_layout(&mut file, &head, big, len).map_err(damaged)?;
+    let keep_features = cut_short.is_none();
     // The obsolete `event_types` section is never read (its id lists are sized by the
     // file); without event descriptions the features are dropped as perf does when
     // they are cut off, and the events come from the attribute section.
@@ -226,9 +274,17 @@ pub fn read_header(path: &Path) -> Result<RecordingInfo, HeaderError> {
         .feature_section_data(Feature::PMU_MAPPINGS)
         .map(|s| pmu_table(s, big))
         .unwrap_or_default();
+    let cmdline = parsed
+        .cmdline()
+        .ok()
+        .flatten()
+        .map(|args| args.into_iter().map(str::to_owned).collect())
+        .unwrap_or_default();
     Ok(RecordingInfo {
         events,
         pmu_mappings,
+        cmdline,
+        cut_short,
     })
 }
 
@@ -274,7 +330,14 @@ fn word(b: &[u8], at: usize, n: usize, big: bool) -> u64 {
 /// and whether the feature sections do too and their event descriptions are sized
 /// within their section (`Ok(false)`: read the file without its features). The crate
 /// reserves memory by the counts it reads, so they are checked first.
-fn check_layout(file: &mut File, head: &[u8], big: bool, len: u64) -> Result<bool, String> {
+/// Checks the sections the header points at against the file's length: an error for a
+/// header no perf wrote, how the file is cut short if it is (see [`CutShort`]).
+fn check_layout(
+    file: &mut File,
+    head: &[u8],
+    big: bool,
+    len: u64,
+) -> Result<Option<CutShort>, String> {
     let attr_size = word(head, 16, 8, big);
     if !(MIN_ATTR_SIZE..=4096).contains(&attr_size) {
         return Err(format!("attribute size {attr_size}"));
@@ -291,7 +354,10 @@ fn check_layout(file: &mut File, head: &[u8], big: bool, len: u64) -> Result<boo
     let (data_off, data_len) = section(40);
     if !inside((data_off, data_len)) {
         // Cut short: perf itself then reads the attributes alone.
-        return Ok(false);
+        return Ok(Some(CutShort::Records {
+            promised: data_len,
+            held: len.saturating_sub(data_off).min(data_len),
+        }));
     }
     let features: u32 = (0..4)
         .map(|i| word(head, FEATURES_AT + 8 * i, 8, big).count_ones())
@@ -300,19 +366,19 @@ fn check_layout(file: &mut File, head: &[u8], big: bool, len: u64) -> Result<boo
     let table_at = data_off + data_len;
     if !inside((table_at, table_len)) {
         // Cut short: perf itself then reads the attributes alone.
-        return Ok(false);
+        return Ok(Some(CutShort::Features));
     }
     let mut table = vec![0u8; table_len as usize];
     let ok = file.seek(SeekFrom::Start(table_at)).is_ok() && file.read_exact(&mut table).is_ok();
     if !ok {
-        return Ok(false);
+        return Ok(Some(CutShort::Features));
     }
     let sections: Vec<(u64, u64)> = table
         .chunks_exact(16)
         .map(|s| (word(s, 0, 8, big), word(s, 8, 8, big)))
         .collect();
     if !sections.iter().all(|&s| inside(s)) {
-        return Ok(false);
+        return Ok(Some(CutShort::Features));
     }
     // The event descriptions are `HEADER_EVENT_DESC`, feature bit 12: its count and
     // attribute size must fit its section, else the crate reserves memory by them.
@@ -323,13 +389,13 @@ fn check_layout(file: &mut File, head: &[u8], big: bool, len: u64) -> Result<boo
         let (off, size) = sections[index as usize];
         let mut desc = vec![0u8; size as usize];
         if file.seek(SeekFrom::Start(off)).is_err() || file.read_exact(&mut desc).is_err() {
-            return Ok(false);
+            return Ok(Some(CutShort::Features));
         }
         if !event_desc_fits(&desc, big) {
-            return Ok(false);
+            return Ok(Some(CutShort::Features));
         }
     }
-    Ok(true)
+    Ok(None)
 }
 
 /// Whether every count and length in a `HEADER_EVENT_DESC` section (`u32 nr`, `u32
@@ -424,8 +490,26 @@ impl Seek for PatchedHead {
 
 #[cfg(test)]
 mod tests {
-    use super::{pmu_table, scope_of_event_name};
+    use super::{pmu_table, scope_of_event_name, RecordingInfo};
     use ptscope_event::TraceScope;
+
+    #[test]
+    fn a_recording_of_given_threads_says_so_in_its_command_line() {
+        let info = |cmd: &str| RecordingInfo {
+            cmdline: cmd.split(' ').map(str::to_owned).collect(),
+            ..RecordingInfo::default()
+        };
+        // `ptscope run/attach --single-thread`, and perf's own `-t`.
+        assert!(
+            info("/usr/bin/perf record -o w/perf.data --per-thread -t 42 --switch-events")
+                .per_thread()
+        );
+        assert!(info("perf record --tid=42 -g").per_thread());
+        // The whole process tree (`-p`), or a workload after `--` that has a `-t` of its own.
+        assert!(!info("/usr/bin/perf record -o w/perf.data -p 42 --call-graph dwarf").per_thread());
+        assert!(!info("perf record -g -- sort -t , data.csv").per_thread());
+        assert!(!RecordingInfo::default().per_thread());
+    }
 
     #[test]
     fn a_recording_asks_for_the_kernel_only_with_a_k_modifier() {

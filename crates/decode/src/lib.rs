@@ -116,6 +116,8 @@ enum Group {
     Done,
     /// A sample waiting for its callchain.
     Sample {
+        /// A `sched:sched_switch` sample: the stack the thread left the CPU in.
+        switch_out: bool,
         line: u64,
         thread: Thread,
         time: u64,
@@ -398,7 +400,7 @@ impl State {
             }
             EventClass::Ignored => self.stats.ignored += 1,
             EventClass::Task => self.warn(line_no, WarningKind::MalformedTaskEvent, line),
-            EventClass::Extra(_) | EventClass::Sample => {
+            EventClass::Extra(_) | EventClass::Sample | EventClass::SwitchOut => {
                 let extra = match header.class {
                     EventClass::Extra(e) => Some(e),
                     _ => None,
@@ -413,6 +415,7 @@ impl State {
                 }
                 self.frames.clear();
                 self.group = Group::Sample {
+                    switch_out: header.class == EventClass::SwitchOut,
                     line: line_no,
                     thread,
                     time,
@@ -485,6 +488,7 @@ impl State {
     fn close_group(&mut self) {
         let group = std::mem::replace(&mut self.group, Group::None);
         let Group::Sample {
+            switch_out,
             line,
             thread,
             time,
@@ -528,7 +532,11 @@ impl State {
                     self.header_text = text;
                     return;
                 };
-                EventData::StackSample { callstack }
+                if switch_out {
+                    EventData::SwitchOutStack { callstack }
+                } else {
+                    EventData::StackSample { callstack }
+                }
             }
         };
         self.frames.clear();

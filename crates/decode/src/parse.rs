@@ -21,6 +21,8 @@ pub(crate) enum EventClass {
     Extra(ExtraEvent),
     /// Anything else: a sampling event (`cycles`, `cpu-clock`, …) whose tab lines are a callchain.
     Sample,
+    /// `sched:sched_switch`: the callchain is the stack a thread left the CPU in.
+    SwitchOut,
     /// A side-band record (`PERF_RECORD_COMM`, …) that perf printed like an event.
     Task,
 }
@@ -438,11 +440,17 @@ pub(crate) fn parse_header(line: &[u8]) -> Result<Header<'_>, WarningKind> {
             break;
         }
     }
+    let class = match classify(name) {
+        EventClass::Sample if s[name_start..i].starts_with(b"sched:sched_switch:") => {
+            EventClass::SwitchOut
+        }
+        c => c,
+    };
     Ok(Header {
         thread,
         time,
         period,
-        class: classify(name),
+        class,
         comm: prefix.comm,
         no_event: false,
         rest: &s[i..],

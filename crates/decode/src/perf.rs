@@ -19,7 +19,10 @@ use std::ffi::OsString;
 use std::io::{BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// How much of perf's stderr is kept for error messages.
 pub const STDERR_TAIL: usize = 8 * 1024;
@@ -89,6 +92,35 @@ pub fn default_perf() -> PathBuf {
         .map_or_else(|| PathBuf::from("perf"), PathBuf::from)
 }
 
+/// Whether `perf script` has the `--inline` option (and so `--no-inline`: perf's options
+/// each have their negation), read from its usage (`perf script -h`) once per perf
+/// binary. Where it has, perf expands inlined calls in callchains through an `addr2line`
+/// child per DSO unless told `--no-inline`: 80 times the rest of a decode on a `make -j2`
+/// recording, and on node's a lookup that never answered. ptscope expands them itself
+/// (`ptscope_symbols::InlineInfo`); a perf without the option never expands them.
+pub fn script_has_inline_option(perf: &std::path::Path) -> bool {
+    static KNOWN: std::sync::Mutex<Vec<(PathBuf, bool)>> = std::sync::Mutex::new(Vec::new());
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, has)) = known.iter().find(|(p, _)| p == perf) {
+        return *has;
+    }
+    let has = ptscope_interrupt::children::die_with_ptscope(&mut Command::new(perf))
+        .args(["script", "-h"])
+        .env("PAGER", "cat")
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|out| {
+            let listed = |text: &[u8]| {
+                String::from_utf8_lossy(text)
+                    .lines()
+                    .any(|l| l.trim_start().starts_with("--inline"))
+            };
+            listed(&out.stdout) || listed(&out.stderr)
+        });
+    known.push((perf.to_path_buf(), has));
+    has
+}
+
 /// A command line as a person would type it, for error messages.
 pub fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
@@ -127,6 +159,17 @@ pub enum PerfError {
         #[source]
         source: std::io::Error,
     },
+    /// perf made no progress (no output for ptscope, no CPU time of its own) for
+    /// `waited`, and was stopped: see [`PerfOutput`].
+    #[error("{}", stall_text(.command, .waited, .waiting_for))]
+    Stalled {
+        /// The command line, for the message.
+        command: String,
+        /// How long it made no progress.
+        waited: Duration,
+        /// The child perf was waiting for, if any: its command line and CPU time.
+        waiting_for: Option<(String, Duration)>,
+    },
     /// perf ran but exited unsuccessfully.
     #[error("`{command}` failed ({status}){}", stderr_suffix(.stderr))]
     Failed {
@@ -139,6 +182,56 @@ pub enum PerfError {
     },
 }
 
+/// What a stalled perf was doing, and what to do about it.
+fn stall_text(command: &str, waited: &Duration, child: &Option<(String, Duration)>) -> String {
+    format!(
+        "{}. The trace holds what was decoded before it; if perf is only slow on this \
+         recording, set {STALL_ENV}=SECONDS above {} and decode again",
+        stall_summary(command, waited, child),
+        waited.as_secs()
+    )
+}
+
+/// How a perf stopped by the watchdog was stuck, in one sentence without advice.
+pub fn stall_summary(
+    command: &str,
+    waited: &Duration,
+    child: &Option<(String, Duration)>,
+) -> String {
+    let mut t = format!(
+        "`{command}` made no progress for {} s (no output and no CPU time of its own) and was \
+         stopped",
+        waited.as_secs()
+    );
+    match child {
+        Some((cmd, cpu)) => {
+            let what = if is_addr2line(cmd) {
+                " (perf's own lookup of inlined functions)"
+            } else {
+                ""
+            };
+            t.push_str(&format!(
+                ": it was waiting for `{cmd}`{what}, which had used {:.1} s of CPU",
+                cpu.as_secs_f64()
+            ));
+        }
+        None => t.push_str(": perf itself was idle (a hung file system, or a perf bug)"),
+    }
+    t
+}
+
+/// Whether a command line runs addr2line (binutils' or llvm's): perf's lookup of
+/// inlined functions and source lines. The program is the first word, or the second
+/// after an interpreter (`/bin/sh …/addr2line -e FILE`, a script on PATH).
+pub fn is_addr2line(cmd: &str) -> bool {
+    cmd.split_whitespace().take(2).any(|w| {
+        std::path::Path::new(w)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with("addr2line"))
+    })
+}
+
 fn stderr_suffix(stderr: &str) -> String {
     let t = stderr.trim();
     if t.is_empty() {
@@ -148,24 +241,105 @@ fn stderr_suffix(stderr: &str) -> String {
     }
 }
 
+/// The environment variable that sets how long a perf may make no progress before the
+/// watchdog stops it, in seconds (default [`DEFAULT_STALL`]).
+pub const STALL_ENV: &str = "PTSCOPE_PERF_STALL";
+
+/// How long a perf may make no progress before it is stopped, unless [`STALL_ENV`] says.
+/// Long enough for perf's slowest honest silence seen (reading a large DSO's symbols
+/// spends CPU, which counts as progress), short against a user's patience.
+pub const DEFAULT_STALL: Duration = Duration::from_secs(30);
+
+/// How often the watchdog looks.
+const WATCH_TICK: Duration = Duration::from_millis(250);
+
+/// The stall limit from [`STALL_ENV`], else [`DEFAULT_STALL`].
+pub fn stall_limit() -> Duration {
+    std::env::var(STALL_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(DEFAULT_STALL, Duration::from_secs_f64)
+}
+
+/// perf's stdout as ptscope reads it: a read that waits says so, for the watchdog.
+///
+/// "No progress" is judged from ptscope's side: ptscope is waiting in a read of perf's
+/// output (so a slow reader never makes perf look stuck), and perf itself spends no CPU
+/// (so a perf busy unwinding or loading symbols is left alone). perf 6.1 decoding a
+/// node recording sat so for over 10 minutes, waiting on its `addr2line -i` child.
+#[derive(Debug)]
+pub struct PerfOutput {
+    inner: ChildStdout,
+    watch: Arc<Watch>,
+}
+
+impl Read for PerfOutput {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.watch.waiting_since.store(
+            self.watch.epoch.elapsed().as_nanos() as u64 | 1,
+            Ordering::Relaxed,
+        );
+        let r = self.inner.read(buf);
+        self.watch.waiting_since.store(0, Ordering::Relaxed);
+        r
+    }
+}
+
+impl std::os::fd::AsRawFd for PerfOutput {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+/// How long perf made no progress, and the child it was waiting for (its command line
+/// and CPU time), if any.
+type Stall = (Duration, Option<(String, Duration)>);
+
+/// What the reader and the watchdog of one perf share.
+#[derive(Debug)]
+struct Watch {
+    epoch: Instant,
+    /// When the current read began (ns since `epoch`, odd), 0 when not in a read.
+    waiting_since: AtomicU64,
+    /// perf was waited for (or is being): the watchdog ends.
+    done: AtomicBool,
+    /// Why the watchdog stopped perf.
+    stalled: Mutex<Option<Stall>>,
+    /// An interrupt asked perf to stop ([`stop_all`]): how it ends is no failure.
+    interrupted: AtomicBool,
+}
+
 /// A running perf whose stdout the caller reads: its stderr is drained on a thread (only
-/// the end kept, for error messages), and it is killed if dropped before being waited for.
-/// Both decode paths (text and dlfilter) run perf through this.
+/// the end kept, for error messages), a watchdog stops it when it makes no progress (see
+/// [`PerfOutput`]), and it is killed, with any child of its own (`addr2line`), if dropped
+/// before being waited for. Both decode paths (text and dlfilter) run perf through this.
 #[derive(Debug)]
 pub struct PerfProcess {
     child: Child,
     stderr: Option<JoinHandle<Vec<u8>>>,
     command: String,
     done: bool,
+    watch: Arc<Watch>,
 }
 
 impl PerfProcess {
-    /// Starts `cmd` with stdout and stderr piped; returns it and the stdout to read.
-    pub fn spawn(cmd: &mut Command) -> Result<(PerfProcess, ChildStdout), PerfError> {
+    /// Starts `cmd` with stdout and stderr piped; returns it and the stdout to read,
+    /// watched with the stall limit of [`stall_limit`].
+    pub fn spawn(cmd: &mut Command) -> Result<(PerfProcess, PerfOutput), PerfError> {
+        Self::spawn_watched(cmd, stall_limit())
+    }
+
+    /// [`PerfProcess::spawn`] with an explicit stall limit.
+    pub fn spawn_watched(
+        cmd: &mut Command,
+        limit: Duration,
+    ) -> Result<(PerfProcess, PerfOutput), PerfError> {
         // Its own process group: a terminal's Ctrl-C reaches ptscope, whose policy decides
         // (stop decoding and keep what was read), not perf, whose death would read as a
-        // failure. It still dies with ptscope: its next write meets a closed pipe.
+        // failure. It still dies with ptscope, however ptscope ends.
         std::os::unix::process::CommandExt::process_group(cmd, 0);
+        ptscope_interrupt::children::die_with_ptscope(cmd);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let command = describe(cmd);
         let program = cmd.get_program().to_string_lossy().into_owned();
@@ -179,14 +353,56 @@ impl PerfProcess {
                 source: std::io::Error::other("no pipes to the child"),
             });
         };
-        register(child.id());
+        let watch = Arc::new(Watch {
+            epoch: Instant::now(),
+            waiting_since: AtomicU64::new(0),
+            done: AtomicBool::new(false),
+            stalled: Mutex::new(None),
+            interrupted: AtomicBool::new(false),
+        });
+        register(child.id(), Arc::clone(&watch));
+        watchdog(child.id(), Arc::clone(&watch), limit);
         let process = PerfProcess {
             child,
             stderr: Some(keep_stderr_tail(stderr)),
             command,
             done: false,
+            watch: Arc::clone(&watch),
         };
-        Ok((process, stdout))
+        Ok((
+            process,
+            PerfOutput {
+                inner: stdout,
+                watch,
+            },
+        ))
+    }
+
+    /// The error saying why the watchdog stopped perf, if it did.
+    pub fn stall(&self) -> Option<PerfError> {
+        let stalled = self
+            .watch
+            .stalled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        stalled.map(|(waited, waiting_for)| PerfError::Stalled {
+            command: self.command.clone(),
+            waited,
+            waiting_for,
+        })
+    }
+
+    /// True once an interrupt asked perf to stop ([`stop_all`]): its output ends early,
+    /// and that is no failure.
+    pub fn interrupted(&self) -> bool {
+        self.watch.interrupted.load(Ordering::Relaxed)
+    }
+
+    /// Kills perf and its process group (its `addr2line` children with it).
+    fn kill(&mut self) {
+        kill_group(self.child.id());
+        let _ = self.child.kill();
     }
 
     /// The command line that was started, as a person would type it.
@@ -202,16 +418,20 @@ impl PerfProcess {
             return Ok(());
         }
         self.done = true;
+        self.watch.done.store(true, Ordering::Relaxed);
         unregister(self.child.id());
         if stopped_early {
-            let _ = self.child.kill();
+            self.kill();
         }
         let status = self.child.wait().map_err(|source| PerfError::Wait {
             command: self.command.clone(),
             source,
         })?;
         let kept = self.take_stderr();
-        if status.success() || stopped_early {
+        if let Some(e) = self.stall() {
+            return Err(e);
+        }
+        if status.success() || stopped_early || self.interrupted() {
             return Ok(());
         }
         Err(PerfError::Failed {
@@ -221,10 +441,16 @@ impl PerfProcess {
         })
     }
 
+    /// How perf exited, if it has (it is not waited for).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Stops perf and returns the end of its stderr (to explain why its output stopped).
     pub fn kill_and_stderr(&mut self) -> String {
         unregister(self.child.id());
-        let _ = self.child.kill();
+        self.watch.done.store(true, Ordering::Relaxed);
+        self.kill();
         let _ = self.child.wait();
         self.done = true;
         tail(&self.take_stderr())
@@ -240,36 +466,180 @@ impl PerfProcess {
 
 impl Drop for PerfProcess {
     fn drop(&mut self) {
+        self.watch.done.store(true, Ordering::Relaxed);
         if !self.done {
             unregister(self.child.id());
-            let _ = self.child.kill();
+            self.kill();
             let _ = self.child.wait();
         }
     }
 }
 
-/// Running perf processes (pids, unregistered before they are reaped, so a pid here
-/// is never a recycled one).
-static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+/// SIGKILL to the process group `pid` leads (perf is started as a group leader, so its
+/// `addr2line` children go with it instead of running on orphaned).
+fn kill_group(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) of our own child's group; the child is not reaped yet, so its
+        // pid (and the group's id) cannot have been reused.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+}
 
-fn register(pid: u32) {
-    RUNNING.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+/// CPU time (user + system) of a process, from `/proc/PID/stat`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command may hold spaces and parentheses: fields follow the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&h| h > 0)
+        .unwrap_or(100);
+    Some(Duration::from_millis(ticks * 1000 / hz))
+}
+
+/// The children of `pid` (from every process's `/proc/PID/stat`), with their command
+/// lines and CPU times, busiest first.
+fn children_of(pid: u32) -> Vec<(String, Duration)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(child) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid != Some(pid) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+        let cmd = cmdline
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        out.push((cmd, cpu_time(child).unwrap_or_default()));
+    }
+    out.sort_by_key(|c| std::cmp::Reverse(c.1));
+    out
+}
+
+/// Watches one perf until it is waited for: when ptscope has waited in a read of its
+/// output for `limit` while perf used under 5 % of that in CPU time, perf (and its
+/// children) are killed and the reason kept, for [`PerfProcess::stall`]. What a child
+/// does is not progress: perf 6.1's `addr2line` on node's binary took about a second
+/// of CPU per address, so perf printed a few bytes a minute (the decode would have
+/// taken hours). Time is counted in the watchdog's own ticks, so a ptscope stopped by
+/// a signal (Ctrl-Z) sees no stall.
+fn watchdog(pid: u32, watch: Arc<Watch>, limit: Duration) {
+    /// One stretch of waiting on perf without it progressing.
+    struct Streak {
+        /// The read it is about (its start, as `Watch::waiting_since` says).
+        read: u64,
+        /// perf's CPU time when it began.
+        cpu: Duration,
+        ticks: u32,
+    }
+    let spawned = std::thread::Builder::new()
+        .name("ptscope-perf-watchdog".into())
+        .spawn(move || {
+            let mut streak: Option<Streak> = None;
+            while !watch.done.load(Ordering::Relaxed) {
+                std::thread::sleep(WATCH_TICK);
+                let since = watch.waiting_since.load(Ordering::Relaxed);
+                if since == 0 || watch.done.load(Ordering::Relaxed) {
+                    streak = None;
+                    continue;
+                }
+                // None once perf has exited: its output is about to end.
+                let Some(cpu) = cpu_time(pid) else {
+                    streak = None;
+                    continue;
+                };
+                let s = match &mut streak {
+                    Some(s) if s.read == since => s,
+                    _ => streak.insert(Streak {
+                        read: since,
+                        cpu,
+                        ticks: 0,
+                    }),
+                };
+                s.ticks += 1;
+                let window = WATCH_TICK * s.ticks;
+                if cpu.saturating_sub(s.cpu) * 20 > window {
+                    // perf is working: a new stretch starts now.
+                    *s = Streak {
+                        read: since,
+                        cpu,
+                        ticks: 0,
+                    };
+                    continue;
+                }
+                if window >= limit {
+                    let waiting_for = children_of(pid).into_iter().next();
+                    *watch.stalled.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((window, waiting_for));
+                    kill_group(pid);
+                    return;
+                }
+            }
+        });
+    // Without a thread there is no watchdog: perf runs unwatched, as before it existed.
+    drop(spawned);
+}
+
+/// Running perf processes (pids, unregistered before they are reaped, so a pid here
+/// is never a recycled one), with what their readers and watchdogs share.
+static RUNNING: Mutex<Vec<(u32, Arc<Watch>)>> = Mutex::new(Vec::new());
+
+fn register(pid: u32, watch: Arc<Watch>) {
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((pid, watch));
 }
 
 fn unregister(pid: u32) {
     RUNNING
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .retain(|&p| p != pid);
+        .retain(|(p, _)| *p != pid);
 }
 
-/// Kills every perf this process started that is still running: a decode stopped by
-/// an interrupt must not wait for a perf that has not printed its first line yet. The
-/// readers then see their input end, and clean up as usual.
+/// Asks every perf this process started that is still running to stop, as a decode
+/// stopped by an interrupt must: SIGINT to its process group, which perf script answers
+/// by ending after the sample at hand and writing out what it decoded (its output is
+/// block-buffered: a SIGKILL would lose up to a buffer of decoded samples, with the
+/// dlfilter all of a slow decode's first seconds). `addr2line` children die of it, so a
+/// perf waiting on one goes on. The readers then see their input end, and clean up as
+/// usual; [`kill_all`] is for a perf that does not end.
 pub fn stop_all() {
-    for &pid in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-        // SAFETY: kill(2) of our own unreaped child (registered until just before reaping).
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    for (pid, watch) in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        watch.interrupted.store(true, Ordering::Relaxed);
+        if let Ok(pid) = libc::pid_t::try_from(*pid) {
+            // SAFETY: kill(2) of our own unreaped child's group (registered until just
+            // before reaping, so the id cannot have been reused).
+            unsafe { libc::kill(-pid, libc::SIGINT) };
+        }
+    }
+}
+
+/// Kills every perf this process started that is still running, with its children: a
+/// perf that did not end after [`stop_all`] (stuck in a read of its own).
+pub fn kill_all() {
+    for (pid, watch) in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        watch.interrupted.store(true, Ordering::Relaxed);
+        kill_group(*pid);
     }
 }
 
@@ -298,7 +668,7 @@ fn keep_stderr_tail(mut stderr: impl Read + Send + 'static) -> JoinHandle<Vec<u8
 /// learn whether perf succeeded; events decoded before a failure are never lost.
 #[derive(Debug)]
 pub struct PerfScript {
-    decoder: Decoder<BufReader<ChildStdout>>,
+    decoder: Decoder<BufReader<PerfOutput>>,
     perf: PerfProcess,
     kind: RecordingKind,
 }
@@ -336,18 +706,28 @@ impl PerfScript {
         self.perf.command()
     }
 
+    /// Why the watchdog stopped perf, if it did (its output then ended early).
+    pub fn stall(&self) -> Option<PerfError> {
+        self.perf.stall()
+    }
+
+    /// True once an interrupt asked perf to stop ([`stop_all`]).
+    pub fn interrupted(&self) -> bool {
+        self.perf.interrupted()
+    }
+
     /// The next event from perf's output; `Ok(None)` when perf closed its output.
     pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
         self.decoder.next_event()
     }
 
     /// The decoder (stats, warnings, strings).
-    pub fn decoder(&self) -> &Decoder<BufReader<ChildStdout>> {
+    pub fn decoder(&self) -> &Decoder<BufReader<PerfOutput>> {
         &self.decoder
     }
 
     /// Mutable access to the decoder.
-    pub fn decoder_mut(&mut self) -> &mut Decoder<BufReader<ChildStdout>> {
+    pub fn decoder_mut(&mut self) -> &mut Decoder<BufReader<PerfOutput>> {
         &mut self.decoder
     }
 

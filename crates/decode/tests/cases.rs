@@ -259,6 +259,45 @@ fn extra_event_prefers_callchain_and_period_is_count() {
     assert!(matches!(location.symbol, Symbol::FromPerf(_)));
 }
 
+/// perf's `sched:sched_switch` samples (the stack a thread left the CPU in) are their own
+/// kind of event, root first like a sample's, next to the switch record perf prints
+/// after them; other tracepoints stay samples.
+#[test]
+fn sched_switch_stacks_are_switch_out_stacks() {
+    let text = "\
+ 15044/15044   908.617177222:          1    sched:sched_switch: 
+\tffffffff821f8b58 __schedule+0x618 ([kernel.kallsyms])
+\t            1268 spin+0xb8 (/tmp/sleeper)
+\t            1084 main+0x14 (/tmp/sleeper)
+
+ 15044/15044   908.617188348: PERF_RECORD_SWITCH OUT preempt
+ 15044/15044   908.617190000:          1    sched:sched_wakeup: 
+\t            1084 main+0x14 (/tmp/sleeper)
+";
+    let (events, d) = decode_all(text.as_bytes());
+    assert_eq!(d.stats().warnings, 0, "{:?}", d.warnings());
+    let datas: Vec<&EventData> = events
+        .iter()
+        .map(|e| match e {
+            Event::Ok { data, .. } => data,
+            e => panic!("{e:?}"),
+        })
+        .collect();
+    let [EventData::SwitchOutStack { callstack }, EventData::Switch {
+        out: true,
+        preempt: true,
+    }, EventData::StackSample { .. }] = datas.as_slice()
+    else {
+        panic!("{events:?}")
+    };
+    let names: Vec<&str> = d
+        .strings()
+        .stack(*callstack)
+        .map(|l| d.strings().display(l.symbol))
+        .collect();
+    assert_eq!(names, ["main", "spin", "__schedule"]);
+}
+
 #[test]
 fn samples_without_callchain_use_their_own_line() {
     let text = "\

@@ -62,6 +62,7 @@ fn fixture_event_kinds_match_their_headers() {
                     EventData::StackSample { callstack } => {
                         h.contains(" cycles:") && d.strings().stack(*callstack).len() > 0
                     }
+                    EventData::SwitchOutStack { .. } => h.contains(" sched:sched_switch:"),
                     EventData::EventSample { .. } => h.contains("-misses/"),
                     EventData::Ptwrite { .. } => h.contains("ptwrite:"),
                     EventData::Comm { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {

@@ -132,7 +132,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(other) => return Err(format!("unknown kind {other}").into()),
         None => read_header(&data)?.kind(),
     };
-    let installed = install_filter(&std::env::temp_dir())?;
+    let installed = install_filter()?;
     let filter = installed.path().to_path_buf();
     let fs = filter.to_str().ok_or("filter path is not UTF-8")?;
     let (d, f) = (data.as_path(), filter.as_path());

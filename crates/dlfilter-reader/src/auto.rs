@@ -11,7 +11,8 @@
 
 use crate::jit::JitNames;
 use crate::{DlfilterOptions, DlfilterScript, Error};
-use ptscope_decode::{PerfScript, PerfScriptOptions, Stats, Warning};
+use ptscope_decode::perf::{is_addr2line, stall_summary};
+use ptscope_decode::{PerfError, PerfScript, PerfScriptOptions, Stats, Warning};
 use ptscope_event::source::{EventSource, Finished, SourceError, TableMap};
 use ptscope_event::{Event, EventData, Kind, StringTable, Symbol};
 use std::path::Path;
@@ -19,7 +20,7 @@ use std::process::{Command, Stdio};
 
 /// perf's `major.minor` from `perf --version` (`perf version 6.1.187`).
 pub fn perf_version(perf: &Path) -> Option<(u32, u32)> {
-    let out = Command::new(perf)
+    let out = ptscope_interrupt::children::die_with_ptscope(&mut Command::new(perf))
         .arg("--version")
         .stdin(Stdio::null())
         .stderr(Stdio::null())
@@ -72,6 +73,8 @@ pub struct AnyScript {
     inner: Inner,
     /// Options to restart on the text path if the dlfilter stream fails.
     fallback: Option<Box<PerfScriptOptions>>,
+    /// The text path's options, to continue on after a stall.
+    text: Box<PerfScriptOptions>,
     /// Events delivered so far.
     delivered: u64,
     /// Events of the text stream still to skip (already delivered by the dlfilter).
@@ -79,6 +82,9 @@ pub struct AnyScript {
     /// Hides names from untrusted JIT maps on the text path (the dlfilter script has its own).
     jit: JitNames,
     notices: Vec<String>,
+    /// The watchdog's stop was already returned as the stream's error: `finish` does not
+    /// say it again.
+    stall_said: bool,
 }
 
 #[derive(Debug)]
@@ -126,10 +132,12 @@ pub fn open(
     let any = |inner: Inner, fallback: Option<Box<PerfScriptOptions>>| AnyScript {
         inner,
         fallback,
+        text: Box::new(text.clone()),
         delivered: 0,
         skip: 0,
         jit: JitNames::new(options.map_trust.clone()),
         notices: Vec::new(),
+        stall_said: false,
     };
     let to_text = |why: Option<String>| -> Result<_, Error> {
         let script = PerfScript::spawn(&text)?;
@@ -167,9 +175,17 @@ pub fn open(
             Ok((any(Inner::Dlfilter(Box::new(script)), fallback), None))
         }
         _ => {
+            let exited = script.exited();
             let stderr = script.stderr_now();
-            let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            let why = format!("perf did not load the dlfilter ({})", first.trim());
+            let first = stderr.lines().find(|l| !l.trim().is_empty()).map(str::trim);
+            let why = match (first, exited) {
+                (Some(said), _) => format!("perf did not load the dlfilter ({said})"),
+                (None, Some(status)) => format!(
+                    "perf did not load the dlfilter: it ended ({status}) before the filter's \
+                     first record, saying nothing"
+                ),
+                (None, None) => "perf did not load the dlfilter, saying nothing".to_string(),
+            };
             if choice == Choice::Dlfilter {
                 return refuse(why);
             }
@@ -185,46 +201,25 @@ impl AnyScript {
     /// error comes after every event decoded before it.
     pub fn next_event(&mut self) -> Result<Option<Event>, Error> {
         loop {
-            match &mut self.inner {
+            // A perf the watchdog stopped, found at the end of its stream.
+            let stall = match &mut self.inner {
                 Inner::Dlfilter(script) => match script.next_event() {
                     Ok(Some(e)) => {
                         self.delivered += 1;
                         return Ok(Some(e));
                     }
                     Ok(None) => return Ok(None),
-                    Err(e) => {
-                        let Some(opts) = self.fallback.take() else {
-                            return Err(e);
-                        };
-                        let stderr = script.stderr_now();
-                        let perf_said = stderr
-                            .lines()
-                            .rfind(|l| !l.trim().is_empty())
-                            .map_or(String::new(), |l| format!(" (perf said: {})", l.trim()));
-                        self.notices.push(format!(
-                            "the dlfilter stream failed after {} events: {e}{perf_said}; decoding the rest from perf script text",
-                            self.delivered
-                        ));
-                        self.notices.extend(script.take_notices());
-                        // The names already delivered stay valid: the table is kept,
-                        // and so is what is known about the JIT maps among them.
-                        self.jit = std::mem::take(&mut script.jit);
-                        let text = PerfScript::spawn(&opts)?;
-                        self.skip = self.delivered;
-                        let failed = std::mem::replace(
-                            &mut self.inner,
-                            Inner::Continued {
-                                script: Box::new(text),
-                                strings: Box::default(),
-                                map: TableMap::new(),
-                            },
-                        );
-                        if let (Inner::Dlfilter(old), Inner::Continued { strings, .. }) =
-                            (failed, &mut self.inner)
-                        {
-                            **strings = old.into_strings();
+                    // Asked to stop by an interrupt: what came is all there is.
+                    Err(_) if script.interrupted() => return Ok(None),
+                    Err(e) => match script.stall() {
+                        // perf made no progress: on the text path it would wait as long
+                        // again, unless what it waited for can be left out.
+                        Some(stall) => stall,
+                        None => {
+                            self.fall_back_to_text(e)?;
+                            continue;
                         }
-                    }
+                    },
                 },
                 Inner::Continued {
                     script,
@@ -232,7 +227,13 @@ impl AnyScript {
                     map,
                 } => {
                     let Some(mut e) = script.next_event()? else {
-                        return Ok(None);
+                        match script.stall() {
+                            Some(stall) => {
+                                self.continue_after_stall(stall)?;
+                                continue;
+                            }
+                            None => return Ok(None),
+                        }
                     };
                     if self.skip > 0 {
                         // Jumps the filter dropped were never counted as delivered
@@ -249,14 +250,105 @@ impl AnyScript {
                 }
                 Inner::Text(script) => {
                     let Some(mut e) = script.next_event()? else {
-                        return Ok(None);
+                        match script.stall() {
+                            Some(stall) => {
+                                self.continue_after_stall(stall)?;
+                                continue;
+                            }
+                            None => return Ok(None),
+                        }
                     };
                     self.jit.apply(&mut e, script.decoder_mut().strings_mut());
                     self.delivered += 1;
                     return Ok(Some(e));
                 }
-            }
+            };
+            self.continue_after_stall(stall)?;
         }
+    }
+
+    /// After the dlfilter stream failed mid-way (perf stopped, a record was malformed,
+    /// reading failed): with the automatic choice, decoding continues on the text path
+    /// after the events already delivered, with a notice; otherwise `e` is the error.
+    fn fall_back_to_text(&mut self, e: Error) -> Result<(), Error> {
+        let Inner::Dlfilter(script) = &mut self.inner else {
+            return Err(e);
+        };
+        let Some(opts) = self.fallback.take() else {
+            return Err(e);
+        };
+        let stderr = script.stderr_now();
+        let perf_said = stderr
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .map_or(String::new(), |l| format!(" (perf said: {})", l.trim()));
+        self.notices.push(format!(
+            "the dlfilter stream failed after {} events: {e}{perf_said}; decoding the rest from perf script text",
+            self.delivered
+        ));
+        self.notices.extend(script.take_notices());
+        // The names already delivered stay valid: the table is kept, and so is what is
+        // known about the JIT maps among them.
+        self.jit = std::mem::take(&mut script.jit);
+        self.continue_on_text(&opts)
+    }
+
+    /// Starts `perf script` text with `opts`, to continue after the events already
+    /// delivered: the names delivered keep their handles (the table is carried over).
+    fn continue_on_text(&mut self, opts: &PerfScriptOptions) -> Result<(), Error> {
+        let text = PerfScript::spawn(opts)?;
+        self.skip = self.delivered;
+        let old = std::mem::replace(
+            &mut self.inner,
+            Inner::Continued {
+                script: Box::new(text),
+                strings: Box::default(),
+                map: TableMap::new(),
+            },
+        );
+        let table = match old {
+            Inner::Dlfilter(mut old) => {
+                self.notices.extend(old.take_notices());
+                self.jit = std::mem::take(&mut old.jit);
+                old.into_strings()
+            }
+            Inner::Text(old) => old.into_strings(),
+            Inner::Continued { strings, .. } => *strings,
+        };
+        if let Inner::Continued { strings, .. } = &mut self.inner {
+            **strings = table;
+        }
+        Ok(())
+    }
+
+    /// perf made no progress and the watchdog stopped it. If it was waiting for its own
+    /// lookup of inlined calls (`addr2line`, asked for with perf's default `--inline`),
+    /// the rest is decoded without that lookup, with a notice; otherwise the stall is
+    /// the stream's error, after every event decoded before it.
+    fn continue_after_stall(&mut self, stall: PerfError) -> Result<(), Error> {
+        let mut opts = self.text.clone();
+        let summary = match &stall {
+            PerfError::Stalled {
+                command,
+                waited,
+                waiting_for: waiting_for @ Some((cmd, _)),
+            } if is_addr2line(cmd) && !opts.extra_args.iter().any(|a| a == "--no-inline") => {
+                stall_summary(command, waited, waiting_for)
+            }
+            _ => {
+                self.stall_said = true;
+                return Err(stall.into());
+            }
+        };
+        opts.extra_args.push("--no-inline".into());
+        self.notices.push(format!(
+            "{summary}; the rest is decoded after the {} events before it, with `perf script \
+             --no-inline` (no frames for inlined calls from there on)",
+            self.delivered
+        ));
+        self.text = opts.clone();
+        self.fallback = None;
+        self.continue_on_text(&opts)
     }
 
     /// Things the user should know that are not errors, oldest first, each returned
@@ -314,11 +406,18 @@ impl AnyScript {
 
     /// Waits for perf and reports how it exited.
     pub fn finish(&mut self) -> Result<(), Error> {
-        match &mut self.inner {
+        let r = match &mut self.inner {
             Inner::Dlfilter(script) => DlfilterScript::finish(script),
             Inner::Text(script) | Inner::Continued { script, .. } => {
-                Ok(PerfScript::finish(script)?)
+                PerfScript::finish(script).map_err(Error::from)
             }
+        };
+        match r {
+            Err(
+                Error::Perf(PerfError::Stalled { .. })
+                | Error::Text(ptscope_decode::Error::Perf(PerfError::Stalled { .. })),
+            ) if self.stall_said => Ok(()),
+            r => r,
         }
     }
 }

@@ -57,7 +57,7 @@ impl JitNames {
                 self.fix_handle(src, strings);
                 self.fix_handle(dst, strings);
             }
-            EventData::StackSample { callstack } => {
+            EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
                 let mut frames = std::mem::take(&mut self.frames);
                 frames.clear();
                 frames.extend(strings.stack(*callstack).copied());

@@ -1,10 +1,9 @@
 //! Decoding `perf.data` through ptscope's perf dlfilter instead of parsing text.
 //!
 //! The filter (crate `ptscope-dlfilter`) is built into this crate ([`FILTER_SO`]),
-//! written at run time into a fresh directory only the invoking user can write
-//! ([`install_filter`]; never beside the recording, which may sit in a directory other
-//! users can write) and loaded from there by `perf script --dlfilter`; the directory
-//! goes when decoding ends. It writes compact binary records into perf's stdout and
+//! copied at run time into a sealed memfd ([`install_filter`]; never a file beside the
+//! recording or in `$TMPDIR`, where other users may be able to swap it) and loaded by
+//! `perf script --dlfilter /proc/PID/fd/N`. It writes compact binary records into perf's stdout and
 //! leaves to perf whatever it cannot reproduce exactly (decode errors, rare events),
 //! which arrives as text in the same byte stream and in the same order. This crate
 //! reads both and yields the same [`Event`]s as `ptscope_decode::PerfScript`.
@@ -40,11 +39,9 @@ use ptscope_decode::{PerfError, Stats, Warning};
 use ptscope_event::source::{EventSource, Finished, SourceError};
 use ptscope_event::{Event, StringTable};
 use std::ffi::OsString;
-use std::io::Write as _;
 use std::io::{self, BufReader};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// The filter shared object, compiled from `crates/dlfilter` by this crate's build script.
 pub static FILTER_SO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libptscope_dlfilter.so"));
@@ -56,7 +53,7 @@ const SIDEBAND_ARGS: [&str; 3] = [
     "--show-bpf-events",
 ];
 
-/// File name the filter is written under.
+/// The filter's name (its memfd's, as `/proc/PID/fd/N` shows it).
 pub const FILTER_FILE_NAME: &str = "ptscope_dlfilter.so";
 
 /// What can stop decoding through the dlfilter.
@@ -69,8 +66,8 @@ pub enum Error {
     /// perf could not be started, or failed.
     #[error(transparent)]
     Perf(#[from] PerfError),
-    /// The filter could not be written out.
-    #[error("cannot write the dlfilter to {path}: {source}")]
+    /// The filter could not be prepared for perf.
+    #[error("cannot prepare the dlfilter ({path}): {source}")]
     Install {
         /// Where.
         path: PathBuf,
@@ -102,55 +99,43 @@ pub enum Error {
     Unsupported(String),
 }
 
-/// The filter written out for perf to load, in a private directory that is removed
-/// (with the filter) when this is dropped.
+/// The filter as perf loads it: a sealed in-memory copy of [`FILTER_SO`] (a memfd)
+/// that perf opens as `/proc/PID/fd/N`, ptscope's own descriptor. No file is written
+/// anywhere, so there is no directory another user could rename away or fill, and
+/// nothing left behind when ptscope is killed.
 #[derive(Debug)]
 pub struct InstalledFilter {
     path: PathBuf,
-    /// Owns the directory: dropping it deletes both.
-    _dir: tempfile::TempDir,
+    /// Holds the memfd the path names: perf must have opened it before this is dropped.
+    _code: ptscope_rootsafe::Loadable,
 }
 
 impl InstalledFilter {
-    /// The filter's path, for `perf script --dlfilter`.
+    /// The filter's path, for `perf script --dlfilter` (`/proc/PID/fd/N`).
     pub fn path(&self) -> &Path {
         &self.path
     }
 }
 
-/// Writes [`FILTER_SO`] into a new directory under `parent` that only the invoking user
-/// can write (`ptscope-dlf-XXXXXX`, mode 0700, random name, created exclusively).
+/// Makes [`FILTER_SO`] loadable by perf ([`InstalledFilter`]).
 ///
-/// perf runs the library's constructors with ptscope's privileges (often root), so it
-/// must come from a place no other user can touch: not beside the input (which may be
-/// world-writable), not a predictable name, no file that already exists.
-pub fn install_filter(parent: &Path) -> Result<InstalledFilter, Error> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("ptscope-dlf-")
-        // tempfile's directories are 0777 less the umask (0755 usually): say 0700.
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(parent)
-        .map_err(|source| Error::Install {
-            path: parent.to_path_buf(),
-            source,
+/// perf runs the library's constructors with ptscope's privileges (often root), so what
+/// it loads must be out of every other user's reach by construction: not a file beside
+/// the input (which may be world-writable), nor one in a directory of `$TMPDIR` (which
+/// another user may be able to rename away and replace, as in a non-sticky 0777
+/// `TMPDIR`), but a sealed memfd nobody can write or swap.
+pub fn install_filter() -> Result<InstalledFilter, Error> {
+    let code =
+        ptscope_rootsafe::Loadable::sealed(FILTER_FILE_NAME, FILTER_SO).map_err(|source| {
+            Error::Install {
+                path: PathBuf::from(format!("memfd:{FILTER_FILE_NAME}")),
+                source,
+            }
         })?;
-    let path = dir.path().join(FILTER_FILE_NAME);
-    let err = |source| Error::Install {
-        path: path.clone(),
-        source,
-    };
-    // A fresh file (O_EXCL), never through a link; readable is all dlopen needs.
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o400)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(err)?;
-    // No fsync: perf reads it through the page cache right away, and it is gone after.
-    f.write_all(FILTER_SO).map_err(err)?;
-    Ok(InstalledFilter { path, _dir: dir })
+    Ok(InstalledFilter {
+        path: code.path(),
+        _code: code,
+    })
 }
 
 /// Where perf is, what to decode, and how.
@@ -162,10 +147,6 @@ pub struct DlfilterOptions {
     pub input: PathBuf,
     /// `None` reads it from the recording's header.
     pub kind: Option<RecordingKind>,
-    /// Where the private directory holding the filter is made ([`install_filter`]);
-    /// `None` is the system temporary directory (`$TMPDIR`, else `/tmp`). Nothing is
-    /// written into this directory itself.
-    pub filter_dir: Option<PathBuf>,
     /// An existing filter to load instead of the embedded one. perf runs its code with
     /// ptscope's privileges: the caller vouches for the file and its directory.
     pub filter: Option<PathBuf>,
@@ -185,7 +166,6 @@ impl DlfilterOptions {
             perf: ptscope_decode::perf::default_perf(),
             input: input.into(),
             kind: None,
-            filter_dir: None,
             filter: None,
             map_trust: MapTrust::new(),
             keep_jumps: false,
@@ -196,7 +176,7 @@ impl DlfilterOptions {
 
 /// Asks for a 1 MiB pipe so perf, writing 4 KiB stdio blocks, rarely waits for us.
 /// Failure (an old kernel, a lower `pipe-max-size`) only costs speed.
-fn grow_pipe(stdout: &ChildStdout) {
+fn grow_pipe(stdout: &PerfOutput) {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
@@ -211,7 +191,7 @@ fn grow_pipe(stdout: &ChildStdout) {
     }
 }
 
-use ptscope_decode::perf::PerfProcess;
+use ptscope_decode::perf::{PerfOutput, PerfProcess};
 
 /// A running `perf script --dlfilter` whose output is decoded as it arrives.
 ///
@@ -219,13 +199,13 @@ use ptscope_decode::perf::PerfProcess;
 /// then [`DlfilterScript::finish`] to learn how perf exited.
 #[derive(Debug)]
 pub struct DlfilterScript {
-    reader: RecordReader<BufReader<ChildStdout>>,
+    reader: RecordReader<BufReader<PerfOutput>>,
     perf: PerfProcess,
     kind: RecordingKind,
     /// Hides names from untrusted JIT maps.
     pub(crate) jit: jit::JitNames,
-    /// The filter perf loaded; its private directory goes with the script. Declared
-    /// after `perf` so perf is stopped before the file is removed.
+    /// The filter perf loaded (its memfd). Declared after `perf` so perf is stopped
+    /// before the descriptor is closed.
     _filter: Option<InstalledFilter>,
 }
 
@@ -241,11 +221,7 @@ impl DlfilterScript {
         let (installed, filter) = match &options.filter {
             Some(f) => (None, f.clone()),
             None => {
-                let parent = options
-                    .filter_dir
-                    .clone()
-                    .unwrap_or_else(std::env::temp_dir);
-                let i = install_filter(&parent)?;
+                let i = install_filter()?;
                 let path = i.path().to_path_buf();
                 (Some(i), path)
             }
@@ -319,7 +295,7 @@ impl DlfilterScript {
     }
 
     /// The record reader (stats, warnings, strings).
-    pub fn reader(&self) -> &RecordReader<BufReader<ChildStdout>> {
+    pub fn reader(&self) -> &RecordReader<BufReader<PerfOutput>> {
         &self.reader
     }
 
@@ -348,6 +324,23 @@ impl DlfilterScript {
     pub fn finish(&mut self) -> Result<(), Error> {
         let stopped_early = !self.reader.is_finished();
         Ok(self.perf.finish(stopped_early)?)
+    }
+
+    /// Why the watchdog stopped perf, if it did: perf made no progress, and running it
+    /// again (the text path) would only wait as long again.
+    pub fn stall(&self) -> Option<ptscope_decode::PerfError> {
+        self.perf.stall()
+    }
+
+    /// True once an interrupt asked perf to stop (`ptscope_decode::perf::stop_all`):
+    /// a stream cut short then is the end of the input, not a failure.
+    pub fn interrupted(&self) -> bool {
+        self.perf.interrupted()
+    }
+
+    /// How perf exited, if it has.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.perf.exited()
     }
 
     /// Stops perf and returns the end of its stderr (for diagnostics).

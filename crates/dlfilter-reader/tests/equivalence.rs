@@ -214,8 +214,7 @@ fn breakpoint_events() {
 /// The most bytes of perf's own text (side-band lines aside, which the reader drops)
 /// between two records of the stream `DlfilterScript` reads for `data`.
 fn largest_text_run(data: &Path) -> usize {
-    let tmp = scratch("stream");
-    let filter = install_filter(tmp.path()).expect("install filter");
+    let filter = install_filter().expect("install filter");
     let out = std::process::Command::new("perf")
         .arg("script")
         .arg("-i")
@@ -382,7 +381,7 @@ fn exec_into_a_program_with_the_same_addresses() {
     assert_eq!(late, d.events, "late callback");
 
     // Run by hand (no `sideband`), the filter checks every sample's address instead.
-    let so = install_filter(dir).expect("install filter");
+    let so = install_filter().expect("install filter");
     let mut child = std::process::Command::new("perf")
         .arg("script")
         .arg("-i")

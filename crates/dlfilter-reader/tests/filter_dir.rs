@@ -1,56 +1,25 @@
-//! The filter perf loads runs with ptscope's privileges (root, usually), so it must
-//! come from a directory no other user can write. A `perf.data` in a world-writable
-//! directory where another user planted a `ptscope_dlfilter.so`, symbolic links under
-//! the old temporary name, and a FIFO that swaps itself for their library once read:
-//! decoding loads none of it, follows none of it, writes nothing there, and leaves
-//! nothing in `$TMPDIR`, even when decoding fails.
+//! The filter perf loads runs with ptscope's privileges (root, usually), so no other
+//! user may be able to swap it: perf loads a sealed memfd of ptscope's. A `perf.data`
+//! in a world-writable directory where another user planted a `ptscope_dlfilter.so`,
+//! symbolic links under the old temporary name, and a FIFO that swaps itself for their
+//! library once read: decoding loads none of it, follows none of it, writes nothing
+//! there, and writes nothing in `$TMPDIR` either, even when decoding fails. (The
+//! renaming race in a `TMPDIR` others can write is `crates/cli/tests/root_attacks.rs`.)
 //!
 //! One test in its own binary: it points `$TMPDIR` at a private directory to see what
 //! decoding leaves behind.
 
+#[path = "../../../tests/attacker.rs"]
+mod attacker;
 mod common;
 
+use attacker::{as_nobody, chmod};
 use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions, FILTER_SO};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::Command;
-
-/// The other user.
-const NOBODY: &str = "65534";
-
-/// A library whose constructor leaves `marker` behind: proof its code ran.
-fn evil_source(marker: &Path) -> String {
-    format!(
-        r#"
-#include <stdio.h>
-__attribute__((constructor)) static void planted(void) {{
-    FILE *f = fopen("{}", "w");
-    if (f) {{ fputs("the planted library ran\n", f); fclose(f); }}
-}}
-"#,
-        marker.display()
-    )
-}
-
-/// Runs `script` with `sh -c` as uid/gid 65534, no supplementary groups.
-fn as_nobody(script: &str) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        &format!("--reuid={NOBODY}"),
-        &format!("--regid={NOBODY}"),
-        "--clear-groups",
-        "sh",
-        "-c",
-        script,
-    ]);
-    c
-}
-
-fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
-}
 
 /// Names, owners, modes and sizes of a directory's entries (links not followed).
 fn listing(dir: &Path) -> Vec<(String, u32, u32, u64)> {
@@ -77,19 +46,9 @@ fn decode(data: &Path, tmpdir: &Path) -> (usize, bool) {
     o.kind = Some(RecordingKind::Sampling);
     let (mut s, notice) = open(&o, Choice::Auto).expect("open");
     assert!(notice.is_none(), "{notice:?}");
-    // While decoding, the filter sits in one private directory of ours.
-    let dirs: Vec<PathBuf> = std::fs::read_dir(tmpdir)
-        .expect("read TMPDIR")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    assert_eq!(dirs.len(), 1, "{dirs:?}");
-    let name = dirs[0].file_name().expect("name").to_string_lossy();
-    assert!(name.starts_with("ptscope-dlf-"), "{name}");
-    let m = std::fs::symlink_metadata(&dirs[0]).expect("lstat");
-    assert!(
-        m.is_dir() && m.mode() & 0o777 == 0o700 && m.uid() == 0,
-        "{m:?}"
-    );
+    // While decoding, nothing is written anywhere: perf loads the filter from a sealed
+    // memfd of ptscope's (`/proc/PID/fd/N`).
+    assert_empty(tmpdir, "while decoding");
     let mut n = 0;
     while s.next_event().expect("decode").is_some() {
         n += 1;
@@ -145,15 +104,7 @@ fn filters_planted_in_a_shared_directory_are_never_loaded_or_written_through() {
         &[&exe_s, "60"],
     );
     let marker = top.join("marker");
-    std::fs::write(top.join("evil.c"), evil_source(&marker)).expect("write evil.c");
-    let st = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(top.join("evil.so"))
-        .arg(top.join("evil.c"))
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc -shared failed");
-    chmod(&top.join("evil.so"), 0o755);
+    attacker::evil_library(&top.join("evil.so"), &marker);
     std::fs::write(top.join("good.so"), FILTER_SO).expect("write good.so");
     chmod(&top.join("good.so"), 0o644);
     let victim = top.join("victim");
@@ -173,10 +124,7 @@ fn filters_planted_in_a_shared_directory_are_never_loaded_or_written_through() {
     assert!(o.status.success(), "planting failed: {o:?}");
     let before = listing(&shared);
     let (n, dlf) = decode(&data, &tmpdir);
-    assert!(
-        dlf,
-        "the embedded filter should load from the private directory"
-    );
+    assert!(dlf, "the embedded filter should load from its memfd");
     assert!(n > 50, "only {n} events");
     assert!(!marker.exists(), "perf loaded the planted library");
     assert_eq!(

@@ -150,7 +150,7 @@ fn real_stream(dir: &Path) -> Vec<u8> {
         &["-e", "cpu-clock", "-c", "100000", "-g"],
         &[&exe_s, "100"],
     );
-    let filter = install_filter(dir).expect("install filter");
+    let filter = install_filter().expect("install filter");
     let out = std::process::Command::new("perf")
         .arg("script")
         .arg("-i")

@@ -78,6 +78,9 @@ pub enum Class {
     BranchMisses = 5,
     /// `cache-misses`.
     CacheMisses = 6,
+    /// `sched:sched_switch`: the stack a thread left the CPU in. The filter leaves these
+    /// to perf's text (no record carries this class).
+    SwitchOut = 7,
 }
 
 impl Class {
@@ -91,6 +94,7 @@ impl Class {
             4 => Class::Ignored,
             5 => Class::BranchMisses,
             6 => Class::CacheMisses,
+            7 => Class::SwitchOut,
             _ => return None,
         })
     }
@@ -104,6 +108,9 @@ fn is_name_byte(b: u8) -> bool {
 /// cleanly, i.e. `NAME: ` leaves nothing of the name in the line's remainder (a
 /// breakpoint's `mem:0x401126:x` does not). Mirrors `ptscope-decode`'s header parser.
 pub fn classify(evname: &[u8]) -> (Class, bool) {
+    if evname == b"sched:sched_switch" {
+        return (Class::SwitchOut, true);
+    }
     let n = evname.iter().take_while(|&&b| is_name_byte(b)).count();
     let class = match &evname[..n] {
         b"branches" => Class::Branches,

@@ -350,8 +350,10 @@ impl State {
         match ev.class {
             Class::Sample | Class::BranchMisses | Class::CacheMisses => {}
             Class::Branches => return self.branch(s, ctx, ev),
-            // Rare PT side events: the text decoder reads them as perf prints them.
-            Class::Cbr | Class::Ptwrite | Class::Ignored => return None,
+            // Rare PT side events, and the stacks threads leave the CPU in (a DWARF
+            // recording has only their kernel part here anyway): the text decoder reads
+            // them as perf prints them.
+            Class::Cbr | Class::Ptwrite | Class::Ignored | Class::SwitchOut => return None,
         }
         if s.raw_callchain.is_null() {
             if !ev.clean {

@@ -8,7 +8,9 @@ use ptscope_event::exact::ExactKind;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let dir = args.next().ok_or("usage: steps DIR [--count|--instructions]")?;
+    let dir = args
+        .next()
+        .ok_or("usage: steps DIR [--count|--instructions]")?;
     let flag = args.next();
     let count = flag.as_deref() == Some("--count");
     let insns = flag.as_deref() == Some("--instructions");

@@ -147,9 +147,10 @@ impl HostClock {
                 as u64
         };
         match (i.checked_sub(1).map(|j| a[j]), a.get(i)) {
-            (Some(lo), Some(hi)) => {
-                Some(lo.ns.saturating_add(scale(own - lo.own, (hi.ns - lo.ns, hi.own - lo.own))))
-            }
+            (Some(lo), Some(hi)) => Some(
+                lo.ns
+                    .saturating_add(scale(own - lo.own, (hi.ns - lo.ns, hi.own - lo.own))),
+            ),
             (Some(lo), None) => {
                 done.then(|| lo.ns.saturating_add(scale(own - lo.own, self.rate())))
             }
@@ -231,7 +232,8 @@ pub(crate) fn virtual_bases(view: &View<'_>, threads: &[ThreadInput]) -> Vec<u64
             for w in Words::new(data, piece.0) {
                 match w {
                     Ok(Word::Block(id)) => {
-                        own = own.saturating_add(view.tb(p, id).map_or(0, |t| u64::from(t.n_insns)));
+                        own =
+                            own.saturating_add(view.tb(p, id).map_or(0, |t| u64::from(t.n_insns)));
                     }
                     Ok(Word::SkipBlock(k, id)) => {
                         own = own

@@ -71,7 +71,6 @@ pub use trigger::TriggerPoint;
 
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
@@ -112,26 +111,20 @@ pub fn find_qemu() -> Result<PathBuf> {
     )
 }
 
-/// True when `path` is owned by root or by us and nobody else can write it: a library
-/// loaded into the traced program must not be replaceable by another user.
-fn trusted(path: &Path) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc_geteuid() };
-    match std::fs::symlink_metadata(path) {
-        Ok(m) => (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0,
-        Err(_) => false,
-    }
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
 /// Finds the TCG plugin: `$PTSCOPE_EMULATE_PLUGIN`, else [`PLUGIN_NAME`] next to the running
-/// executable (where `cargo build -p ptsim-plugin` puts it beside `ptscope`). The file and
-/// its directory must be writable by nobody but root or the user.
+/// executable (where `cargo build -p ptsim-plugin` puts it beside `ptscope`), and checks
+/// it as [`load_plugin`] does.
 pub fn find_plugin() -> Result<PathBuf> {
+    let (path, _) = load_plugin()?;
+    Ok(path)
+}
+
+/// The TCG plugin ([`find_plugin`]'s), opened for qemu to load: qemu is handed
+/// `/proc/PID/fd/N`, the descriptor ptscope checked, never the path again (an ancestor
+/// swapped after a check would otherwise make qemu load another user's library as
+/// root). The file must belong to root or the user and be writable by nobody else, and
+/// so must every directory above it (`ptscope_rootsafe::Loadable::trusted_file`).
+pub fn load_plugin() -> Result<(PathBuf, ptscope_rootsafe::Loadable)> {
     let cand = match std::env::var_os("PTSCOPE_EMULATE_PLUGIN") {
         Some(p) => PathBuf::from(p),
         None => {
@@ -149,15 +142,15 @@ pub fn find_plugin() -> Result<PathBuf> {
             cand.display()
         );
     }
-    let dir = cand.parent().unwrap_or(Path::new("/"));
-    if !trusted(&cand) || !trusted(dir) {
-        bail!(
-            "refusing to load the qemu plugin {}: it or its directory is writable by other \
-             users or owned by someone else",
+    let code = ptscope_rootsafe::Loadable::trusted_file(&cand).map_err(|e| {
+        anyhow::anyhow!(
+            "refusing to load the qemu plugin {}: {e}; qemu runs it with ptscope's \
+             privileges, so it must be out of other users' reach (PTSCOPE_EMULATE_PLUGIN \
+             names another copy)",
             cand.display()
-        );
-    }
-    Ok(cand)
+        )
+    })?;
+    Ok((cand, code))
 }
 
 /// Checks that `exe` is something qemu-user can run: an ELF file, not a script (the
@@ -213,7 +206,8 @@ pub fn record_with(
     say: &dyn Fn(&str),
 ) -> Result<ExitStatus> {
     let qemu = find_qemu()?;
-    let plugin = find_plugin()?;
+    // Held open until qemu has exited: qemu (and each forked child's) loads it from it.
+    let (_, plugin) = load_plugin()?;
     check_program(exe)?;
     let Some((argv0, args)) = argv.split_first() else {
         bail!("no program to run");
@@ -241,7 +235,7 @@ pub fn record_with(
                 .with_context(|| format!("cannot remove the old {}", e.path().display()))?;
         }
     }
-    let mut spec = OsString::from(plugin.as_os_str());
+    let mut spec = OsString::from(plugin.path().as_os_str());
     spec.push(",mode=stack,out=");
     spec.push(log.as_os_str());
     if let Some(r) = ring {
@@ -253,18 +247,25 @@ pub fn record_with(
     if multi {
         spec.push(",multi=1");
     }
+    let base = ptscope_interrupt::presses();
     // The program's children (each a qemu of its own) may outlive it: as their reaper,
     // ptscope waits for them, so their logs and rings are whole when gathered.
     let reaper = process::Reaper::start();
-    let status = std::process::Command::new(&qemu)
-        .arg("-plugin")
+    let mut cmd = std::process::Command::new(&qemu);
+    cmd.arg("-plugin")
         .arg(spec)
         .arg("-0")
         .arg(argv0)
         .arg(exe)
-        .args(args)
-        .status()
+        .args(args);
+    // qemu stays in ptscope's process group, so a terminal's Ctrl-C reaches the program
+    // as it would without ptscope; it dies with ptscope (its children: the sentinel).
+    ptscope_interrupt::children::die_with_ptscope(&mut cmd);
+    let mut child = cmd
+        .spawn()
         .with_context(|| format!("cannot run {}", qemu.display()))?;
+    let status = process::wait_stopping_at_press(&mut child, base)
+        .with_context(|| format!("lost track of {}", qemu.display()))?;
     reaper.wait_for_orphans(say);
     if ring.is_some() {
         append_rings(dir, &log)?;

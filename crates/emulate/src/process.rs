@@ -7,19 +7,75 @@ use ptscope_blocklog::format::{KIND_HEADER, KIND_HIT};
 use ptscope_blocklog::{Chunks, Header, Hit};
 use std::path::Path;
 
+/// Waits for qemu, stopping the program at the first press (Ctrl-C, SIGTERM, SIGHUP)
+/// after `base`, as the other backends do: a signal sent to ptscope alone (`kill`,
+/// `timeout`, a supervisor) is passed on to the program, as a terminal's Ctrl-C reaches
+/// it directly (qemu is in ptscope's process group). A program still running 0.5 s
+/// later gets SIGTERM, 2.5 s later (or at the next press) SIGKILL: its rings survive
+/// it (they are mapped files), so the trace still holds its last moments.
+pub(crate) fn wait_stopping_at_press(
+    child: &mut std::process::Child,
+    base: usize,
+) -> std::io::Result<std::process::ExitStatus> {
+    use std::time::{Duration, Instant};
+    let pid = child.id() as libc::pid_t;
+    // When the first press came, and the presses counted then.
+    let mut pressed: Option<(Instant, usize)> = None;
+    let mut termed = false;
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(s);
+        }
+        let now = ptscope_interrupt::presses();
+        match pressed {
+            None if now > base => {
+                if let Some((sig, true)) = ptscope_interrupt::last_press() {
+                    // SAFETY: signalling our own unreaped child.
+                    unsafe { libc::kill(pid, sig) };
+                }
+                pressed = Some((Instant::now(), now));
+            }
+            Some((at, n)) => {
+                if now > n || at.elapsed() >= Duration::from_millis(2500) {
+                    let _ = child.kill();
+                } else if !termed && at.elapsed() >= Duration::from_millis(500) {
+                    termed = true;
+                    // SAFETY: as above.
+                    unsafe { libc::kill(pid, libc::SIGTERM) };
+                }
+            }
+            None => {}
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Makes ptscope the reaper of the program's orphaned descendants while it records
 /// (`PR_SET_CHILD_SUBREAPER`), so children that outlive the program are waited for.
 pub(crate) struct Reaper {
     presses: usize,
+    /// Whether ptscope already was a subreaper (the sentinel makes it one for its life).
+    was: bool,
 }
 
 impl Reaper {
     /// Becomes the reaper (a failure only means orphans are not waited for).
     pub(crate) fn start() -> Self {
-        // SAFETY: prctl with these arguments only sets a flag of this process.
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        let mut was: libc::c_int = 0;
+        // SAFETY: prctl with these arguments reads or sets a flag of this process.
+        unsafe {
+            libc::prctl(
+                libc::PR_GET_CHILD_SUBREAPER,
+                &mut was as *mut libc::c_int,
+                0,
+                0,
+                0,
+            );
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
         Reaper {
             presses: ptscope_interrupt::presses(),
+            was: was != 0,
         }
     }
 
@@ -60,8 +116,10 @@ impl Reaper {
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        // SAFETY: as in `start`.
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) };
+        if !self.was {
+            // SAFETY: as in `start`.
+            unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) };
+        }
     }
 }
 

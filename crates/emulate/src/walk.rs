@@ -316,9 +316,7 @@ impl<'v, 'a> Walker<'v, 'a> {
                     self.pending_skip = self.pending_skip.saturating_add(u64::from(k));
                     self.block(id);
                 }
-                Word::Skip(k) => {
-                    self.pending_skip = self.pending_skip.saturating_add(u64::from(k))
-                }
+                Word::Skip(k) => self.pending_skip = self.pending_skip.saturating_add(u64::from(k)),
                 Word::Clock(c) => self.pending_clock = Some(c),
                 Word::Host(ns) => self.pending_host = Some(ns),
                 Word::SyscallEntry { num, ns } => self.syscall_entry(num, ns),

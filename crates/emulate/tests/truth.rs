@@ -448,6 +448,32 @@ fn cpp_exceptions_are_exact() {
     assert_eq!(calls_to(d, "thrower"), 30);
 }
 
+/// A recursive parser whose every level has a cleanup, thrown from the deepest level and
+/// caught in `main` (the real-world corpus's program, issue 25): each `_Unwind_Resume`
+/// lands in the next outer level's pad, whether the pad jumps into a `.cold` part or not.
+#[test]
+fn cpp_recursive_cleanups_are_exact() {
+    if !ptsim::testing::tools_available(&["g++"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let src = include_str!("../../../tests/realworld/programs/recursive_cleanups.cpp");
+    let exe = ptsim::testing::compile(dir.path(), "rec", "rec.cpp", src, &["g++", "-O2"])
+        .expect("compiling");
+    let Some(Run {
+        fidelity: f,
+        decoded: d,
+        ..
+    }) = score_program("c++ recursive cleanups", &[&exe])
+    else {
+        return;
+    };
+    assert_exact(&f);
+    // Every level's destructor ran: 7 + 11 + 3 + 7 levels for each of the two parsers,
+    // the 11 and the last 7 on the way out of an exception.
+    assert_eq!(calls_to(&d, "Level::~Level"), 56);
+}
+
 /// CPython runs a small script: the interpreter's C calls under their callers.
 #[test]
 fn python3_is_exact() {

@@ -438,6 +438,16 @@ pub enum EventData {
         /// The thread that called `fork`/`clone`.
         parent: Thread,
     },
+    /// The stack the event's thread was in as it left the CPU (perf's
+    /// `sched:sched_switch` tracepoint sampled with call stacks), **root first**: the
+    /// function it waited in and its callers. It comes just before the
+    /// [`EventData::Switch`] that says when the thread left; unlike a
+    /// [`EventData::StackSample`] it is no sample of time on the CPU.
+    SwitchOutStack {
+        /// Frames from the root to the leaf, interned like a sample's
+        /// ([`StringTable::stack`]).
+        callstack: StackHandle,
+    },
     /// The event's thread left the CPU (`out`) or came back to it (perf's
     /// `PERF_RECORD_SWITCH`, recorded with `--switch-events`): a sampled thread ran
     /// only between an `in` and the next `out`.

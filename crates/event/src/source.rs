@@ -219,7 +219,7 @@ impl TableMap {
                     *src = self.location_handle(*src);
                     *dst = self.location_handle(*dst);
                 }
-                EventData::StackSample { callstack } => {
+                EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
                     if let Some(&g) = self.stacks.get(callstack.0 as usize) {
                         *callstack = g;
                     }

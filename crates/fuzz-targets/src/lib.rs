@@ -59,6 +59,25 @@ pub fn fxt_reader(data: &[u8]) {
     // Every record is at least one word, so the count is bounded by the input.
     assert!(records <= data.len() / 8 + 1);
     let _ = check::validate_bytes(data);
+    // The streaming reader reads the same records, and `ptscope report` summarises
+    // whatever it reads without panicking.
+    let mut stream = ptscope_fxt::stream::StreamReader::new(data);
+    let mut streamed = 0usize;
+    while let Some(r) = stream.next_record() {
+        streamed += 1;
+        if r.is_err() {
+            break;
+        }
+    }
+    assert_eq!(streamed, records);
+    let opts = ptscope_report::Options {
+        function: Some("main".into()),
+        slowest: 3,
+    };
+    let a = ptscope_report::analyze(data, &opts);
+    let all: Vec<usize> = (0..a.threads.len()).collect();
+    let _ = ptscope_report::text::render(&a, "fuzz", &all, &Default::default());
+    let _ = ptscope_report::flame::folded(&a, &all, true);
 }
 
 /// Fuzzes the memtrace reader (with and without backtraces) and the tools built on
@@ -208,7 +227,15 @@ impl ptscope_stacks::TraceSink for Counting {
     fn duration_end(&mut self, _: u32, _: &str, _: i64, _: &[ptscope_stacks::Arg<'_>]) {
         self.0 += 1;
     }
-    fn duration_complete(&mut self, _: u32, _: &str, _: i64, _: i64, _: &[ptscope_stacks::Arg<'_>]) {}
+    fn duration_complete(
+        &mut self,
+        _: u32,
+        _: &str,
+        _: i64,
+        _: i64,
+        _: &[ptscope_stacks::Arg<'_>],
+    ) {
+    }
     fn duration_instant(&mut self, _: u32, _: &str, _: i64, _: &[ptscope_stacks::Arg<'_>]) {}
     fn counter(&mut self, _: u32, _: &str, _: i64, _: &[ptscope_stacks::Arg<'_>]) {}
     fn warning(&mut self, _: &str) {}

@@ -42,6 +42,7 @@ pub mod check;
 pub mod format;
 mod hash;
 pub mod reader;
+pub mod stream;
 pub mod writer;
 
 pub use writer::{truncate_utf8, Arg, ArgValue, FxtWriter, ThreadId, WriterStats};

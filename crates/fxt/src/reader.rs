@@ -50,6 +50,9 @@ pub enum ErrorKind {
     UnknownProvider(u32),
     /// A second provider info record for the same id.
     DuplicateProvider(u32),
+    /// The input could not be read (a [`StreamReader`](crate::stream::StreamReader)'s
+    /// source failed: a damaged gzip stream, an I/O error).
+    Io(String),
 }
 
 /// A parse error with the byte offset of the record it happened in.
@@ -84,6 +87,7 @@ impl fmt::Display for ReadError {
             ErrorKind::BadMagic(w) => write!(f, "bad magic word {w:#018x}"),
             ErrorKind::UnknownProvider(id) => write!(f, "section for undeclared provider {id}"),
             ErrorKind::DuplicateProvider(id) => write!(f, "provider {id} declared twice"),
+            ErrorKind::Io(e) => write!(f, "cannot read on: {e}"),
         }
     }
 }
@@ -345,17 +349,18 @@ pub enum Record<'a> {
     },
 }
 
-/// Per-provider decoding state.
-struct Provider<'a> {
+/// Per-provider decoding state; `S` is how the string table keeps its strings
+/// (borrowed from the input by [`Reader`], owned by [`StreamReader`](crate::stream::StreamReader)).
+pub(crate) struct Provider<S> {
     id: u32,
     declared: bool,
     /// Lazily sized to 32 768 entries on the first string record.
-    strings: Vec<Option<&'a str>>,
+    strings: Vec<Option<S>>,
     threads: [Option<(u64, u64)>; 256],
     ticks_per_second: u64,
 }
 
-impl Provider<'_> {
+impl<S: Clone> Provider<S> {
     fn new(id: u32, declared: bool) -> Self {
         Provider {
             id,
@@ -367,10 +372,150 @@ impl Provider<'_> {
     }
 }
 
+/// Where a record's string and thread references are resolved: one provider's tables
+/// as they stand at that record.
+pub(crate) trait Lookup<'s> {
+    /// The string at table index `index`.
+    fn string(&self, index: u16) -> Option<&'s str>;
+    /// The (pid, tid) at thread table index `index`.
+    fn thread(&self, index: u8) -> Option<(u64, u64)>;
+}
+
+impl<'a> Lookup<'a> for Provider<&'a str> {
+    fn string(&self, index: u16) -> Option<&'a str> {
+        self.strings.get(usize::from(index)).copied().flatten()
+    }
+    fn thread(&self, index: u8) -> Option<(u64, u64)> {
+        self.threads[usize::from(index)]
+    }
+}
+
+impl<'s> Lookup<'s> for &'s Provider<Box<str>> {
+    fn string(&self, index: u16) -> Option<&'s str> {
+        self.strings.get(usize::from(index))?.as_deref()
+    }
+    fn thread(&self, index: u8) -> Option<(u64, u64)> {
+        self.threads[usize::from(index)]
+    }
+}
+
+/// What a record changes in the decoding state, with its string kept as `S`.
+pub(crate) enum Update<S> {
+    String { index: u16, value: S },
+    Thread { index: u8, pid: u64, tid: u64 },
+    ProviderInfo { id: u32 },
+    ProviderSection { id: u32 },
+    Initialization { ticks_per_second: u64 },
+}
+
+impl<S> Update<S> {
+    /// The change `rec` makes, if any; `keep` turns a borrowed string into an `S`.
+    pub(crate) fn of<'r>(rec: &Record<'r>, keep: impl FnOnce(&'r str) -> S) -> Option<Self> {
+        Some(match *rec {
+            Record::String { index, value } => Update::String {
+                index,
+                value: keep(value),
+            },
+            Record::Thread { index, pid, tid } => Update::Thread { index, pid, tid },
+            Record::ProviderInfo { id, .. } => Update::ProviderInfo { id },
+            Record::ProviderSection { id } => Update::ProviderSection { id },
+            Record::Initialization { ticks_per_second } => {
+                Update::Initialization { ticks_per_second }
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// Every provider seen so far and which one is current.
+pub(crate) struct Providers<S> {
+    list: Vec<Provider<S>>,
+    current: usize,
+}
+
+impl<S: Clone> Providers<S> {
+    pub(crate) fn new() -> Self {
+        Providers {
+            // Perfetto pre-registers provider 0, so files without provider records work.
+            list: vec![Provider::new(0, false)],
+            current: 0,
+        }
+    }
+
+    /// The current provider's tables.
+    pub(crate) fn current(&self) -> &Provider<S> {
+        // `current` always indexes `list`, which is never empty.
+        &self.list[self.current]
+    }
+
+    fn current_mut(&mut self) -> &mut Provider<S> {
+        &mut self.list[self.current]
+    }
+
+    /// Ticks per second of the current provider (1e9 until an initialization record).
+    pub(crate) fn ticks_per_second(&self) -> u64 {
+        self.current().ticks_per_second
+    }
+
+    /// Applies what a record changes (string and thread tables, providers, tick rate).
+    pub(crate) fn apply(&mut self, update: Update<S>) -> Result<(), ErrorKind> {
+        match update {
+            Update::String { index, value } => {
+                if index != 0 {
+                    let p = self.current_mut();
+                    if p.strings.is_empty() {
+                        p.strings = vec![None; usize::from(format::MAX_STRING_INDEX) + 1];
+                    }
+                    p.strings[usize::from(index)] = Some(value);
+                }
+            }
+            Update::Thread { index, pid, tid } => {
+                if index != 0 {
+                    self.current_mut().threads[usize::from(index)] = Some((pid, tid));
+                }
+            }
+            Update::ProviderInfo { id } => match self.list.iter().position(|p| p.id == id) {
+                Some(i) if self.list[i].declared => return Err(ErrorKind::DuplicateProvider(id)),
+                Some(i) => {
+                    self.list[i].declared = true;
+                    self.current = i;
+                }
+                None => {
+                    self.list.push(Provider::new(id, true));
+                    self.current = self.list.len() - 1;
+                }
+            },
+            Update::ProviderSection { id } => {
+                self.current = self
+                    .list
+                    .iter()
+                    .position(|p| p.id == id)
+                    .ok_or(ErrorKind::UnknownProvider(id))?;
+            }
+            Update::Initialization { ticks_per_second } => {
+                self.current_mut().ticks_per_second = ticks_per_second;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Bit field `[lo..=hi]` of `w`.
 #[inline]
 fn bits(w: u64, lo: u32, hi: u32) -> u64 {
     (w >> lo) & (u64::MAX >> (63 - (hi - lo)))
+}
+
+/// The record's type and its size in words (both from its header word).
+#[inline]
+pub(crate) fn type_and_words(header: u64) -> (u8, u64) {
+    let record_type = bits(header, 0, 3) as u8;
+    let words = if record_type == record::LARGE {
+        bits(header, 4, 35)
+    } else {
+        bits(header, 4, 15)
+    };
+    (record_type, words)
 }
 
 /// A bounds-checked cursor inside one record.
@@ -408,8 +553,7 @@ impl<'a> Cursor<'a> {
 pub struct Reader<'a> {
     data: &'a [u8],
     pos: usize,
-    providers: Vec<Provider<'a>>,
-    current: usize,
+    providers: Providers<&'a str>,
     done: bool,
 }
 
@@ -419,9 +563,7 @@ impl<'a> Reader<'a> {
         Reader {
             data,
             pos: 0,
-            // Perfetto pre-registers provider 0, so files without provider records work.
-            providers: vec![Provider::new(0, false)],
-            current: 0,
+            providers: Providers::new(),
             done: false,
         }
     }
@@ -433,9 +575,7 @@ impl<'a> Reader<'a> {
 
     /// Ticks per second of the current provider (1e9 until an initialization record).
     pub fn ticks_per_second(&self) -> u64 {
-        self.providers
-            .get(self.current)
-            .map_or(1_000_000_000, |p| p.ticks_per_second)
+        self.providers.ticks_per_second()
     }
 
     fn next_record(&mut self) -> Result<Option<Record<'a>>, ErrorKind> {
@@ -452,12 +592,7 @@ impl<'a> Reader<'a> {
         let mut hw = [0u8; 8];
         hw.copy_from_slice(head);
         let header = u64::from_le_bytes(hw);
-        let record_type = bits(header, 0, 3) as u8;
-        let words = if record_type == record::LARGE {
-            bits(header, 4, 35)
-        } else {
-            bits(header, 4, 15)
-        };
+        let (_, words) = type_and_words(header);
         if words == 0 {
             return Err(ErrorKind::ZeroSize);
         }
@@ -470,222 +605,319 @@ impl<'a> Reader<'a> {
         }
         // `needed` <= rest.len(), so it fits in usize.
         let rec = &rest[..needed as usize];
-        let mut cur = Cursor { rec, off: 8 };
-        let parsed = self.parse(header, record_type, words, &mut cur)?;
+        let parsed = decode(header, rec, self.providers.current())?;
+        if let Some(u) = Update::of(&parsed, |s| s) {
+            self.providers.apply(u)?;
+        }
         self.pos += rec.len();
         Ok(Some(parsed))
     }
+}
 
-    fn parse(
-        &mut self,
-        header: u64,
-        record_type: u8,
-        words: u64,
-        cur: &mut Cursor<'a>,
-    ) -> Result<Record<'a>, ErrorKind> {
-        let other = Record::Other {
-            record_type,
-            header,
-            words,
+/// Decodes one whole record (`rec`, header word included) against `tables`, which it
+/// does not change: [`Update::of`] says what the record changes.
+pub(crate) fn decode<'s>(
+    header: u64,
+    rec: &'s [u8],
+    tables: &impl Lookup<'s>,
+) -> Result<Record<'s>, ErrorKind> {
+    let (record_type, words) = type_and_words(header);
+    let mut cur = Cursor { rec, off: 8 };
+    let cur = &mut cur;
+    let other = Record::Other {
+        record_type,
+        header,
+        words,
+    };
+    match record_type {
+        record::METADATA => parse_metadata(header, cur).map(|r| r.unwrap_or(other)),
+        record::INITIALIZATION => Ok(Record::Initialization {
+            ticks_per_second: cur.word()?,
+        }),
+        record::STRING => {
+            let index = bits(header, 16, 30) as u16;
+            let len = bits(header, 32, 46) as usize;
+            let value = cur.str(len)?;
+            Ok(Record::String { index, value })
+        }
+        record::THREAD => {
+            let index = bits(header, 16, 23) as u8;
+            let pid = cur.word()?;
+            let tid = cur.word()?;
+            Ok(Record::Thread { index, pid, tid })
+        }
+        record::EVENT => parse_event(header, cur, tables).map(Record::Event),
+        record::KERNEL_OBJECT => {
+            let obj_type = bits(header, 16, 23) as u8;
+            let name_ref = bits(header, 24, 39) as u16;
+            let nargs = bits(header, 40, 43) as usize;
+            let koid = cur.word()?;
+            let name = string(name_ref, cur, tables)?;
+            let args = parse_args(nargs, cur, tables)?;
+            Ok(Record::KernelObject(KernelObject {
+                obj_type,
+                koid,
+                name,
+                args,
+            }))
+        }
+        _ => Ok(other),
+    }
+}
+
+/// Parses a metadata record; `None` for sub-types that are only skipped.
+fn parse_metadata<'s>(header: u64, cur: &mut Cursor<'s>) -> Result<Option<Record<'s>>, ErrorKind> {
+    let id = bits(header, 20, 51) as u32;
+    match bits(header, 16, 19) as u8 {
+        metadata::PROVIDER_INFO => {
+            let len = bits(header, 52, 59) as usize;
+            let name = cur.str(len)?;
+            Ok(Some(Record::ProviderInfo { id, name }))
+        }
+        metadata::PROVIDER_SECTION => Ok(Some(Record::ProviderSection { id })),
+        metadata::PROVIDER_EVENT => Ok(Some(Record::ProviderEvent {
+            id,
+            event: bits(header, 52, 55) as u8,
+        })),
+        metadata::TRACE_INFO if bits(header, 20, 23) == 0 => {
+            if header != format::MAGIC {
+                return Err(ErrorKind::BadMagic(header));
+            }
+            Ok(Some(Record::Magic))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// An event record's fields before its arguments.
+struct EventFields<'s> {
+    event_type: u8,
+    nargs: usize,
+    timestamp: u64,
+    pid: u64,
+    tid: u64,
+    category: &'s str,
+    name: &'s str,
+}
+
+fn event_fields<'s>(
+    header: u64,
+    cur: &mut Cursor<'s>,
+    tables: &impl Lookup<'s>,
+) -> Result<EventFields<'s>, ErrorKind> {
+    let thread_ref = bits(header, 24, 31) as u8;
+    let timestamp = cur.word()?;
+    let (pid, tid) = if thread_ref == 0 {
+        (cur.word()?, cur.word()?)
+    } else {
+        tables
+            .thread(thread_ref)
+            .ok_or(ErrorKind::UnknownThread(thread_ref))?
+    };
+    Ok(EventFields {
+        event_type: bits(header, 16, 19) as u8,
+        nargs: bits(header, 20, 23) as usize,
+        timestamp,
+        pid,
+        tid,
+        category: string(bits(header, 32, 47) as u16, cur, tables)?,
+        name: string(bits(header, 48, 63) as u16, cur, tables)?,
+    })
+}
+
+/// The event's type with its trailer word (read after the arguments).
+fn event_kind(event_type: u8, cur: &mut Cursor<'_>) -> Result<EventKind, ErrorKind> {
+    Ok(match event_type {
+        event::INSTANT => EventKind::Instant,
+        event::BEGIN => EventKind::Begin,
+        event::END => EventKind::End,
+        event::COUNTER => EventKind::Counter { id: cur.word()? },
+        event::COMPLETE => EventKind::Complete { end: cur.word()? },
+        event::ASYNC_BEGIN => EventKind::AsyncBegin { id: cur.word()? },
+        event::ASYNC_INSTANT => EventKind::AsyncInstant { id: cur.word()? },
+        event::ASYNC_END => EventKind::AsyncEnd { id: cur.word()? },
+        event::FLOW_BEGIN => EventKind::FlowBegin { id: cur.word()? },
+        event::FLOW_STEP => EventKind::FlowStep { id: cur.word()? },
+        event::FLOW_END => EventKind::FlowEnd { id: cur.word()? },
+        other => EventKind::Unknown(other),
+    })
+}
+
+fn parse_event<'s>(
+    header: u64,
+    cur: &mut Cursor<'s>,
+    tables: &impl Lookup<'s>,
+) -> Result<Event<'s>, ErrorKind> {
+    let f = event_fields(header, cur, tables)?;
+    let args = parse_args(f.nargs, cur, tables)?;
+    Ok(Event {
+        kind: event_kind(f.event_type, cur)?,
+        timestamp: f.timestamp,
+        pid: f.pid,
+        tid: f.tid,
+        category: f.category,
+        name: f.name,
+        args,
+    })
+}
+
+/// Steps over `n` arguments by their size fields, checking each stays in the record.
+fn skip_args(n: usize, cur: &mut Cursor<'_>) -> Result<(), ErrorKind> {
+    for _ in 0..n {
+        let start = cur.off;
+        let h = cur.word()?;
+        let claimed = bits(h, 4, 15);
+        if claimed == 0 {
+            return Err(ErrorKind::ArgSize {
+                arg_type: bits(h, 0, 3) as u8,
+                claimed,
+                used: 1,
+            });
+        }
+        let end = start as u64 + claimed * 8;
+        if end > cur.rec.len() as u64 {
+            return Err(ErrorKind::Overrun);
+        }
+        cur.off = end as usize;
+    }
+    Ok(())
+}
+
+/// An event without its arguments: what a summary of the slices needs, at a tenth of
+/// [`Event`]'s size (moving `Event`'s 15 inline arguments around is most of the cost of
+/// reading a large trace).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct EventHead<'a> {
+    /// Type and trailer.
+    pub kind: EventKind,
+    /// Timestamp in ticks.
+    pub timestamp: u64,
+    /// Process koid.
+    pub pid: u64,
+    /// Thread koid.
+    pub tid: u64,
+    /// Resolved category.
+    pub category: &'a str,
+    /// Resolved name.
+    pub name: &'a str,
+}
+
+/// A record read without arguments (`StreamReader::next_head`).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Head<'a> {
+    /// An event.
+    Event(EventHead<'a>),
+    /// A kernel object (process or thread name).
+    KernelObject {
+        /// `ZX_OBJ_TYPE` (1 process, 2 thread).
+        obj_type: u8,
+        /// The object's koid.
+        koid: u64,
+        /// Resolved name.
+        name: &'a str,
+    },
+    /// Initialization record: ticks per second from here on.
+    Initialization {
+        /// Ticks per second.
+        ticks_per_second: u64,
+    },
+    /// Any other record (table entries are applied all the same).
+    Other,
+}
+
+/// Decodes an event or kernel object record without its arguments; `None` for others.
+pub(crate) fn decode_head<'s>(
+    header: u64,
+    rec: &'s [u8],
+    tables: &impl Lookup<'s>,
+) -> Result<Option<Head<'s>>, ErrorKind> {
+    let (record_type, _) = type_and_words(header);
+    let mut cur = Cursor { rec, off: 8 };
+    match record_type {
+        record::EVENT => {
+            let f = event_fields(header, &mut cur, tables)?;
+            skip_args(f.nargs, &mut cur)?;
+            Ok(Some(Head::Event(EventHead {
+                kind: event_kind(f.event_type, &mut cur)?,
+                timestamp: f.timestamp,
+                pid: f.pid,
+                tid: f.tid,
+                category: f.category,
+                name: f.name,
+            })))
+        }
+        record::KERNEL_OBJECT => {
+            let obj_type = bits(header, 16, 23) as u8;
+            let koid = cur.word()?;
+            let name = string(bits(header, 24, 39) as u16, &mut cur, tables)?;
+            skip_args(bits(header, 40, 43) as usize, &mut cur)?;
+            Ok(Some(Head::KernelObject {
+                obj_type,
+                koid,
+                name,
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn parse_args<'s>(
+    n: usize,
+    cur: &mut Cursor<'s>,
+    tables: &impl Lookup<'s>,
+) -> Result<Args<'s>, ErrorKind> {
+    let mut args = Args::new();
+    for slot in args.items.iter_mut().take(n) {
+        let start = cur.off;
+        let h = cur.word()?;
+        let arg_type = bits(h, 0, 3) as u8;
+        let claimed = bits(h, 4, 15);
+        let end = start as u64 + claimed * 8;
+        if end > cur.rec.len() as u64 {
+            return Err(ErrorKind::Overrun);
+        }
+        let name = string(bits(h, 16, 31) as u16, cur, tables)?;
+        let value = match arg_type {
+            arg::NULL => ArgValue::Null,
+            arg::INT32 => ArgValue::Int32(bits(h, 32, 63) as u32 as i32),
+            arg::UINT32 => ArgValue::UInt32(bits(h, 32, 63) as u32),
+            arg::INT64 => ArgValue::Int64(cur.word()? as i64),
+            arg::UINT64 => ArgValue::UInt64(cur.word()?),
+            arg::DOUBLE => ArgValue::Double(f64::from_bits(cur.word()?)),
+            arg::STRING => ArgValue::Str(string(bits(h, 32, 47) as u16, cur, tables)?),
+            arg::POINTER => ArgValue::Pointer(cur.word()?),
+            arg::KOID => ArgValue::Koid(cur.word()?),
+            arg::BOOL => ArgValue::Bool(bits(h, 32, 32) == 1),
+            other => ArgValue::Unknown { arg_type: other },
         };
-        match record_type {
-            record::METADATA => self.parse_metadata(header, cur).map(|r| r.unwrap_or(other)),
-            record::INITIALIZATION => {
-                let ticks_per_second = cur.word()?;
-                self.provider().ticks_per_second = ticks_per_second;
-                Ok(Record::Initialization { ticks_per_second })
-            }
-            record::STRING => {
-                let index = bits(header, 16, 30) as u16;
-                let len = bits(header, 32, 46) as usize;
-                let value = cur.str(len)?;
-                if index != 0 {
-                    let p = self.provider();
-                    if p.strings.is_empty() {
-                        p.strings = vec![None; usize::from(format::MAX_STRING_INDEX) + 1];
-                    }
-                    p.strings[usize::from(index)] = Some(value);
-                }
-                Ok(Record::String { index, value })
-            }
-            record::THREAD => {
-                let index = bits(header, 16, 23) as u8;
-                let pid = cur.word()?;
-                let tid = cur.word()?;
-                if index != 0 {
-                    self.provider().threads[usize::from(index)] = Some((pid, tid));
-                }
-                Ok(Record::Thread { index, pid, tid })
-            }
-            record::EVENT => self.parse_event(header, cur).map(Record::Event),
-            record::KERNEL_OBJECT => {
-                let obj_type = bits(header, 16, 23) as u8;
-                let name_ref = bits(header, 24, 39) as u16;
-                let nargs = bits(header, 40, 43) as usize;
-                let koid = cur.word()?;
-                let name = self.string(name_ref, cur)?;
-                let args = self.parse_args(nargs, cur)?;
-                Ok(Record::KernelObject(KernelObject {
-                    obj_type,
-                    koid,
-                    name,
-                    args,
-                }))
-            }
-            _ => Ok(other),
+        let used = (cur.off - start) as u64 / 8;
+        let known = arg_type <= arg::BOOL;
+        if (known && used != claimed) || used > claimed {
+            return Err(ErrorKind::ArgSize {
+                arg_type,
+                claimed,
+                used,
+            });
         }
+        // `end` <= rec.len(), checked above.
+        cur.off = end as usize;
+        *slot = Arg { name, value };
+        args.len += 1;
     }
+    Ok(args)
+}
 
-    /// Parses a metadata record; `None` for sub-types that are only skipped.
-    fn parse_metadata(
-        &mut self,
-        header: u64,
-        cur: &mut Cursor<'a>,
-    ) -> Result<Option<Record<'a>>, ErrorKind> {
-        let id = bits(header, 20, 51) as u32;
-        match bits(header, 16, 19) as u8 {
-            metadata::PROVIDER_INFO => {
-                let len = bits(header, 52, 59) as usize;
-                let name = cur.str(len)?;
-                match self.providers.iter().position(|p| p.id == id) {
-                    Some(i) if self.providers[i].declared => {
-                        return Err(ErrorKind::DuplicateProvider(id))
-                    }
-                    Some(i) => {
-                        self.providers[i].declared = true;
-                        self.current = i;
-                    }
-                    None => {
-                        self.providers.push(Provider::new(id, true));
-                        self.current = self.providers.len() - 1;
-                    }
-                }
-                Ok(Some(Record::ProviderInfo { id, name }))
-            }
-            metadata::PROVIDER_SECTION => {
-                let i = self
-                    .providers
-                    .iter()
-                    .position(|p| p.id == id)
-                    .ok_or(ErrorKind::UnknownProvider(id))?;
-                self.current = i;
-                Ok(Some(Record::ProviderSection { id }))
-            }
-            metadata::PROVIDER_EVENT => Ok(Some(Record::ProviderEvent {
-                id,
-                event: bits(header, 52, 55) as u8,
-            })),
-            metadata::TRACE_INFO if bits(header, 20, 23) == 0 => {
-                if header != format::MAGIC {
-                    return Err(ErrorKind::BadMagic(header));
-                }
-                Ok(Some(Record::Magic))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    fn parse_event(&mut self, header: u64, cur: &mut Cursor<'a>) -> Result<Event<'a>, ErrorKind> {
-        let event_type = bits(header, 16, 19) as u8;
-        let nargs = bits(header, 20, 23) as usize;
-        let thread_ref = bits(header, 24, 31) as u8;
-        let category_ref = bits(header, 32, 47) as u16;
-        let name_ref = bits(header, 48, 63) as u16;
-        let timestamp = cur.word()?;
-        let (pid, tid) = if thread_ref == 0 {
-            (cur.word()?, cur.word()?)
-        } else {
-            self.provider().threads[usize::from(thread_ref)]
-                .ok_or(ErrorKind::UnknownThread(thread_ref))?
-        };
-        let category = self.string(category_ref, cur)?;
-        let name = self.string(name_ref, cur)?;
-        let args = self.parse_args(nargs, cur)?;
-        let kind = match event_type {
-            event::INSTANT => EventKind::Instant,
-            event::BEGIN => EventKind::Begin,
-            event::END => EventKind::End,
-            event::COUNTER => EventKind::Counter { id: cur.word()? },
-            event::COMPLETE => EventKind::Complete { end: cur.word()? },
-            event::ASYNC_BEGIN => EventKind::AsyncBegin { id: cur.word()? },
-            event::ASYNC_INSTANT => EventKind::AsyncInstant { id: cur.word()? },
-            event::ASYNC_END => EventKind::AsyncEnd { id: cur.word()? },
-            event::FLOW_BEGIN => EventKind::FlowBegin { id: cur.word()? },
-            event::FLOW_STEP => EventKind::FlowStep { id: cur.word()? },
-            event::FLOW_END => EventKind::FlowEnd { id: cur.word()? },
-            other => EventKind::Unknown(other),
-        };
-        Ok(Event {
-            kind,
-            timestamp,
-            pid,
-            tid,
-            category,
-            name,
-            args,
-        })
-    }
-
-    fn parse_args(&mut self, n: usize, cur: &mut Cursor<'a>) -> Result<Args<'a>, ErrorKind> {
-        let mut args = Args::new();
-        for slot in args.items.iter_mut().take(n) {
-            let start = cur.off;
-            let h = cur.word()?;
-            let arg_type = bits(h, 0, 3) as u8;
-            let claimed = bits(h, 4, 15);
-            let end = start as u64 + claimed * 8;
-            if end > cur.rec.len() as u64 {
-                return Err(ErrorKind::Overrun);
-            }
-            let name = self.string(bits(h, 16, 31) as u16, cur)?;
-            let value = match arg_type {
-                arg::NULL => ArgValue::Null,
-                arg::INT32 => ArgValue::Int32(bits(h, 32, 63) as u32 as i32),
-                arg::UINT32 => ArgValue::UInt32(bits(h, 32, 63) as u32),
-                arg::INT64 => ArgValue::Int64(cur.word()? as i64),
-                arg::UINT64 => ArgValue::UInt64(cur.word()?),
-                arg::DOUBLE => ArgValue::Double(f64::from_bits(cur.word()?)),
-                arg::STRING => ArgValue::Str(self.string(bits(h, 32, 47) as u16, cur)?),
-                arg::POINTER => ArgValue::Pointer(cur.word()?),
-                arg::KOID => ArgValue::Koid(cur.word()?),
-                arg::BOOL => ArgValue::Bool(bits(h, 32, 32) == 1),
-                other => ArgValue::Unknown { arg_type: other },
-            };
-            let used = (cur.off - start) as u64 / 8;
-            let known = arg_type <= arg::BOOL;
-            if (known && used != claimed) || used > claimed {
-                return Err(ErrorKind::ArgSize {
-                    arg_type,
-                    claimed,
-                    used,
-                });
-            }
-            // `end` <= rec.len(), checked above.
-            cur.off = end as usize;
-            *slot = Arg { name, value };
-            args.len += 1;
-        }
-        Ok(args)
-    }
-
-    fn string(&mut self, r: u16, cur: &mut Cursor<'a>) -> Result<&'a str, ErrorKind> {
-        if r == 0 {
-            Ok("")
-        } else if r & 0x8000 != 0 {
-            cur.str(usize::from(r & 0x7FFF))
-        } else {
-            self.provider()
-                .strings
-                .get(usize::from(r))
-                .copied()
-                .flatten()
-                .ok_or(ErrorKind::UnknownString(r))
-        }
-    }
-
-    fn provider(&mut self) -> &mut Provider<'a> {
-        // `current` always indexes `providers`, which is never empty.
-        &mut self.providers[self.current]
+fn string<'s>(
+    r: u16,
+    cur: &mut Cursor<'s>,
+    tables: &impl Lookup<'s>,
+) -> Result<&'s str, ErrorKind> {
+    if r == 0 {
+        Ok("")
+    } else if r & 0x8000 != 0 {
+        cur.str(usize::from(r & 0x7FFF))
+    } else {
+        tables.string(r).ok_or(ErrorKind::UnknownString(r))
     }
 }
 

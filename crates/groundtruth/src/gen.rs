@@ -45,6 +45,12 @@ pub struct Params {
     /// Weight of a Go goroutine switch (`gopark` → `runtime.mcall` → … → `gogo`, whose
     /// `return` resumes the same goroutine or a parked one).
     pub w_go: f64,
+    /// Weight of ordinary code leaving its frame straight into an ancestor 2-6 frames up
+    /// (a hand-written unwinder, a coroutine switch, `__builtin_longjmp`): a `jmp` (or
+    /// sometimes a `return`) from the top function to the ancestor's resume address (just
+    /// after the call it made) or anywhere in its body. The ancestor's function runs in no
+    /// frame above it (in a recursion nothing says which level such a jump lands in).
+    pub w_unwind_jump: f64,
     /// With goroutine switches: the thread's own goroutine is rooted in `runtime.goexit`
     /// like every other one (as in real Go, where `runtime.main` is started by `gogo`
     /// with `goexit` as its return address) instead of in the thread's entry point.
@@ -71,6 +77,7 @@ impl Default for Params {
             w_interrupt: 0.02,
             w_exception: 0.0,
             w_go: 0.0,
+            w_unwind_jump: 0.0,
             go_main_in_goexit: false,
             granularity_ns: 10,
             pinned: 0,
@@ -97,6 +104,10 @@ pub struct Spec {
     pub gaps: usize,
     /// Bursts of several decode errors close together.
     pub bursts: usize,
+    /// Bursts are storms (an overloaded buffer overflowing again and again): 6-12 errors
+    /// each, 2-10 events apart, each losing 1-30 events (else 3-5 errors, 3-20 events
+    /// apart, each losing 1-7).
+    pub storms: bool,
 }
 
 /// The true stack of one thread over the interval its trace covers.
@@ -354,6 +365,11 @@ impl Sim<'_> {
                 0.0
             },
             if depth > floor { p.w_go } else { 0.0 },
+            if depth >= floor + 3 {
+                p.w_unwind_jump
+            } else {
+                0.0
+            },
         ];
         let total: f64 = weights.iter().sum();
         let mut x = self.rng.unit() * total;
@@ -427,6 +443,7 @@ impl Sim<'_> {
                 self.emit(dur, Op::TrStrt, UNKNOWN, back);
             }
             8 => self.go_switch(site),
+            9 => self.unwind_jump(src),
             _ => {
                 // Unwind to a handler several frames up: perf shows a `return` from the
                 // raiser that lands inside the handler's function, not at a return address.
@@ -442,6 +459,42 @@ impl Sim<'_> {
 }
 
 impl Sim<'_> {
+    /// Ordinary code leaves the top frame straight into an ancestor 2-6 frames up (see
+    /// [`Params::w_unwind_jump`]); the frames between are dropped. Only an ancestor whose
+    /// function no frame above it runs: in a recursion, nothing in the trace says which
+    /// level a jump into the function's body lands in (an ordinary jump instead).
+    fn unwind_jump(&mut self, src: Loc) {
+        let depth = self.frames.len();
+        let floor = 1 + self.p.pinned;
+        let lowest = floor.max(depth.saturating_sub(7));
+        let candidates: Vec<usize> = (lowest..depth - 2)
+            .filter(|&h| {
+                let f = self.frames[h].func;
+                self.frames[h + 1..].iter().all(|fr| fr.func != f)
+            })
+            .collect();
+        let jump = self.rng.chance(0.75);
+        let at_resume = self.rng.chance(0.5);
+        if candidates.is_empty() {
+            let top = self.top();
+            self.ip = self.prog.ip_in(self.rng, top);
+            let dst = self.at(self.ip);
+            self.emit(1, Op::Jump, src, dst);
+            return;
+        }
+        let h = candidates[self.rng.below(candidates.len() as u64) as usize];
+        let resume = self.frames[h + 1].ret;
+        self.frames.truncate(h + 1);
+        self.ip = if at_resume {
+            resume
+        } else {
+            self.prog.ip_in(self.rng, self.top())
+        };
+        let dst = self.at(self.ip);
+        let dt = self.rng.range(2, 12);
+        self.emit(dt, if jump { Op::Jump } else { Op::Return }, src, dst);
+    }
+
     /// A goroutine parks: the switch path is called on top of its stack, and the
     /// `return` from `gogo` resumes, inside `runtime.gopark`, either the same goroutine
     /// or a parked one (whose stack this thread's trace may never have shown).
@@ -562,6 +615,15 @@ fn pick_gaps(rng: &mut Rng, spec: &Spec, lo: usize, hi: usize) -> Vec<(usize, us
         gaps.push((i, i + len));
     }
     for _ in 0..spec.bursts {
+        if spec.storms {
+            let mut i = rng.range(lo as u64, (hi - 500) as u64) as usize;
+            for _ in 0..rng.range(6, 12) {
+                let len = rng.range(1, 30) as usize;
+                gaps.push((i, i + len));
+                i += len + rng.range(2, 10) as usize;
+            }
+            continue;
+        }
         let mut i = rng.range(lo as u64, (hi - 200) as u64) as usize;
         for _ in 0..rng.range(3, 5) {
             let len = rng.range(1, 8) as usize;
@@ -813,6 +875,7 @@ pub fn standard_specs(seed: u64) -> Vec<Spec> {
             snapshot,
             gaps,
             bursts,
+            storms: false,
         };
     vec![
         spec(
@@ -868,6 +931,19 @@ pub fn standard_specs(seed: u64) -> Vec<Spec> {
             2,
             4,
         ),
+        Spec {
+            storms: true,
+            ..spec(
+                "storm_bursts",
+                "3 storms of 6-12 decode errors 2-10 events apart, each losing 1-30 events",
+                1,
+                base.clone(),
+                false,
+                0,
+                3,
+                16,
+            )
+        },
         spec(
             "snapshot_gaps_bursts",
             "snapshot start + 2 gaps + 1 burst",
@@ -971,6 +1047,32 @@ pub fn standard_specs(seed: u64) -> Vec<Spec> {
             0,
             0,
             13,
+        ),
+        spec(
+            "unwind_jumps",
+            "ordinary code jumping (or returning) straight into an ancestor 2-6 frames up",
+            1,
+            Params {
+                w_unwind_jump: 0.08,
+                ..base.clone()
+            },
+            false,
+            0,
+            0,
+            14,
+        ),
+        spec(
+            "unwind_jumps_gaps",
+            "unwind_jumps in a snapshot with 2 gaps and 1 burst of decode errors",
+            1,
+            Params {
+                w_unwind_jump: 0.08,
+                ..base.clone()
+            },
+            true,
+            2,
+            1,
+            15,
         ),
         spec(
             "exceptions",

@@ -1036,6 +1036,43 @@ impl SimProgram {
         })
     }
 
+    /// 8 decode errors (4 overflows of 50 branches, 4 corrupt packets) spread over the main
+    /// thread's steps from its entry into `main` on, where a program's own work (signals,
+    /// unwinding) runs. Placed after `main`'s entry, not at a share of all steps: the
+    /// loader's start-up grows with the environment, and a share of all steps landed on
+    /// different code on every machine (in CI, on the loader's jump to the program).
+    ///
+    /// # Panics
+    /// If the main thread never entered `main`.
+    pub fn late_faults(&self) -> SimConfig {
+        self.late_faults_at(0, 1)
+    }
+
+    /// [`SimProgram::late_faults`] with all 8 errors moved later by `placement /
+    /// placements` of their spacing (11 % of the main thread's steps after `main`'s
+    /// entry): `placements` of them put an error at every step of that span once, to
+    /// sweep where a decode error can fall.
+    ///
+    /// # Panics
+    /// If the main thread never entered `main`, or `placements` is 0.
+    pub fn late_faults_at(&self, placement: usize, placements: usize) -> SimConfig {
+        let (entry, end) = (self.main_entry_step, self.main_steps);
+        assert!(
+            entry > 0 && entry < end,
+            "{}: no entry into main",
+            self.name
+        );
+        let shift = (end - entry) * 11 * placement / (100 * placements);
+        let at = |k: usize| entry + (end - entry) * (5 + 11 * k) / 100 + shift;
+        SimConfig {
+            main_faults: Some(ptsim::pt::Faults {
+                overflows: (0..4).map(|k| (at(2 * k), 50)).collect(),
+                corruptions: (0..4).map(|k| at(2 * k + 1)).collect(),
+            }),
+            ..SimConfig::default()
+        }
+    }
+
     /// Simulates the variant `cfg` into `dir/variant/perf.data`, builds its perf-clock
     /// truth, decodes it through both paths and scores both writers.
     ///
@@ -1111,6 +1148,17 @@ impl SimProgram {
             .with_context(|| format!("{} {variant}: aligning perf's branches", self.name))?;
         name_truth(&mut timelines, &data, sim.recording.pid);
         Ok((timelines, data))
+    }
+}
+
+/// 8 decode errors in a recording (4 overflows of 50 branches and 4 corrupt packets),
+/// spread over the main thread: the `faults` variant of the real-world corpus's programs
+/// with signals and unwinding.
+pub fn spread_faults() -> SimConfig {
+    SimConfig {
+        faults: ptsim::FaultSpec::parse("overflow=4,corrupt=4,overflow-len=50")
+            .expect("valid faults"),
+        ..SimConfig::default()
     }
 }
 

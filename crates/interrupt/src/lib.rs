@@ -21,6 +21,9 @@
 //! assert_eq!(steps, 3);
 //! ```
 //!
+//! The crate also keeps ptscope's children from outliving it, SIGKILL included
+//! ([`children`]).
+//!
 //! This crate is ptscope's only owner of these signals (as samply's `ctrl_c` module is
 //! samply's): callers look at [`presses`] and set the stage's messages, never install
 //! handlers of their own. Why not the `ctrlc` crate: it handles SIGINT and SIGTERM but
@@ -29,6 +32,8 @@
 //! program), and exits nowhere near the files it should clean up.
 
 #![warn(missing_docs)]
+
+pub mod children;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

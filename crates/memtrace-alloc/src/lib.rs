@@ -408,7 +408,9 @@ pub fn start(opts: &TraceOptions) -> std::io::Result<()> {
     if g.is_some() {
         return Err(std::io::Error::other("memtrace: already tracing"));
     }
-    let file = File::create(&opts.path)?;
+    // Not File::create: a root program tracing into /tmp must not follow another user's
+    // link, open their fifo or empty a file of root's they hard-linked there.
+    let file = ptscope_rootsafe::replace_in_place(&opts.path)?;
     let pid = std::process::id();
     let start_time = now_us();
     let info = TraceInfo {

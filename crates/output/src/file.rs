@@ -6,6 +6,11 @@
 //! Until then the target keeps its previous content; an error or a drop removes the
 //! temporary file, so a full disk, an error or a kill never leaves a truncated output
 //! at the target's name. (Only a SIGKILL can leave the hidden temporary file behind.)
+//!
+//! Nothing at the target's name is ever opened: ptscope runs as root, and a symbolic
+//! link, device or fifo there may be another user's trap. The target must be a regular
+//! file or nothing ([`ptscope_rootsafe::check_output_target`] says why otherwise);
+//! standard output is `-`.
 
 use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
@@ -123,22 +128,10 @@ struct Pending {
 }
 
 impl Pending {
-    /// Creates the temporary file in `target`'s directory, or opens `target` itself
-    /// when it is a device, pipe or socket (`/dev/null`, `/dev/stdout`, a fifo): those
-    /// are written in place, since renaming over them would replace the device node.
-    fn create(target: &Path, keep_old: bool) -> io::Result<(File, Option<Pending>)> {
-        match std::fs::metadata(target) {
-            Ok(m) if m.is_dir() => {
-                return Err(io::Error::new(
-                    io::ErrorKind::IsADirectory,
-                    format!("{} is a directory; name a file", target.display()),
-                ))
-            }
-            Ok(m) if !m.is_file() => {
-                return Ok((File::options().write(true).open(target)?, None));
-            }
-            _ => {}
-        }
+    /// Creates the temporary file in `target`'s directory, once `target` is known to be
+    /// a regular file or nothing (never a link, device, fifo or socket).
+    fn create(target: &Path, keep_old: bool) -> io::Result<(File, Pending)> {
+        ptscope_rootsafe::check_output_target(target)?;
         let name = target.file_name().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -164,7 +157,7 @@ impl Pending {
             target: target.to_path_buf(),
             keep_old,
         };
-        Ok((file, Some(pending)))
+        Ok((file, pending))
     }
 
     /// Syncs `file` and renames it over the target (keeping the old one if asked).
@@ -216,11 +209,18 @@ fn keep_as_old(target: &Path) -> io::Result<()> {
 /// the output unfinished (an error, a panic) leaves the path as it was.
 pub struct TraceOutput {
     inner: Inner,
-    /// `None` for standard output and devices, written in place.
+    /// `None` for standard output.
     pending: Option<Pending>,
+    /// Bytes handed to it (before compression).
+    written: u64,
 }
 
 impl TraceOutput {
+    /// Bytes written so far, before compression (what a reader unpacks).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
     /// Whether the output is gzip-compressed.
     pub fn is_gzip(&self) -> bool {
         matches!(self.inner, Inner::Gzip(_))
@@ -243,11 +243,13 @@ impl TraceOutput {
 
 impl Write for TraceOutput {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &mut self.inner {
+        let n = match &mut self.inner {
             Inner::Raw(w) => w.write(buf),
             Inner::Gzip(w) => w.write_all(buf).map(|()| buf.len()),
             Inner::Stdout(w) => w.write(buf),
-        }
+        }?;
+        self.written += n as u64;
+        Ok(n)
     }
 
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
@@ -255,7 +257,9 @@ impl Write for TraceOutput {
             Inner::Raw(w) => w.write_all(buf),
             Inner::Gzip(w) => w.write_all(buf),
             Inner::Stdout(w) => w.write_all(buf),
-        }
+        }?;
+        self.written += buf.len() as u64;
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -277,9 +281,11 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
         return Ok(TraceOutput {
             inner: Inner::Stdout(BufWriter::with_capacity(FILE_BUFFER, io::stdout())),
             pending: None,
+            written: 0,
         });
     }
     let (file, pending) = Pending::create(path, true)?;
+    let pending = Some(pending);
     let file = BufWriter::with_capacity(FILE_BUFFER, file);
     let gzip = path
         .extension()
@@ -289,7 +295,11 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
     } else {
         Inner::Raw(file)
     };
-    Ok(TraceOutput { inner, pending })
+    Ok(TraceOutput {
+        inner,
+        pending,
+        written: 0,
+    })
 }
 
 /// Any output file written atomically: it replaces its path only at
@@ -313,8 +323,7 @@ pub fn open_trace_output(path: &Path) -> io::Result<TraceOutput> {
 /// ```
 pub struct AtomicFile {
     out: BufWriter<File>,
-    /// `None` for a device, pipe or socket, written in place.
-    pending: Option<Pending>,
+    pending: Pending,
 }
 
 impl AtomicFile {
@@ -329,19 +338,14 @@ impl AtomicFile {
 
     /// Keeps an existing file at the path as `<path>.old` when committing.
     pub fn keep_old(mut self) -> Self {
-        if let Some(p) = &mut self.pending {
-            p.keep_old = true;
-        }
+        self.pending.keep_old = true;
         self
     }
 
     /// Flushes and syncs the data and renames the file into place.
     pub fn commit(self) -> io::Result<()> {
         let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        match self.pending {
-            Some(p) => p.commit(file),
-            None => Ok(()),
-        }
+        self.pending.commit(file)
     }
 }
 

@@ -197,9 +197,13 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
 }
 
 impl<H: FnMut(&str)> FxtSink<TraceOutput, H> {
-    /// Finishes the trace and then the file (writing the gzip trailer if compressed).
-    pub fn finish_output(self) -> io::Result<()> {
-        self.finish()?.finish()
+    /// Finishes the trace and then the file (writing the gzip trailer if compressed);
+    /// returns the trace's size before compression.
+    pub fn finish_output(self) -> io::Result<u64> {
+        let out = self.finish()?;
+        let bytes = out.written();
+        out.finish()?;
+        Ok(bytes)
     }
 }
 

@@ -27,5 +27,18 @@ pub mod filter;
 pub mod fxt_sink;
 // pub mod transcript;
 
+/// The instant on a trace's "ptscope" / "trace info" track that says its slices were
+/// made from sampled call stacks: counts and durations are estimates, which `ptscope
+/// report` then marks (it reads the part before the colon).
+pub const SAMPLED_MARKER: &str = "sampled call stacks: a slice is a run of samples in one \
+     frame, so call counts and durations are estimates";
+
+/// The largest trace (uncompressed FXT bytes) the Perfetto UI is expected to load in a
+/// browser: its in-browser trace processor has about 2 GiB of WebAssembly memory
+/// (Perfetto's "Visualising large traces"; google/perfetto#83) and its in-memory form of
+/// a trace is 2–4× the trace's size, so from a quarter of that on a load may fail.
+/// BENCHMARKS.md ("Big traces") says how this was arrived at and what was measured.
+pub const UI_MAX_TRACE_BYTES: u64 = 512 << 20;
+
 pub use file::{gunzip_if_needed, open_trace_output, read_trace_file, AtomicFile, TraceOutput};
 pub use fxt_sink::{FxtSink, FxtThread, SinkStats};

@@ -188,9 +188,11 @@ fn a_finished_output_replaces_the_previous_one_kept_as_old() {
 }
 
 #[test]
-fn a_pipe_is_written_in_place_not_replaced() {
-    // Renaming over a device or fifo (`-o /dev/null`, `-o /dev/stdout`) would replace
-    // the node itself: those are written directly.
+fn links_fifos_and_devices_at_the_output_name_are_refused_never_opened() {
+    // ptscope runs as root: a fifo (someone reading it), a link (to a device, a file of
+    // root's) or a device at the output's name is refused with the reason, and nothing
+    // is written anywhere (issue 23, hole 1; the attack as another user is in
+    // crates/cli/tests/root_outputs.rs).
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("pipe.fxt.gz");
     let ok = Command::new("mkfifo")
@@ -198,16 +200,33 @@ fn a_pipe_is_written_in_place_not_replaced() {
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "mkfifo failed");
-    let reader = {
-        let fifo = fifo.clone();
-        std::thread::spawn(move || std::fs::read(fifo).expect("read fifo"))
-    };
-    write_trace(&fifo, b"through the pipe").expect("write");
+    // Opening a fifo for writing would block here without a reader: the test hangs if
+    // it is opened at all.
+    let e = write_trace(&fifo, b"through the pipe").expect_err("a fifo");
+    assert!(e.to_string().contains("fifo"), "{e}");
+    assert!(e.to_string().contains("-o -"), "{e}");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"root's file").expect("victim");
+    let link = dir.path().join("link.fxt");
+    std::os::unix::fs::symlink(&victim, &link).expect("symlink");
+    let e = write_trace(&link, b"trace").expect_err("a link");
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    let e = write_atomic(&link, b"trace").expect_err("a link");
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    let dev = dir.path().join("null.fxt");
+    std::os::unix::fs::symlink("/dev/null", &dev).expect("symlink");
+    assert!(write_trace(&dev, b"trace").is_err());
+    assert!(write_trace(Path::new("/dev/null"), b"trace").is_err());
+    assert_eq!(std::fs::read(&victim).expect("victim"), b"root's file");
     use std::os::unix::fs::FileTypeExt;
     let t = std::fs::symlink_metadata(&fifo).expect("fifo").file_type();
-    // (Checked before joining the reader, which would wait forever on a lost fifo.)
     assert!(t.is_fifo(), "the fifo was replaced");
-    let got = ptscope_output::gunzip_if_needed(reader.join().expect("reader")).expect("gunzip");
-    assert_eq!(got, b"through the pipe");
-    assert_eq!(listing(dir.path()), ["pipe.fxt.gz"]);
+    assert!(std::fs::symlink_metadata(&link)
+        .expect("link")
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        listing(dir.path()),
+        ["link.fxt", "null.fxt", "pipe.fxt.gz", "victim"]
+    );
 }

@@ -27,6 +27,12 @@ pub(crate) struct Totals {
     pub notes: Vec<Notice>,
     /// Instants for the trace's info track ([`Msg::Done`]).
     pub markers: Vec<(u64, String)>,
+    /// Sampled call stacks and branches the writer was given: a trace made only of
+    /// samples says so on its info track (its slices are estimates).
+    pub samples: u64,
+    pub branches: u64,
+    /// The FXT trace's size before compression.
+    pub trace_bytes: u64,
     pub interrupted: bool,
 }
 
@@ -269,6 +275,7 @@ pub(crate) fn reading(opts: &DecodeOptions, scope: TraceScope) -> Reading {
         perf: opts.perf.clone(),
         choice: opts.decoder.into(),
         no_inline: opts.no_inline,
+        perf_inline: opts.perf_inline && !opts.no_inline,
         naming,
         // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.
         fold_kernel: naming && scope == TraceScope::Userspace,
@@ -283,6 +290,9 @@ pub(crate) enum Step {
     InputDone,
 }
 
+/// How long perf is given to end after an interrupt asked it to, before it is killed.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs the decoding thread over `specs` and hands every event, and every input's end,
 /// to `f` with the names so far (demangled for display with `demangle`). Returns the
 /// names.
@@ -296,7 +306,9 @@ pub(crate) fn each_step(
 ) -> Result<StringTable, Error> {
     let (tx, rx) = std::sync::mpsc::sync_channel(8);
     let mut strings = StringTable::new();
-    let mut stopping = false;
+    // When an interrupt asked perf to stop, if it was.
+    let mut stopping: Option<std::time::Instant> = None;
+    let mut killed = false;
     std::thread::scope(|threads| {
         let decoder = std::thread::Builder::new()
             .name("ptscope-decode".into())
@@ -304,24 +316,37 @@ pub(crate) fn each_step(
             .map_err(Error::Thread)?;
         loop {
             // Polled, so an interrupt stops the decode even while perf prints nothing (it
-            // can think for seconds before its first line): perf is ended, the decoding
-            // thread sees its input end, and what it had decoded still arrives and is
-            // written.
+            // can think for seconds before its first line): perf is asked to stop and
+            // write out what it decoded, the decoding thread sees its input end, and
+            // what it had decoded still arrives and is written. A perf that does not
+            // end within a moment (stuck in a read of its own) is killed.
+            match stopping {
+                None if observer.stopped() => {
+                    stopping = Some(std::time::Instant::now());
+                    ptscope_decode::perf::stop_all();
+                }
+                Some(t) if !killed && t.elapsed() >= STOP_GRACE => {
+                    killed = true;
+                    ptscope_decode::perf::kill_all();
+                }
+                _ => {}
+            }
             let msg = match rx.recv_timeout(std::time::Duration::from_millis(50)) {
                 Ok(m) => m,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if observer.stopped() && !stopping {
-                        stopping = true;
-                        ptscope_decode::perf::stop_all();
-                    }
-                    continue;
-                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             };
             match msg {
                 Msg::Batch { new, events } => {
                     intern_new(&mut strings, &new, demangle);
                     for e in events {
+                        if let Event::Ok { data, .. } = &e {
+                            match data {
+                                ptscope_event::EventData::StackSample { .. } => totals.samples += 1,
+                                ptscope_event::EventData::Trace { .. } => totals.branches += 1,
+                                _ => {}
+                            }
+                        }
                         f(Step::Event(e), &strings, totals);
                     }
                 }
@@ -349,6 +374,7 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     opts: &DecodeOptions,
     scope: TraceScope,
     end_at: Option<u64>,
+    hit_times: Vec<u64>,
     sink: S,
     make_writer: F,
     totals: &mut Totals,
@@ -368,6 +394,12 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
         .recording_dir()
         .map(|d| d.join(ptscope_record::session::ROTATED_FILES_MARKER));
     let rotated = marker.as_ref().is_some_and(|m| m.exists());
+    // A sampling recording with trigger hits: its files are pieces of one recording, and
+    // each hit ends a snapshot, at the hit's time whatever file it falls in (hits closer
+    // together than perf can start a new file are one snapshot each, as with emulate).
+    // What comes after the last hit is after the moments asked for.
+    let cuts: Vec<u64> = if rotated { hit_times } else { Vec::new() };
+    let mut next_cut = 0;
     // With --multi-snapshot sampling the marker names the files that end a snapshot.
     let ends_snapshot: Vec<bool> = {
         let ends = marker
@@ -396,6 +428,15 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     });
     let inputs = specs.len();
     let all_text = specs.iter().all(|s| matches!(s, InputSpec::Text(_)));
+    // When nothing was decoded, whether the recording followed only given threads says
+    // why perf could have names and no samples.
+    let recordings: Vec<std::path::PathBuf> = specs
+        .iter()
+        .filter_map(|s| match s {
+            InputSpec::PerfData(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
     let exact_times = specs.iter().all(|s| matches!(s, InputSpec::Emulate(..)));
     let reading = reading(opts, scope);
     // The writer starts at the trace's first time with what the executable adds, and
@@ -430,6 +471,19 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
                 if end_at.is_some_and(|t| event.time().is_some_and(|et| et > t)) {
                     return;
                 }
+                if let Some(t) = event.time().filter(|&t| t > 0) {
+                    while cuts.get(next_cut).is_some_and(|&cut| t > cut) {
+                        next_cut += 1;
+                        if next_cut < cuts.len() {
+                            if let Some(w) = writer.as_mut() {
+                                w.end_snapshot(strings);
+                            }
+                        }
+                    }
+                    if !cuts.is_empty() && next_cut == cuts.len() {
+                        return;
+                    }
+                }
                 if writer.is_none() {
                     if bias.is_none() {
                         bias = exe.as_ref().and_then(|e| e.bias_from(&event, strings));
@@ -456,7 +510,7 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
                 // Each perf.data file is one snapshot: close its frames before the next,
                 // unless the files are the pieces of one rotated sampling recording (and
                 // this one does not end one of its snapshots).
-                if done < inputs && (!rotated || ends_snapshot[done - 1]) {
+                if done < inputs && cuts.is_empty() && (!rotated || ends_snapshot[done - 1]) {
                     if let Some(w) = writer.as_mut() {
                         w.end_snapshot(strings);
                     }
@@ -492,6 +546,9 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
         None => Err(Error::NoEvents(NoEvents {
             interrupted: totals.interrupted,
             names_only: !held.is_empty(),
+            per_thread: recordings
+                .iter()
+                .any(|p| ptscope_decode::header::read_header(p).is_ok_and(|h| h.per_thread())),
             causes: totals
                 .errors
                 .iter()
@@ -518,6 +575,13 @@ pub(crate) fn run_writer<S: TraceSink>(
     observer: &dyn Observer,
 ) -> Result<(S, StringTable), Error> {
     // One snapshot taken at a trigger hit ends at that hit (several are multi-snapshot).
+    let mut hit_times: Vec<u64> = config
+        .hits
+        .iter()
+        .map(|h| h.time)
+        .filter(|&t| t > 0)
+        .collect();
+    hit_times.sort_unstable();
     let end_at = match (specs.len(), config.hits.as_slice()) {
         (1, [.., last]) if last.time > 0 => Some(last.time),
         _ => None,
@@ -540,6 +604,7 @@ pub(crate) fn run_writer<S: TraceSink>(
             opts,
             scope,
             end_at,
+            hit_times.clone(),
             sink,
             |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
             totals,
@@ -550,6 +615,7 @@ pub(crate) fn run_writer<S: TraceSink>(
             opts,
             scope,
             end_at,
+            hit_times.clone(),
             sink,
             |sink, earliest_time, x: Extras| {
                 SegmentsWriter::new(sink, config_for(earliest_time, x))

@@ -32,12 +32,12 @@ impl ExeInfo {
         })?;
         let mut functions = FxHashMap::default();
         let mut starts = Vec::new();
-        if let Ok(symbols) = elf.symbols() {
-            for f in symbols.functions() {
-                functions.insert(f.name().to_string(), f.address());
-                starts.push(f.address());
-            }
+        for (name, address) in elf.function_starts() {
+            functions.entry(name.to_string()).or_insert(address);
+            starts.push(address);
         }
+        starts.sort_unstable();
+        starts.dedup();
         let positions = match elf.line_table() {
             Ok(lines) => lines.positions(starts),
             Err(_) => FxHashMap::default(),
@@ -73,7 +73,7 @@ impl ExeInfo {
                 ..
             } => check(strings.location(*src)).or_else(|| check(strings.location(*dst))),
             Event::Ok {
-                data: EventData::StackSample { callstack },
+                data: EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack },
                 ..
             } => strings.stack(*callstack).find_map(check),
             _ => None,

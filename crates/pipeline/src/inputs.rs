@@ -33,7 +33,7 @@ impl InputSpec {
     pub(crate) fn open(
         &self,
         perf: &Path,
-        (choice, no_inline): (Choice, bool),
+        (choice, perf_inline): (Choice, bool),
         observer: &dyn Observer,
     ) -> Result<Box<dyn EventSource>, Error> {
         match self {
@@ -60,7 +60,10 @@ impl InputSpec {
                 // Jumps within a function change no stack, but their timestamps bound how
                 // far calls are spread in time: keep them so both paths give one trace.
                 opts.keep_jumps = kind == RecordingKind::IntelPt;
-                if no_inline {
+                // Inlined calls are expanded in the naming step (or not at all, with
+                // `--no-inline`), never by perf's addr2line children: see
+                // `script_has_inline_option`.
+                if !perf_inline && ptscope_decode::perf::script_has_inline_option(perf) {
                     opts.extra_args.push("--no-inline".into());
                 }
                 let (script, notice) =

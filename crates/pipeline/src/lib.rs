@@ -123,8 +123,12 @@ pub struct DecodeOptions {
     pub missed_trigger: Option<String>,
     /// Show Rust, C++ and OCaml names demangled (traces only: transcripts never are).
     pub demangle: bool,
-    /// Name sampled frames by perf's symbol table instead of the functions inlined there.
+    /// Name sampled frames by perf's symbol table, without frames for the calls inlined
+    /// there.
     pub no_inline: bool,
+    /// Let perf expand inlined calls (its `addr2line` lookup) instead of the naming step
+    /// reading them from DWARF: slow, for comparing with perf's own output.
+    pub perf_inline: bool,
     /// The traced executable, for source positions and OCaml exception traps.
     pub executable: Option<PathBuf>,
     /// The executable was not named by the user but taken from `ptscope run`: a trace
@@ -155,6 +159,7 @@ impl DecodeOptions {
             missed_trigger: None,
             demangle: true,
             no_inline: false,
+            perf_inline: false,
             executable: None,
             executable_implied: false,
             decoder: DecoderKind::Auto,
@@ -272,6 +277,9 @@ pub struct NoEvents {
     pub interrupted: bool,
     /// perf named threads but recorded nothing of them.
     pub names_only: bool,
+    /// The recording followed only the given threads (`--single-thread`, `perf record
+    /// -t`), not what they started.
+    pub per_thread: bool,
     /// Failures and notices, as text.
     pub causes: Vec<String>,
     /// Lines not understood as perf script output.
@@ -294,12 +302,23 @@ impl fmt::Display for NoEvents {
         if self.interrupted {
             f.write_str(" before decoding was interrupted")?;
         }
-        if self.names_only {
+        if self.names_only && self.interrupted {
+            f.write_str(
+                "\n  perf had handed over the recorded threads' names but none of their \
+                 samples yet (it writes its output in blocks; with a slow decode, the first \
+                 block can take a while)",
+            )?;
+        } else if self.names_only && self.nothing_failed {
             f.write_str(
                 "\n  perf named the recorded threads but has no samples of them: they \
-                 never ran while recording (--single-thread records only the given \
-                 thread, not the threads and processes it starts)",
+                 never ran while recording",
             )?;
+            if self.per_thread {
+                f.write_str(
+                    " (--single-thread records only the given thread, not the threads and \
+                     processes it starts)",
+                )?;
+            }
         }
         for e in &self.causes {
             write!(f, "\n  {e}")?;
@@ -489,6 +508,8 @@ pub struct Report {
     pub incomplete: Vec<String>,
     /// An interrupt stopped decoding early.
     pub interrupted: bool,
+    /// The trace's size before compression (0 for transcripts).
+    pub trace_bytes: u64,
 }
 
 impl From<Totals> for Report {
@@ -500,6 +521,7 @@ impl From<Totals> for Report {
             first_skipped: t.kept,
             incomplete: t.errors,
             interrupted: t.interrupted,
+            trace_bytes: t.trace_bytes,
         }
     }
 }
@@ -660,8 +682,14 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
                     s.into_inner()
                 }
             };
+            if totals.samples > 0 && totals.branches == 0 {
+                // `ptscope report` reads this to mark counts and times as estimates.
+                totals
+                    .markers
+                    .push((0, ptscope_output::SAMPLED_MARKER.to_string()));
+            }
             drive::info_track(&mut sink, &totals.markers);
-            sink.finish_output().map_err(|source| Error::FinishOutput {
+            totals.trace_bytes = sink.finish_output().map_err(|source| Error::FinishOutput {
                 path: output.clone(),
                 source,
             })?;
@@ -697,4 +725,61 @@ pub fn for_each_event(
         },
     )?;
     Ok((strings, totals.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NoEvents;
+
+    fn no_events(interrupted: bool, per_thread: bool, nothing_failed: bool) -> String {
+        NoEvents {
+            interrupted,
+            names_only: true,
+            per_thread,
+            causes: if nothing_failed {
+                Vec::new()
+            } else {
+                vec!["perf made no progress".into()]
+            },
+            skipped_lines: 0,
+            lines: 10,
+            first_skipped: Vec::new(),
+            all_text: false,
+            empty_input: false,
+            nothing_failed,
+        }
+        .to_string()
+    }
+
+    /// Names and no samples: the advice fits the recording and what happened (issue 23:
+    /// `--single-thread` was suggested after an interrupt of a whole-tree recording).
+    #[test]
+    fn no_events_says_what_fits_the_recording() {
+        let interrupted = no_events(true, false, true);
+        assert!(
+            interrupted.contains("before decoding was interrupted"),
+            "{interrupted}"
+        );
+        assert!(
+            interrupted.contains("none of their samples yet"),
+            "{interrupted}"
+        );
+        assert!(!interrupted.contains("single-thread"), "{interrupted}");
+        assert!(!interrupted.contains("never ran"), "{interrupted}");
+        let whole_tree = no_events(false, false, true);
+        assert!(
+            whole_tree.contains("never ran while recording"),
+            "{whole_tree}"
+        );
+        assert!(!whole_tree.contains("single-thread"), "{whole_tree}");
+        let one_thread = no_events(false, true, true);
+        assert!(
+            one_thread.contains("--single-thread records only"),
+            "{one_thread}"
+        );
+        // perf failing is the reason, not the threads.
+        let failed = no_events(false, true, false);
+        assert!(!failed.contains("never ran"), "{failed}");
+        assert!(failed.contains("perf made no progress"), "{failed}");
+    }
 }

@@ -49,7 +49,10 @@ const BATCH: usize = 4096;
 pub(crate) struct Reading {
     pub perf: PathBuf,
     pub choice: Choice,
+    /// Sampled frames get no frames for the calls inlined in them.
     pub no_inline: bool,
+    /// perf expands inlined calls (its `addr2line` lookup), not the naming step.
+    pub perf_inline: bool,
     /// Names from this machine's files (not for transcripts, which stay magic-trace's).
     pub naming: bool,
     /// A sample's time in the kernel is one `[kernel: …]` frame.
@@ -67,6 +70,7 @@ pub(crate) fn decode_inputs(
         perf,
         choice,
         no_inline,
+        perf_inline,
         naming,
         fold_kernel,
     } = reading;
@@ -76,6 +80,7 @@ pub(crate) fn decode_inputs(
     // One for the whole run: its caches and counts span the snapshots.
     let mut namer = ptscope_symbols::Namer::new(naming, naming);
     namer.set_fold_kernel(fold_kernel);
+    namer.set_inline(naming && !no_inline && !perf_inline);
     let last = specs.len().saturating_sub(1);
     let mut sent = TableSent::default();
     let flush = |strings: &StringTable, sent: &mut TableSent, events: Vec<Event>| Msg::Batch {
@@ -163,10 +168,42 @@ pub(crate) fn decode_inputs(
                 continue;
             }
         }
-        let mut source = match spec.open(&perf, (choice, no_inline), observer) {
+        // A perf.data cut short: perf refuses records cut short, and may crash on a file
+        // whose last sections are missing; the error says what is wrong with the file.
+        let cut = match &spec {
+            InputSpec::PerfData(p) => ptscope_decode::header::read_header(p)
+                .ok()
+                .and_then(|h| h.cut_short),
+            _ => None,
+        };
+        let cut_said = |e: String| match cut {
+            Some(c) => format!(
+                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
+                 while writing it), and perf failed on it: {e}. Record again, or decode the \
+                 whole file",
+                spec.name()
+            ),
+            None => e,
+        };
+        if let Some(c @ ptscope_decode::header::CutShort::Records { .. }) = cut {
+            let e = format!(
+                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
+                 while writing it). perf cannot read such a file: record again, or decode the \
+                 whole file",
+                spec.name()
+            );
+            if tx.send(Msg::failed(e)).is_err() {
+                return;
+            }
+            continue;
+        }
+        // perf script text says why perf failed on such a file; the dlfilter may not get
+        // to say anything.
+        let choice = if cut.is_some() { Choice::Text } else { choice };
+        let mut source = match spec.open(&perf, (choice, perf_inline), observer) {
             Ok(s) => s,
             Err(e) => {
-                let _ = tx.send(Msg::failed(crate::error_text(&e)));
+                let _ = tx.send(Msg::failed(cut_said(crate::error_text(&e))));
                 continue;
             }
         };
@@ -176,8 +213,12 @@ pub(crate) fn decode_inputs(
         let mut errors = Vec::new();
         let mut batch = Vec::with_capacity(BATCH);
         let mut n = 0u64;
+        // After an interrupt perf is asked to stop and write out what it decoded (see
+        // `ptscope_decode::perf::stop_all`): its output is read to its end. Other
+        // sources stop at once.
+        let drain = matches!(spec, InputSpec::PerfData(_));
         loop {
-            if observer.stopped() {
+            if observer.stopped() && !drain {
                 break;
             }
             match source.next_event() {
@@ -216,6 +257,9 @@ pub(crate) fn decode_inputs(
         let end = source.finish();
         if let Some(e) = end.failure {
             errors.push(format!("{e} (keeping the events decoded before it)"));
+        }
+        if cut.is_some() {
+            errors = errors.into_iter().map(cut_said).collect();
         }
         errors.extend(end.incomplete);
         let mut notices = end.notices;

@@ -251,7 +251,11 @@ pub fn find_plugin() -> Option<PathBuf> {
     None
 }
 
-/// Runs `argv` under `qemu-x86_64` with the plugin, writing the block log to `log`.
+/// Runs `argv` under `qemu-x86_64` with the plugin, writing the block log to `log` (an
+/// old one is removed first; the plugin creates it anew, never through a link).
+///
+/// qemu loads the plugin from a descriptor checked like ptscope's emulate backend's
+/// (`ptscope_rootsafe::Loadable::trusted_file`), since this too may run as root.
 pub fn run_qemu(plugin: &Path, log: &Path, argv: &[OsString]) -> Result<std::process::ExitStatus> {
     run_qemu_with(plugin, log, None, argv)
 }
@@ -267,7 +271,14 @@ pub fn run_qemu_with(
     let Some((prog, args)) = argv.split_first() else {
         bail!("no program to run");
     };
-    let mut spec = OsString::from(plugin.as_os_str());
+    let code = ptscope_rootsafe::Loadable::trusted_file(plugin)
+        .with_context(|| format!("refusing to load the qemu plugin {}", plugin.display()))?;
+    match std::fs::symlink_metadata(log) {
+        Ok(m) if !m.is_dir() => std::fs::remove_file(log)
+            .with_context(|| format!("cannot remove the old block log {}", log.display()))?,
+        _ => {}
+    }
+    let mut spec = OsString::from(code.path().as_os_str());
     spec.push(",out=");
     spec.push(log.as_os_str());
     let mut cmd = std::process::Command::new("qemu-x86_64");

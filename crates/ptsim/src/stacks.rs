@@ -378,12 +378,22 @@ fn rename_top(frames: &mut Vec<Frame>, f: Func) {
 /// ancestor's (symbolised) function that is a non-local exit to the
 /// innermost such ancestor; at a function's entry (`at_entry`) or anywhere else the top
 /// frame continues there (a tail call, a trampoline).
+///
+/// libgcc's `_Unwind_Resume` (called at the end of a cleanup landing pad) resumes unwinding
+/// past its caller, whose cleanup just ran: the pad it jumps to belongs to a frame strictly
+/// above that caller, even when both run the same function (a recursion whose every level
+/// has a cleanup), so the innermost such ancestor is looked for above the caller.
 fn leave(frames: &mut Vec<Frame>, f: Func, at_entry: bool) {
     if frames.last().is_some_and(|top| top.entry == f.entry) {
         return;
     }
     if f.known && !at_entry {
-        let below = frames.len().saturating_sub(1);
+        let resumes_past_caller = frames
+            .last()
+            .is_some_and(|top| top.known && top.name.split('@').next() == Some("_Unwind_Resume"));
+        let below = frames
+            .len()
+            .saturating_sub(1 + usize::from(resumes_past_caller));
         if let Some(i) = frames[..below]
             .iter()
             .rposition(|fr| fr.known && fr.entry == f.entry)
@@ -485,6 +495,43 @@ pub fn perf_clock_times(
 mod tests {
     use super::*;
     use crate::truth::Step;
+
+    /// A recursion whose every level has a cleanup: each pad ends in `_Unwind_Resume`,
+    /// whose jump lands in the pad of the *next outer* level, never in its own caller.
+    #[test]
+    fn unwind_resume_lands_above_its_caller() {
+        let syms = Symbols::parse(
+            "1000 main+0x0 => 2000 parse+0x0\n\
+             2040 parse+0x40 => 3000 _Unwind_Resume+0x0\n\
+             3080 _Unwind_Resume+0x80 => 2030 parse+0x30\n\
+             2080 parse+0x80 => 4000 __restore_rt+0x0\n",
+        );
+        let none = |_: u64| None;
+        let mut r = Replay::new(&syms, &none);
+        let step = |kind, from, to| Step {
+            clock: 0,
+            kind,
+            from,
+            to,
+            len: 5,
+        };
+        r.apply(&step(StepKind::Start, 0, 0x1000));
+        r.apply(&step(StepKind::Call, 0x1008, 0x2000));
+        for _ in 0..3 {
+            r.apply(&step(StepKind::Call, 0x2010, 0x2000));
+        }
+        // Any other jump into an ancestor's function lands in the innermost one (the
+        // thrower's own pad, reached by `_Unwind_RaiseException`, say).
+        r.apply(&step(StepKind::Call, 0x2050, 0x4000));
+        r.apply(&step(StepKind::IndirectJmp, 0x4010, 0x2030));
+        assert_eq!(r.names(), ["main", "parse", "parse", "parse", "parse"]);
+        // Each level's pad: the cleanup, then `_Unwind_Resume`, then the next pad out.
+        for depth in (1..4).rev() {
+            r.apply(&step(StepKind::Call, 0x2040, 0x3000));
+            r.apply(&step(StepKind::IndirectJmp, 0x3080, 0x2030));
+            assert_eq!(r.names().len(), 1 + depth, "{:?}", r.names());
+        }
+    }
 
     /// A thread killed in user code: perf reported neither the call nor the jump after
     /// its last packet. Their steps take the last reported time; any other mismatch is

@@ -206,6 +206,9 @@ pub struct RecordPlan {
     pub max_sample_rate: u32,
     /// Online CPUs: perf keeps a ring buffer per CPU.
     pub cpus: u32,
+    /// Sampling: also sample `sched:sched_switch` with call stacks, so each time off CPU
+    /// has the stack the thread waited in (see `docs/sampling.md`).
+    pub switch_stacks: bool,
 }
 
 impl RecordPlan {
@@ -234,6 +237,7 @@ impl RecordPlan {
             max_sample_rate: 100_000,
             // SAFETY: sysconf has no preconditions.
             cpus: u32::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1),
+            switch_stacks: false,
         }
     }
 
@@ -397,6 +401,9 @@ impl RecordPlan {
     }
 }
 
+/// The tracepoint sampled for the stack at each switch out of the CPU.
+pub const SWITCH_TRACEPOINT: &str = "sched:sched_switch";
+
 /// Disk the sampling flight recorder keeps by default (`--snapshot-size` sets it).
 pub const DEFAULT_SAMPLING_BOUND: u64 = 256 << 20;
 /// perf's ring buffer per CPU when not told (`perf_event_mlock_kb`'s 516 KiB, less the
@@ -542,6 +549,13 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     a.push(plan.output.clone().into());
     a.push("--timestamp".into());
     a.push(format!("--event={}", plan.primary_event()).into());
+    if plan.backend == Backend::Sample && plan.switch_stacks {
+        // The stack at every switch out of the CPU (the tracepoint fires in the thread
+        // leaving, period 1), unwound like the samples' (`--call-graph` below): the
+        // frames time off CPU is spent in. Side-band switch records still give the
+        // times, as the tracepoint does not fire when a thread comes back.
+        a.push(format!("--event={SWITCH_TRACEPOINT}").into());
+    }
     // magic-trace adds --overwrite for sampling. We do not: with perf 6.1 an overwrite ring
     // loses the comm/mmap records when the program exits while recording, and every sample
     // then shows as `[unknown]`. Sampling data is small enough to keep whole.
@@ -762,6 +776,13 @@ mod tests {
             s(perf_record_argv(&p)),
             "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12294K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
         );
+        // The stack at each switch out of the CPU, when the machine allows it.
+        p.switch_stacks = true;
+        assert_eq!(
+            s(perf_record_argv(&p)),
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --event=sched:sched_switch --switch-output=12294K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
+        );
+        p.switch_stacks = false;
         p.snapshot_pages = None;
         // A duration: files of whole seconds, enough of them to span it; full stack copies.
         p.snapshot_seconds = Some(10);

@@ -89,6 +89,9 @@ pub struct Capabilities {
     pub euid: u32,
     /// The CPU's model name, for messages.
     pub cpu_model: String,
+    /// The `sched:sched_switch` tracepoint exists where perf looks for it (tracefs, or
+    /// debugfs's `tracing`): see [`Capabilities::switch_stacks`].
+    pub sched_switch: bool,
 }
 
 impl Capabilities {
@@ -99,7 +102,7 @@ impl Capabilities {
 
     /// Probes with `/sys` and `/proc` read under `root` (tests point it at a fake tree).
     pub fn detect_in(perf: &Path, root: &Path) -> Result<Self> {
-        let out = Command::new(perf)
+        let out = ptscope_interrupt::children::die_with_ptscope(&mut Command::new(perf))
             .arg("--version")
             .env("PAGER", "cat")
             .output()
@@ -141,12 +144,25 @@ impl Capabilities {
             // SAFETY: geteuid has no preconditions.
             euid: unsafe { libc::geteuid() },
             cpu_model,
+            sched_switch: [
+                "sys/kernel/tracing/events/sched/sched_switch/id",
+                "sys/kernel/debug/tracing/events/sched/sched_switch/id",
+            ]
+            .iter()
+            .any(|p| read(p).is_some_and(|id| id.trim().parse::<u32>().is_ok())),
         })
     }
 
     /// True if kernel tracing is allowed (root, or perf declared privileged by the user).
     pub fn kernel_tracing(&self) -> bool {
         self.euid == 0 || std::env::var_os("PTSCOPE_PERF_IS_PRIVILEGED").is_some()
+    }
+
+    /// Whether sampling can record the user stack at each switch out of the CPU (the
+    /// `sched:sched_switch` tracepoint with call stacks): the tracepoint is there, and
+    /// perf may sample it with raw data (root, or `perf_event_paranoid` -1).
+    pub fn switch_stacks(&self) -> bool {
+        self.sched_switch && (self.euid == 0 || self.paranoid == Some(-1))
     }
 
     /// Why Intel PT cannot be used here, for messages.

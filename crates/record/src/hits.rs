@@ -35,7 +35,11 @@ pub fn write(dir: &Path, hits: &[Hit]) -> Result<()> {
         ));
     }
     let path = dir.join(FILE_NAME);
-    std::fs::write(&path, s).map_err(|source| Error::Write { path, source })
+    // Like every file ptscope makes in a working directory: afresh, O_EXCL|O_NOFOLLOW.
+    use std::io::Write;
+    crate::process::create_private(&path)?
+        .write_all(s.as_bytes())
+        .map_err(|source| Error::Write { path, source })
 }
 
 /// Reads `DIR/hits.tsv`; a missing file is no hits, malformed lines are skipped.

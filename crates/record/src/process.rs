@@ -24,12 +24,10 @@ impl Program {
         };
         let mut cmd = Command::new(prog);
         cmd.args(args);
+        ptscope_interrupt::children::die_with_ptscope(&mut cmd);
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
                 if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -287,13 +285,7 @@ impl Perf {
             .stdout(out)
             .stderr(err)
             .process_group(0);
-        // SAFETY: prctl is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        ptscope_interrupt::children::die_with_ptscope(&mut cmd);
         let child = cmd.spawn().map_err(|source| Error::CannotRunPerf {
             perf: Path::new(prog).to_owned(),
             source,
@@ -357,7 +349,6 @@ impl Drop for Perf {
 /// Creates `path` for writing, afresh: an old file (or a symlink planted in its place) is
 /// removed, never followed, and the new one is created with `O_EXCL|O_NOFOLLOW`, mode 0600.
 pub fn create_private(path: &Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
     // unlink(2) removes a symlink itself, not its target.
     match std::fs::remove_file(path) {
         Ok(()) => {}
@@ -369,16 +360,10 @@ pub fn create_private(path: &Path) -> Result<std::fs::File> {
             })
         }
     }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|source| Error::Create {
-            path: path.to_owned(),
-            source,
-        })
+    ptscope_rootsafe::create_new(path).map_err(|source| Error::Create {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// True if `pid` exists (and is not a zombie).

@@ -338,10 +338,20 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     plan.buildid_mmap = caps.perf_version.buildid_mmap();
     plan.psb_cyc = caps.intel_pt.as_ref().is_some_and(|c| c.psb_cyc);
     plan.hardware_pmu = caps.hardware_pmu;
+    plan.switch_stacks = caps.switch_stacks();
     plan.max_sample_rate = caps.max_sample_rate.unwrap_or(100_000);
     plan.validate()?;
     for n in plan.notices() {
         say(opts, &n);
+    }
+    if backend == Backend::Sample && !plan.switch_stacks {
+        say(
+            opts,
+            "time off CPU is shown inside the frames the samples around it share, without \
+             the function the thread waited in: recording the stack at each switch out of the \
+             CPU needs root (or perf_event_paranoid -1) and the sched:sched_switch tracepoint \
+             (tracefs mounted)",
+        );
     }
     // A previous recording in a reused working directory must not be decoded with this one.
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -450,25 +460,15 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             }
             break EndReason::Signal(sig);
         }
-        let mut fired = false;
-        for bp in &mut bps {
-            for h in bp.read_hits() {
-                fired = true;
-                hits.push(Hit {
-                    symbol: bp.target.name.clone(),
-                    time: h.time,
-                    tid: h.tid,
-                    ip: h.ip,
-                    passed_time: if bp.target.is_stop_indicator {
-                        offset.map_or(0, |o| (h.di as i64).wrapping_add(o) as u64)
-                    } else {
-                        0
-                    },
-                    passed_value: h.si as i64,
-                    is_stop_indicator: bp.target.is_stop_indicator,
-                });
+        let before = hits.len();
+        let fired = read_hits(&mut bps, offset, &mut hits);
+        // Each hit is a snapshot of its own (`ptscope decode` cuts them at the hits'
+        // times), however close together they came.
+        let said = |hits: &[Hit]| {
+            for k in before + 1..=hits.len() {
+                say(opts, &format!("trigger hit: snapshot {k}"));
             }
-        }
+        };
         if fired {
             if let Some(r) = ring.as_mut() {
                 // Sampling: the hit's rotation ends the pieces held, which become its
@@ -477,7 +477,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
                 perf.signal(libc::SIGUSR2);
                 if r.seal() {
                     write_snapshot_ends(dir, r.snapshot_ends())?;
-                    say(opts, &format!("trigger hit: snapshot {}", hits.len()));
+                    said(&hits);
                 } else {
                     say(
                         opts,
@@ -488,7 +488,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             } else if opts.multi_snapshot {
                 // SIGUSR2 both snapshots and switches to a new perf.data file.
                 perf.signal(libc::SIGUSR2);
-                say(opts, &format!("trigger hit: snapshot {}", hits.len()));
+                said(&hits);
             } else {
                 // Hold the process still so the recording ends at the hit, not a few ms later.
                 for &p in &pids {
@@ -524,6 +524,23 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         wait_for(&bps, Duration::from_millis(20));
     };
 
+    // Hits the loop had no turn to see (the program hit the trigger, then exited while
+    // a rotation was being waited for): each is a snapshot too, sealed while perf runs.
+    let before = hits.len();
+    if ended_by != EndReason::Trigger && read_hits(&mut bps, offset, &mut hits) {
+        if let Some(r) = ring.as_mut().filter(|_| perf.alive()) {
+            r.settle();
+            perf.signal(libc::SIGUSR2);
+            if r.seal() {
+                write_snapshot_ends(dir, r.snapshot_ends())?;
+            }
+        }
+        if opts.multi_snapshot {
+            for k in before + 1..=hits.len() {
+                say(opts, &format!("trigger hit: snapshot {k}"));
+            }
+        }
+    }
     let finish = finish_perf(&mut ctl, &mut perf, backend, &plan, ended_by);
     if ended_by == EndReason::Trigger {
         for &p in &pids {
@@ -621,6 +638,31 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         exe,
         warnings,
     })
+}
+
+/// Takes the hits every breakpoint recorded since the last call into `hits`; true if
+/// there were any. `offset` maps a stop indicator's CLOCK_MONOTONIC argument onto perf's
+/// clock.
+fn read_hits(bps: &mut [Breakpoint], offset: Option<i64>, hits: &mut Vec<Hit>) -> bool {
+    let before = hits.len();
+    for bp in bps {
+        for h in bp.read_hits() {
+            hits.push(Hit {
+                symbol: bp.target.name.clone(),
+                time: h.time,
+                tid: h.tid,
+                ip: h.ip,
+                passed_time: if bp.target.is_stop_indicator {
+                    offset.map_or(0, |o| (h.di as i64).wrapping_add(o) as u64)
+                } else {
+                    0
+                },
+                passed_value: h.si as i64,
+                is_stop_indicator: bp.target.is_stop_indicator,
+            });
+        }
+    }
+    hits.len() > before
 }
 
 fn trigger_note(targets: &[trigger::Target]) -> String {

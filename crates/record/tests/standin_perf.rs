@@ -132,6 +132,7 @@ fn options(d: &Path, perf: &Path, argv: Vec<&str>, trigger: Option<TriggerSpec>)
             max_sample_rate: Some(100_000),
             euid: 0,
             cpu_model: "Intel(R) stand-in".into(),
+            sched_switch: false,
         }),
         quiet: true,
         say: None,

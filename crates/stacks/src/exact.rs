@@ -643,7 +643,10 @@ mod tests {
 
     /// The frames' function names, outermost first.
     fn names(st: &ExactStack, f: &Functions) -> Vec<String> {
-        st.frames.iter().map(|fr| f.name(fr.func).to_string()).collect()
+        st.frames
+            .iter()
+            .map(|fr| f.name(fr.func).to_string())
+            .collect()
     }
 
     /// python3's evaluation loop jumps into its stripped `.cold` part while an outer call
@@ -674,7 +677,10 @@ mod tests {
         st.apply(&ExactStep::new(6, ExactKind::Return, cold).at(0x4517e0), &f);
         assert_eq!(names(&st, &f), ["main", "python3.11+0x4517d5"]);
         // longjmp back into the middle of main unwinds.
-        st.apply(&ExactStep::new(7, ExactKind::Call { ret: 0x451810 }, lj).at(0x9000), &f);
+        st.apply(
+            &ExactStep::new(7, ExactKind::Call { ret: 0x451810 }, lj).at(0x9000),
+            &f,
+        );
         st.apply(&jump(8, main, 0x1020), &f);
         assert_eq!(names(&st, &f), ["main"]);
     }

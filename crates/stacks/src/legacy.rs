@@ -893,6 +893,8 @@ fn write_ok<S: TraceSink>(
         }
         // Taken by `write_event_filtered` before a thread's stack is touched.
         EventData::Comm { .. } | EventData::Fork { .. } | EventData::Switch { .. } => {}
+        // magic-trace's algorithm knows nothing of time off CPU (as of switches).
+        EventData::SwitchOutStack { .. } => {}
         EventData::StackSample { callstack } => {
             let callstack = ctx.strings.stack(*callstack);
             // Keep the common prefix (by address) of the old and new stacks; return out

@@ -60,6 +60,7 @@ use crate::{StackWriter, WriterConfig};
 use ptscope_event::{Event, EventData, StringTable, Thread};
 use rustc_hash::FxHashMap;
 
+mod bursts;
 mod frames;
 mod go;
 mod ingest;
@@ -142,6 +143,9 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
                     self.exec(event, *thread);
                 }
                 return;
+            }
+            if matches!(data, EventData::SwitchOutStack { .. }) {
+                self.switches = true;
             }
             if matches!(data, EventData::Switch { .. }) {
                 self.switches = true;

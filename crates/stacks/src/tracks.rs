@@ -15,11 +15,17 @@ use std::borrow::Cow;
 /// [`EventData::Comm`] and are inherited through [`EventData::Fork`], as the kernel
 /// does; a later name (an exec, `pthread_setname_np`) renames the group or track.
 /// A name from the writer's configuration (a command line) wins over perf's.
+///
+/// A thread whose process is unknown (perf script's default output prints the tid alone,
+/// and no task events unless asked) has a group of its own named after its command,
+/// `gzip [pid=?]`, renamed when the command changes (an exec): the text does not say
+/// which threads share a process, and one nameless `[pid=?]` group for all of them
+/// named none.
 pub(crate) struct Tracks<T> {
     /// Latest name of each thread, by tid.
     comms: FxHashMap<u32, String>,
     /// Sink group of each process.
-    groups: FxHashMap<Option<u32>, u32>,
+    groups: FxHashMap<GroupKey, u32>,
     /// Sink track of each thread.
     tracks: FxHashMap<Thread, T>,
 }
@@ -34,6 +40,22 @@ impl<T: Copy> Default for Tracks<T> {
     }
 }
 
+/// What a track group stands for: a process, or a thread whose process is unknown.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum GroupKey {
+    Process(Option<u32>),
+    Thread(u32),
+}
+
+impl GroupKey {
+    fn of(thread: Thread) -> GroupKey {
+        match (thread.pid, thread.tid) {
+            (None, Some(tid)) => GroupKey::Thread(tid),
+            (pid, _) => GroupKey::Process(pid),
+        }
+    }
+}
+
 fn id(v: Option<u32>) -> String {
     v.map_or_else(|| "?".to_string(), |v| v.to_string())
 }
@@ -44,6 +66,18 @@ impl<T: Copy> Tracks<T> {
         match shown {
             Some(name) => format!("{name} [pid={}]", id(pid)),
             None => format!("[pid={}]", id(pid)),
+        }
+    }
+
+    /// The name of the group `thread` is in: its process's, or for a thread whose
+    /// process is unknown, its own command's.
+    fn group_name(&self, thread: Thread, configured: &FxHashMap<u32, String>) -> String {
+        match GroupKey::of(thread) {
+            GroupKey::Thread(tid) => match self.comms.get(&tid) {
+                Some(name) => format!("{name} [pid=?]"),
+                None => "[pid=?]".into(),
+            },
+            GroupKey::Process(pid) => self.process_name(pid, configured),
         }
     }
 
@@ -62,11 +96,12 @@ impl<T: Copy> Tracks<T> {
         thread: Thread,
         configured: &FxHashMap<u32, String>,
     ) -> (T, u32) {
-        let group = match self.groups.get(&thread.pid) {
+        let key = GroupKey::of(thread);
+        let group = match self.groups.get(&key) {
             Some(&g) => g,
             None => {
-                let g = sink.allocate_pid(&self.process_name(thread.pid, configured));
-                self.groups.insert(thread.pid, g);
+                let g = sink.allocate_pid(&self.group_name(thread, configured));
+                self.groups.insert(key, g);
                 g
             }
         };
@@ -106,10 +141,10 @@ impl<T: Copy> Tracks<T> {
         if let Some(&track) = self.tracks.get(&thread) {
             sink.rename_thread(track, &self.thread_name(thread));
         }
-        if thread.pid == Some(tid) {
-            if let Some(&group) = self.groups.get(&thread.pid) {
+        if thread.pid == Some(tid) || thread.pid.is_none() {
+            if let Some(&group) = self.groups.get(&GroupKey::of(thread)) {
                 if !configured.contains_key(&tid) {
-                    sink.rename_pid(group, &self.process_name(thread.pid, configured));
+                    sink.rename_pid(group, &self.group_name(thread, configured));
                 }
             }
         }

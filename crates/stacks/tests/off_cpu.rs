@@ -59,6 +59,23 @@ fn sample(s: &mut StringTable, thread: Thread, time: u64, frames: &[&str]) -> Ev
     }
 }
 
+/// The stack `thread` left the CPU in (a `sched:sched_switch` sample) at `time`.
+fn switch_stack(s: &mut StringTable, thread: Thread, time: u64, frames: &[&str]) -> Event {
+    let Event::Ok {
+        data: EventData::StackSample { callstack },
+        ..
+    } = sample(s, thread, time, frames)
+    else {
+        unreachable!("sample() makes stack samples")
+    };
+    Event::Ok {
+        thread,
+        time,
+        in_transaction: false,
+        data: EventData::SwitchOutStack { callstack },
+    }
+}
+
 fn switch(thread: Thread, time: u64, out: bool, preempt: bool) -> Event {
     Event::Ok {
         thread,
@@ -85,7 +102,8 @@ fn legacy(events: &[Event], s: &StringTable) -> Vec<String> {
 }
 
 /// `compute_a; usleep; compute_b`: compute_a ends at the switch-out, the sleep is off
-/// CPU under main, compute_b starts at its first sample.
+/// CPU under main, compute_b starts at its first sample; main, calling from another call
+/// site after the sleep, is the same call throughout (one slice).
 #[test]
 fn a_sleep_ends_the_function_before_it_and_shows_off_cpu() {
     let mut s = StringTable::new();
@@ -106,10 +124,8 @@ fn a_sleep_ends_the_function_before_it_and_shows_off_cpu() {
             "->      0ns BEGIN main",
             "->      0ns BEGIN compute_a",
             "->    2.5ms END   compute_a",
-            "->    2.5ms END   main",
             "->    2.5ms BEGIN [off-cpu]",
             "->     1.5s END   [off-cpu]",
-            "->     1.5s BEGIN main",
             "->     1.5s BEGIN compute_b",
             "->   1.502s END   compute_b",
             "->   1.502s END   main",
@@ -155,6 +171,63 @@ fn frames_the_next_sample_shares_stay_open_through_time_off_cpu() {
             "->      9ms END   main",
         ]
     );
+}
+
+/// `compute_a; sleeper() { nanosleep }; compute_b` with the stack the thread left the
+/// CPU in: `sleeper` and `nanosleep` begin when it left, the sleep is `[off-cpu]` inside
+/// them, and they end at the next sample (which no longer holds them); `main` is one
+/// call throughout. A preemption with its stack nests in the function preempted, which
+/// goes on. The stacks count as no sample (`samples` stays the samples').
+#[test]
+fn time_off_cpu_nests_in_the_stack_the_thread_left_in() {
+    let mut s = StringTable::new();
+    let a = ["main@100", "compute_a"];
+    let events = vec![
+        sample(&mut s, T, 0, &a),
+        sample(&mut s, T, MS, &a),
+        switch_stack(&mut s, T, 2 * MS, &["main@200", "sleeper@300", "nanosleep"]),
+        switch(T, 2 * MS + 1000, true, false),
+        switch(T, 300 * MS, false, false),
+        sample(&mut s, T, 301 * MS, &["main@400", "compute_b"]),
+        switch_stack(&mut s, T, 302 * MS, &["main@400", "compute_b"]),
+        switch(T, 302 * MS + 1000, true, true),
+        switch(T, 303 * MS, false, false),
+        sample(&mut s, T, 304 * MS, &["main@400", "compute_b"]),
+    ];
+    assert_eq!(
+        segments(&events, &s),
+        [
+            "->      0ns BEGIN main",
+            "->      0ns BEGIN compute_a",
+            "->      2ms END   compute_a",
+            "->      2ms BEGIN sleeper",
+            "->      2ms BEGIN nanosleep",
+            "->  2.001ms BEGIN [off-cpu]",
+            "->    300ms END   [off-cpu]",
+            "->    301ms END   nanosleep",
+            "->    301ms END   sleeper",
+            "->    301ms BEGIN compute_b",
+            "-> 302.001ms BEGIN [off-cpu: preempted]",
+            "->    303ms END   [off-cpu: preempted]",
+            "->    304ms END   compute_b",
+            "->    304ms END   main",
+        ]
+    );
+    // Without the stacks, the same switches put the sleep under main.
+    let plain: Vec<Event> = events
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e,
+                Event::Ok {
+                    data: EventData::SwitchOutStack { .. },
+                    ..
+                }
+            )
+        })
+        .cloned()
+        .collect();
+    assert!(segments(&plain, &s).iter().all(|l| !l.contains("sleeper")));
 }
 
 /// The end of input: the stack ends at the first switch-out after the last sample; an
@@ -257,8 +330,6 @@ fn without_switches_a_long_gap_ends_frames_a_period_after_their_last_sample() {
             "->     12ms BEGIN x",
             "->   12.9ms END   x",
             "->   12.9ms END   compute_a",
-            "->   12.9ms END   main",
-            "->    500ms BEGIN main",
             "->    500ms BEGIN compute_b",
             "->    501ms END   compute_b",
             "->    501ms END   main",

@@ -52,7 +52,11 @@ type R<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
 /// reserved outright. DEFLATE (`ELFCOMPRESS_ZLIB`) cannot expand more than 1032:1; zstd
 /// could in theory, but real debug sections compress about 3-10:1, so the same bound
 /// (with a 1 MiB floor) turns away only corrupt headers.
-fn check_claimed_size(s: &object::Section<'_, '_>, path: &Path, name: &str) -> Result<()> {
+pub(crate) fn check_claimed_size(
+    s: &object::Section<'_, '_>,
+    path: &Path,
+    name: &str,
+) -> Result<()> {
     let Ok(c) = s.compressed_data() else {
         // `uncompressed_data` reports the same problem with its own message.
         return Ok(());

@@ -39,6 +39,7 @@ mod elf;
 mod error;
 mod file_functions;
 mod functions;
+mod inline;
 mod naming;
 mod ocaml;
 mod perfdata;
@@ -56,9 +57,10 @@ pub use file_functions::{perf_name, FileFunctions, FoundName, Region};
 pub use functions::{
     eh_frame_ranges, find_debug_file, FoundFunction, FunctionRanges, NameSource, DEBUG_ROOT,
 };
+pub use inline::{InlineInfo, Inlined};
 pub use naming::{
-    kernel_frame_name, NameTable, Namer, NamingStats, CALLER_LOST, IN_KERNEL, IN_SYSCALL,
-    STACK_CUT, STACK_CUT_NO_COPY, STACK_CUT_STOPPED, STACK_CUT_UNWOUND,
+    kernel_frame_name, NameTable, Namer, NamingStats, CALLER_LOST, IN_INTERRUPT, IN_KERNEL,
+    IN_SYSCALL, STACK_CUT, STACK_CUT_NO_COPY, STACK_CUT_STOPPED, STACK_CUT_UNWOUND,
 };
 pub use ocaml::OcamlTraps;
 pub use perfdata::{Lost, Mappings};

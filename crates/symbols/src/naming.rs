@@ -17,6 +17,14 @@
 //! DSO. Everything from the first such caller outwards is invented, so the stack is cut
 //! there and one [`STACK_CUT`] frame stands for what was lost.
 //!
+//! **Inlined calls.** perf is asked not to expand inlined calls (`perf script
+//! --no-inline`: its `addr2line` children cost 80 times the rest of a decode, and could
+//! hang); this step does it from DWARF instead ([`InlineInfo`], cached per address): a
+//! frame whose address lies in code inlined from `step` and `mix` becomes the symbol's
+//! frame with `step` and `mix` nested in it. Each frame an expansion adds carries, as its
+//! address, where the inlined copy below it begins, so two samples in the same inlined
+//! call keep one frame, and two calls of one inlined function are two.
+//!
 //! **Time in the kernel.** A trace of user space still shows the samples a thread spent
 //! in a system call or a page fault: their kernel frames become one `[kernel: read]`-style
 //! frame (see [`kernel_frame_name`]) on top of the user stack that entered the kernel, so
@@ -30,6 +38,7 @@ use ptscope_event::{
 use rustc_hash::FxHashMap;
 
 use crate::functions::FunctionRanges;
+use crate::inline::InlineInfo;
 use crate::perfdata::Mappings;
 
 /// The frame that replaces the callers of a stack whose frame-pointer chain broke.
@@ -55,6 +64,10 @@ pub const CALLER_LOST: &str = "[caller lost: no frame pointer here]";
 /// Stands for the kernel part of a sampled stack in a user-space trace when the kernel
 /// frames say nothing more specific (see [`kernel_frame_name`]).
 pub const IN_KERNEL: &str = "[kernel]";
+
+/// The frame for a sampled stack's kernel part inside an interrupt (see
+/// [`kernel_frame_name`]).
+pub const IN_INTERRUPT: &str = "[kernel: interrupt]";
 
 /// Stands for the kernel part of a sampled stack in a system call whose handler's name
 /// does not say which.
@@ -116,7 +129,13 @@ pub struct NamingStats {
     pub caller_lost: u64,
     /// Stacks sampled in the kernel whose kernel frames became one `[kernel: …]` frame.
     pub kernel_folded: u64,
+    /// Frames of inlined calls added to sampled stacks from DWARF.
+    pub inlined: u64,
 }
+
+/// The calls inlined at one address: each one's name and the file offset where its
+/// inlined copy begins, outermost first.
+type InlinedCalls = Box<[(Sym, u64)]>;
 
 /// A function's interned name and where it starts (file offset or address).
 type Named = (Sym, u64);
@@ -166,6 +185,12 @@ pub struct Namer {
     stats: NamingStats,
     /// A sampled stack's frames while they are changed.
     frames: Vec<Location>,
+    /// Expand inlined calls from DWARF.
+    inline: bool,
+    /// By DSO name: its DWARF, `None` when it has none (or the file could not be read).
+    inline_files: FxHashMap<Sym, Option<InlineInfo>>,
+    /// (DSO, file offset looked up) → the calls inlined there (`None`: none).
+    inlined: FxHashMap<(Sym, u64), Option<InlinedCalls>>,
 }
 
 impl Namer {
@@ -192,7 +217,18 @@ impl Namer {
             found_abs: FxHashMap::default(),
             stats: NamingStats::default(),
             frames: Vec::new(),
+            inline: false,
+            inline_files: FxHashMap::default(),
+            inlined: FxHashMap::default(),
         }
+    }
+
+    /// Whether sampled frames in code inlined from other functions get those functions
+    /// as frames of their own (from the files' DWARF; only with mappings, as names). For
+    /// recordings decoded with `perf script --no-inline`: perf's own expansion would
+    /// otherwise come twice.
+    pub fn set_inline(&mut self, inline: bool) {
+        self.inline = inline;
     }
 
     /// The mappings and build ids of the recording (`perf.data`) whose events come next
@@ -241,8 +277,11 @@ impl Namer {
             return;
         };
         let pid = thread.pid;
+        let switch_out = matches!(data, EventData::SwitchOutStack { .. });
         let handle = match data {
-            EventData::StackSample { callstack } => callstack,
+            EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
+                callstack
+            }
             EventData::Trace { src, dst, .. } => {
                 if self.grouping() {
                     for h in [src, dst] {
@@ -272,7 +311,17 @@ impl Namer {
         let callstack = &mut frames;
         // The frames after the user-space leaf (the `[kernel: …]` frame): the checks below
         // are about the user stack, whose leaf is the sampled user pc.
-        let tail = usize::from(self.fold_kernel && self.fold_kernel_frames(callstack, strings));
+        let mut tail = usize::from(self.fold_kernel && self.fold_kernel_frames(callstack, strings));
+        // A thread preempted as an interrupt returned to user space left the CPU from
+        // the interrupt's exit path: the time off CPU belongs to the user frame it was
+        // running, which goes on after it (as a sample there would show it).
+        if switch_out && tail == 1 {
+            let folded = callstack.last().map(|l| l.symbol);
+            if matches!(folded, Some(Symbol::FromPerf(s)) if strings.get(s) == IN_INTERRUPT) {
+                callstack.pop();
+                tail = 0;
+            }
+        }
         self.mark_missing_copy(callstack, tail, strings);
         if self.cut {
             self.cut_stack(callstack, tail, strings);
@@ -288,6 +337,9 @@ impl Namer {
         if self.grouping() {
             for loc in callstack.iter_mut() {
                 self.name(loc, strings);
+            }
+            if self.inline {
+                self.expand_inlined(callstack, tail, strings);
             }
         }
         *handle = strings.intern_stack(callstack);
@@ -489,21 +541,122 @@ impl Namer {
         }
     }
 
+    /// Adds the calls inlined at each user frame as frames of their own, nested in it
+    /// (see the module documentation). `tail` frames after the user-space leaf are left
+    /// alone; callers are looked up at their return address less one (the call).
+    fn expand_inlined(
+        &mut self,
+        callstack: &mut Vec<Location>,
+        tail: usize,
+        strings: &mut impl NameTable,
+    ) {
+        let n = callstack.len().saturating_sub(tail);
+        // Most stacks hold no inlined call: change nothing until one does.
+        let mut first = None;
+        for (i, loc) in callstack[..n].iter().enumerate() {
+            let leaf = i + 1 == n;
+            if self.inlined_calls(loc, leaf, strings).is_some() {
+                first = Some(i);
+                break;
+            }
+        }
+        let Some(first) = first else { return };
+        let old = std::mem::take(callstack);
+        callstack.extend_from_slice(&old[..first]);
+        for (i, loc) in old.iter().enumerate().skip(first) {
+            let calls = if i < n {
+                self.inlined_calls(loc, i + 1 == n, strings)
+            } else {
+                None
+            };
+            let Some(calls) = calls else {
+                callstack.push(*loc);
+                continue;
+            };
+            // The symbol's frame, then each inlined call; every frame's address says
+            // which call it is in (the next one's start), the innermost keeps the pc.
+            let start = loc.ip.wrapping_sub(loc.offset);
+            let mut outer = *loc;
+            outer.ip = calls[0].1;
+            outer.offset = outer.ip.wrapping_sub(start);
+            callstack.push(outer);
+            for (j, &(name, entry)) in calls.iter().enumerate() {
+                let ip = calls.get(j + 1).map_or(loc.ip, |c| c.1);
+                callstack.push(Location {
+                    ip,
+                    symbol: Symbol::FromPerf(name),
+                    offset: ip.wrapping_sub(entry),
+                    dso: loc.dso,
+                });
+            }
+            self.stats.inlined += calls.len() as u64;
+        }
+    }
+
+    /// The calls inlined where `loc` (a sampled frame: a file offset in its DSO) is, if
+    /// any; `leaf` frames are looked up at their pc, callers at the call before the
+    /// return address.
+    fn inlined_calls(
+        &mut self,
+        loc: &Location,
+        leaf: bool,
+        strings: &mut impl NameTable,
+    ) -> Option<InlinedCalls> {
+        let dso = loc.dso?;
+        if loc.ip == 0 || !ptscope_event::TraceScope::Userspace.includes_address(loc.ip) {
+            return None;
+        }
+        let probe = if leaf { loc.ip } else { loc.ip - 1 };
+        if let Some(found) = self.inlined.get(&(dso, probe)) {
+            return found.clone();
+        }
+        let found = self.look_up_inlined(dso, probe, strings);
+        self.inlined.insert((dso, probe), found.clone());
+        found
+    }
+
+    fn look_up_inlined(
+        &mut self,
+        dso: Sym,
+        probe: u64,
+        strings: &mut impl NameTable,
+    ) -> Option<InlinedCalls> {
+        let mappings = &self.mappings;
+        let info = self
+            .inline_files
+            .entry(dso)
+            .or_insert_with(|| {
+                the_recorded_file(dso, strings, mappings, |p| {
+                    let i = InlineInfo::load(p).ok().flatten()?;
+                    let id = i.build_id().map(<[u8]>::to_vec);
+                    Some((i, id))
+                })
+            })
+            .as_ref()?;
+        let addr = info.address_of_offset(probe)?;
+        let calls = info.inlined_at(addr);
+        if calls.is_empty() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(calls.len());
+        for c in calls {
+            let entry = info.offset_of_address(c.entry)?;
+            out.push((strings.intern(&c.name), entry));
+        }
+        Some(out.into_boxed_slice())
+    }
+
     /// The function ranges of the DSO named `dso`, loaded once.
     fn ranges(&mut self, dso: Sym, strings: &impl NameTable) -> Option<&FunctionRanges> {
         let mappings = &self.mappings;
         self.files
             .entry(dso)
             .or_insert_with(|| {
-                let path = strings.get(dso);
-                // `[vdso]`, `//anon`, `[unknown]` and JIT maps have no ELF file to read.
-                if !path.starts_with('/') || path.starts_with("//") {
-                    return None;
-                }
-                let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
-                FunctionRanges::load(Path::new(path))
-                    .ok()
-                    .filter(|r| recorded.is_none() || r.build_id() == recorded)
+                the_recorded_file(dso, strings, mappings, |p| {
+                    let r = FunctionRanges::load(p).ok()?;
+                    let id = r.build_id().map(<[u8]>::to_vec);
+                    Some((r, id))
+                })
             })
             .as_ref()
     }
@@ -625,6 +778,25 @@ impl Namer {
     }
 }
 
+/// What `load` reads from the file perf named `dso`, if it is the file that was
+/// recorded: `[vdso]`, `//anon`, `[unknown]` and JIT maps have no ELF file to read, and a
+/// file whose build id differs from the one perf recorded was replaced since. `load`
+/// returns what it read and the file's build id.
+fn the_recorded_file<T>(
+    dso: Sym,
+    strings: &impl NameTable,
+    mappings: &Option<Mappings>,
+    load: impl FnOnce(&Path) -> Option<(T, Option<Vec<u8>>)>,
+) -> Option<T> {
+    let path = strings.get(dso);
+    if !path.starts_with('/') || path.starts_with("//") {
+        return None;
+    }
+    let recorded = mappings.as_ref().and_then(|m| m.build_id(path));
+    let (read, id) = load(Path::new(path))?;
+    (recorded.is_none() || id.as_deref() == recorded).then_some(read)
+}
+
 /// True for a frame perf found in no mapping of the process.
 /// The `[kernel: …]` name a kernel function gives the time under it, if it tells what
 /// the kernel was doing for the thread: `__x64_sys_read` → `[kernel: read]` (a system
@@ -655,7 +827,7 @@ pub fn kernel_frame_name(function: &str) -> Option<String> {
         return Some("[kernel: page fault]".into());
     }
     if f.starts_with("asm_sysvec_") || f.starts_with("asm_common_interrupt") {
-        return Some("[kernel: interrupt]".into());
+        return Some(IN_INTERRUPT.into());
     }
     None
 }

@@ -279,16 +279,33 @@ impl Ptscope {
 
     /// Waits for a spawned run and checks it.
     pub fn wait(self, child: Child, start: Instant) -> Finished {
+        let done = self.finished(child, start);
+        self.check(&done);
+        done
+    }
+
+    /// Waits for a spawned run, success or failure; either way no panic and TMPDIR left
+    /// empty (see [`Ptscope::run_either`]).
+    pub fn wait_either(self, child: Child, start: Instant) -> Finished {
+        let done = self.finished(child, start);
+        self.check_clean(&done);
+        done
+    }
+
+    fn finished(&self, child: Child, start: Instant) -> Finished {
         let output = child
             .wait_with_output()
             .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what));
-        let done = Finished {
+        Finished {
             what: self.what.clone(),
             output,
             elapsed: start.elapsed(),
-        };
-        self.check(&done);
-        done
+        }
+    }
+
+    /// The command line, for messages.
+    pub fn what(&self) -> &str {
+        &self.what
     }
 
     /// Exit 0, no panic text on stderr, and TMPDIR left as empty as it was given.

@@ -19,6 +19,32 @@ pub fn threads_c(test: &str, dir: &Path) -> Option<PathBuf> {
     Some(exe)
 }
 
+/// `sleeper.c` with gcc (`-O2 -g`): computes, sleeps 0.3 s in `sleeper`, computes.
+pub fn sleeper_c(test: &str, dir: &Path) -> Option<PathBuf> {
+    let gcc = need_tool(test, "gcc", "gcc")?;
+    let exe = dir.join("sleeper");
+    build(
+        Command::new(gcc)
+            .args(["-O2", "-g", "-o"])
+            .arg(&exe)
+            .arg(programs().join("sleeper.c")),
+    );
+    Some(exe)
+}
+
+/// `hits.c` with gcc (`-O1 -g`): calls `mid` three times, GAP seconds apart.
+pub fn hits_c(test: &str, dir: &Path) -> Option<PathBuf> {
+    let gcc = need_tool(test, "gcc", "gcc")?;
+    let exe = dir.join("hits");
+    build(
+        Command::new(gcc)
+            .args(["-O1", "-g", "-o"])
+            .arg(&exe)
+            .arg(programs().join("hits.c")),
+    );
+    Some(exe)
+}
+
 /// `throw.cpp` with g++ (`-O2 -g`, frame pointers kept; libstdc++ itself has none).
 pub fn throw_cpp(test: &str, dir: &Path) -> Option<PathBuf> {
     let gxx = need_tool(test, "g++", "g++")?;

@@ -63,7 +63,9 @@ fn perf_data_files(work: &Path) -> Vec<std::path::PathBuf> {
 }
 
 /// Symbol → self samples from `perf report --no-children --sort sym` on every perf.data
-/// file of the working directory (the flight recorder may rotate through several).
+/// file of the working directory (the flight recorder may rotate through several), for
+/// the sampling event only: the `sched:sched_switch` samples that give time off CPU its
+/// stack are no time on the CPU, and the trace counts none of them.
 /// Lines for code perf cannot name (`[unknown]`, a bare address) are left out of the
 /// map (ptscope names such code `FILE+0xOFF`, per function) but counted in the total.
 fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64, Vec<String>) {
@@ -85,10 +87,18 @@ fn perf_counts(perf: &Path, work: &Path) -> (BTreeMap<String, u64>, u64, Vec<Str
             f.display(),
             String::from_utf8_lossy(&out.stderr)
         );
+        let mut switch_section = false;
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             // `      503  [.] __memmove_avx512_unaligned_erms`
             let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
+            // `# Samples: 19  of event 'sched:sched_switch'` opens each event's section.
+            if let Some((_, event)) = line
+                .strip_prefix("# Samples:")
+                .and_then(|l| l.split_once("of event"))
+            {
+                switch_section = event.contains("sched:sched_switch");
+            }
+            if line.is_empty() || line.starts_with('#') || switch_section {
                 continue;
             }
             let Some((n, rest)) = line.split_once(char::is_whitespace) else {
@@ -126,7 +136,7 @@ fn stackless_samples(perf: &Path, work: &Path) -> u64 {
     let mut n = 0;
     for f in perf_data_files(work) {
         let out = Command::new(perf)
-            .args(["script", "-F", "tid,ip", "-i"])
+            .args(["script", "-F", "tid,ip,event", "-i"])
             .arg(&f)
             .output()
             .expect("run perf script");
@@ -138,7 +148,9 @@ fn stackless_samples(perf: &Path, work: &Path) -> u64 {
         let text = String::from_utf8_lossy(&out.stdout);
         let lines: Vec<&str> = text.lines().collect();
         for (i, l) in lines.iter().enumerate() {
-            let header = !l.is_empty() && !l.starts_with(char::is_whitespace);
+            let header = !l.is_empty()
+                && !l.starts_with(char::is_whitespace)
+                && !l.contains("sched:sched_switch");
             let next_is_frame = lines
                 .get(i + 1)
                 .is_some_and(|x| x.starts_with(char::is_whitespace) && !x.trim().is_empty());
@@ -176,13 +188,11 @@ fn compare(test: &str, command: &[&dyn AsRef<OsStr>]) {
         perf_total > 100,
         "perf saw too few samples ({perf_total}) to compare"
     );
-    // `perf report` names each sample's function from the symbol table; `perf script`
-    // (which ptscope reads) by default expands inlined calls from DWARF, so the trace's
-    // leaf is the innermost inlined function (`<u64>::wrapping_mul` inside
-    // `nofp::checksum`), under its DWARF name (`msort_with_tmp` for the symbol
-    // `msort_with_tmp.part.0`, `__memcpy_avx512_unaligned_erms` for the alias
-    // `__memmove_avx512_unaligned_erms`). Those only move samples between names, so
-    // the run's own trace holds exactly perf's samples…
+    // `perf report` names each sample's function from the symbol table; ptscope by
+    // default expands inlined calls from DWARF, so the trace's leaf is the innermost
+    // inlined function (`<u64>::wrapping_mul` inside `nofp::checksum`), under its DWARF
+    // name. Those only move samples between names, so the run's own trace holds exactly
+    // perf's samples…
     let ours = trace_counts(&t);
     let run_total: u64 = ours.values().sum();
     eprintln!(

@@ -363,14 +363,7 @@ fn child_log_path(out_path: &str, pid: u32) -> String {
 
 /// Creates a new file only we can read, failing if anything (a link) is in its place.
 fn create_private(path: &std::path::Path) -> Option<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .ok()
+    ptscope_rootsafe::create_new(path).ok()
 }
 
 /// Registers every callback (at install, and again after each reset).
@@ -437,7 +430,9 @@ pub unsafe extern "C" fn qemu_plugin_install(
         say("ptsim-plugin: missing out=FILE argument\n");
         return -1;
     };
-    let mut file = match File::create(&out_path) {
+    // A new file, never through a link or into someone's file (qemu may run as root):
+    // whoever runs the plugin removes an old log first.
+    let mut file = match ptscope_rootsafe::create_new(std::path::Path::new(&out_path)) {
         Ok(f) => f,
         Err(e) => {
             say(&format!("ptsim-plugin: cannot create {out_path}: {e}\n"));

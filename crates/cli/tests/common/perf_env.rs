@@ -101,3 +101,22 @@ pub fn wait_for_cpu(pid: u32, ticks: u64) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `perf record -e cpu-clock EXTRA… -o DATA -- sh -c LOOP`: a recording of a shell loop of
+/// `iterations` steps (a fraction of a second per 100 000), which must succeed.
+pub fn record_shell_loop(data: &Path, iterations: u32, extra: &[&str]) {
+    let st = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock"])
+        .args(extra)
+        .arg("-o")
+        .arg(data)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "i=0; while [ $i -lt {iterations} ]; do i=$((i+1)); done"
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("perf record");
+    assert!(st.success(), "perf record failed");
+}

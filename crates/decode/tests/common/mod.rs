@@ -215,6 +215,10 @@ pub fn render(event: Option<&Event>, strings: &StringTable) -> String {
                     let frames: Vec<String> = strings.stack(*callstack).map(loc).collect();
                     format!("(Stacktrace_sample (callstack ({})))", frames.join(" "))
                 }
+                EventData::SwitchOutStack { callstack } => {
+                    let frames: Vec<String> = strings.stack(*callstack).map(loc).collect();
+                    format!("(Switch_out_stack (callstack ({})))", frames.join(" "))
+                }
                 EventData::EventSample {
                     location,
                     count,

@@ -152,6 +152,10 @@ pub fn norm(e: &Event, s: &StringTable) -> String {
                     let f: Vec<String> = s.stack(*callstack).map(|l| loc(l, s)).collect();
                     format!("STACK [{}]", f.join(" / "))
                 }
+                EventData::SwitchOutStack { callstack } => {
+                    let f: Vec<String> = s.stack(*callstack).map(|l| loc(l, s)).collect();
+                    format!("SWITCH-OUT STACK [{}]", f.join(" / "))
+                }
                 EventData::EventSample {
                     location,
                     count,

@@ -9,7 +9,15 @@
 //! records one program, simulates one variant and prints, per thread, the writer's exact
 //! / suffix / root shares, where the mismatching time goes, and its first N mismatching
 //! intervals (truth against reconstruction; with `--not-suffix` only those that are not
-//! even a suffix of the truth), each with the decoded events just before it.
+//! even a suffix of the truth), each with the decoded events just before it. PROGRAM is
+//! one of the table's or a C/C++ source file (`tests/realworld/programs/…`, built with
+//! `cc -O1` / `c++ -O2` unless `--cc 'g++ -O1'`); VARIANT is one of the table's or the
+//! corpus's `spread faults` / `late faults`.
+//!
+//! `--sim-sweep PROGRAM N [--cc 'COMPILER FLAGS']` records PROGRAM once and scores N
+//! placements of its 8 late decode errors, each placement moving all of them by 1/N of
+//! their spacing (so together they fall on every step once): the table of each
+//! placement's exact share outside the gaps, then the ones below 99.9 %.
 
 use ptscope_groundtruth::{
     evaluate, gen, legacy_writer, reconstruct, score, segments_writer, Fidelity, Scenario,
@@ -85,6 +93,37 @@ fn main() {
                 sim_table();
                 return;
             }
+            "--sim-sweep" => {
+                let (Some(program), Some(n)) =
+                    (args.next(), args.next().and_then(|n| n.parse().ok()))
+                else {
+                    eprintln!("usage: fidelity --sim-sweep PROGRAM N [--cc 'COMPILER FLAGS']");
+                    std::process::exit(2)
+                };
+                let (mut cc, mut explain) = (None, None);
+                while let Some(a) = args.next() {
+                    match a.as_str() {
+                        "--cc" => cc = args.next(),
+                        // The first mismatches of each placement below 99.9 %.
+                        "--explain" => {
+                            explain = Some(Explain {
+                                writer: "segments".into(),
+                                limit: args.next().and_then(|n| n.parse().ok()).unwrap_or(6),
+                                not_suffix: false,
+                                events: None,
+                                around_gaps: 3,
+                                cc: None,
+                            })
+                        }
+                        _ => {
+                            eprintln!("--sim-sweep takes --cc 'COMPILER FLAGS' and --explain N");
+                            std::process::exit(2)
+                        }
+                    }
+                }
+                sim_sweep(&program, n, cc.as_deref(), explain.as_ref());
+                return;
+            }
             "--sim-explain" => {
                 let (Some(program), Some(variant)) = (args.next(), args.next()) else {
                     eprintln!(
@@ -92,45 +131,42 @@ fn main() {
                     );
                     std::process::exit(2)
                 };
-                let (mut writer, mut limit, mut not_suffix) =
-                    ("segments".to_string(), 20usize, false);
-                let mut events: Option<(u64, u64)> = None;
-                let mut around_gaps = 0usize;
+                let mut o = Explain {
+                    writer: "segments".to_string(),
+                    limit: 20,
+                    not_suffix: false,
+                    events: None,
+                    around_gaps: 0,
+                    cc: None,
+                };
                 while let Some(a) = args.next() {
                     match a.as_str() {
-                        "--writer" => writer = args.next().expect("--writer W"),
+                        "--writer" => o.writer = args.next().expect("--writer W"),
                         "--limit" => {
-                            limit = args.next().and_then(|n| n.parse().ok()).expect("--limit N")
+                            o.limit = args.next().and_then(|n| n.parse().ok()).expect("--limit N")
                         }
-                        "--not-suffix" => not_suffix = true,
+                        "--not-suffix" => o.not_suffix = true,
+                        "--cc" => o.cc = Some(args.next().expect("--cc 'COMPILER FLAGS'")),
                         "--around-gaps" => {
-                            around_gaps = args
+                            o.around_gaps = args
                                 .next()
                                 .and_then(|n| n.parse().ok())
                                 .expect("--around-gaps N")
                         }
                         "--events" => {
                             let mut t = || args.next().and_then(|n| n.parse().ok());
-                            events = Some((
+                            o.events = Some((
                                 t().expect("--events FROM TO"),
                                 t().expect("--events FROM TO"),
                             ))
                         }
                         _ => {
-                            eprintln!("--sim-explain takes --writer W, --limit N, --not-suffix, --events FROM TO, --around-gaps N");
+                            eprintln!("--sim-explain takes --writer W, --limit N, --not-suffix, --events FROM TO, --around-gaps N, --cc 'COMPILER FLAGS'");
                             std::process::exit(2)
                         }
                     }
                 }
-                sim_explain(
-                    &program,
-                    &variant,
-                    &writer,
-                    limit,
-                    not_suffix,
-                    events,
-                    around_gaps,
-                );
+                sim_explain(&program, &variant, &o);
                 return;
             }
             "--dump" => {
@@ -288,42 +324,166 @@ fn event_line(e: &ptscope_event::Event, strings: &ptscope_event::StringTable) ->
 /// Records `program`, simulates `variant` and prints `writer`'s scores per thread with its
 /// first `limit` mismatching intervals and the events before each (debugging aid; times
 /// are perf's, in ns, as the scorer sees them divided by `SCALE`).
-fn sim_explain(
+/// Records `program` once under ptsim: one of the table's programs, or a C/C++ source of
+/// the corpus (tests/realworld/programs), built with `cc` (default `cc -O1` for C, `c++
+/// -O2` for C++). The recording is kept (in a scratch directory named after `what`).
+fn record_program(
     program: &str,
-    variant: &str,
-    writer: &str,
-    limit: usize,
-    not_suffix: bool,
-    events_between: Option<(u64, u64)>,
-    around_gaps: usize,
-) {
-    use ptscope_groundtruth::sim::{
-        decode, legacy, reconstruct_decoded, segments, thread_truths, variants, DecodePath,
-        SimProgram, SCALE,
-    };
-    let Some((name, file, src, cc)) = programs::PROGRAMS.iter().find(|p| p.0 == program) else {
-        eprintln!(
-            "unknown program {program} (one of: {})",
-            programs::PROGRAMS.map(|p| p.0).join(", ")
-        );
-        std::process::exit(2)
-    };
+    cc: Option<&str>,
+    what: &str,
+) -> ptscope_groundtruth::sim::SimProgram {
+    // A program of the table, or a C/C++ source of the corpus (tests/realworld/programs),
+    // built the way its test builds it (`cc`).
+    let source = std::path::Path::new(program);
+    let (name, file, src, cc): (&str, &str, String, Vec<&str>) =
+        match programs::PROGRAMS.iter().find(|p| p.0 == program) {
+            Some(p) => (p.0, p.1, p.2.to_string(), p.3.to_vec()),
+            None if source.is_file() => {
+                let file = source
+                    .file_name()
+                    .and_then(|f| f.to_str())
+                    .unwrap_or("prog.c");
+                let cc = match cc {
+                    Some(cc) => cc.split_whitespace().collect(),
+                    None if file.ends_with(".c") => vec!["cc", "-O1"],
+                    None => vec!["c++", "-O2"],
+                };
+                let text = std::fs::read_to_string(source).expect("readable source");
+                (file.split('.').next().unwrap_or("prog"), file, text, cc)
+            }
+            None => {
+                eprintln!(
+                    "unknown program {program} (one of: {}, or a C/C++ source file)",
+                    programs::PROGRAMS.map(|p| p.0).join(", ")
+                );
+                std::process::exit(2)
+            }
+        };
     // Kept: the recording it prints is there to be looked at.
-    let dir = ptsim::testing::scratch_dir("fidelity-sim-explain")
+    let dir = ptsim::testing::scratch_dir(what)
         .expect("scratch directory")
         .keep();
     let pdir = dir.join(name);
     std::fs::create_dir_all(&pdir).expect("program directory");
-    let exe = ptsim::testing::compile(&pdir, name, file, src, cc).expect("compiles");
-    let prog = SimProgram::record(name, &pdir, &[&exe]).expect("records");
-    let Some((_, cfg)) = variants(8192, prog.main_steps)
-        .into_iter()
-        .find(|v| v.0 == variant)
-    else {
-        eprintln!("unknown variant {variant} (full, snapshot, faults, snapshot+faults)");
+    let exe = ptsim::testing::compile(&pdir, name, file, &src, &cc).expect("compiles");
+    ptscope_groundtruth::sim::SimProgram::record(name, &pdir, &[&exe]).expect("records")
+}
+
+/// `--sim-sweep PROGRAM N`: records PROGRAM once and scores N placements of its late
+/// faults (`SimProgram::late_faults_at`) through the text path, legacy and segments,
+/// exact outside the gaps; then the placements below 99.9 % and the worst.
+fn sim_sweep(program: &str, placements: usize, cc: Option<&str>, explain: Option<&Explain>) {
+    use ptscope_groundtruth::sim::{
+        decode, legacy, reconstruct_decoded, segments, thread_truths, DecodePath,
+    };
+    let prog = record_program(program, cc, "fidelity-sim-sweep");
+    println!("| placement | legacy exact % (no gaps) | segments exact % (no gaps) | segments suffix % | segments phantom |");
+    println!("|---:|---:|---:|---:|---:|");
+    let mut scores = Vec::new();
+    for p in 0..placements {
+        let cfg = prog.late_faults_at(p, placements);
+        let variant = format!("sweep-{p}");
+        let (timelines, data) = match prog.simulate(&variant, &cfg) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("placement {p}: {e:#}");
+                continue;
+            }
+        };
+        let d = decode(&data, DecodePath::Text).expect("decodes");
+        let truth = thread_truths(&timelines, &d);
+        let l = score(&truth, &reconstruct_decoded(&d, legacy));
+        let g = score(&truth, &reconstruct_decoded(&d, segments));
+        println!(
+            "| {p} | {} | {} | {} | {} |",
+            pct(l.exact_outside_gaps),
+            pct(g.exact_outside_gaps),
+            pct(g.suffix_correct),
+            g.phantom_frames
+        );
+        if let Some(dir) = data.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        scores.push((p, g.exact_outside_gaps, l.exact_outside_gaps));
+    }
+    let below: Vec<_> = scores.iter().filter(|s| s.1 < 0.999).collect();
+    if let Some(o) = explain {
+        for &&(p, _, _) in &below {
+            println!("\n## placement {p}");
+            let variant = format!("late faults@{p}/{placements}");
+            explain_recorded(&prog, &variant, &prog.late_faults_at(p, placements), o);
+        }
+    }
+    let worst = scores.iter().map(|s| s.1).fold(1.0, f64::min);
+    println!(
+        "\n{} placements; segments below 99.9 %: {} {:?}; worst {}; segments below legacy: {}",
+        scores.len(),
+        below.len(),
+        below.iter().map(|s| (s.0, pct(s.1))).collect::<Vec<_>>(),
+        pct(worst),
+        scores.iter().filter(|s| s.1 + 1e-9 < s.2).count()
+    );
+}
+
+/// `--sim-explain`'s options.
+struct Explain {
+    /// The writer explained.
+    writer: String,
+    /// How many mismatching intervals to print.
+    limit: usize,
+    /// Only intervals whose stack is not even a suffix of the truth.
+    not_suffix: bool,
+    /// Print the decoded events between these perf times (ns).
+    events: Option<(u64, u64)>,
+    /// Print this many events either side of each decode error.
+    around_gaps: usize,
+    /// The compiler command for a source file given as the program.
+    cc: Option<String>,
+}
+
+fn sim_explain(program: &str, variant: &str, o: &Explain) {
+    use ptscope_groundtruth::sim::{spread_faults, variants};
+    let prog = record_program(program, o.cc.as_deref(), "fidelity-sim-explain");
+    // The table's variants, and the corpus's for programs with signals and unwinding.
+    let mut all = variants(8192, prog.main_steps);
+    all.push(("spread faults", spread_faults()));
+    if prog.main_entry_step > 0 {
+        all.push(("late faults", prog.late_faults()));
+        // A placement of `--sim-sweep`: `late faults@P/N`.
+        let placement = variant
+            .strip_prefix("late faults@")
+            .and_then(|pn| pn.split_once('/'))
+            .and_then(|(p, n)| Some((p.parse().ok()?, n.parse().ok()?)));
+        if let Some((p, n)) = placement.filter(|&(p, n): &(usize, usize)| n > 0 && p < n) {
+            all.push((variant, prog.late_faults_at(p, n)));
+        }
+    }
+    let Some((_, cfg)) = all.into_iter().find(|v| v.0 == variant) else {
+        eprintln!("unknown variant {variant} (full, snapshot, faults, snapshot+faults, spread faults, late faults)");
         std::process::exit(2)
     };
-    let (timelines, data) = prog.simulate(variant, &cfg).expect("simulates");
+    explain_recorded(&prog, variant, &cfg, o);
+}
+
+/// The body of `--sim-explain` for a program already recorded: simulates `variant`
+/// (`cfg`) and prints the writer's mismatches.
+fn explain_recorded(
+    prog: &ptscope_groundtruth::sim::SimProgram,
+    variant: &str,
+    cfg: &ptsim::SimConfig,
+    o: &Explain,
+) {
+    use ptscope_groundtruth::sim::{
+        decode, legacy, reconstruct_decoded, segments, thread_truths, DecodePath, SCALE,
+    };
+    let (writer, limit, not_suffix, events_between, around_gaps) = (
+        o.writer.as_str(),
+        o.limit,
+        o.not_suffix,
+        o.events,
+        o.around_gaps,
+    );
+    let (timelines, data) = prog.simulate(variant, cfg).expect("simulates");
     let d = decode(&data, DecodePath::Text).expect("decodes");
     let truth = thread_truths(&timelines, &d);
     let recon = match writer {

@@ -19,11 +19,16 @@ pub(super) const RETURN_LABEL: u8 = 8;
 pub(super) const SIGNAL: u8 = 16;
 pub(super) const NONE: u32 = u32::MAX;
 
-/// One stack frame: 12 bytes, so millions of calls stay cheap.
+/// One stack frame: 16 bytes, so millions of calls stay cheap.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Frame {
     pub(super) loc: u32,
     pub(super) parent: u32,
+    /// Where the call that made this frame was (the call's source, a location id): its
+    /// return goes back just after it, so a return elsewhere leaves more than this frame
+    /// (see [`unwind`](super::unwind)). [`NONE`] if unknown (a frame learnt from a
+    /// return, a signal handler, a sampled frame).
+    pub(super) site: u32,
     pub(super) flags: u8,
 }
 
@@ -126,6 +131,10 @@ pub(super) struct ThreadState<T> {
     pub(super) last_sample: Option<i64>,
     /// The stack comes from samples (not branches): only then do switches matter.
     pub(super) sampled: bool,
+    /// The current stack is the one the thread is leaving the CPU in (a `sched_switch`
+    /// stack was the thread's last event): its next switch-out is
+    /// [`OffCpu::stacked`].
+    pub(super) leaving: bool,
     /// The last gaps between consecutive samples (a ring), to estimate the sampling
     /// period when the recording has no context switches.
     pub(super) gaps: [i64; GAPS],
@@ -146,6 +155,9 @@ pub(super) struct OffCpu {
     pub(super) back: Option<i64>,
     /// Preempted (still runnable), not blocked.
     pub(super) preempt: bool,
+    /// The stack the thread left in is known (a `sched_switch` stack came just before
+    /// the switch-out): the interval nests in every frame open then.
+    pub(super) stacked: bool,
 }
 
 /// How many sample gaps the period estimate looks at.
@@ -225,6 +237,7 @@ pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
     ts.frames.push(Frame {
         loc: NONE,
         parent: NONE,
+        site: NONE,
         flags: SENTINEL,
     });
     ts.sentinel = sentinel;

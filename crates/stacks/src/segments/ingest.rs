@@ -5,6 +5,7 @@ use super::frames::{
     new_segment, Entry, Flow, Frame, Join, Loc, Locations, ThreadState, GAPS, INFERRED_START,
     KERNEL_ENTRY, NONE, NO_HORIZON, RETURN_LABEL, SENTINEL, SIGNAL,
 };
+use super::unwind::Exit;
 use super::{signals, SegmentsWriter};
 use crate::sink::TraceSink;
 use crate::tracks::{ExtraTracks, Mark};
@@ -58,6 +59,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             off_cpu: Vec::new(),
             last_sample: None,
             sampled: false,
+            leaving: false,
             gaps: [0; GAPS],
             gap_count: 0,
             leaf_samples: FxHashMap::default(),
@@ -147,21 +149,24 @@ impl<S: TraceSink> SegmentsWriter<S> {
                         }
                     }
                 }
-                EventData::StackSample { callstack } => {
+                EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
                     // perf samples whole callchains whatever the event's `u`/`k`:
                     // keep only the frames of the levels the trace is about.
                     let scope = cx.config.scope;
-                    let callstack = strings.stack_handles(*callstack);
-                    let all = callstack.len();
+                    let handles = strings.stack_handles(*callstack);
+                    let all = handles.len();
                     let kept = &mut self.sample_frames;
                     kept.clear();
                     kept.extend(
-                        callstack
+                        handles
                             .iter()
                             .map(|&h| Loc::of(h, strings))
                             .filter(|l| scope.includes_address(l.ip)),
                     );
-                    cx.sample(kept);
+                    match data {
+                        EventData::SwitchOutStack { .. } => cx.switch_stack(kept),
+                        _ => cx.sample(kept),
+                    }
                     if kept.len() != all && !self.warned_scope {
                         self.warned_scope = true;
                         let (left, keep) = match scope {
@@ -267,10 +272,17 @@ impl<T> Cx<'_, T> {
     }
 
     pub(super) fn push_as(&mut self, loc: &Loc, flags: u8, flow: Flow) {
+        self.push_frame(loc, NONE, flags, flow);
+    }
+
+    /// Pushes a frame running `loc` on the leaf, called from `site` (a location id, or
+    /// [`NONE`]).
+    pub(super) fn push_frame(&mut self, loc: &Loc, site: u32, flags: u8, flow: Flow) {
         let l = loc.id;
         self.ts.frames.push(Frame {
             loc: l,
             parent: self.ts.leaf,
+            site,
             flags,
         });
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
@@ -286,6 +298,7 @@ impl<T> Cx<'_, T> {
         self.ts.frames.push(Frame {
             loc: NONE,
             parent: NONE,
+            site: NONE,
             flags: SENTINEL,
         });
         let f = &mut self.ts.frames[old as usize];
@@ -305,6 +318,7 @@ impl<T> Cx<'_, T> {
         self.ts.frames.push(Frame {
             loc: l,
             parent: e.parent,
+            site: NONE,
             flags: INFERRED_START | KERNEL_ENTRY,
         });
         let f = &mut self.ts.frames[entry as usize];
@@ -370,6 +384,8 @@ impl<T> Cx<'_, T> {
         self.ts.frames.push(Frame {
             loc: l,
             parent: fr.parent,
+            // A tail call returns where the replaced frame's call was made.
+            site: fr.site,
             // A handler's tail call still returns into the signal trampoline.
             flags: fr.flags & (KERNEL_ENTRY | SIGNAL),
         });
@@ -388,7 +404,8 @@ impl<T> Cx<'_, T> {
 
     pub(super) fn call(&mut self, src: &Loc, dst: &Loc) {
         self.ensure_src(src);
-        self.push(dst, 0);
+        let site = if src.ip != 0 { src.id } else { NONE };
+        self.push_frame(dst, site, 0, Flow::Call);
     }
 
     pub(super) fn ret(&mut self, src: &Loc, dst: &Loc) {
@@ -413,14 +430,23 @@ impl<T> Cx<'_, T> {
             return;
         }
         self.record(Flow::Return);
+        // A return elsewhere than after the call that made the frame leaves more frames
+        // than its own (see `unwind`). One to a function's entry is a jump in disguise (a
+        // return thunk), never into a frame's middle.
+        if dst.offset != 0
+            && self.returns_after(fr.site, dst) == Some(false)
+            && self.long_return(dst)
+        {
+            return;
+        }
         if self.symbol(self.ts.leaf) == Some(dst.symbol) {
             return;
         }
-        // A long return (exception, longjmp) lands in an ancestor; otherwise the
-        // caller had tail-called away from the frame we knew.
+        // A long return (exception, longjmp) lands in an ancestor; otherwise the caller's
+        // code went on in another symbol (a label, an alias) or tail-called away from the
+        // frame we knew.
         if let Some(f) = self.find(dst.symbol) {
-            self.ts.leaf = f;
-            self.record(Flow::Return);
+            self.land_in(f);
         } else {
             self.replace_leaf(dst);
         }
@@ -446,22 +472,27 @@ impl<T> Cx<'_, T> {
         if self.landing_pad(src, dst) {
             return;
         }
-        // A jump into the middle of an ancestor is a non-local exit (`longjmp`, an
-        // unwinder, Go's `gogo`) when it comes from code that makes them; from ordinary
-        // code it goes on in the same function (a `.cold` part GCC split off, named on
-        // its own, which an outer call of that function may be running too). A jump to
-        // a function's start is a tail call.
+        // A jump into the middle of an ancestor's function lands in that frame, unwinding
+        // the frames between (`longjmp`, an unwinder, a coroutine switch), unless the two
+        // may be parts of one function (a `.cold` part GCC split off, named on its own,
+        // which an outer call of that function may be running too): see `unwind`. A jump
+        // to a function's start is a tail call.
         if dst.offset != 0 {
-            let found = self
-                .find(dst.symbol)
-                .filter(|_| self.may_exit_non_locally(src, dst));
-            if let Some(f) = found {
-                self.ts.leaf = f;
-                self.record(Flow::Return);
+            let exit = self.exit_by_jump(src, dst);
+            if exit != Exit::No {
+                if let Some(f) = self.find(dst.symbol) {
+                    self.land_in(f);
+                    return;
+                }
+            }
+            // From code made for non-local exits, a function no known frame runs is
+            // beyond the known root, never a tail jump.
+            if exit == Exit::Certain && self.land_beyond_root(dst) {
                 return;
             }
             let leaf = self.ts.frames[self.ts.leaf as usize];
-            if leaf.flags & SENTINEL == 0 && self.is_sentinel(leaf.parent) {
+            let beyond = self.is_sentinel(leaf.parent) || (exit != Exit::No && self.root_unknown());
+            if leaf.flags & SENTINEL == 0 && beyond {
                 // The target may be an ancestor beyond what this segment knows (libgcc
                 // unwinding to a landing pad after a decode error). Taken as a tail
                 // jump, the callers the target reveals later would become the callers

@@ -47,6 +47,8 @@ impl<T> Cx<'_, T> {
             return;
         }
         let time = self.time;
+        // A `sched_switch` stack just before says where this switch-out left the thread.
+        let stacked = std::mem::take(&mut self.ts.leaving) && out;
         let off = &mut self.ts.off_cpu;
         let full = off.len() >= MAX_OFF_CPU;
         let still_out = off.last().is_some_and(|o| o.back.is_none());
@@ -65,18 +67,22 @@ impl<T> Cx<'_, T> {
                 out: time,
                 back: None,
                 preempt,
+                stacked,
             });
         }
     }
 
     /// Shows the held times off CPU, ending every frame above the first `keep` of the
-    /// current stack when the thread first left the CPU; each interval becomes a
-    /// synthetic `[off-cpu]` frame on top of those that stayed.
-    pub(super) fn flush_off_cpu(&mut self, keep: usize) {
+    /// current stack when the thread first left the CPU without a known stack; each
+    /// interval becomes a synthetic `[off-cpu]` frame on top of those that stayed. An
+    /// interval whose stack is known (a `sched_switch` stack: the current one) nests in
+    /// all of it. True if frames were ended.
+    pub(super) fn flush_off_cpu(&mut self, keep: usize) -> bool {
         if self.ts.off_cpu.is_empty() {
-            return;
+            return false;
         }
         let pending = std::mem::take(&mut self.ts.off_cpu);
+        let leaf = self.ts.leaf;
         let mut base = self.ts.leaf;
         let mut depth = 0;
         let mut f = self.ts.leaf;
@@ -90,7 +96,12 @@ impl<T> Cx<'_, T> {
         let now = self.time;
         // Entries stay in time order whatever came between (perf's times can step back).
         let floor = self.ts.entries.last().map_or(i64::MIN, |e| e.time);
+        let mut trimmed = false;
         for o in pending {
+            // Known stacks come first (the switch-out right after one); once an interval
+            // without one ended the frames above `keep`, later ones sit there too.
+            trimmed |= !o.stacked;
+            let base = if trimmed { base } else { leaf };
             self.time = o.out.max(floor);
             self.ts.leaf = base;
             self.record(Flow::Return);
@@ -106,6 +117,7 @@ impl<T> Cx<'_, T> {
             self.record(Flow::Return);
         }
         self.time = now;
+        trimmed
     }
 
     /// The sampling period, estimated from the gaps between this thread's samples (a
@@ -122,6 +134,7 @@ impl<T> Cx<'_, T> {
         Some(g[n / 4]).filter(|&p| p > 0)
     }
 
+    /// A sampled stack: time on the CPU in its leaf.
     pub(super) fn sample(&mut self, callstack: &[Loc]) {
         // Without context switches, a gap of over two periods since the last sample is
         // time off CPU (cpu-clock only fires while the thread runs): frames it left
@@ -140,6 +153,27 @@ impl<T> Cx<'_, T> {
         }
         self.ts.last_sample = Some(self.time);
         self.ts.sampled = true;
+        self.ts.leaving = false;
+        self.follow(callstack, ended_at);
+        // An empty stack (everything out of scope) has no leaf to count it against.
+        if !callstack.is_empty() && !self.is_sentinel(self.ts.leaf) {
+            *self.ts.leaf_samples.entry(self.ts.leaf).or_insert(0) += 1;
+        }
+    }
+
+    /// The stack the thread is leaving the CPU in (a `sched_switch` stack): it becomes
+    /// the current stack as a sample's would, without counting as a sample, and the
+    /// switch-out that follows nests its time off CPU in all of it.
+    pub(super) fn switch_stack(&mut self, callstack: &[Loc]) {
+        self.ts.sampled = true;
+        self.follow(callstack, None);
+        self.ts.leaving = true;
+    }
+
+    /// Moves the current stack to `callstack`: the frames both share stay open (held
+    /// time off CPU is shown in them), the others end (at `ended_at` if known, else
+    /// now), and the new ones begin.
+    fn follow(&mut self, callstack: &[Loc], ended_at: Option<i64>) {
         // Current stack, root first (below the sentinel nothing is known).
         let mut cur = Vec::new();
         let mut f = self.ts.leaf;
@@ -150,7 +184,13 @@ impl<T> Cx<'_, T> {
         cur.reverse();
         let cur_len = cur.len();
         let mut keep = 0;
+        // The frame before was kept but now calls from another call site: what it calls
+        // now is another call, whatever its name.
+        let mut caller_moved = false;
         for (i, (&fr, loc)) in cur.iter().zip(callstack).enumerate() {
+            if caller_moved {
+                break;
+            }
             let known = *self.locs.get(self.strings, self.ts.frames[fr as usize].loc);
             // The user-space leaf under a sample's `[kernel: …]` frame (the naming step's
             // one synthetic last frame, at address 0) is a leaf too: its pc is where it
@@ -166,23 +206,27 @@ impl<T> Cx<'_, T> {
                 || i + 1 == callstack.len()
                 || under_kernel_cur
                 || under_kernel_new;
-            // Callers are matched by call site; a leaf moves within its function.
-            if known.symbol != loc.symbol || (!at_a_leaf && known.ip != loc.ip) {
+            // A frame is the same call when its function is, and its caller's call site
+            // (the frame before's pc) is: a caller calling from elsewhere now is still
+            // the same call, but what it calls is not; a leaf moves within its function.
+            if known.symbol != loc.symbol {
                 break;
             }
             if known.ip != loc.ip {
-                // The same call, now seen from another pc (a leaf that has since
-                // called something): later samples match it by this call site.
+                // The same call, now seen from another pc (a leaf that has since called
+                // something, a caller at another call site): later samples match what
+                // it calls by this call site.
                 let l = loc.id;
                 self.ts.frames[fr as usize].loc = l;
+                caller_moved = !at_a_leaf;
             }
             keep += 1;
         }
-        if !self.ts.off_cpu.is_empty() {
-            // Frames both samples share ran before and after: the time off CPU was
-            // spent inside them. The others ended when the thread first left the CPU.
-            self.flush_off_cpu(keep);
-        } else if keep < cur_len {
+        // Frames both stacks share ran before and after time off CPU: it was spent
+        // inside them. The others ended when the thread first left the CPU, unless
+        // where it left is known.
+        let trimmed = self.flush_off_cpu(keep);
+        if !trimmed && keep < cur_len {
             self.ts.leaf = if keep == 0 {
                 self.ts.sentinel
             } else {
@@ -198,10 +242,6 @@ impl<T> Cx<'_, T> {
         }
         for loc in &callstack[keep..] {
             self.push_as(loc, 0, Flow::Sampled);
-        }
-        // An empty stack (everything out of scope) has no leaf to count it against.
-        if !callstack.is_empty() && !self.is_sentinel(self.ts.leaf) {
-            *self.ts.leaf_samples.entry(self.ts.leaf).or_insert(0) += 1;
         }
     }
 }

@@ -16,9 +16,23 @@
 //! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
 //! on the stack.
 
-use super::frames::{Flow, Frame, Loc, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
+use super::frames::{
+    plain_name, Flow, Frame, Loc, INFERRED_START, NONE, RETURN_LABEL, SENTINEL, SIGNAL,
+};
 use super::ingest::{Cx, MAX_FIND_DEPTH};
 use ptscope_event::{Kind, TraceStateChange};
+
+/// Signal trampolines (`sa_restorer`) by name: their one syscall is `rt_sigreturn`.
+/// glibc's and musl's `__restore_rt` (and i386's `__restore`), Go's restorer.
+const TRAMPOLINES: &[&str] = &[
+    "__restore_rt",
+    "__restore",
+    "runtime.sigreturn__sigaction",
+    "runtime.sigreturn",
+];
+
+/// [`Delivery::resume`] of a delivery whose interrupted code is not known yet.
+const RESUME_UNKNOWN: u64 = 0;
 
 /// Longest syscall instruction: `syscall`, `sysenter` and `int 0x80` are all 2 bytes.
 const SYSCALL_LEN: u64 = 2;
@@ -126,7 +140,13 @@ impl<T> Cx<'_, T> {
         if stop.syscall && self.sigreturn(dst) {
             return true;
         }
+        if stop.syscall && label_return && self.unseen_handler_redelivered(dst) {
+            return true;
+        }
         if stop.syscall && label_return && self.unseen_sigreturn(dst) {
+            return true;
+        }
+        if stop.syscall && self.trampoline_root_returns(dst) {
             return true;
         }
         let leaf = self.ts.leaf;
@@ -158,13 +178,19 @@ impl<T> Cx<'_, T> {
                 self.ts.signals.deliveries.pop();
                 continue;
             }
-            if d.resume != dst.ip {
+            // A delivery whose interrupted code is not known resumes anywhere but at a
+            // handler's first byte.
+            let unknown = d.resume == RESUME_UNKNOWN && dst.offset != 0;
+            if d.resume != dst.ip && !unknown {
                 return false;
             }
             self.ts.signals.deliveries.pop();
             self.ts.leaf = d.interrupted;
             self.record(Flow::Return);
-            if !self.is_sentinel(self.ts.leaf) {
+            let fr = self.ts.frames[d.interrupted as usize];
+            if fr.flags & RETURN_LABEL != 0 && fr.flags & SENTINEL == 0 {
+                self.name_interrupted(d.interrupted, dst);
+            } else if !self.is_sentinel(self.ts.leaf) {
                 self.ensure_current(dst);
             } else {
                 self.ensure_src(dst);
@@ -196,19 +222,37 @@ impl<T> Cx<'_, T> {
     /// root is the interrupted frame, which `dst` names: the trampoline becomes its own
     /// frame on top of it, from the handler's return on. True when handled so.
     fn unseen_sigreturn(&mut self, dst: &Loc) -> bool {
+        let Some(root) = self.trampoline_label_root() else {
+            return false;
+        };
+        self.split_trampoline(root);
+        self.name_interrupted(root, dst);
+        self.ts.leaf = root;
+        self.record(Flow::Return);
+        true
+    }
+
+    /// The leaf, if it is a root learnt from a return onto a label (a handler's return into
+    /// the trampoline whose delivery the segment does not hold).
+    fn trampoline_label_root(&self) -> Option<u32> {
         let root = self.ts.leaf;
         let fr = self.ts.frames[root as usize];
-        if fr.flags & (SENTINEL | RETURN_LABEL) != RETURN_LABEL || !self.is_sentinel(fr.parent) {
-            return false;
-        }
+        (fr.flags & (SENTINEL | RETURN_LABEL) == RETURN_LABEL && self.is_sentinel(fr.parent))
+            .then_some(root)
+    }
+
+    /// The label root stands for the interrupted frame, the trampoline ran on top of it:
+    /// since the handler's return onto the trampoline, the root's entries (the return, the
+    /// end of the syscall) are a trampoline frame's, as is the syscall's synthetic frame.
+    fn split_trampoline(&mut self, root: u32) {
+        let fr = self.ts.frames[root as usize];
         let trampoline = self.ts.frames.len() as u32;
         self.ts.frames.push(Frame {
             loc: fr.loc,
             parent: root,
+            site: NONE,
             flags: SIGNAL,
         });
-        // Since the return onto the trampoline: the root's entries (the return, the end
-        // of the syscall) are the trampoline's, as is the syscall's synthetic frame.
         let first = self.ts.segments.last().map_or(0, |s| s.first);
         let mut i = self.ts.entries.len();
         while i > first + 1 {
@@ -229,12 +273,65 @@ impl<T> Cx<'_, T> {
                 break;
             }
         }
+    }
+
+    /// The interrupted frame, a label root until now, runs `dst`'s function (where the
+    /// `rt_sigreturn` resumed it).
+    fn name_interrupted(&mut self, root: u32, dst: &Loc) {
         let l = dst.id;
         let r = &mut self.ts.frames[root as usize];
         r.loc = l;
         r.flags = INFERRED_START;
+    }
+
+    /// A signal delivered as the `rt_sigreturn` of a handler whose delivery the segment does
+    /// not hold returns (a pending one, say): tracing restarts at a handler's first byte,
+    /// not in the interrupted code. The new handler runs on the interrupted frame, the
+    /// label root, which keeps its label's name until its own `rt_sigreturn` says what
+    /// the interrupted code was. Taken for that `rt_sigreturn`, the handler became the
+    /// root's name, one handler level too many for the rest of the run. True when handled
+    /// so.
+    fn unseen_handler_redelivered(&mut self, dst: &Loc) -> bool {
+        if dst.offset != 0 {
+            return false;
+        }
+        let Some(root) = self.trampoline_label_root() else {
+            return false;
+        };
+        self.split_trampoline(root);
         self.ts.leaf = root;
         self.record(Flow::Return);
+        if self.ts.signals.deliveries.len() == MAX_DELIVERIES {
+            self.ts.signals.deliveries.remove(0);
+        }
+        self.ts.signals.deliveries.push(Delivery {
+            interrupted: root,
+            resume: RESUME_UNKNOWN,
+        });
+        self.push(dst, SIGNAL);
+        true
+    }
+
+    /// The `rt_sigreturn` of a signal trampoline that is the segment's outermost known
+    /// frame (a decode gap or a snapshot began between the handler's return into it and
+    /// its syscall, so neither the delivery nor the handler is in the segment): tracing
+    /// resumes in the interrupted code, the frame the trampoline ran on top of, which is
+    /// the trampoline's caller from the segment's start. Taken as a new delivery, the
+    /// interrupted function was shown as a handler on top of the trampoline for the rest
+    /// of the run. True when handled so.
+    fn trampoline_root_returns(&mut self, dst: &Loc) -> bool {
+        let leaf = self.ts.leaf;
+        if self.is_sentinel(leaf) || !self.is_sentinel(self.ts.frames[leaf as usize].parent) {
+            return false;
+        }
+        let trampoline = self
+            .symbol(leaf)
+            .is_some_and(|s| plain_name(self.strings, s).is_some_and(|n| TRAMPOLINES.contains(&n)));
+        if !trampoline {
+            return false;
+        }
+        let interrupted = self.discover_root(dst);
+        self.land_in(interrupted);
         true
     }
 
@@ -255,12 +352,36 @@ impl<T> Cx<'_, T> {
             self.ts.signals.label_return = dst.offset == 0 && dst.ip != 0;
             return false;
         }
-        if self.injected_call_return(dst) {
+        if self.injected_call_return(dst) || self.handler_leaves(dst) {
             return true;
         }
         self.replace_signal_frame(dst);
         self.ts.signals.trampoline = true;
         true
+    }
+
+    /// A handler returning straight into the middle of a function an older frame runs
+    /// (a hand-written unwinder, a user-level thread switching out of a handler) lands in
+    /// that frame, like any return that skips frames; the handler's frame and the ones it
+    /// interrupted are left. A handler returns into its trampoline otherwise, whose code no
+    /// frame outside a handler's runs. True when handled so.
+    fn handler_leaves(&mut self, dst: &Loc) -> bool {
+        if dst.offset == 0 {
+            return false;
+        }
+        let mut f = self.ts.frames[self.ts.leaf as usize].parent;
+        for _ in 0..MAX_FIND_DEPTH {
+            let fr = self.ts.frames[f as usize];
+            if fr.flags & SENTINEL != 0 {
+                return false;
+            }
+            if fr.flags & SIGNAL == 0 && self.symbol(f) == Some(dst.symbol) {
+                self.land_in(f);
+                return true;
+            }
+            f = fr.parent;
+        }
+        false
     }
 
     /// A handler may make the interrupted code resume in a function of its choosing, as
@@ -297,6 +418,7 @@ impl<T> Cx<'_, T> {
         self.ts.frames.push(Frame {
             loc: l,
             parent: fr.parent,
+            site: NONE,
             flags: SIGNAL,
         });
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;

@@ -2,6 +2,7 @@
 //! snapshot start) line up with the frames open before it, and the callers a later
 //! segment reveals for earlier ones.
 
+use super::bursts::is_short;
 use super::frames::Segment;
 use super::frames::{
     frame_path, plain_name, Frame, Join, Locations, ThreadState, INFERRED_START, NONE,
@@ -50,7 +51,9 @@ pub(super) fn add_process_entry<T>(
     };
     let mut start_loc = None;
     for f in 0..ts.frames.len() {
-        let Frame { loc, parent, flags } = ts.frames[f];
+        let Frame {
+            loc, parent, flags, ..
+        } = ts.frames[f];
         if flags & SENTINEL != 0 || parent == NONE {
             continue;
         }
@@ -67,13 +70,15 @@ pub(super) fn add_process_entry<T>(
         ts.frames.push(Frame {
             loc: l,
             parent,
+            site: NONE,
             flags: INFERRED_START,
         });
         ts.frames[f].parent = entry;
     }
 }
 
-/// Callers learnt after a gap also ran before it: when the stack after a gap holds
+/// Callers learnt after a gap (or after a jump the writer could not place) also ran
+/// before it: when the stack after a gap holds
 /// the outermost frames before it *above* further frames, those further frames are the
 /// earlier segment's missing roots. Applied from the last gap back to the first, so a
 /// root found late reaches every segment it lines up with.
@@ -86,12 +91,19 @@ pub(super) fn extend_roots_backwards<T>(
     let mut after = Vec::new();
     for k in (1..ts.segments.len()).rev() {
         let (a, b) = (&ts.segments[k - 1], &ts.segments[k]);
-        if b.join != Join::Any || a.end <= a.first || b.end <= b.first {
+        let unwound = b.join == Join::Unwound;
+        if !(b.join == Join::Any || unwound) || a.end <= a.first || b.end <= b.first {
             continue;
         }
         let a_sentinel = a.sentinel;
         frame_path(ts, ts.entries[a.end - 1].leaf, &mut before);
         frame_path(ts, ts.entries[b.first].leaf, &mut after);
+        // A jump the writer could not place (`Join::Unwound`) left the frame that jumped:
+        // only the frames below it can line up with the later stack (as its callers when
+        // the jump turns out to be a tail jump, glibc's `mempcpy` into `memmove`).
+        if unwound {
+            before.pop();
+        }
         let Some(&a0) = before.first() else { continue };
         let sym = |ts: &ThreadState<T>, f: u32| locs.get(strings, ts.frames[f as usize].loc).symbol;
         if matches!(
@@ -119,6 +131,7 @@ pub(super) fn extend_roots_backwards<T>(
             ts.frames.push(Frame {
                 loc: NONE,
                 parent: NONE,
+                site: NONE,
                 flags: SENTINEL,
             });
             let fr = &mut ts.frames[sentinel as usize];
@@ -208,11 +221,12 @@ pub(super) fn find_stitch<T>(
             matched: run,
             unverified: false,
         },
-        // Nothing lines up. If the new stack shares no function with the open one, its
-        // frames were most likely called during the gap on top of what was running
-        // (outer frames rarely return within a short loss). If it shares some but not
-        // at its root, it knows other callers than the open stack: carrying the open
-        // frames under it would stack two versions of the same calls.
+        // Nothing lines up: the new frames were most likely called during the gap on top
+        // of what was running (outer frames rarely return within a short loss), even when
+        // they share functions with the open stack (a function called again from another
+        // caller, as in a burst of gaps). Dropping the open frames instead lost the
+        // thread's root for the rest of the run. The carried frames are marked
+        // unverified, and a later segment that lines up narrows them.
         None => {
             // Nothing is below a thread's first function.
             if is_root(first) {
@@ -231,12 +245,6 @@ pub(super) fn find_stitch<T>(
                     });
                 }
             }
-            let shared = after
-                .iter()
-                .any(|&f| open.iter().any(|o| sym(o.frame) == sym(f)));
-            if shared {
-                return None;
-            }
             Stitch {
                 base: open.len(),
                 matched: 0,
@@ -253,6 +261,9 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         if !(si > 0 && seg.join != Join::Never && self.config.stitch) {
             return (None, None);
         }
+        // A jump the writer could not place began the segment: the frame it entered
+        // starts at the jump, whatever its callers turn out to be.
+        self.entered_by_jump = seg.join == Join::Unwound;
         let (ts, locs, strings) = (self.ts, self.locs, self.strings);
         let candidates = match seg.join {
             Join::Landed { skip } => &self.open[..self.open.len().saturating_sub(skip as usize)],
@@ -296,6 +307,12 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         } else {
             found
         };
+        let stitch = match stitch {
+            Some(st) if seg.join == Join::Any && is_short(seg) => {
+                Some(self.respect_survivors(si, st))
+            }
+            other => other,
+        };
         (stitch, resumed)
     }
 
@@ -303,6 +320,12 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
     /// the old stack survived the gap: keep only that much.
     pub(super) fn narrow_unverified(&self, si: usize, st: &mut Stitch) {
         let ts = self.ts;
+        // Not in a burst: the segments after a short one line up with the open frames
+        // that survived *their* gaps, often by a single coincidental name, which cut
+        // frames still running under this one.
+        if is_short(&ts.segments[si]) {
+            return;
+        }
         let mut later_path = Vec::new();
         for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
             if later.join != Join::Any || later.end <= later.first {

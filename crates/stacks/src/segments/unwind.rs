@@ -27,8 +27,9 @@
 //! libc, called by the exported `longjmp`) still counts when its caller is an unwinder,
 //! or when it crosses objects, which a function's parts never do.
 
-use super::frames::{unversioned, Flow, Join, Loc};
-use super::ingest::Cx;
+use super::frames::{unversioned, Flow, Join, Loc, NONE, SENTINEL};
+use super::ingest::{Cx, MAX_FIND_DEPTH};
+use super::stitch::THREAD_ROOTS;
 use ptscope_event::Symbol;
 
 /// Where the jump from an unwinder entry point may land, relative to the frame that
@@ -39,6 +40,26 @@ enum Landing {
     AtOrAbove,
     /// Strictly above the caller (`_Unwind_Resume`: unwinding resumes past the caller).
     Above,
+}
+
+/// How long a call instruction can be: 5 bytes for a direct call, 2-7 for an indirect one
+/// (`call *%rax` to `call *disp32(%rsp)`), up to 9 with a `notrack` or `bnd` prefix.
+const CALL_LEN: std::ops::RangeInclusive<u64> = 2..=9;
+
+/// What a jump into the middle of another function does to the frame that jumped.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Exit {
+    /// It may go on in the same frame: the two functions may be parts of one (a `.cold`
+    /// part), or the jump is a PLT stub's.
+    No,
+    /// It leaves the frame (ordinary code jumping into another function's middle: a
+    /// hand-written unwinder, a coroutine switch), unless its target is code shared by
+    /// several functions (glibc's `wmemset` jumps into `memset`'s body): it lands in an
+    /// ancestor running the target, or past the known root, or is a tail jump after all.
+    Likely,
+    /// It comes from code made for non-local exits (`longjmp`, the unwinders, OCaml's raise
+    /// functions, Go's `gogo`), or from a function such code called: never a tail jump.
+    Certain,
 }
 
 /// libgcc's entry points whose phase 2 jumps into landing pads.
@@ -62,6 +83,10 @@ fn landing(name: &str) -> Option<Landing> {
 /// (`__longjmp`, `____longjmp_chk`, `__libc_siglongjmp`, …), libgcc's and LLVM's
 /// unwinders, OCaml's raise functions and Go's `gogo`.
 pub(crate) fn exits_non_locally(name: &str) -> bool {
+    // `_Unwind_Resume@plt` is its caller's stub, which only jumps to the unwinder.
+    if name.ends_with("@plt") {
+        return false;
+    }
     let name = unversioned(name);
     name.contains("longjmp")
         || name.starts_with("_Unwind_")
@@ -78,43 +103,164 @@ pub(crate) fn fde_file(name: &str) -> Option<&str> {
     (hex && !file.is_empty()).then_some(file)
 }
 
+/// `name` without a hot/cold split's suffix: GCC's `X.cold` (`X.cold.1`), as perf prints it
+/// for C (`main.cold`) or demangled (`parse [clone .cold]`; perf's short demangling drops
+/// the clone suffix altogether, giving both parts one name).
+fn hot_part(name: &str) -> &str {
+    let name = unversioned(name);
+    if let Some(base) = name.strip_suffix(" [clone .cold]") {
+        return base;
+    }
+    match name.rfind(".cold") {
+        Some(i)
+            if name[i + 5..].is_empty()
+                || name[i + 5..]
+                    .strip_prefix('.')
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            &name[..i]
+        }
+        _ => name,
+    }
+}
+
+/// Does `name` say what the function is (not `[unknown …]`, not a naming step's
+/// `FILE+0xSTART`)?
+fn is_named(name: &str) -> bool {
+    !name.starts_with("[unknown") && fde_file(name).is_none()
+}
+
 impl<T> Cx<'_, T> {
-    /// Whether a jump from `src` into the middle of another function may be a non-local
-    /// exit, to be taken as an unwind when that function is an ancestor's (see the
-    /// module's documentation); otherwise it goes on in the same frame.
-    pub(super) fn may_exit_non_locally(&self, src: &Loc, dst: &Loc) -> bool {
-        let strings = self.strings;
-        let name = |s: Symbol| match s {
-            Symbol::FromPerf(n) => Some(strings.get(n)),
+    fn name_of(&self, symbol: Symbol) -> Option<&str> {
+        match symbol {
+            Symbol::FromPerf(n) => Some(self.strings.get(n)),
             _ => None,
-        };
+        }
+    }
+
+    /// Are `a` and `b` in one object file (by the branch's DSOs, else by the naming step's
+    /// file names)?
+    fn same_object(&self, a: &Loc, b: &Loc) -> bool {
+        if a.dso.is_some() && b.dso.is_some() {
+            return a.dso == b.dso;
+        }
+        match (
+            self.name_of(a.symbol).and_then(fde_file),
+            self.name_of(b.symbol).and_then(fde_file),
+        ) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        }
+    }
+
+    /// Could `a` and `b` be two parts of one function (GCC's hot and `.cold` parts)? Named,
+    /// only if their names say so; unnamed (a stripped object names each part after its
+    /// own FDE), whenever they are in one object.
+    fn parts_of_one_function(&self, a: &Loc, b: &Loc) -> bool {
+        match (self.name_of(a.symbol), self.name_of(b.symbol)) {
+            (Some(x), Some(y)) if is_named(x) && is_named(y) => hot_part(x) == hot_part(y),
+            _ => self.same_object(a, b),
+        }
+    }
+
+    /// Whether a jump from `src` into the middle of another function leaves the frame that
+    /// jumped (see the module's documentation), landing in a frame already on the stack or
+    /// beyond what the segment knows.
+    pub(super) fn exit_by_jump(&self, src: &Loc, dst: &Loc) -> Exit {
         let leaf = self.ts.leaf;
         if !self.is_sentinel(leaf) {
             let caller = self.ts.frames[leaf as usize].parent;
             if self
                 .symbol(caller)
-                .and_then(name)
+                .and_then(|s| self.name_of(s))
                 .is_some_and(exits_non_locally)
             {
-                return true;
+                return Exit::Certain;
             }
         }
-        let src_name = name(src.symbol);
-        match src_name {
-            Some(n) if exits_non_locally(n) => return true,
-            Some(n) if !n.starts_with("[unknown") && fde_file(n).is_none() => return false,
+        match self.name_of(src.symbol) {
+            Some(n) if exits_non_locally(n) => return Exit::Certain,
+            // A PLT stub jumps to its target's entry, or into the stub that binds it
+            // (perf may name that one after `_init`, whose size it stretches over `.plt`).
+            Some(n) if n.ends_with("@plt") => return Exit::No,
             _ => {}
         }
-        // Unnamed code: the parts of one function are in one object.
-        if src.dso.is_some() && dst.dso.is_some() {
-            return src.dso != dst.dso;
+        if self.parts_of_one_function(src, dst) {
+            Exit::No
+        } else {
+            Exit::Likely
         }
-        match (
-            src_name.and_then(fde_file),
-            name(dst.symbol).and_then(fde_file),
-        ) {
-            (Some(a), Some(b)) => a != b,
-            _ => true,
+    }
+
+    /// The segment is not known down to a thread's first function (`_start`,
+    /// `start_thread`, …): frames beyond its outermost known one may run anything.
+    pub(super) fn root_unknown(&self) -> bool {
+        let mut f = self.ts.leaf;
+        for _ in 0..MAX_FIND_DEPTH {
+            let fr = self.ts.frames[f as usize];
+            if fr.flags & SENTINEL != 0 {
+                return true;
+            }
+            if self.is_sentinel(fr.parent) {
+                let name = self.symbol(f).and_then(|s| self.name_of(s));
+                return !name.is_some_and(|n| THREAD_ROOTS.contains(&unversioned(n)));
+            }
+            f = fr.parent;
+        }
+        true
+    }
+
+    /// Control lands in frame `f`, already on the stack: the frames above it are left
+    /// (unwound, never returned through).
+    pub(super) fn land_in(&mut self, f: u32) {
+        self.ts.leaf = f;
+        self.record(Flow::Return);
+    }
+
+    /// Control lands in the middle of `dst`'s function, which no frame of the segment
+    /// runs, by a transfer that certainly left its frame: that function's frame is beyond
+    /// what the segment knows (a snapshot or a gap began after it was entered). The landing
+    /// starts a segment of its own, lined up by the write pass with the frames open before
+    /// it outside the segment's known ones, which cannot be it. False, and nothing done,
+    /// when the segment is known down to a thread's first function.
+    pub(super) fn land_beyond_root(&mut self, dst: &Loc) -> bool {
+        if !self.root_unknown() {
+            return false;
+        }
+        let mut skip = 0;
+        let mut f = self.ts.leaf;
+        while !self.is_sentinel(f) {
+            skip += 1;
+            f = self.ts.frames[f as usize].parent;
+        }
+        self.split(Join::Landed { skip });
+        self.ensure_current(dst);
+        true
+    }
+
+    /// Does a return to `dst` go back just after the call at `site` (a location id)? `None`
+    /// when the call is unknown.
+    pub(super) fn returns_after(&self, site: u32, dst: &Loc) -> Option<bool> {
+        if site == NONE || dst.ip == 0 {
+            return None;
+        }
+        let call = self.locs.get(self.strings, site).ip;
+        (call != 0).then(|| CALL_LEN.contains(&dst.ip.wrapping_sub(call)))
+    }
+
+    /// A return to `dst` that does not go back where the call that made the returning
+    /// frame was (the leaf is now that frame's caller): the return leaves more frames than
+    /// its own (a hand-written unwinder, a coroutine switch, OCaml's raise). Control lands
+    /// in the nearest frame running `dst`'s function, else beyond the known root. False,
+    /// and nothing done, when nothing says where (the segment is known down to a thread's
+    /// first function).
+    pub(super) fn long_return(&mut self, dst: &Loc) -> bool {
+        match self.find(dst.symbol) {
+            Some(f) => {
+                self.land_in(f);
+                true
+            }
+            None => self.land_beyond_root(dst),
         }
     }
 
@@ -142,8 +288,7 @@ impl<T> Cx<'_, T> {
             Landing::Above => self.ts.frames[caller as usize].parent,
         };
         if let Some(f) = self.find_from(from, dst.symbol) {
-            self.ts.leaf = f;
-            self.record(Flow::Return);
+            self.land_in(f);
             return true;
         }
         // The pad's frame is below the segment's known root: only the frames a later
@@ -154,6 +299,13 @@ impl<T> Cx<'_, T> {
         while f != from && !self.is_sentinel(f) {
             skip += 1;
             f = self.ts.frames[f as usize].parent;
+        }
+        // `_Unwind_Resume` whose caller is beyond the known root (a gap or a snapshot began
+        // inside it): that caller, the first open frame below the unwinder, is ruled out
+        // too. Without it the pad landed in the caller itself, in a recursion one level
+        // too deep at every resume until the catch.
+        if how == Landing::Above && self.is_sentinel(caller) {
+            skip += 1;
         }
         self.split(Join::Landed { skip });
         self.ensure_current(dst);

@@ -80,6 +80,9 @@ pub(super) struct ThreadWriter<'a, S: TraceSink> {
     /// most recent last: a resumed goroutine whose revealed callers single one out
     /// continues on its own stack rather than on the one that just parked.
     pub(super) parked: Vec<Parked>,
+    /// The current segment's first frame was entered by the jump that began it: its
+    /// start is known, not inferred.
+    pub(super) entered_by_jump: bool,
 }
 
 impl<'a, S: TraceSink> ThreadWriter<'a, S> {
@@ -113,6 +116,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
             last_written: i64::MIN,
             prev_end: 0,
             parked: Vec::new(),
+            entered_by_jump: false,
         }
     }
 
@@ -290,7 +294,8 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         for depth in 0..n {
             let f = self.path[n - 1 - depth];
             let fr = ts.frames[f as usize];
-            let inferred = e.flow == Flow::Start || fr.flags & INFERRED_START != 0;
+            let entered = k == 0 && self.entered_by_jump && f == e.leaf;
+            let inferred = !entered && (e.flow == Flow::Start || fr.flags & INFERRED_START != 0);
             let at = match back_to {
                 Some(b) if depth + 1 < n => b,
                 _ => t,

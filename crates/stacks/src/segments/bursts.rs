@@ -1,0 +1,85 @@
+//! Bursts of decode errors: many short gaps close together (a trace buffer overflowing
+//! again and again under load). Each segment between two of them runs for a few branches
+//! and reveals little of the stack it runs on, so lining it up alone with the frames open
+//! before its gap is a guess on one name; the segments after it, up to the first long one,
+//! say which of those frames were still running.
+
+use super::frames::{frame_path, Join};
+use super::frames::{plain_name, Segment};
+use super::stitch::{find_stitch, Stitch, MAX_LOOKAHEAD, THREAD_ROOTS};
+use super::write::ThreadWriter;
+use crate::sink::TraceSink;
+
+/// Stack changes a segment between two decode errors holds at most to count as part of a
+/// burst (it reveals little of the stack it runs on).
+pub(super) const SHORT_SEGMENT: usize = 16;
+
+/// A segment of a burst of decode errors: few stack changes before the next one.
+pub(super) fn is_short(seg: &Segment) -> bool {
+    seg.end - seg.first <= SHORT_SEGMENT
+}
+
+impl<S: TraceSink> ThreadWriter<'_, S> {
+    /// In a burst of decode errors a short segment may reveal only its innermost frames,
+    /// which can line up with an outer open frame running the same function, as if its
+    /// gap had returned from everything above it. A later segment of the burst that lines
+    /// up with more open frames shows them still open: they survived this segment's gap
+    /// too, and its frames ran on top of them (lined up above them where they can be,
+    /// else called in the gap).
+    pub(super) fn respect_survivors(&self, si: usize, st: Stitch) -> Stitch {
+        // Only a line-up by a single frame is that weak; a thread's first function has
+        // nothing below it.
+        let (ts, locs, strings) = (self.ts, self.locs, self.strings);
+        let first = self
+            .path
+            .first()
+            .map(|&f| locs.get(strings, ts.frames[f as usize].loc));
+        let root = first.is_some_and(|l| {
+            plain_name(strings, l.symbol).is_some_and(|n| THREAD_ROOTS.contains(&n))
+        });
+        if st.matched > 1 || root {
+            return st;
+        }
+        let keep = st.base + st.matched;
+        let Some(k) = self.survivors(si).filter(|&k| k > keep) else {
+            return st;
+        };
+        match find_stitch(ts, locs, strings, &self.open[k..], &self.path) {
+            Some(above) if !above.unverified => Stitch {
+                base: k + above.base,
+                matched: above.matched,
+                unverified: false,
+            },
+            _ => Stitch {
+                base: k,
+                matched: 0,
+                unverified: false,
+            },
+        }
+    }
+
+    /// How many of the open frames (outermost first) the rest of the burst after
+    /// segment `si` shows still open: the most that a later segment, each one after a
+    /// decode error, lines up with by at least two frames (one name alone is often a
+    /// coincidence), up to the first segment that is not short (which ends the burst).
+    fn survivors(&self, si: usize) -> Option<usize> {
+        let ts = self.ts;
+        let mut later_path = Vec::new();
+        let mut most = None;
+        for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
+            if later.join != Join::Any || later.end <= later.first {
+                break;
+            }
+            frame_path(ts, ts.entries[later.first].leaf, &mut later_path);
+            if let Some(f) = find_stitch(ts, self.locs, self.strings, &self.open, &later_path) {
+                if !f.unverified && f.matched >= 2 {
+                    most = most.max(Some(f.base + f.matched));
+                }
+            }
+            if !is_short(later) {
+                break;
+            }
+        }
+        most
+    }
+}

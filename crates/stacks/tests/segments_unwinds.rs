@@ -1,0 +1,831 @@
+//! Control that lands in a frame already on the stack (issue 25): a `jmp` or a `return`
+//! from ordinary code straight into an ancestor (`longjmp`, hand-written unwinders,
+//! coroutine switches, libgcc's `uw_install_context`) unwinds to that frame; it is no
+//! tail call. Decoded from `perf script` text as `ptscope decode --perf-script` does, in
+//! the layout of magic-trace's fixtures; the same shapes recorded from a real program
+//! are scored through both decoders in `crates/groundtruth/tests/realworld_sim.rs`
+//! (`c_hand_written_unwinds`).
+
+use ptscope_decode::Decoder;
+use ptscope_stacks::segments::SegmentsWriter;
+use ptscope_stacks::transcript::TranscriptSink;
+use ptscope_stacks::{StackWriter, WriterConfig};
+
+/// The issue's minimal input: `_start > main > a > b > c > d`, then `d` jumps to
+/// `a+0x15` (just after `a`'s call of `b`); later `d` returns straight to `main+0x44`.
+const INPUT: &str = include_str!("data/unwind_into_ancestor.perf");
+/// What `ptscope decode --perf-script INPUT --format transcript` must print for it.
+const EXPECTED: &str = include_str!("data/unwind_into_ancestor.expected.txt");
+
+/// One branch of the input, as (ns after 100 s, kind, source, destination); a location
+/// is (address, symbol, offset).
+type Branch = (u64, &'static str, Loc, Loc);
+type Loc = (u64, &'static str, u64);
+
+/// The issue's input as branches (`input_text` renders them; a test checks that gives
+/// the file back byte for byte, so variants are edits of exactly that input).
+const BRANCHES: [Branch; 15] = [
+    (
+        110,
+        "call",
+        (0x401008, "_start", 0x8),
+        (0x401100, "main", 0),
+    ),
+    (120, "call", (0x401110, "main", 0x10), (0x401200, "a", 0)),
+    (130, "call", (0x401210, "a", 0x10), (0x401300, "b", 0)),
+    (140, "call", (0x401310, "b", 0x10), (0x401400, "c", 0)),
+    (150, "call", (0x401410, "c", 0x10), (0x401500, "d", 0)),
+    (160, "jmp", (0x401520, "d", 0x20), (0x401215, "a", 0x15)),
+    (170, "call", (0x401230, "a", 0x30), (0x401600, "e", 0)),
+    (180, "return", (0x401640, "e", 0x40), (0x401235, "a", 0x35)),
+    (190, "call", (0x401250, "a", 0x50), (0x401300, "b", 0)),
+    (200, "call", (0x401310, "b", 0x10), (0x401400, "c", 0)),
+    (210, "call", (0x401410, "c", 0x10), (0x401500, "d", 0)),
+    (
+        220,
+        "return",
+        (0x401560, "d", 0x60),
+        (0x401144, "main", 0x44),
+    ),
+    (230, "call", (0x401170, "main", 0x70), (0x401600, "e", 0)),
+    (
+        240,
+        "return",
+        (0x401640, "e", 0x40),
+        (0x401175, "main", 0x75),
+    ),
+    (
+        250,
+        "return",
+        (0x401190, "main", 0x90),
+        (0x401010, "_start", 0x10),
+    ),
+];
+
+/// A line of the input: a branch, or a decode error then the `tr strt` where decoding
+/// picked up again.
+#[derive(Clone, Copy)]
+enum Line {
+    Branch(Branch),
+    Lost { ns: u64, resume: Loc },
+}
+
+/// A location as perf prints it: the address, then the symbol, offset and object.
+fn location((ip, sym, off): Loc) -> (String, String) {
+    let name = if sym.is_empty() {
+        "[unknown]".to_string()
+    } else {
+        format!("{sym}+{off:#x}")
+    };
+    (format!("{ip:x}"), format!("{name} (/opt/app/bin/app)"))
+}
+
+/// One `perf script` branch line, laid out as in the issue.
+fn branch_line(ns: u64, kind: &str, src: Loc, dst: Loc) -> String {
+    let ((sa, sn), (da, dn)) = (location(src), location(dst));
+    format!(
+        "1234/1234 100.{ns:09}:                            1   branches:uH:   {kind:<37}{sa} {sn} => {da:>16} {dn}\n"
+    )
+}
+
+/// `perf script` text in magic-trace's layout (the issue's file is written the same way).
+fn input_text(lines: &[Line]) -> String {
+    let mut out = String::new();
+    for l in lines {
+        match *l {
+            Line::Branch((ns, kind, src, dst)) => out.push_str(&branch_line(ns, kind, src, dst)),
+            Line::Lost { ns, resume } => {
+                out.push_str(&format!(
+                    " instruction trace error type 1 time 100.{ns:09} cpu -1 pid 1234 tid 1234 ip 0x{:x} code 7: Overflow packet\n",
+                    resume.0
+                ));
+                out.push_str(&branch_line(ns + 5, "tr strt", (0, "", 0), resume));
+            }
+        }
+    }
+    out
+}
+
+fn issue_lines() -> Vec<Line> {
+    BRANCHES.iter().map(|&b| Line::Branch(b)).collect()
+}
+
+/// The transcript `ptscope decode --perf-script … --format transcript` writes.
+fn transcript(text: &str) -> String {
+    let mut d = Decoder::new(text.as_bytes());
+    let mut events = Vec::new();
+    while let Some(e) = d.next_event().expect("decodes") {
+        events.push(e);
+    }
+    let earliest = events.iter().find_map(|e| e.time()).expect("a timed event");
+    let mut w = SegmentsWriter::new(
+        TranscriptSink::default(),
+        WriterConfig {
+            annotate_inferred_start_times: true,
+            earliest_time: earliest,
+            ..WriterConfig::default()
+        },
+    );
+    for e in &events {
+        w.write_event(e, d.strings());
+    }
+    w.end_of_input();
+    w.finish(d.strings()).render()
+}
+
+/// The stack (root first) at `ns` after the transcript's time 0, as a viewer draws it:
+/// slices nest by begin/end order; a slice covers `[begin, end)`.
+fn stack_at(transcript: &str, ns: i64) -> Vec<String> {
+    let mut open: Vec<(i64, String)> = Vec::new();
+    let mut slices: Vec<(i64, i64, usize, String)> = Vec::new();
+    for l in transcript.lines() {
+        let Some(rest) = l.strip_prefix("->") else {
+            continue;
+        };
+        // Instants (decode errors) are no slices.
+        if rest.contains("[decode error") {
+            continue;
+        }
+        let rest = rest.trim_start();
+        let (time, rest) = rest.split_once(' ').expect("a time");
+        let t: i64 = time
+            .strip_suffix("ns")
+            .and_then(|n| n.parse().ok())
+            .expect("times in ns");
+        let rest = rest.trim_start();
+        if let Some(name) = rest.strip_prefix("BEGIN ") {
+            let name = name.trim_end_matches(" [inferred start time]");
+            open.push((t, name.to_string()));
+        } else if rest.starts_with("END") {
+            let (s, n) = open.pop().expect("an end closes a begin");
+            slices.push((s, t, open.len(), n));
+        }
+    }
+    assert!(open.is_empty(), "unclosed slices in\n{transcript}");
+    let mut at: Vec<(usize, String)> = slices
+        .into_iter()
+        .filter(|s| s.0 <= ns && ns < s.1)
+        .map(|s| (s.2, s.3))
+        .collect();
+    at.sort();
+    for (i, (depth, _)) in at.iter().enumerate() {
+        assert_eq!(*depth, i, "slices at {ns} ns do not nest:\n{transcript}");
+    }
+    at.into_iter().map(|s| s.1).collect()
+}
+
+/// Checks the stacks at instants `(ns, stack)` (times after the first event).
+fn assert_stacks(what: &str, transcript: &str, want: &[Expected]) {
+    for (ns, stack) in want {
+        assert_eq!(
+            stack_at(transcript, *ns),
+            *stack,
+            "{what}: stack at {ns} ns\n{transcript}"
+        );
+    }
+}
+
+/// The stack expected at an instant (ns after the first event), root first.
+type Expected = (i64, &'static [&'static str]);
+
+const BEFORE: &[&str] = &["_start", "main", "a", "b", "c", "d"];
+const AFTER_FIRST: &[&str] = &["_start", "main", "a"];
+const IN_E: &[&str] = &["_start", "main", "a", "e"];
+const AFTER_SECOND: &[&str] = &["_start", "main"];
+const IN_E_AGAIN: &[&str] = &["_start", "main", "e"];
+
+/// The stacks every variant must show: before the first unwind, after it (in `a`, then
+/// in `e` called by `a`), after the second (in `main`, then in `e` called by `main`).
+const STACKS: &[Expected] = &[
+    (45, BEFORE),
+    (55, AFTER_FIRST),
+    (65, IN_E),
+    (75, AFTER_FIRST),
+    (115, AFTER_SECOND),
+    (125, IN_E_AGAIN),
+    (135, AFTER_SECOND),
+];
+
+#[test]
+fn the_issues_input_is_what_the_variants_edit() {
+    assert_eq!(input_text(&issue_lines()), INPUT);
+}
+
+/// The issue's expected stacks, as a snapshot of the whole transcript: `b`, `c`, `d` end
+/// at the jump (50 ns) and no second `a` begins; all of them end at the return to `main`.
+#[test]
+fn a_jump_into_an_ancestor_unwinds_to_it() {
+    let got = transcript(INPUT);
+    assert_eq!(got, EXPECTED, "transcript of the issue's input");
+    assert_stacks("the issue's input", &got, STACKS);
+}
+
+/// Every way of landing in `a`: a `jmp` or a `return`, at its resume address or anywhere
+/// in its body; and the second unwind as a `jmp` as well as a `return`.
+#[test]
+fn every_way_of_landing_in_an_ancestor_unwinds_to_it() {
+    for (first, second) in [
+        ("jmp", "return"),
+        ("return", "return"),
+        ("jmp", "jmp"),
+        ("return", "jmp"),
+    ] {
+        for landing in [(0x401215, "a", 0x15), (0x40123c, "a", 0x3c)] {
+            let mut lines = issue_lines();
+            if let Line::Branch(b) = &mut lines[5] {
+                b.1 = first;
+                b.3 = landing;
+            }
+            if let Line::Branch(b) = &mut lines[11] {
+                b.1 = second;
+            }
+            let what = format!("{first} to {:#x}, then {second} to main", landing.0);
+            assert_stacks(&what, &transcript(&input_text(&lines)), STACKS);
+        }
+    }
+}
+
+/// Snapshots that start after `a` was entered: the unwind still finds it on the stack.
+/// Starting in `main` (its call of `a` is the first branch), the whole stack is known
+/// from the start (`_start` from the last return). Starting in `a`, the return straight
+/// to `main` goes past everything the trace has shown: it lands beyond the known root
+/// (nothing says whether `main` called `a` directly, so no caller is made up for the
+/// stacks before it), and from there on the stacks are whole again.
+#[test]
+fn snapshots_starting_above_the_ancestor_still_unwind_to_it() {
+    for dropped in 1..=2 {
+        let got = transcript(&input_text(&issue_lines()[dropped..]));
+        let shift = 10 * dropped as i64;
+        for &(ns, stack) in STACKS {
+            // Starting in `a`, the stacks before the return to `main` lack its callers.
+            let cut = if dropped == 2 && ns < 110 { 2 } else { 0 };
+            let (ns, want) = (ns - shift, &stack[cut..]);
+            assert_eq!(
+                stack_at(&got, ns),
+                want,
+                "snapshot without {dropped} branches: stack at {ns} ns\n{got}"
+            );
+        }
+    }
+}
+
+/// Decode errors around the unwind: just before the jump (the new segment knows only
+/// `d`), right after it, instead of it (the unwind itself is lost), and just before the
+/// return straight to `main`. The frames open before each gap line up with what follows
+/// it; nothing is left open above the ancestor, and no frame is nested in itself.
+#[test]
+fn decode_errors_around_the_unwind_keep_the_stacks() {
+    let lost = |ns, resume| Line::Lost { ns, resume };
+    let cases: Vec<(&str, Vec<Line>, Vec<Expected>)> = vec![
+        (
+            "before the jump",
+            splice(4, 5, &[lost(152, (0x401518, "d", 0x18))]),
+            vec![
+                (55, AFTER_FIRST),
+                (65, IN_E),
+                (115, AFTER_SECOND),
+                (125, IN_E_AGAIN),
+            ],
+        ),
+        (
+            "right after the jump",
+            splice(6, 6, &[lost(162, (0x401220, "a", 0x20))]),
+            vec![
+                (45, BEFORE),
+                (65, IN_E),
+                (75, AFTER_FIRST),
+                (115, AFTER_SECOND),
+            ],
+        ),
+        (
+            "instead of the jump",
+            splice(5, 6, &[lost(152, (0x401228, "a", 0x28))]),
+            vec![
+                (41, BEFORE),
+                (65, IN_E),
+                (75, AFTER_FIRST),
+                (115, AFTER_SECOND),
+            ],
+        ),
+        (
+            "before the return to main",
+            splice(11, 11, &[lost(212, (0x401540, "d", 0x40))]),
+            vec![
+                (45, BEFORE),
+                (55, AFTER_FIRST),
+                (65, IN_E),
+                (125, IN_E_AGAIN),
+            ],
+        ),
+    ];
+    for (what, lines, want) in cases {
+        let got = transcript(&input_text(&lines));
+        assert_stacks(what, &got, &want);
+        for ns in (0..140).step_by(5) {
+            let s = stack_at(&got, ns);
+            for (i, f) in s.iter().enumerate() {
+                assert!(
+                    !s[i + 1..].contains(f),
+                    "{what}: {f} nested in itself at {ns} ns: {s:?}\n{got}"
+                );
+            }
+        }
+    }
+}
+
+/// The issue's branches with `lines[from..to]` replaced by `with`.
+fn splice(from: usize, to: usize, with: &[Line]) -> Vec<Line> {
+    let mut lines = issue_lines();
+    lines.splice(from..to, with.iter().copied());
+    lines
+}
+
+/// The writer's other rules for control landing in a frame already on the stack, each
+/// against the same shape: a signal handler (delivered as `raise`'s syscall returns) that
+/// does not return into its trampoline but straight into `main`'s body, and `longjmp`
+/// from the handler's callee into `main`. Both leave `work`, `raise` and the handler.
+#[test]
+fn a_signal_handler_leaving_into_an_ancestor_unwinds_to_it() {
+    for (how, leave) in [
+        (
+            "return from the handler",
+            vec![(
+                230,
+                "return",
+                (0x401740, "on_usr1", 0x40),
+                (0x401144, "main", 0x44),
+            )],
+        ),
+        (
+            "longjmp from its callee",
+            vec![
+                (
+                    230,
+                    "call",
+                    (0x401730, "on_usr1", 0x30),
+                    (0x401800, "longjmp", 0),
+                ),
+                (
+                    235,
+                    "call",
+                    (0x401810, "longjmp", 0x10),
+                    (0x401900, "__longjmp", 0),
+                ),
+                (
+                    240,
+                    "jmp",
+                    (0x401920, "__longjmp", 0x20),
+                    (0x401144, "main", 0x44),
+                ),
+            ],
+        ),
+    ] {
+        let mut branches: Vec<Branch> = vec![
+            (
+                110,
+                "call",
+                (0x401008, "_start", 0x8),
+                (0x401100, "main", 0),
+            ),
+            (120, "call", (0x401110, "main", 0x10), (0x401200, "work", 0)),
+            (
+                130,
+                "call",
+                (0x401210, "work", 0x10),
+                (0x401300, "raise", 0),
+            ),
+            (
+                140,
+                "tr end  syscall",
+                (0x401320, "raise", 0x20),
+                (0, "", 0),
+            ),
+            (200, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)),
+            (
+                210,
+                "call",
+                (0x401710, "on_usr1", 0x10),
+                (0x401600, "note", 0),
+            ),
+            (
+                220,
+                "return",
+                (0x401640, "note", 0x40),
+                (0x401715, "on_usr1", 0x15),
+            ),
+        ];
+        branches.extend(leave);
+        branches.extend([
+            (260, "call", (0x401170, "main", 0x70), (0x401600, "note", 0)),
+            (
+                270,
+                "return",
+                (0x401640, "note", 0x40),
+                (0x401175, "main", 0x75),
+            ),
+            (
+                280,
+                "return",
+                (0x401190, "main", 0x90),
+                (0x401010, "_start", 0x10),
+            ),
+        ]);
+        let lines: Vec<Line> = branches.into_iter().map(Line::Branch).collect();
+        let got = transcript(&input_text(&lines));
+        assert_stacks(
+            how,
+            &got,
+            &[
+                (25, &["_start", "main", "work", "raise"]),
+                (95, &["_start", "main", "work", "raise", "on_usr1"]),
+                (105, &["_start", "main", "work", "raise", "on_usr1", "note"]),
+                (145, AFTER_SECOND),
+                (155, &["_start", "main", "note"]),
+                (165, AFTER_SECOND),
+            ],
+        );
+    }
+}
+
+/// A recursion whose cleanups each end in `_Unwind_Resume`, reached through its PLT stub
+/// (the first call binds it lazily: the stub jumps into `.plt`, which perf names after
+/// `_init`, then into ld.so's resolver), with a decode error inside the innermost cleanup.
+/// The stub's jumps are no unwind (taken for one, the binder became the root of
+/// everything after the gap), and each landing after the gap is in the level above the
+/// one that called `_Unwind_Resume`.
+#[test]
+fn cleanups_after_a_gap_land_one_level_out_through_a_lazily_bound_stub() {
+    let resume = |ns: u64, from: Loc, binds: bool, pad: Loc| {
+        let mut b: Vec<Branch> = vec![(ns, "call", from, (0x401080, "_Unwind_Resume@plt", 0))];
+        if binds {
+            b.extend([
+                (
+                    ns + 1,
+                    "jmp",
+                    (0x40108b, "_Unwind_Resume@plt", 0xb),
+                    (0x401020, "_init", 0x20),
+                ),
+                (
+                    ns + 2,
+                    "jmp",
+                    (0x401026, "_init", 0x26),
+                    (0x7f10, "_dl_runtime_resolve_xsave", 0),
+                ),
+                (
+                    ns + 3,
+                    "jmp",
+                    (0x7fd6, "_dl_runtime_resolve_xsave", 0xc6),
+                    (0x9000, "_Unwind_Resume", 0),
+                ),
+            ]);
+        } else {
+            b.push((
+                ns + 1,
+                "jmp",
+                (0x401080, "_Unwind_Resume@plt", 0),
+                (0x9000, "_Unwind_Resume", 0),
+            ));
+        }
+        b.push((ns + 5, "jmp", (0x91c3, "_Unwind_Resume", 0x1c3), pad));
+        b
+    };
+    let pad = (0x401241, "parse", 0x41);
+    let mut lines: Vec<Line> = [
+        (
+            110,
+            "call",
+            (0x401008, "_start", 0x8),
+            (0x401100, "main", 0),
+        ),
+        (
+            120,
+            "call",
+            (0x401110, "main", 0x10),
+            (0x401200, "parse", 0),
+        ),
+        (
+            130,
+            "call",
+            (0x401230, "parse", 0x30),
+            (0x401200, "parse", 0),
+        ),
+        (
+            140,
+            "call",
+            (0x401230, "parse", 0x30),
+            (0x401200, "parse", 0),
+        ),
+    ]
+    .into_iter()
+    .map(Line::Branch)
+    .collect();
+    lines.push(Line::Lost {
+        ns: 150,
+        resume: (0x401250, "parse", 0x50),
+    });
+    for (ns, binds, to) in [
+        (160, true, pad),
+        (180, false, pad),
+        (200, false, (0x401160, "main", 0x60)),
+    ] {
+        let from = (0x40125a, "parse", 0x5a);
+        lines.extend(resume(ns, from, binds, to).into_iter().map(Line::Branch));
+    }
+    lines.push(Line::Branch((
+        240,
+        "return",
+        (0x401190, "main", 0x90),
+        (0x401010, "_start", 0x10),
+    )));
+    let got = transcript(&input_text(&lines));
+    let parses = |n: usize| -> Vec<&str> {
+        let mut s = vec!["_start", "main"];
+        s.extend(std::iter::repeat_n("parse", n));
+        s
+    };
+    for (ns, want) in [
+        (35, parses(3)),
+        (54, [parses(3), vec!["_Unwind_Resume"]].concat()),
+        (56, parses(2)),
+        (74, [parses(2), vec!["_Unwind_Resume"]].concat()),
+        (76, parses(1)),
+        (96, parses(0)),
+    ] {
+        assert_eq!(stack_at(&got, ns), want, "stack at {ns} ns\n{got}");
+    }
+}
+
+/// glibc's `mempcpy` jumps into `memmove`'s body (code shared by two functions): in a
+/// trace whose root is unknown that may be an unwind past the root, so the writer gives it
+/// a segment of its own; nothing lines up with it, and it stays a tail jump, `memmove`
+/// starting exactly at the jump (no `[inferred start time]`).
+#[test]
+fn a_jump_into_code_another_function_shares_stays_a_tail_jump() {
+    let lines: Vec<Line> = [
+        (
+            110,
+            "call",
+            (0x401230, "printf_fp", 0x30),
+            (0x402000, "mempcpy", 0),
+        ),
+        (
+            120,
+            "jmp",
+            (0x40200a, "mempcpy", 0xa),
+            (0x402107, "memmove", 0x7),
+        ),
+        (
+            130,
+            "return",
+            (0x402171, "memmove", 0x71),
+            (0x401235, "printf_fp", 0x35),
+        ),
+        (
+            140,
+            "return",
+            (0x401290, "printf_fp", 0x90),
+            (0x401535, "vfprintf", 0x35),
+        ),
+    ]
+    .into_iter()
+    .map(Line::Branch)
+    .collect();
+    let got = transcript(&input_text(&lines));
+    assert_stacks(
+        "mempcpy into memmove",
+        &got,
+        &[
+            (5, &["vfprintf", "printf_fp", "mempcpy"]),
+            (15, &["vfprintf", "printf_fp", "memmove"]),
+            (25, &["vfprintf", "printf_fp"]),
+        ],
+    );
+    assert!(got.contains("BEGIN memmove\n"), "{got}");
+}
+
+/// `_start > main > raise > pthread_kill`, whose `kill` syscall is interrupted by
+/// `SIGUSR1`: tracing resumes at the first byte of the handler `on_usr1` (the start of
+/// both signal tests below).
+fn into_handler() -> Vec<Branch> {
+    vec![
+        (
+            110,
+            "call",
+            (0x401008, "_start", 0x8),
+            (0x401100, "main", 0),
+        ),
+        (
+            120,
+            "call",
+            (0x401110, "main", 0x10),
+            (0x401300, "raise", 0),
+        ),
+        (
+            130,
+            "call",
+            (0x401310, "raise", 0x10),
+            (0x401400, "pthread_kill", 0),
+        ),
+        (
+            140,
+            "tr end  syscall",
+            (0x40140a, "pthread_kill", 0xa),
+            (0, "", 0),
+        ),
+        (200, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)),
+    ]
+}
+
+/// A decode error between a handler's return into the signal trampoline and the
+/// trampoline's `rt_sigreturn`: after the gap the trampoline is all the segment knows,
+/// and tracing resumes in the code the signal interrupted, the frame the trampoline ran
+/// on. That frame becomes its caller and the stack lines up with the one before the gap
+/// (taken for a new delivery, the interrupted function was shown as a handler on top of
+/// the trampoline for the rest of the run: the C signals program at 87 %).
+#[test]
+fn a_gap_before_rt_sigreturn_returns_to_the_interrupted_frame() {
+    let mut lines: Vec<Line> = into_handler()
+        .into_iter()
+        .chain([
+            (
+                210,
+                "call",
+                (0x401710, "on_usr1", 0x10),
+                (0x401600, "note", 0),
+            ),
+            (
+                220,
+                "return",
+                (0x401640, "note", 0x40),
+                (0x401715, "on_usr1", 0x15),
+            ),
+            (
+                230,
+                "return",
+                (0x401740, "on_usr1", 0x40),
+                (0x401800, "__restore_rt", 0),
+            ),
+        ])
+        .map(Line::Branch)
+        .collect();
+    lines.push(Line::Lost {
+        ns: 230,
+        resume: (0x401807, "__restore_rt", 0x7),
+    });
+    lines.extend(
+        [
+            (
+                240,
+                "tr end  syscall",
+                (0x401807, "__restore_rt", 0x7),
+                (0, "", 0),
+            ),
+            (300, "tr strt", (0, "", 0), (0x40140c, "pthread_kill", 0xc)),
+            (
+                310,
+                "return",
+                (0x401420, "pthread_kill", 0x20),
+                (0x401315, "raise", 0x15),
+            ),
+            (
+                320,
+                "return",
+                (0x401320, "raise", 0x20),
+                (0x401115, "main", 0x15),
+            ),
+            (330, "call", (0x401120, "main", 0x20), (0x401600, "note", 0)),
+            (
+                340,
+                "return",
+                (0x401640, "note", 0x40),
+                (0x401125, "main", 0x25),
+            ),
+            (
+                350,
+                "return",
+                (0x401190, "main", 0x90),
+                (0x401010, "_start", 0x10),
+            ),
+        ]
+        .into_iter()
+        .map(Line::Branch),
+    );
+    let got = transcript(&input_text(&lines));
+    let kill: &[&str] = &["_start", "main", "raise", "pthread_kill"];
+    assert_stacks(
+        "gap before rt_sigreturn",
+        &got,
+        &[
+            (25, kill),
+            (95, &["_start", "main", "raise", "pthread_kill", "on_usr1"]),
+            (
+                105,
+                &["_start", "main", "raise", "pthread_kill", "on_usr1", "note"],
+            ),
+            (
+                125,
+                &["_start", "main", "raise", "pthread_kill", "__restore_rt"],
+            ),
+            (195, kill),
+            (205, &["_start", "main", "raise"]),
+            (225, &["_start", "main", "note"]),
+            (235, &["_start", "main"]),
+        ],
+    );
+}
+
+/// A decode error inside a handler, and a pending signal delivered as that handler's
+/// `rt_sigreturn` returns: after the gap the handler's return onto the trampoline is the
+/// segment's root (a label), and the next `tr strt` is the second handler's first byte,
+/// not the interrupted code. The second handler runs on the interrupted frame; its own
+/// `rt_sigreturn` names that frame (it was one `on_usr1` level too deep: the C signals
+/// program's placements at 88-99 %).
+#[test]
+fn a_gap_in_a_handler_then_a_pending_signal_stays_on_the_interrupted_frame() {
+    let mut lines: Vec<Line> = into_handler().into_iter().map(Line::Branch).collect();
+    lines.push(Line::Lost {
+        ns: 205,
+        resume: (0x401720, "on_usr1", 0x20),
+    });
+    let handler = |ns: u64| -> Vec<Branch> {
+        vec![
+            (
+                ns,
+                "call",
+                (0x401710, "on_usr1", 0x10),
+                (0x401600, "note", 0),
+            ),
+            (
+                ns + 10,
+                "return",
+                (0x401640, "note", 0x40),
+                (0x401715, "on_usr1", 0x15),
+            ),
+            (
+                ns + 20,
+                "return",
+                (0x401740, "on_usr1", 0x40),
+                (0x401800, "__restore_rt", 0),
+            ),
+            (
+                ns + 30,
+                "tr end  syscall",
+                (0x401807, "__restore_rt", 0x7),
+                (0, "", 0),
+            ),
+        ]
+    };
+    let mut rest = handler(220);
+    rest.push((300, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)));
+    rest.extend(handler(310));
+    rest.extend([
+        (400, "tr strt", (0, "", 0), (0x40140c, "pthread_kill", 0xc)),
+        (
+            410,
+            "return",
+            (0x401420, "pthread_kill", 0x20),
+            (0x401315, "raise", 0x15),
+        ),
+        (
+            420,
+            "return",
+            (0x401320, "raise", 0x20),
+            (0x401115, "main", 0x15),
+        ),
+        (
+            430,
+            "return",
+            (0x401190, "main", 0x90),
+            (0x401010, "_start", 0x10),
+        ),
+    ]);
+    lines.extend(rest.into_iter().map(Line::Branch));
+    let got = transcript(&input_text(&lines));
+    let kill: &[&str] = &["_start", "main", "raise", "pthread_kill"];
+    assert_stacks(
+        "pending signal after a gap in a handler",
+        &got,
+        &[
+            (92, &["_start", "main", "raise", "pthread_kill", "on_usr1"]),
+            (
+                115,
+                &["_start", "main", "raise", "pthread_kill", "on_usr1", "note"],
+            ),
+            (
+                135,
+                &["_start", "main", "raise", "pthread_kill", "__restore_rt"],
+            ),
+            (195, &["_start", "main", "raise", "pthread_kill", "on_usr1"]),
+            (
+                205,
+                &["_start", "main", "raise", "pthread_kill", "on_usr1", "note"],
+            ),
+            (
+                225,
+                &["_start", "main", "raise", "pthread_kill", "__restore_rt"],
+            ),
+            (295, kill),
+            (305, &["_start", "main", "raise"]),
+        ],
+    );
+}
