@@ -213,7 +213,17 @@ impl ExactStack {
         }
         let known = funcs.get(to).is_some_and(|f| f.known);
         if known && !at_entry && (!jump || self.may_exit_non_locally(to, funcs)) {
-            let below = self.frames.len().saturating_sub(1);
+            // libgcc's `_Unwind_Resume` (at the end of a cleanup pad) resumes unwinding
+            // past its caller, whose cleanup just ran: the pad it jumps to is a frame's
+            // strictly above that caller, even of the same function (a recursion whose
+            // every level has a cleanup).
+            let resumes_past_caller = self.frames.last().is_some_and(|top| {
+                top.known && funcs.name(top.func).split('@').next() == Some("_Unwind_Resume")
+            });
+            let below = self
+                .frames
+                .len()
+                .saturating_sub(1 + usize::from(resumes_past_caller));
             if let Some(i) = self.frames[..below]
                 .iter()
                 .rposition(|fr| fr.known && fr.func == to)
@@ -683,5 +693,29 @@ mod tests {
         );
         st.apply(&jump(8, main, 0x1020), &f);
         assert_eq!(names(&st, &f), ["main"]);
+    }
+
+    /// A recursion whose every level has a cleanup: each pad ends in `_Unwind_Resume`,
+    /// whose jump lands in the pad of the next outer level, never in its own caller.
+    #[test]
+    fn unwind_resume_lands_above_its_caller() {
+        let mut f = Functions::default();
+        let main = f.add(0x1000, true, "main");
+        let parse = f.add(0x2000, true, "parse");
+        let resume = f.add(0x3000, true, "_Unwind_Resume@@GCC_3.0");
+        let mut st = ExactStack::new();
+        st.apply(&ExactStep::new(1, ExactKind::Start(Restart::First), main).at(0x1000), &f);
+        st.apply(&ExactStep::new(2, ExactKind::Call { ret: 0x1008 }, parse).at(0x2000), &f);
+        for t in 3..6 {
+            st.apply(&ExactStep::new(t, ExactKind::Call { ret: 0x2010 }, parse).at(0x2000), &f);
+        }
+        assert_eq!(st.frames.len(), 5);
+        for depth in (1..4).rev() {
+            let t = 10 * depth as u64;
+            st.apply(&ExactStep::new(t, ExactKind::Call { ret: 0x2045 }, resume).at(0x3000), &f);
+            let pad = ExactStep::new(t + 1, ExactKind::Jump { indirect: true }, parse).at(0x2030);
+            st.apply(&pad, &f);
+            assert_eq!(st.frames.len(), 1 + depth, "{:?}", names(&st, &f));
+        }
     }
 }

@@ -273,7 +273,7 @@ pub(super) fn close_segment<T>(ts: &mut ThreadState<T>) {
 }
 
 /// A symbol's name without its version (`__libc_start_main@@GLIBC_2.34`).
-pub(crate) fn unversioned(name: &str) -> &str {
+pub(super) fn unversioned(name: &str) -> &str {
     name.split('@').next().unwrap_or(name)
 }
 
