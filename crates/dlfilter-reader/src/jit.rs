@@ -11,6 +11,7 @@
 
 use ptscope_event::{Event, EventData, Location, LocationHandle, StringTable, Symbol};
 use ptscope_symbols::{is_jit_map_name, MapTrust};
+use std::io::ErrorKind::NotFound;
 use std::path::Path;
 
 /// Not yet looked at.
@@ -117,8 +118,20 @@ impl JitNames {
         let state = if !is_jit_map_name(dso) {
             KEEP
         } else {
-            match self.trust.check_path(Path::new(dso)) {
+            let path = Path::new(dso);
+            match self.trust.check_path(path) {
                 Ok(()) => KEEP,
+                // No map is the usual case (a runtime writes one only when asked), not
+                // a trust question: say how to get names, not that a file failed.
+                Err(_) if path.symlink_metadata().is_err_and(|e| e.kind() == NotFound) => {
+                    self.notices.push(format!(
+                        "JIT-compiled code ran, but {dso} was not written, so its functions \
+                         are shown as [unknown]; a runtime writes that map when asked to: \
+                         `node --perf-basic-prof`, `python3 -X perf` (3.12+), Java with \
+                         perf-map-agent"
+                    ));
+                    HIDE
+                }
                 Err(why) => {
                     self.notices
                         .push(format!("{why}; its functions are shown as [unknown]"));

@@ -123,6 +123,78 @@ fn node_run_completes_with_javascript_engine_frames() {
         engine,
         &[&start],
     );
+    // node wrote no JIT map (it does only when asked): the user is told how to get the
+    // JavaScript functions' names, not that a file could not be opened.
+    let err = run.stderr();
+    assert!(
+        err.contains("node --perf-basic-prof") && !err.contains("cannot be opened"),
+        "{err}"
+    );
+}
+
+/// node asked for its JIT map (`--perf-basic-prof`, as the notice above advises): the
+/// JavaScript function that ran names its slices on node's main thread.
+#[test]
+fn node_with_its_jit_map_names_javascript_functions() {
+    let test = "node_with_its_jit_map_names_javascript_functions";
+    if !can_record(test) {
+        return;
+    }
+    let Some(node) = need_tool(test, "node", "nodejs") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("node.fxt.gz");
+    let mut p = Ptscope::new(args(&[
+        &"run",
+        &"--quiet",
+        &"-o",
+        &out,
+        &"--",
+        &node,
+        &"--perf-basic-prof",
+        &"-e",
+        &"function hotLoop(n){let s=0;for(let i=0;i<n;i++)s+=Math.sqrt(i);return s}\
+          console.log(hotLoop(1e7))",
+    ]));
+    // With --perf-basic-prof node also writes `isolate-*-v8.log` into its working
+    // directory: that is the test's own temporary directory.
+    p.cmd().current_dir(dir.path());
+    let run = run_within(p);
+    let t = run
+        .output
+        .status
+        .success()
+        .then(|| load_checked(&out, &run));
+    // node leaves its map in /tmp (a fixed place, not TMPDIR): remove what this run wrote.
+    for k in t.iter().flat_map(|t| t.tracks.values()) {
+        let pid = k.process_name.split("[pid=").nth(1);
+        if let Some(pid) = pid.and_then(|p| p.strip_suffix(']')) {
+            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        }
+    }
+    let Some(t) = t else {
+        panic!(
+            "ptscope run -- node --perf-basic-prof failed ({}):\n{}",
+            run.output.status,
+            run.stderr()
+        );
+    };
+    let err = run.stderr();
+    assert!(!err.contains("ignoring JIT symbols"), "{err}");
+    // DWARF unwinding stops in JIT code (it has no CFI), so the frame is the root of a
+    // cut stack rather than under `main`: on the main thread is what can be asked.
+    let js = |n: &str| n.starts_with("JS:") && n.contains("hotLoop");
+    let on_main: usize = tracks_of(&t, "node")
+        .iter()
+        .filter(|k| k.thread_is("node"))
+        .map(|k| k.find(js).count())
+        .sum();
+    assert!(
+        on_main >= 1,
+        "no JS:*hotLoop slice on node's main thread\n{}",
+        t.summary()
+    );
 }
 
 /// Copies the multi-file project (`programs/makeproj`) into `dir`.
@@ -361,7 +433,7 @@ fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
 }
 
 /// Ctrl-C during a slow decode (perf's inline lookup through an `addr2line` that takes
-/// 20 ms an answer): perf is asked to stop and hand over what it decoded, the trace
+/// 50 ms an answer): perf is asked to stop and hand over what it decoded, the trace
 /// holds it, the message says the decode was interrupted (and gives no advice about
 /// `--single-thread`, which this recording did not use), exit status 130.
 #[test]
@@ -374,17 +446,26 @@ fn ctrl_c_during_a_slow_decode_writes_what_was_decoded() {
     let Some((work, run)) = gzip_recording(test, dir.path()) else {
         return;
     };
+    // perf's addr2line, slow (each answer, none known, after 50 ms), leaving a mark
+    // once perf has asked it something: the interrupt then always lands mid-decode,
+    // however fast or loaded the machine (a fixed 3 s wait raced the decode's end).
+    let asked = dir.path().join("asked");
     let path = stand_in(
         dir.path(),
         "addr2line",
-        "#!/bin/sh\n# perf's addr2line, slow: each answer (none known) after 20 ms.\n\
-         while read -r line; do sleep 0.02; printf '??\\n??:0\\n'; done\n",
+        &format!(
+            "#!/bin/sh\nwhile read -r line; do : > '{}'; sleep 0.05; printf '??\\n??:0\\n'; done\n",
+            asked.display()
+        ),
     );
     let out = dir.path().join("interrupted.fxt.gz");
     let mut p = Ptscope::new(args(&[&"decode", &work, &"--perf-inline", &"-o", &out]));
     p.cmd().env("PATH", &path);
     let (child, start) = p.spawn();
-    std::thread::sleep(Duration::from_secs(3));
+    while !asked.exists() && start.elapsed() < HUNG {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     interrupt(child.id());
     let done = p.wait_either(child, start);
     let err = done.stderr();
