@@ -704,15 +704,27 @@ mod tests {
         let parse = f.add(0x2000, true, "parse");
         let resume = f.add(0x3000, true, "_Unwind_Resume@@GCC_3.0");
         let mut st = ExactStack::new();
-        st.apply(&ExactStep::new(1, ExactKind::Start(Restart::First), main).at(0x1000), &f);
-        st.apply(&ExactStep::new(2, ExactKind::Call { ret: 0x1008 }, parse).at(0x2000), &f);
+        st.apply(
+            &ExactStep::new(1, ExactKind::Start(Restart::First), main).at(0x1000),
+            &f,
+        );
+        st.apply(
+            &ExactStep::new(2, ExactKind::Call { ret: 0x1008 }, parse).at(0x2000),
+            &f,
+        );
         for t in 3..6 {
-            st.apply(&ExactStep::new(t, ExactKind::Call { ret: 0x2010 }, parse).at(0x2000), &f);
+            st.apply(
+                &ExactStep::new(t, ExactKind::Call { ret: 0x2010 }, parse).at(0x2000),
+                &f,
+            );
         }
         assert_eq!(st.frames.len(), 5);
         for depth in (1..4).rev() {
             let t = 10 * depth as u64;
-            st.apply(&ExactStep::new(t, ExactKind::Call { ret: 0x2045 }, resume).at(0x3000), &f);
+            st.apply(
+                &ExactStep::new(t, ExactKind::Call { ret: 0x2045 }, resume).at(0x3000),
+                &f,
+            );
             let pad = ExactStep::new(t + 1, ExactKind::Jump { indirect: true }, parse).at(0x2030);
             st.apply(&pad, &f);
             assert_eq!(st.frames.len(), 1 + depth, "{:?}", names(&st, &f));
