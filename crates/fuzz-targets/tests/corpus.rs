@@ -71,3 +71,8 @@ fn perf_data_reader_corpus_replays_without_panics() {
 fn pt_decoder_corpus_replays_without_panics() {
     replay("pt_decoder");
 }
+
+#[test]
+fn block_log_corpus_replays_without_panics() {
+    replay("block_log");
+}
