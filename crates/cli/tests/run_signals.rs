@@ -242,6 +242,39 @@ fn emulate_stops_at_a_signal_sent_to_ptscope_alone() {
     }
 }
 
+/// `ptscope run --backend emulate EXTRA… -o t.fxt -- ./spin` in `dir`, recording in a
+/// temporary directory of `tmp` (its `TMPDIR`).
+fn spin_in_tmpdir(plugin: &Path, dir: &Path, tmp: &Path, extra: &[&str]) -> Child {
+    Command::new(emulate::ptscope())
+        .env("PTSCOPE_EMULATE_PLUGIN", plugin)
+        .env("TMPDIR", tmp)
+        .current_dir(dir)
+        .args(["run", "--backend", "emulate"])
+        .args(extra)
+        .args(["-o", "t.fxt", "--", "./spin"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ptscope")
+}
+
+/// The recording was kept, alone in `tmp`, with its block log, and `err` names the
+/// command that decodes it.
+fn assert_kept_in(tmp: &Path, err: &str) {
+    let kept: Vec<_> = std::fs::read_dir(tmp)
+        .expect("TMPDIR")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}\n{err}");
+    assert!(
+        err.contains(&format!("ptscope decode {}", kept[0].display())),
+        "{err}"
+    );
+    assert!(kept[0].join("emulate-blocks.log").is_file(), "{err}");
+}
+
 /// Three presses quit at once under the emulate backend too, keeping the recording
 /// (here in `$TMPDIR`, no `-w`) and naming the command that decodes it.
 #[test]
@@ -252,16 +285,7 @@ fn emulate_quits_at_the_third_press_keeping_the_recording() {
     let dir = tempfile::tempdir().expect("tempdir");
     emulate::compile(dir.path(), "spin", SPIN, &[]);
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut p = Command::new(emulate::ptscope())
-        .env("PTSCOPE_EMULATE_PLUGIN", &plugin)
-        .env("TMPDIR", tmp.path())
-        .current_dir(dir.path())
-        .args(["run", "--backend", "emulate", "-o", "t.fxt", "--", "./spin"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("ptscope");
+    let mut p = spin_in_tmpdir(&plugin, dir.path(), tmp.path(), &[]);
     let needle = format!("out={}", tmp.path().display());
     wait_for_tree(&mut p, &needle, 1);
     std::thread::sleep(Duration::from_millis(300));
@@ -278,17 +302,7 @@ fn emulate_quits_at_the_third_press_keeping_the_recording() {
     let (code, err) = wait_exit(p, "three SIGINTs");
     assert_eq!(code, Some(130), "{err}");
     assert!(err.contains("quitting"), "{err}");
-    let kept: Vec<_> = std::fs::read_dir(tmp.path())
-        .expect("TMPDIR")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(kept.len(), 1, "{kept:?}\n{err}");
-    assert!(
-        err.contains(&format!("ptscope decode {}", kept[0].display())),
-        "{err}"
-    );
-    assert!(kept[0].join("emulate-blocks.log").is_file(), "{err}");
+    assert_kept_in(tmp.path(), &err);
     assert!(!dir.path().join("t.fxt").exists(), "{err}");
     assert!(mentioning(&needle).is_empty(), "qemu left behind: {err}");
 }
@@ -305,17 +319,7 @@ fn emulate_second_press_stops_decoding_and_keeps_the_recording() {
     let dir = tempfile::tempdir().expect("tempdir");
     emulate::compile(dir.path(), "spin", SPIN, &[]);
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut p = Command::new(emulate::ptscope())
-        .env("PTSCOPE_EMULATE_PLUGIN", &plugin)
-        .env("TMPDIR", tmp.path())
-        .current_dir(dir.path())
-        .args(["run", "--backend", "emulate", "--snapshot-size", "16M"])
-        .args(["-o", "t.fxt", "--", "./spin"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("ptscope");
+    let mut p = spin_in_tmpdir(&plugin, dir.path(), tmp.path(), &["--snapshot-size", "16M"]);
     let needle = format!("out={}", tmp.path().display());
     let qemu = wait_for_tree(&mut p, &needle, 1);
     perf_env::wait_for_cpu(qemu, 100);
@@ -348,17 +352,7 @@ fn emulate_second_press_stops_decoding_and_keeps_the_recording() {
             "{err}"
         );
     }
-    let kept: Vec<_> = std::fs::read_dir(tmp.path())
-        .expect("TMPDIR")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert_eq!(kept.len(), 1, "{kept:?}\n{err}");
-    assert!(
-        err.contains(&format!("ptscope decode {}", kept[0].display())),
-        "{err}"
-    );
-    assert!(kept[0].join("emulate-blocks.log").is_file(), "{err}");
+    assert_kept_in(tmp.path(), &err);
 }
 
 /// After SIGKILL of ptscope, qemu ran on (orphaned). Now qemu dies with ptscope, and so
