@@ -22,6 +22,8 @@ Examples:
     | ptscope decode --perf-script - -o trace.fxt.gz
   # Print magic-trace's test transcript instead of a trace file:
   ptscope decode --perf-script input.perf --format transcript -o -
+  # A trace too large for the viewer: a time window, calls of 1 us or more, 30 deep:
+  ptscope decode DIR --window 1.5s..2s --min-duration 1us --max-depth 30
 
 Open the .fxt.gz file at https://ui.perfetto.dev (Open trace file), or let ptscope serve it
 to the UI: `ptscope view trace.fxt.gz` (or --view); `--report` (or `ptscope report`)
@@ -114,8 +116,41 @@ pub struct DecodeArgs {
     #[arg(long, value_enum, value_name = "CLOCK")]
     pub clock: Option<ClockArg>,
 
+    /// What of the trace to keep.
+    #[command(flatten)]
+    pub shape: ShapeArgs,
+
     #[command(flatten)]
     pub after: crate::view::AfterFlags,
+}
+
+/// What of a trace to keep, for a trace too large for the viewer to open (on every
+/// backend). Nothing is dropped silently: a slice whose calls were left out counts them.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ShapeArgs {
+    /// Keep only START..END of the trace, as times from its start (e.g. `1.5s..2s`,
+    /// `..500ms`, `2s..`); slices across the edges are cut there.
+    #[arg(long, value_name = "START..END", value_parser = ptscope_output::filter::parse_window)]
+    pub window: Option<(Option<u64>, Option<u64>)>,
+    /// Leave out slices deeper than N (1: each thread's outermost function only); the
+    /// slices at depth N count what they hid (args `hidden_calls`, `hidden_ns`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_depth: Option<u64>,
+    /// Leave out calls shorter than DURATION (e.g. `1us`, `250ns`, `1ms`), with what they
+    /// called; each parent counts the calls it hid (args `hidden_calls`, `hidden_ns`).
+    #[arg(long, value_name = "DURATION", value_parser = ptscope_output::filter::parse_duration)]
+    pub min_duration: Option<u64>,
+}
+
+impl ShapeArgs {
+    /// The output filter the flags ask for.
+    pub fn filter(&self) -> ptscope_pipeline::OutputFilter {
+        ptscope_pipeline::OutputFilter {
+            window: self.window,
+            max_depth: self.max_depth.map(|d| d as usize),
+            min_duration: self.min_duration.unwrap_or(0),
+        }
+    }
 }
 
 /// `--clock`: which clock an emulate trace's times follow.
@@ -182,6 +217,7 @@ impl DecodeArgs {
                 .clone()
                 .unwrap_or_else(ptscope_decode::perf::default_perf),
             clock: self.clock.map(Into::into),
+            output_filter: self.shape.filter(),
         }
     }
 }

@@ -111,8 +111,10 @@ pub fn report(report: &ptscope_pipeline::Report, output: &std::path::Path) {
                 "the trace is {} MiB of FXT: more than the Perfetto UI is likely to load in a \
                  browser (about {} MiB: its in-browser trace processor has ~2 GiB of memory \
                  and needs 2-4x the trace's size). `ptscope report {}` summarises it in the \
-                 terminal, however large; for a trace the UI opens, keep a shorter window \
-                 (--snapshot-size) or a range (--filter START,STOP)",
+                 terminal, however large; for a trace the UI opens, record a shorter \
+                 window (--snapshot-size) or a range (--filter START,STOP), or write less of \
+                 this one: a time range (--window START..END), calls of at least a duration \
+                 (--min-duration 1us) or a depth (--max-depth N)",
                 report.trace_bytes >> 20,
                 max >> 20,
                 output.display()

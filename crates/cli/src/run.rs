@@ -108,6 +108,9 @@ pub struct RecordArgs {
     /// No progress bar and no informational messages (warnings and errors still show).
     #[arg(short, long)]
     pub quiet: bool,
+    /// What of the trace to keep.
+    #[command(flatten)]
+    pub shape: decode::ShapeArgs,
     #[command(flatten)]
     pub after: crate::view::AfterFlags,
 }
@@ -406,6 +409,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         // Taken from the command line `ptscope run` started: a trace that never enters
         // it (a program that exited at once) needs no notice.
         executable_implied: true,
+        output_filter: a.shape.filter(),
         ..DecodeOptions::new(Input::Recording(working_dir.clone()))
     };
     decode_keeping_the_recording(
@@ -763,6 +767,7 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         decoder: a.decoder,
         executable_implied: true,
         clock: a.clock.map(Into::into),
+        output_filter: a.shape.filter(),
         ..DecodeOptions::new(Input::Recording(working_dir.clone()))
     };
     if let Some(perf) = &a.perf {

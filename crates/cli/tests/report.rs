@@ -382,5 +382,9 @@ fn a_trace_too_big_for_the_ui_is_said_to_be_and_report_is_pointed_to() {
         "{err}"
     );
     assert!(err.contains("ptscope report t.fxt.gz"), "{err}");
+    // What to write less of, on any backend: each named flag is one decode takes.
+    for flag in ["--window START..END", "--min-duration 1us", "--max-depth N"] {
+        assert!(err.contains(flag), "{flag}: {err}");
+    }
     assert!(!decode("100000000").contains("likely to load"));
 }

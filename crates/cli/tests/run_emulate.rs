@@ -344,3 +344,114 @@ fn generated_and_rewritten_code_is_traced_without_a_crash() {
     let ends = t.lines().filter(|l| l.ends_with("END   hook")).count();
     assert_eq!(ends, 150, "every hook call ends");
 }
+
+/// Two threads named with `pthread_setname_np`: one by itself (`prctl(PR_SET_NAME)`),
+/// one by main (a write to `/proc/self/task/TID/comm`); each spins `argv[1]` times.
+const NAMED: &str = r#"
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static pthread_barrier_t ready, go;
+static long n;
+__attribute__((noinline)) long spin(long x) { __asm__ volatile(""); return x + 1; }
+static long run(void) { long s = 0; for (long i = 0; i < n; i++) s = spin(s); return s; }
+static void *self_named(void *a) {
+  pthread_setname_np(pthread_self(), "self-named");
+  pthread_barrier_wait(&ready); pthread_barrier_wait(&go);
+  return (void *)run();
+}
+static void *other_named(void *a) {
+  pthread_barrier_wait(&ready); pthread_barrier_wait(&go);
+  return (void *)run();
+}
+int main(int argc, char **argv) {
+  n = argc > 1 ? atol(argv[1]) : 1000;
+  pthread_barrier_init(&ready, 0, 3); pthread_barrier_init(&go, 0, 3);
+  pthread_t a, b;
+  pthread_create(&a, 0, self_named, 0); pthread_create(&b, 0, other_named, 0);
+  pthread_barrier_wait(&ready);
+  pthread_setname_np(b, "named-by-main");
+  pthread_barrier_wait(&go);
+  pthread_join(a, 0); pthread_join(b, 0);
+  printf("%ld\n", run());
+  return 0;
+}
+"#;
+
+/// Thread track names in an FXT trace, their `[tid=…]` left out, sorted.
+fn thread_names(path: &std::path::Path) -> Vec<String> {
+    use ptscope_fxt::reader::{Reader, Record};
+    let data = ptscope_output::read_trace_file(path).expect("the trace");
+    let mut names: std::collections::BTreeMap<u64, String> = Default::default();
+    for r in Reader::new(&data) {
+        if let Ok(Record::KernelObject(k)) = r {
+            if k.obj_type == 2 {
+                names.insert(k.koid, k.name.to_string());
+            }
+        }
+    }
+    // The trace's own info track is no thread of the program.
+    let mut v: Vec<String> = names
+        .into_values()
+        .filter(|n| n != "trace info")
+        .map(|n| n.split(" [tid=").next().unwrap_or_default().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Issue 24: the emulate backend named every thread after the program. Threads that
+/// name themselves, or are named by another thread, carry those names, as sampling
+/// shows them (the same program under both backends).
+#[test]
+fn threads_keep_the_names_they_were_given_as_under_sampling() {
+    let Some(plugin) = plugin() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    compile(dir.path(), "named", NAMED, &["-pthread"]);
+    let out = run(
+        &plugin,
+        dir.path(),
+        &[
+            "run",
+            "-q",
+            "--backend",
+            "emulate",
+            "--full-execution",
+            "-o",
+            "e.fxt",
+            "--",
+            "./named",
+            "300",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let emulated = thread_names(&dir.path().join("e.fxt"));
+    assert_eq!(
+        emulated,
+        ["named", "named-by-main", "self-named"],
+        "{emulated:?}"
+    );
+    #[path = "common/perf_env.rs"]
+    #[allow(unused)]
+    mod perf_env;
+    if !perf_env::perf_usable("the sampling half of the thread-name test") {
+        return;
+    }
+    // Long enough for every thread to be sampled.
+    let out = run(
+        &plugin,
+        dir.path(),
+        &["run", "-q", "-o", "s.fxt", "--", "./named", "30000000"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(thread_names(&dir.path().join("s.fxt")), emulated);
+}

@@ -228,6 +228,11 @@ fn strip_host_times(log: &[u8]) -> Vec<u8> {
                         w if w == u32::MAX - 1 => 12,
                         w if w == u32::MAX - 2 => 16,
                         w if w == u32::MAX - 3 => 20,
+                        // SKIP and its count (stack mode): kept.
+                        w if w == u32::MAX - 4 => {
+                            kept.extend_from_slice(&body[q..q + 8]);
+                            8
+                        }
                         _ => {
                             kept.extend_from_slice(&body[q..q + 4]);
                             4

@@ -131,6 +131,32 @@ fn signal(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
+/// A SIGINT to `pid`, once it has taken the last one: two sent while a loaded machine
+/// does not run it would merge into one pending signal (one press, not two).
+fn press(pid: u32) {
+    let pending = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        // A process that has ended takes nothing (its exit is the test's to judge).
+        let ended = status.lines().any(|l| l.starts_with("State:\tZ"));
+        !ended
+            && status
+                .lines()
+                .find_map(|l| l.strip_prefix("ShdPnd:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+                .is_some_and(|m| m & (1 << (libc::SIGINT - 1)) != 0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pending() {
+        assert!(Instant::now() < deadline, "{pid} never took a SIGINT");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(pid, libc::SIGINT);
+    while pending() {
+        assert!(Instant::now() < deadline, "{pid} never took a SIGINT");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// SIGKILLs ptscope once `ready` held, then checks that, a second later, nothing of
 /// the tree it had is left, nor anything mentioning `needle`, nor its sentinel.
 fn kill_and_check_nothing_is_left(mut ptscope: Child, needle: &str) {
@@ -216,37 +242,27 @@ fn emulate_stops_at_a_signal_sent_to_ptscope_alone() {
     }
 }
 
-/// Three presses quit at once under the emulate backend too, keeping the recording
-/// (here in `$TMPDIR`, no `-w`) and naming the command that decodes it.
-#[test]
-fn emulate_quits_at_the_third_press_keeping_the_recording() {
-    let Some(plugin) = emulate::plugin() else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    emulate::compile(dir.path(), "spin", SPIN, &[]);
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let mut p = Command::new(emulate::ptscope())
-        .env("PTSCOPE_EMULATE_PLUGIN", &plugin)
-        .env("TMPDIR", tmp.path())
-        .current_dir(dir.path())
-        .args(["run", "--backend", "emulate", "-o", "t.fxt", "--", "./spin"])
+/// `ptscope run --backend emulate EXTRA… -o t.fxt -- ./spin` in `dir`, recording in a
+/// temporary directory of `tmp` (its `TMPDIR`).
+fn spin_in_tmpdir(plugin: &Path, dir: &Path, tmp: &Path, extra: &[&str]) -> Child {
+    Command::new(emulate::ptscope())
+        .env("PTSCOPE_EMULATE_PLUGIN", plugin)
+        .env("TMPDIR", tmp)
+        .current_dir(dir)
+        .args(["run", "--backend", "emulate"])
+        .args(extra)
+        .args(["-o", "t.fxt", "--", "./spin"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("ptscope");
-    let needle = format!("out={}", tmp.path().display());
-    wait_for_tree(&mut p, &needle, 1);
-    std::thread::sleep(Duration::from_millis(300));
-    for _ in 0..3 {
-        signal(p.id(), libc::SIGINT);
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (code, err) = wait_exit(p, "three SIGINTs");
-    assert_eq!(code, Some(130), "{err}");
-    assert!(err.contains("quitting"), "{err}");
-    let kept: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("ptscope")
+}
+
+/// The recording was kept, alone in `tmp`, with its block log, and `err` names the
+/// command that decodes it.
+fn assert_kept_in(tmp: &Path, err: &str) {
+    let kept: Vec<_> = std::fs::read_dir(tmp)
         .expect("TMPDIR")
         .flatten()
         .map(|e| e.path())
@@ -257,8 +273,86 @@ fn emulate_quits_at_the_third_press_keeping_the_recording() {
         "{err}"
     );
     assert!(kept[0].join("emulate-blocks.log").is_file(), "{err}");
+}
+
+/// Three presses quit at once under the emulate backend too, keeping the recording
+/// (here in `$TMPDIR`, no `-w`) and naming the command that decodes it.
+#[test]
+fn emulate_quits_at_the_third_press_keeping_the_recording() {
+    let Some(plugin) = emulate::plugin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    emulate::compile(dir.path(), "spin", SPIN, &[]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut p = spin_in_tmpdir(&plugin, dir.path(), tmp.path(), &[]);
+    let needle = format!("out={}", tmp.path().display());
+    wait_for_tree(&mut p, &needle, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    // Three presses that all count before ptscope can act on the first two: sent while
+    // it is stopped, as three kinds of signal (SIGINT, SIGTERM and SIGHUP all count as
+    // presses), since signals of one kind sent while a process does not run merge
+    // into one. (Sent 50 ms apart on a loaded machine, the first two could stop the
+    // program and the decode, and ptscope end, before the third.)
+    signal(p.id(), libc::SIGSTOP);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        signal(p.id(), sig);
+    }
+    signal(p.id(), libc::SIGCONT);
+    let (code, err) = wait_exit(p, "three SIGINTs");
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("quitting"), "{err}");
+    assert_kept_in(tmp.path(), &err);
     assert!(!dir.path().join("t.fxt").exists(), "{err}");
     assert!(mentioning(&needle).is_empty(), "qemu left behind: {err}");
+}
+
+/// The second press under the emulate backend, once the program has stopped, stops the
+/// decode: the trace holds what was decoded (or nothing was, and that is said) and the
+/// recording is kept and named (the README's three presses; before, no press reached
+/// the emulate backend at all). A 16 MiB ring decodes for seconds even unloaded.
+#[test]
+fn emulate_second_press_stops_decoding_and_keeps_the_recording() {
+    let Some(plugin) = emulate::plugin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    emulate::compile(dir.path(), "spin", SPIN, &[]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut p = spin_in_tmpdir(&plugin, dir.path(), tmp.path(), &["--snapshot-size", "16M"]);
+    let needle = format!("out={}", tmp.path().display());
+    let qemu = wait_for_tree(&mut p, &needle, 1);
+    perf_env::wait_for_cpu(qemu, 100);
+    press(p.id());
+    // The program stopped: what follows is the decode.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mentioning(&needle).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "qemu ran on after the first press"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    press(p.id());
+    let (code, err) = wait_exit(p, "two SIGINTs");
+    assert!(err.contains("writing what was decoded so far"), "{err}");
+    // An interrupted decode (and the program's death by the first press) is 130.
+    assert_eq!(code, Some(130), "{err}");
+    let trace = dir.path().join("t.fxt");
+    if trace.exists() {
+        assert!(err.contains("decoding was interrupted"), "{err}");
+        let r = ptscope_fxt::check::validate_bytes(&std::fs::read(&trace).expect("trace"));
+        assert!(r.is_ok() && r.count("f") > 0, "{r}\n{err}");
+    } else {
+        // Stopped while the blocks were still being named (a loaded machine): nothing
+        // to write, said so, and the recording kept.
+        assert!(
+            err.contains("no events were decoded before decoding was interrupted"),
+            "{err}"
+        );
+    }
+    assert_kept_in(tmp.path(), &err);
 }
 
 /// After SIGKILL of ptscope, qemu ran on (orphaned). Now qemu dies with ptscope, and so

@@ -1,9 +1,9 @@
 //! The times of an emulate trace.
 //!
-//! The plugin logs, in each thread's stream, the host's `CLOCK_MONOTONIC` time every few
-//! thousand blocks, at the start of every ring slot and at every syscall's entry and
-//! return. A step of [`ptsim::truth`] carries the thread's own instruction clock; here it
-//! becomes nanoseconds, on one of two clocks:
+//! The plugin logs, in each thread's stream, the host's `CLOCK_MONOTONIC` time at the
+//! thread's first logged block, at the start of every chunk (ring slot), every 4096
+//! logged blocks, and at every syscall's entry and return. A step's time is counted in
+//! the thread's own instructions; here it becomes nanoseconds, on one of two clocks:
 //!
 //! * [`ClockKind::Host`]: the host time, interpolated by instruction counts between the
 //!   stamps around the step. Monotonic per thread and comparable across threads, but
@@ -12,11 +12,13 @@
 //!   real host time each syscall took (entry to return): the emulation slowdown
 //!   disappears, a `sleep(1)` still lasts 1 s.
 //!
-//! Logs written before host stamps existed fall back to the global instruction clock.
+//! Logs written before host stamps existed, and snapshots cut at a trigger hit, use
+//! the global instruction clock ([`TimeBase::Instructions`]).
 
+use crate::recording::{ThreadInput, View};
 use crate::NS_PER_INSN;
-use ptsim::blocklog::{BlockLog, StampKind, ThreadLog};
-use ptsim::truth::{Step, StepKind};
+use ptscope_blocklog::{Word, Words};
+use std::collections::VecDeque;
 
 /// Which clock the times of an emulate trace follow.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -52,6 +54,27 @@ impl ClockKind {
     }
 }
 
+/// What a walk's times are counted in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TimeBase {
+    /// Host ns, interpolated between the stamps.
+    Host,
+    /// The virtual clock.
+    Virtual,
+    /// The global instruction clock (1 instruction = [`NS_PER_INSN`] ns, one more per
+    /// stop): logs without host stamps, trigger snapshots.
+    Instructions,
+}
+
+impl From<ClockKind> for TimeBase {
+    fn from(c: ClockKind) -> Self {
+        match c {
+            ClockKind::Host => TimeBase::Host,
+            ClockKind::Virtual => TimeBase::Virtual,
+        }
+    }
+}
+
 /// A thread that exec'd: the program after the exec is not traced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecNotice {
@@ -63,231 +86,204 @@ pub struct ExecNotice {
     pub path: String,
 }
 
-/// One thread's conversion from its own instruction count to trace ns.
-#[derive(Default)]
-struct ThreadClock {
-    /// `(instructions the thread ran before the point, trace ns)`, non-decreasing in
-    /// both; several points may share an instruction count (a syscall's entry and return).
-    anchors: Vec<(u64, u64)>,
-    /// ns per instruction before the first and after the last anchor.
-    edge_rate: f64,
+/// A host stamp: the thread had run `own` instructions at host time `ns`; `restart`
+/// for a syscall's return (a step restarting there takes it, one stopping there the
+/// entry's).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Anchor {
+    pub(crate) own: u64,
+    pub(crate) ns: u64,
+    pub(crate) restart: bool,
 }
 
-impl ThreadClock {
-    /// Trace ns at instruction count `p`; `start`: the point where tracing restarts (after
-    /// a syscall: the latest of the points at `p`), else the earliest.
-    fn at(&self, p: u64, start: bool) -> u64 {
+/// The host stamps of one thread still needed to date its steps.
+#[derive(Debug, Default)]
+pub(crate) struct HostClock {
+    anchors: VecDeque<Anchor>,
+}
+
+impl HostClock {
+    /// Takes a stamp; stamps never go back (a host clock that did is held level).
+    pub(crate) fn push(&mut self, mut a: Anchor) {
+        if let Some(l) = self.anchors.back() {
+            if a.own < l.own {
+                return;
+            }
+            a.ns = a.ns.max(l.ns);
+        }
+        self.anchors.push_back(a);
+    }
+
+    /// ns per instruction between the first and last stamps kept (1 without two).
+    fn rate(&self) -> (u64, u64) {
+        match (self.anchors.front(), self.anchors.back()) {
+            (Some(a), Some(b)) if b.own > a.own => (b.ns - a.ns, b.own - a.own),
+            _ => (NS_PER_INSN, 1),
+        }
+    }
+
+    /// The host time of a step after `own` instructions (`restart`: it restarts tracing
+    /// there); `None` while the stamps after it are still to come (`done`: none will).
+    pub(crate) fn at(&self, own: u64, restart: bool, done: bool) -> Option<u64> {
         let a = &self.anchors;
         if a.is_empty() {
-            return p.saturating_mul(NS_PER_INSN);
+            return done.then_some(own.saturating_mul(NS_PER_INSN));
         }
-        let i = if start {
-            let i = a.partition_point(|x| x.0 <= p);
-            if i > 0 && a[i - 1].0 == p {
-                return a[i - 1].1;
+        let i = if restart {
+            let i = a.partition_point(|x| x.own <= own);
+            if i > 0 && a[i - 1].own == own && (i < a.len() || done) {
+                return Some(a[i - 1].ns);
             }
             i
         } else {
-            let i = a.partition_point(|x| x.0 < p);
-            if i < a.len() && a[i].0 == p {
-                return a[i].1;
+            let i = a.partition_point(|x| x.own < own);
+            if i < a.len() && a[i].own == own {
+                return Some(a[i].ns);
             }
             i
         };
+        let scale = |d: u64, (num, den): (u64, u64)| {
+            (u128::from(d) * u128::from(num) / u128::from(den.max(1))).min(u128::from(u64::MAX))
+                as u64
+        };
         match (i.checked_sub(1).map(|j| a[j]), a.get(i)) {
-            (Some(lo), Some(hi)) => {
-                let span = (hi.1.saturating_sub(lo.1)) as u128;
-                lo.1 + (span * (p - lo.0) as u128 / (hi.0 - lo.0).max(1) as u128) as u64
+            (Some(lo), Some(hi)) => Some(
+                lo.ns
+                    .saturating_add(scale(own - lo.own, (hi.ns - lo.ns, hi.own - lo.own))),
+            ),
+            (Some(lo), None) => {
+                done.then(|| lo.ns.saturating_add(scale(own - lo.own, self.rate())))
             }
-            (Some(lo), None) => lo.1 + ((p - lo.0) as f64 * self.edge_rate) as u64,
             (None, Some(hi)) => {
-                hi.1.saturating_sub(((hi.0 - p) as f64 * self.edge_rate) as u64)
+                // Before the first stamp (a forked child's first instructions): at the
+                // pace of the stamps that follow, once there are two.
+                if a.len() < 2 && !done {
+                    return None;
+                }
+                Some(hi.ns.saturating_sub(scale(hi.own - own, self.rate())))
             }
-            (None, None) => 0,
+            (None, None) => None,
+        }
+    }
+
+    /// Forgets stamps no step at or after `own` needs.
+    pub(crate) fn forget_before(&mut self, own: u64) {
+        while self.anchors.len() > 2 && self.anchors[1].own < own {
+            self.anchors.pop_front();
         }
     }
 }
 
-/// Every thread's clock, indexed like [`BlockLog::threads`].
-pub(crate) struct Timeline {
-    threads: Vec<ThreadClock>,
-    /// Threads that exec'd.
-    pub(crate) execs: Vec<ExecNotice>,
+/// The first host stamp of a thread's stream (its first chunk starts with one).
+pub(crate) fn first_host(view: &View<'_>, t: &ThreadInput) -> Option<u64> {
+    for &piece in &t.pieces {
+        let data = view.procs[t.proc].index.stream(piece);
+        for w in Words::new(data, piece.0).take(8) {
+            match w {
+                Ok(Word::Host(ns)) => return Some(ns),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+    None
 }
 
-/// Instructions `t` ran before each of its host stamps.
-fn instruction_counts(log: &BlockLog, t: &ThreadLog) -> Vec<u64> {
-    let mut out = Vec::with_capacity(t.host.len());
-    let mut si = 0;
-    let mut p = 0u64;
-    for i in 0..t.len() {
-        while si < t.host.len() && t.host[si].at as usize <= i {
-            out.push(p);
-            si += 1;
+/// The first global clock of a thread's stream, less the instructions before its first
+/// logged block.
+pub(crate) fn first_clock(view: &View<'_>, t: &ThreadInput) -> Option<u64> {
+    let piece = *t.pieces.first()?;
+    let data = view.procs[t.proc].index.stream(piece);
+    let (mut clock, mut skip) = (None, 0u64);
+    for w in Words::new(data, piece.0).take(8) {
+        match w {
+            Ok(Word::Clock(c)) => clock = Some(c),
+            Ok(Word::Skip(k)) => skip += u64::from(k),
+            Ok(Word::SkipBlock(k, _)) => {
+                return clock.map(|c| c.saturating_sub(skip + u64::from(k)))
+            }
+            Ok(Word::Block(_)) => return clock.map(|c| c.saturating_sub(skip)),
+            Ok(_) => {}
+            Err(_) => return None,
         }
-        p += log.tb_by_id(t.tb_id(i)).n_insns as u64;
     }
-    out.resize(t.host.len(), p);
+    clock.map(|c| c.saturating_sub(skip))
+}
+
+/// The virtual clock's start of each of `threads` but its process's main thread (which
+/// starts at 0): the main thread's virtual time at the host time of its first stamp.
+/// Reads the main thread's stream once (blocks' sizes, skips, stamps).
+pub(crate) fn virtual_bases(view: &View<'_>, threads: &[ThreadInput]) -> Vec<u64> {
+    let mut out = vec![0; threads.len()];
+    for (p, proc) in view.procs.iter().enumerate() {
+        let Some(main) = threads
+            .iter()
+            .find(|t| t.proc == p && t.tid == proc.pid())
+            .or_else(|| threads.iter().find(|t| t.proc == p))
+        else {
+            continue;
+        };
+        let virt = |own: u64, kernel: u64| own.saturating_mul(NS_PER_INSN).saturating_add(kernel);
+        // (host ns, virtual ns) at each of the main thread's stamps.
+        let mut pairs: Vec<(u64, u64)> = Vec::new();
+        let (mut own, mut kernel, mut entered) = (0u64, 0u64, None);
+        'walk: for &piece in &main.pieces {
+            let data = proc.index.stream(piece);
+            for w in Words::new(data, piece.0) {
+                match w {
+                    Ok(Word::Block(id)) => {
+                        own =
+                            own.saturating_add(view.tb(p, id).map_or(0, |t| u64::from(t.n_insns)));
+                    }
+                    Ok(Word::SkipBlock(k, id)) => {
+                        own = own
+                            .saturating_add(u64::from(k))
+                            .saturating_add(view.tb(p, id).map_or(0, |t| u64::from(t.n_insns)));
+                    }
+                    Ok(Word::Skip(k)) => own = own.saturating_add(u64::from(k)),
+                    Ok(Word::Host(ns)) => pairs.push((ns, virt(own, kernel))),
+                    Ok(Word::SyscallEntry { ns, .. }) => {
+                        entered = Some(ns);
+                        pairs.push((ns, virt(own, kernel)));
+                    }
+                    Ok(Word::SyscallReturn { ns, .. }) => {
+                        if let Some(e) = entered.take() {
+                            kernel = kernel.saturating_add(ns.saturating_sub(e));
+                        }
+                        pairs.push((ns, virt(own, kernel)));
+                    }
+                    Ok(Word::Clock(_)) => {}
+                    Err(_) => break 'walk,
+                }
+            }
+        }
+        pairs.sort_unstable();
+        for (i, t) in threads.iter().enumerate() {
+            if t.proc != p || std::ptr::eq(t, main) {
+                continue;
+            }
+            if let Some(h) = first_host(view, t) {
+                out[i] = by_host_time(&pairs, h);
+            }
+        }
+    }
     out
 }
 
-/// Interpolates `pairs` (`(host ns, trace ns)`, non-decreasing) at host time `ns`; past
-/// either end, trace time moves at the host's pace.
+/// Interpolates `pairs` (`(host ns, virtual ns)`, sorted) at host time `ns`; past either
+/// end, virtual time moves at the host's pace.
 fn by_host_time(pairs: &[(u64, u64)], ns: u64) -> u64 {
     let i = pairs.partition_point(|x| x.0 <= ns);
     match (i.checked_sub(1).map(|j| pairs[j]), pairs.get(i)) {
         (Some(lo), Some(hi)) => {
-            let span = hi.1.saturating_sub(lo.1) as u128;
-            lo.1 + (span * (ns - lo.0) as u128 / (hi.0 - lo.0).max(1) as u128) as u64
+            let span = u128::from(hi.1.saturating_sub(lo.1));
+            lo.1.saturating_add(
+                (span * u128::from(ns - lo.0) / u128::from((hi.0 - lo.0).max(1))) as u64,
+            )
         }
-        (Some(lo), None) => lo.1 + (ns - lo.0),
+        (Some(lo), None) => lo.1.saturating_add(ns - lo.0),
         (None, Some(hi)) => hi.1.saturating_sub(hi.0 - ns),
         (None, None) => 0,
-    }
-}
-
-/// True for `execve` and `execveat` (x86-64 numbers).
-fn is_exec(num: u32) -> bool {
-    num == 59 || num == 322
-}
-
-impl Timeline {
-    /// The timeline of `log` on `kind`; `None` when the log has no host stamps (written
-    /// by a plugin before them).
-    pub(crate) fn new(log: &BlockLog, kind: ClockKind) -> Option<Timeline> {
-        if log.threads.iter().all(|t| t.host.is_empty()) {
-            return None;
-        }
-        let origin = log
-            .threads
-            .iter()
-            .filter_map(|t| t.host.iter().map(|h| h.ns).min())
-            .min()
-            .unwrap_or(0);
-        let counts: Vec<Vec<u64>> = log
-            .threads
-            .iter()
-            .map(|t| instruction_counts(log, t))
-            .collect();
-        let mut threads: Vec<ThreadClock> = Vec::with_capacity(log.threads.len());
-        match kind {
-            ClockKind::Host => {
-                for (t, stamps) in log.threads.iter().zip(&counts) {
-                    let anchors: Vec<(u64, u64)> = stamps
-                        .iter()
-                        .zip(&t.host)
-                        .map(|(&p, h)| (p, h.ns.saturating_sub(origin)))
-                        .collect();
-                    let edge_rate = match (anchors.first(), anchors.last()) {
-                        (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / (b.0 - a.0) as f64,
-                        _ => NS_PER_INSN as f64,
-                    };
-                    threads.push(ThreadClock { anchors, edge_rate });
-                }
-            }
-            ClockKind::Virtual => {
-                // The main thread starts at 0; another thread starts at the main thread's
-                // virtual time at the host time of its first stamp.
-                let main = log
-                    .threads
-                    .iter()
-                    .position(|t| t.tid == log.pid)
-                    .unwrap_or(0);
-                let mut order: Vec<usize> = (0..log.threads.len()).collect();
-                order.swap(0, main);
-                threads.resize_with(log.threads.len(), ThreadClock::default);
-                let mut main_pairs: Vec<(u64, u64)> = Vec::new();
-                for (k, &ti) in order.iter().enumerate() {
-                    let t = &log.threads[ti];
-                    let base = match t.host.first() {
-                        Some(h) if k > 0 => by_host_time(&main_pairs, h.ns),
-                        _ => 0,
-                    };
-                    // Virtual time at each stamp: instructions before it, plus the time of
-                    // the syscalls that returned by then.
-                    let mut anchors = Vec::with_capacity(t.host.len());
-                    let mut pairs = Vec::with_capacity(t.host.len());
-                    let mut in_kernel = 0u64;
-                    let mut entered: Option<u64> = None;
-                    for (&p, h) in counts[ti].iter().zip(&t.host) {
-                        match h.kind {
-                            StampKind::SyscallEntry => entered = Some(h.ns),
-                            StampKind::SyscallReturn => {
-                                if let Some(from) = entered.take() {
-                                    in_kernel += h.ns.saturating_sub(from);
-                                }
-                            }
-                            StampKind::Block => {}
-                        }
-                        let v = base + p.saturating_mul(NS_PER_INSN) + in_kernel;
-                        anchors.push((p, v));
-                        pairs.push((h.ns, v));
-                    }
-                    if k == 0 {
-                        main_pairs = pairs;
-                    }
-                    threads[ti] = ThreadClock {
-                        anchors,
-                        edge_rate: NS_PER_INSN as f64,
-                    };
-                }
-            }
-        }
-        let mut execs = Vec::new();
-        for (ti, t) in log.threads.iter().enumerate() {
-            // An exec that did not return is the thread's last syscall.
-            let Some(s) = t.syscalls.last() else {
-                continue;
-            };
-            if !is_exec(s.num) || s.ret.is_some() {
-                continue;
-            }
-            let Some(k) = t
-                .host
-                .iter()
-                .rposition(|h| h.kind == StampKind::SyscallEntry && h.ns == s.enter_ns)
-            else {
-                continue;
-            };
-            let path = log
-                .exec_calls
-                .iter()
-                .rev()
-                .find(|c| c.tid == t.tid && c.ns == s.enter_ns)
-                .map(|c| c.path.clone())
-                .unwrap_or_default();
-            execs.push(ExecNotice {
-                tid: t.tid,
-                time: threads[ti].anchors[k].1,
-                path,
-            });
-        }
-        Some(Timeline { threads, execs })
-    }
-
-    /// Rewrites the clocks of thread `ti`'s steps (its own instruction clock, as
-    /// [`ptsim::truth`] gives them, in order) as trace ns.
-    ///
-    /// Within a traced stretch a step's clock minus the thread's instruction count is
-    /// constant; it grows at each restart, where the count is the one at the stop before.
-    pub(crate) fn convert(&self, ti: usize, steps: &mut [Step]) {
-        let Some(tc) = self.threads.get(ti) else {
-            return;
-        };
-        let mut offset: Option<u64> = None;
-        let mut last = 0u64;
-        for s in steps {
-            let start = s.kind == StepKind::Start;
-            let p = if start {
-                let p = if offset.is_some() { last } else { 0 };
-                offset = Some(s.clock.saturating_sub(p));
-                p
-            } else {
-                s.clock.saturating_sub(offset.unwrap_or(0))
-            };
-            last = p;
-            s.clock = tc.at(p, start);
-        }
     }
 }
 
@@ -296,16 +292,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_restart_takes_the_latest_point_and_a_stop_the_earliest() {
+    fn a_restart_takes_the_latest_stamp_and_a_stop_the_earliest() {
         // A syscall at instruction 100, entered at 1000 ns, returned at 5000 ns.
-        let tc = ThreadClock {
-            anchors: vec![(0, 0), (100, 1000), (100, 5000), (300, 5400)],
-            edge_rate: 2.0,
-        };
-        assert_eq!(tc.at(50, false), 500);
-        assert_eq!(tc.at(100, false), 1000);
-        assert_eq!(tc.at(100, true), 5000);
-        assert_eq!(tc.at(200, false), 5200);
-        assert_eq!(tc.at(400, false), 5600);
+        let mut c = HostClock::default();
+        for (own, ns, restart) in [
+            (0, 0, false),
+            (100, 1000, false),
+            (100, 5000, true),
+            (300, 5400, false),
+        ] {
+            c.push(Anchor { own, ns, restart });
+        }
+        assert_eq!(c.at(50, false, false), Some(500));
+        assert_eq!(c.at(100, false, false), Some(1000));
+        assert_eq!(c.at(100, true, false), Some(5000));
+        assert_eq!(c.at(200, false, false), Some(5200));
+        assert_eq!(c.at(400, false, false), None, "waits for the next stamp");
+        assert!(c.at(400, false, true).is_some());
+    }
+
+    /// Found by mutating working directories: a host time that goes backwards made the
+    /// interpolation subtract past zero.
+    #[test]
+    fn host_times_going_backwards_are_held_level() {
+        let mut c = HostClock::default();
+        c.push(Anchor {
+            own: 0,
+            ns: 1000,
+            restart: false,
+        });
+        c.push(Anchor {
+            own: 10,
+            ns: 10,
+            restart: false,
+        });
+        c.push(Anchor {
+            own: 20,
+            ns: 2000,
+            restart: false,
+        });
+        assert_eq!(c.at(5, false, false), Some(1000));
+        assert_eq!(c.at(15, false, false), Some(1500));
     }
 }

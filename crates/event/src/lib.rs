@@ -26,6 +26,7 @@
 //! assert_eq!(strings.display(strings.location(dst).symbol), "foo");
 //! ```
 
+pub mod exact;
 pub mod source;
 
 use rustc_hash::{FxHashMap, FxHasher};

@@ -26,6 +26,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("dlfilter_records", dlfilter_records),
     ("elf_symbols", elf_symbols),
     ("perf_map", perf_map),
+    ("block_log", block_log),
 ];
 
 /// Fuzzes the `perf script` text decoder: any bytes, any read-buffer size.
@@ -206,4 +207,81 @@ pub fn perf_map(data: &[u8]) {
         assert_eq!(map.lookup(addr), want, "lookup({addr:#x})");
     }
     let _ = ProcMaps::parse(&text, Path::new("fuzzed-maps")).map(|m| m.files().len());
+}
+
+/// A sink that only counts what it is given.
+#[derive(Default)]
+struct Counting(u64);
+
+impl ptscope_stacks::TraceSink for Counting {
+    type Thread = u32;
+    fn allocate_pid(&mut self, _: &str) -> u32 {
+        0
+    }
+    fn allocate_thread(&mut self, _: u32, _: &str) -> u32 {
+        0
+    }
+    fn duration_begin(&mut self, _: u32, _: &str, _: i64, _: &[ptscope_stacks::Arg<'_>]) {
+        self.0 += 1;
+    }
+    fn duration_end(&mut self, _: u32, _: &str, _: i64, _: &[ptscope_stacks::Arg<'_>]) {
+        self.0 += 1;
+    }
+    fn duration_complete(
+        &mut self,
+        _: u32,
+        _: &str,
+        _: i64,
+        _: i64,
+        _: &[ptscope_stacks::Arg<'_>],
+    ) {
+    }
+    fn duration_instant(&mut self, _: u32, _: &str, _: i64, _: &[ptscope_stacks::Arg<'_>]) {}
+    fn counter(&mut self, _: u32, _: &str, _: i64, _: &[ptscope_stacks::Arg<'_>]) {}
+    fn warning(&mut self, _: &str) {}
+}
+
+/// Fuzzes the emulate block log: ptsim's whole-log parser, the index, and ptscope's
+/// decode of every snapshot's threads into stacks on each clock. Nothing may panic,
+/// allocate what the input does not hold, or run without end (a thread's steps are
+/// bounded by its words).
+pub fn block_log(data: &[u8]) {
+    use ptscope_emulate::{ClockKind, Decoding, TimeBase, View};
+    let _ = ptscope_blocklog::BlockLog::parse(data);
+    let _ = ptscope_blocklog::BlockLog::parse_compact(data);
+    let Ok(view) = View::from_logs(&[(None, Path::new("fuzz.log"), data)]) else {
+        return;
+    };
+    let snapshots = view.snapshots().len();
+    assert!(snapshots >= 1);
+    for s in 0..snapshots.min(4) {
+        for d in [
+            Decoding::new(&view, s, ClockKind::Host, "fuzz"),
+            Decoding::new(&view, s, ClockKind::Virtual, "fuzz"),
+            Decoding::with_time_base(&view, s, TimeBase::Instructions, "fuzz"),
+        ] {
+            for i in 0..d.threads().len() {
+                let mut walker = d.walker(i);
+                let mut stack = if d.threads()[i].mid_run {
+                    ptscope_stacks::exact::ExactStack::mid_run(false)
+                } else {
+                    ptscope_stacks::exact::ExactStack::new()
+                };
+                let mut sink = Counting::default();
+                let mut buf = Vec::new();
+                let mut last = 0;
+                while walker.fill(&mut buf) {
+                    for st in &buf {
+                        // A thread's steps never go back in time.
+                        assert!(st.time >= last || d.time_base() == TimeBase::Host);
+                        last = last.max(st.time);
+                        stack.step(&mut sink, 0, st, walker.functions());
+                    }
+                    buf.clear();
+                }
+                let end = stack.last_time();
+                stack.close(&mut sink, 0, end, walker.functions());
+            }
+        }
+    }
 }

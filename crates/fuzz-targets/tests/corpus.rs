@@ -61,3 +61,8 @@ fn elf_symbols_corpus_replays_without_panics() {
 fn perf_map_corpus_replays_without_panics() {
     replay("perf_map");
 }
+
+#[test]
+fn block_log_corpus_replays_without_panics() {
+    replay("block_log");
+}

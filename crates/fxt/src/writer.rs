@@ -161,6 +161,17 @@ impl StringTable {
         }
     }
 
+    /// Forgets every string (keeping the memory): all are registered again.
+    fn clear(&mut self) {
+        self.map.clear();
+        for s in &mut self.slots {
+            *s = StringSlot::default();
+        }
+        self.recent.fill((0, 0));
+        self.next_fresh = 1;
+        self.hand = 1;
+    }
+
     /// Starts a new record: strings used from now on are pinned until the next call.
     fn new_record(&mut self) {
         self.epoch = self.epoch.wrapping_add(1);
@@ -388,6 +399,46 @@ impl<W: Write> FxtWriter<W> {
         w.word(u64::from(record::INITIALIZATION) | (2 << 4));
         w.word(TICKS_PER_SECOND);
         w
+    }
+
+    /// Starts a fragment of a trace: no header (another fragment has it). Fragments
+    /// written by separate writers can be concatenated in any order after the one with
+    /// the header, as long as each is cut with [`FxtWriter::cut`]: every fragment then
+    /// registers the strings and threads it uses.
+    pub fn fragment(inner: W) -> Self {
+        FxtWriter {
+            inner,
+            buf: Vec::with_capacity(FLUSH_AT + 8 * format::MAX_RECORD_WORDS),
+            error: None,
+            strings: StringTable::new(),
+            threads: ThreadTable::new(),
+            stats: WriterStats::default(),
+        }
+    }
+
+    /// Ends a fragment: what is buffered goes to the inner writer, and the string and
+    /// thread tables are forgotten, so the records after this register again what they
+    /// use (a reader may see the fragments in any order).
+    pub fn cut(&mut self) {
+        self.flush_buf();
+        self.strings.clear();
+        for e in &mut self.threads.entries {
+            e.slot = 0;
+        }
+        self.threads.owner = [u32::MAX; THREAD_SLOTS + 1];
+        self.threads.referenced = [false; THREAD_SLOTS + 1];
+        self.threads.next_fresh = 1;
+        self.threads.hand = 1;
+    }
+
+    /// Bytes of records buffered, not yet handed to the inner writer.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The inner writer (what [`FxtWriter::cut`] handed it is complete).
+    pub fn inner_mut(&mut self) -> &mut W {
+        &mut self.inner
     }
 
     /// Registers a thread of process `pid` (both koids) and returns its handle.

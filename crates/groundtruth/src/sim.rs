@@ -1001,7 +1001,13 @@ pub struct SimProgram {
 impl SimProgram {
     /// Runs `argv` once under QEMU with ptsim's plugin, in `dir`.
     pub fn record(name: &str, dir: &Path, argv: &[&Path]) -> Result<Self> {
-        let out = ptsim::testing::record(dir, argv, &SimConfig::default())?;
+        Self::record_with(name, dir, argv, &SimConfig::default())
+    }
+
+    /// [`SimProgram::record`] with `cfg` (e.g. `stack_log`: the same run logged in the
+    /// plugin's stack mode too, as an emulate recording in `dir`).
+    pub fn record_with(name: &str, dir: &Path, argv: &[&Path], cfg: &SimConfig) -> Result<Self> {
+        let out = ptsim::testing::record(dir, argv, cfg)?;
         if !out.status.success() {
             bail!("{name} exited with {}", out.status);
         }

@@ -85,6 +85,49 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
         }
     }
 
+    /// A sink writing a fragment of a trace (see [`FxtWriter::fragment`]): no header,
+    /// threads attached by the koids another sink gave them ([`FxtSink::attach_thread`]).
+    pub fn fragment(out: W, on_warning: H) -> Self {
+        FxtSink {
+            writer: FxtWriter::fragment(out),
+            next_koid: u32::MAX,
+            threads: Vec::new(),
+            counter_ids: HashMap::new(),
+            stats: SinkStats::default(),
+            on_warning,
+        }
+    }
+
+    /// A track for thread `tid` of process `pid` (koids another sink allocated and
+    /// named), without writing its kernel object again.
+    pub fn attach_thread(&mut self, pid: u32, tid: u32) -> FxtThread {
+        let id = self.writer.thread(pid, tid);
+        let handle = FxtThread(self.threads.len() as u32);
+        self.threads.push(SinkThread {
+            id,
+            koid: tid,
+            group: pid,
+            open: Vec::new(),
+            depth: 0,
+        });
+        handle
+    }
+
+    /// The koids of a thread track: `(process, thread)`.
+    pub fn thread_koids(&self, t: FxtThread) -> Option<(u32, u32)> {
+        self.threads.get(t.0 as usize).map(|th| (th.group, th.koid))
+    }
+
+    /// Ends the current fragment ([`FxtWriter::cut`]).
+    pub fn cut(&mut self) {
+        self.writer.cut();
+    }
+
+    /// The underlying writer.
+    pub fn writer_mut(&mut self) -> &mut FxtWriter<W> {
+        &mut self.writer
+    }
+
     /// What the sink adjusted so far.
     pub fn stats(&self) -> &SinkStats {
         &self.stats

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 mod file;
+pub mod filter;
 pub mod fxt_sink;
 // pub mod transcript;
 

@@ -37,6 +37,47 @@ pub(crate) struct Totals {
 }
 
 impl Totals {
+    /// Says what the output filter left out (nothing vanishes silently).
+    pub(crate) fn filtered(&mut self, f: &crate::OutputFilter, st: crate::FilterStats) {
+        let n = |v: u64| {
+            let s = v.to_string();
+            let mut out = String::new();
+            for (i, c) in s.chars().enumerate() {
+                if i > 0 && (s.len() - i).is_multiple_of(3) {
+                    out.push(',');
+                }
+                out.push(c);
+            }
+            out
+        };
+        if f.min_duration > 0 && st.hidden_calls > 0 {
+            self.notes.push(Notice::Source(format!(
+                "--min-duration left out {} slices shorter than {} ns (with what they called); \
+                 each slice that kept its place counts what it hid in its args hidden_calls \
+                 and hidden_ns; {} slices were written",
+                n(st.hidden_calls),
+                f.min_duration,
+                n(st.kept)
+            )));
+        }
+        if let Some(d) = f.max_depth {
+            if st.too_deep > 0 {
+                self.notes.push(Notice::Source(format!(
+                    "--max-depth {d} left out {} slices deeper than that; the slices at depth \
+                     {d} count them in their args hidden_calls and hidden_ns",
+                    n(st.too_deep)
+                )));
+            }
+        }
+        if f.window.is_some() && st.outside > 0 {
+            self.notes.push(Notice::Source(format!(
+                "--window left out {} slices entirely outside it; slices across its edges \
+                 are cut there",
+                n(st.outside)
+            )));
+        }
+    }
+
     /// Counts one finished input.
     fn add(&mut self, msg: Msg, observer: &dyn Observer) {
         let Msg::Done {

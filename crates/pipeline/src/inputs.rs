@@ -79,11 +79,8 @@ impl InputSpec {
                 Ok(Box::new(script))
             }
             InputSpec::Emulate(dir, comm, snapshot, clock) => {
-                let events = ptscope_emulate::Trace::open(dir, comm, *snapshot, *clock)
+                let events = ptscope_emulate::events::Events::open(dir, comm, *snapshot, *clock)
                     .map_err(Error::Emulate)?;
-                for i in events.infos() {
-                    observer.info(i);
-                }
                 Ok(Box::new(events))
             }
         }

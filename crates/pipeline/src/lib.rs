@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 mod drive;
+mod exact;
 mod exe;
 mod inputs;
 mod names;
@@ -46,9 +47,11 @@ pub use names::nearest_names;
 pub use ptscope_decode::Warning;
 pub use ptscope_emulate::ClockKind;
 pub use ptscope_event::EventSource;
+pub use ptscope_output::filter::{FilterStats, OutputFilter};
 
 use drive::Totals;
 use ptscope_event::{Event, StringTable, TraceScope};
+use ptscope_output::filter::FilterSink;
 use ptscope_stacks::ordered::OrderedSink;
 use ptscope_stacks::transcript::TranscriptSink;
 use ptscope_stacks::WriterConfig;
@@ -137,6 +140,9 @@ pub struct DecodeOptions {
     pub perf: PathBuf,
     /// The clock an emulate recording's times follow (emulate recordings only).
     pub clock: Option<ClockKind>,
+    /// What of the trace to keep (a window, a depth, a shortest slice): for a trace too
+    /// large to open, on every backend.
+    pub output_filter: OutputFilter,
 }
 
 impl DecodeOptions {
@@ -159,6 +165,7 @@ impl DecodeOptions {
             decoder: DecoderKind::Auto,
             perf: ptscope_decode::perf::default_perf(),
             clock: None,
+            output_filter: OutputFilter::default(),
         }
     }
 
@@ -575,16 +582,38 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
     };
     let mut totals = Totals::default();
     let output = &opts.output;
+    // An emulate recording is exact: its own writer, straight from the block log.
+    if opts.writer == WriterKind::Segments {
+        if let Some(input) = exact::emulated(&specs) {
+            exact::decode(opts, input, observer, &mut totals)?;
+            return Ok(totals.into());
+        }
+    }
     match opts.format {
         Format::Transcript => {
-            let (sink, _) = drive::run_writer(
-                specs,
-                opts,
-                config,
-                TranscriptSink::default(),
-                &mut totals,
-                observer,
-            )?;
+            let f = opts.output_filter;
+            let sink = if f.is_none() {
+                drive::run_writer(
+                    specs,
+                    opts,
+                    config,
+                    TranscriptSink::default(),
+                    &mut totals,
+                    observer,
+                )?
+                .0
+            } else {
+                let (s, _) = drive::run_writer(
+                    specs,
+                    opts,
+                    config,
+                    FilterSink::new(TranscriptSink::default(), f),
+                    &mut totals,
+                    observer,
+                )?;
+                totals.filtered(&f, s.stats());
+                s.into_inner()
+            };
             let text = sink.render();
             if output == Path::new("-") {
                 io::stdout()
@@ -616,20 +645,42 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
             let fxt = ptscope_output::FxtSink::with_warnings(out, |w: &str| observer.warning(w));
             // An error here means nothing usable was read; the temporary output is
             // dropped with it and nothing appears at the output path.
-            let mut sink = if opts.writer == WriterKind::Legacy {
+            let f = opts.output_filter;
+            let mut sink = match (opts.writer, f.is_none()) {
                 // The legacy writer emits inferred frames late; restore per-thread time
                 // order. The segments writer writes in order already.
-                let (s, _) = drive::run_writer(
-                    specs,
-                    opts,
-                    config,
-                    OrderedSink::new(fxt),
-                    &mut totals,
-                    observer,
-                )?;
-                s.finish().map_err(Error::Reorder)?
-            } else {
-                drive::run_writer(specs, opts, config, fxt, &mut totals, observer)?.0
+                (WriterKind::Legacy, true) => {
+                    let (s, _) = drive::run_writer(
+                        specs,
+                        opts,
+                        config,
+                        OrderedSink::new(fxt),
+                        &mut totals,
+                        observer,
+                    )?;
+                    s.finish().map_err(Error::Reorder)?
+                }
+                (WriterKind::Legacy, false) => {
+                    let (s, _) = drive::run_writer(
+                        specs,
+                        opts,
+                        config,
+                        OrderedSink::new(FilterSink::new(fxt, f)),
+                        &mut totals,
+                        observer,
+                    )?;
+                    let s = s.finish().map_err(Error::Reorder)?;
+                    totals.filtered(&f, s.stats());
+                    s.into_inner()
+                }
+                (_, true) => drive::run_writer(specs, opts, config, fxt, &mut totals, observer)?.0,
+                (_, false) => {
+                    let sink = FilterSink::new(fxt, f);
+                    let (s, _) =
+                        drive::run_writer(specs, opts, config, sink, &mut totals, observer)?;
+                    totals.filtered(&f, s.stats());
+                    s.into_inner()
+                }
             };
             if totals.samples > 0 && totals.branches == 0 {
                 // `ptscope report` reads this to mark counts and times as estimates.

@@ -131,6 +131,10 @@ pub struct SimConfig {
     pub pmu_type: u32,
     /// Nominal cycles a syscall or signal delivery spends in the kernel (untraced).
     pub kernel_cycles: u64,
+    /// Also log the run in the plugin's stack mode (as ptscope's emulate backend
+    /// records), into `emulate-blocks.log` beside the every-block log: a second copy of
+    /// the plugin in the same qemu, so both logs are of one run.
+    pub stack_log: bool,
 }
 
 impl Default for SimConfig {
@@ -145,6 +149,7 @@ impl Default for SimConfig {
             time_zero: 1_000_000_000_000,
             pmu_type: 8,
             kernel_cycles: 1000,
+            stack_log: false,
         }
     }
 }
@@ -252,6 +257,17 @@ pub fn find_plugin() -> Option<PathBuf> {
 /// qemu loads the plugin from a descriptor checked like ptscope's emulate backend's
 /// (`ptscope_rootsafe::Loadable::trusted_file`), since this too may run as root.
 pub fn run_qemu(plugin: &Path, log: &Path, argv: &[OsString]) -> Result<std::process::ExitStatus> {
+    run_qemu_with(plugin, log, None, argv)
+}
+
+/// [`run_qemu`], with `stack` (a copy of the plugin at another path, and the log it
+/// writes) also loaded, in stack mode: QEMU loads the copy as a plugin of its own.
+pub fn run_qemu_with(
+    plugin: &Path,
+    log: &Path,
+    stack: Option<(&Path, &Path)>,
+    argv: &[OsString],
+) -> Result<std::process::ExitStatus> {
     let Some((prog, args)) = argv.split_first() else {
         bail!("no program to run");
     };
@@ -265,10 +281,15 @@ pub fn run_qemu(plugin: &Path, log: &Path, argv: &[OsString]) -> Result<std::pro
     let mut spec = OsString::from(code.path().as_os_str());
     spec.push(",out=");
     spec.push(log.as_os_str());
-    std::process::Command::new("qemu-x86_64")
-        .arg("-plugin")
-        .arg(spec)
-        .arg(prog)
+    let mut cmd = std::process::Command::new("qemu-x86_64");
+    cmd.arg("-plugin").arg(spec);
+    if let Some((copy, stack_log)) = stack {
+        let mut spec = OsString::from(copy.as_os_str());
+        spec.push(",mode=stack,out=");
+        spec.push(stack_log.as_os_str());
+        cmd.arg("-plugin").arg(spec);
+    }
+    cmd.arg(prog)
         .args(args)
         .status()
         .context("cannot run qemu-x86_64 (Debian package qemu-user)")
@@ -564,8 +585,21 @@ pub fn run_with_plugin(
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let log_path = dir.join("ptsim-blocks.log");
+    let stack = if cfg.stack_log {
+        let copy = dir.join("ptsim-plugin-stack.so");
+        std::fs::copy(plugin, &copy)
+            .with_context(|| format!("cannot copy the plugin to {}", copy.display()))?;
+        Some((copy, dir.join("emulate-blocks.log")))
+    } else {
+        None
+    };
     let t0 = Instant::now();
-    let status = run_qemu(plugin, &log_path, argv)?;
+    let status = run_qemu_with(
+        plugin,
+        &log_path,
+        stack.as_ref().map(|(c, l)| (c.as_path(), l.as_path())),
+        argv,
+    )?;
     let qemu_time = t0.elapsed();
     let t_read = Instant::now();
     let log = BlockLog::read(&log_path)?;

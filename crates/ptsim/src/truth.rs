@@ -6,52 +6,18 @@
 //! whether it was taken.
 
 use crate::blocklog::{BlockLog, TbDef, ThreadLog};
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 
-/// How a block's last instruction transfers control.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Flow {
-    /// Conditional branch (`jcc`, `loop`, `jrcxz`) to a fixed target.
-    Cond {
-        /// Taken target.
-        target: u64,
-    },
-    /// Direct unconditional jump.
-    Jmp {
-        /// Target.
-        target: u64,
-    },
-    /// Indirect jump.
-    IndirectJmp,
-    /// Direct call.
-    Call {
-        /// Target.
-        target: u64,
-    },
-    /// Indirect call.
-    IndirectCall,
-    /// Near return.
-    Return,
-    /// A transfer into the kernel (`syscall`, `int`, `sysenter`): user-mode tracing stops.
-    Syscall,
-    /// Not a branch: the block was cut for another reason.
-    Other,
-    /// The last instruction did not execute: QEMU records an instruction that crosses
-    /// into the next page, then abandons it and starts a new block with it.
-    Abandoned,
-}
+pub use ptscope_blocklog::classify::{Flow, Interrupted};
 
 /// Classifies the last instruction of `tb`.
 pub fn classify(tb: &TbDef) -> Flow {
-    classify_bytes(&tb.last, tb.last_addr())
+    ptscope_blocklog::classify::classify(&tb.last, tb.last_addr())
 }
 
 /// True when the block ends in a `rep`-prefixed instruction, which QEMU runs one
 /// iteration per block execution.
 fn ends_in_rep(tb: &TbDef) -> bool {
-    let mut dec = Decoder::with_ip(64, &tb.last, tb.last_addr(), DecoderOptions::NONE);
-    let insn = dec.decode();
-    !insn.is_invalid() && (insn.has_rep_prefix() || insn.has_repne_prefix())
+    ptscope_blocklog::classify::is_rep(&tb.last, tb.last_addr())
 }
 
 /// A signal's interrupted position that the block log leaves open, settled afterwards.
@@ -67,58 +33,8 @@ enum Pending {
     Rep { at: usize, rep: u64, fall: u64 },
 }
 
-/// What a signal interrupted when it arrived before the instruction at a block's start.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Interrupted {
-    /// Anything but an indirect branch.
-    Other,
-    /// A return: perf takes the FUP as that return leaving the traced region.
-    Return,
-    /// An indirect jump (reported like a return).
-    IndirectJmp,
-    /// An indirect call (reported like a return).
-    IndirectCall,
-}
-
 fn interrupted(tb: &TbDef) -> Interrupted {
-    match classify_bytes(&tb.first, tb.vaddr) {
-        Flow::Return => Interrupted::Return,
-        Flow::IndirectJmp => Interrupted::IndirectJmp,
-        Flow::IndirectCall => Interrupted::IndirectCall,
-        _ => Interrupted::Other,
-    }
-}
-
-/// Classifies one instruction; [`Flow::Abandoned`] when the bytes are not one whole instruction.
-fn classify_bytes(bytes: &[u8], ip: u64) -> Flow {
-    let mut dec = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
-    let insn = dec.decode();
-    if insn.is_invalid() || insn.len() != bytes.len() {
-        return Flow::Abandoned;
-    }
-    // iced-x86 counts `syscall` as a call; for Intel PT it is a transfer to the kernel.
-    if matches!(
-        insn.mnemonic(),
-        Mnemonic::Syscall | Mnemonic::Sysenter | Mnemonic::Int | Mnemonic::Int1
-    ) {
-        return Flow::Syscall;
-    }
-    match insn.flow_control() {
-        FlowControl::ConditionalBranch => Flow::Cond {
-            target: insn.near_branch_target(),
-        },
-        FlowControl::UnconditionalBranch => Flow::Jmp {
-            target: insn.near_branch_target(),
-        },
-        FlowControl::IndirectBranch => Flow::IndirectJmp,
-        FlowControl::Call => Flow::Call {
-            target: insn.near_branch_target(),
-        },
-        FlowControl::IndirectCall => Flow::IndirectCall,
-        FlowControl::Return => Flow::Return,
-        // int3/into/ud2 raise signals, seen as asynchronous transfers.
-        _ => Flow::Other,
-    }
+    ptscope_blocklog::classify::interrupted(&tb.first, tb.vaddr)
 }
 
 /// What one step of the branch trace is.
@@ -535,6 +451,8 @@ fn hidden_handlers(
     let mut returns: Vec<u64> = Vec::new();
     // (branch index, depth of the code after it), depths never decreasing.
     let mut waiting: Vec<(usize, i64)> = Vec::new();
+    // A branch whose handler's rt_sigreturn delivered another signal, still waiting.
+    let mut redelivered: Option<(usize, i64)> = None;
     let vaddr = |k: usize| (k < n).then(|| log.tb_by_id(t.tb_id(k)).vaddr);
     for i in 0..n {
         let id = t.tb_id(i);
@@ -576,17 +494,24 @@ fn hidden_handlers(
                     settled.get_or_insert(b);
                 }
                 if let Some(b) = settled {
-                    let into_trampoline = !returns.contains(&next) && (i + 1 < n) && {
-                        let s = t.tb_id(i + 1);
-                        flows[s as usize] == Flow::Syscall
-                            && vaddr(i + 2).is_some_and(|r| {
-                                r != log.tb_by_id(s).end() && Some(r) != vaddr(b + 1)
-                            })
-                    };
-                    if into_trampoline {
-                        if let Some(r) = vaddr(i + 2) {
+                    // Where the trampoline's rt_sigreturn went.
+                    let resumed = (!returns.contains(&next) && (i + 1 < n))
+                        .then(|| {
+                            let s = t.tb_id(i + 1);
+                            (flows[s as usize] == Flow::Syscall)
+                                .then(|| vaddr(i + 2))
+                                .flatten()
+                                .filter(|&r| r != log.tb_by_id(s).end())
+                        })
+                        .flatten();
+                    match resumed {
+                        // A signal pending at rt_sigreturn entered the handler again:
+                        // its return into the trampoline tells.
+                        Some(r) if Some(r) == vaddr(b + 1) => redelivered = Some((b, depth)),
+                        Some(r) => {
                             found.insert(b, r);
                         }
+                        None => {}
                     }
                 }
                 let top = returns.last().copied();
@@ -608,6 +533,10 @@ fn hidden_handlers(
         };
         if expected != Some(next) {
             waiting.clear();
+            // Except the branch whose handler runs again.
+            if let Some(r) = redelivered.take() {
+                waiting.push(r);
+            }
         }
     }
     found
@@ -789,6 +718,28 @@ mod tests {
                 (StepKind::Start, 0, 0x2000),
             ]
         );
+    }
+
+    /// A signal delivered right after an indirect call, whose handler's `rt_sigreturn`
+    /// has another signal delivered (the handler runs again): the call went where the
+    /// second `rt_sigreturn` resumes; before, the handler passed for its target.
+    #[test]
+    fn signal_after_an_indirect_call_delivered_twice() {
+        let blocks = [
+            tb(0x1000, &[0xff, 0xd0]), // 0: call *%rax, returns to 0x1002
+            tb(0x3000, RET),           // 1: the handler returns into the trampoline
+            tb(0x4000, SYSCALL),       // 2: rt_sigreturn
+            tb(0x2000, NOP),           // 3: the call's target
+        ];
+        // The handler runs twice, then the call's target.
+        let (traces, _) = derive(&log(&blocks, &[0, 1, 2, 1, 2, 3]), 1);
+        let calls: Vec<(u64, u64)> = traces[0]
+            .steps
+            .iter()
+            .filter(|s| s.kind == StepKind::IndirectCall)
+            .map(|s| (s.from, s.to))
+            .collect();
+        assert_eq!(calls, [(0x1000, 0x2000)]);
     }
 
     /// A function reached by an indirect jump that returns where a call pushed, into a

@@ -5,6 +5,8 @@
 //! - [`transcript`] renders what a writer emits in magic-trace's test-transcript form.
 //! - [`segments`] rebuilds whole segments in memory, stitches them across decode
 //!   errors and writes well-nested, time-ordered slices (the default).
+//! - [`exact`] writes the stacks of exact steps (the emulate backend's) in one pass per
+//!   thread, with nothing to stitch or infer.
 //! - [`ordered`] restores per-thread time order for writers that emit slices late.
 //! - [`sink`] is the interface every output (FXT, transcript) implements.
 //!
@@ -56,6 +58,7 @@
 //! );
 //! ```
 
+pub mod exact;
 pub mod legacy;
 pub mod ordered;
 pub mod segments;

@@ -127,12 +127,24 @@ pub struct OrderedStats {
     pub closed_at_finish: u64,
 }
 
+/// Whether a start is late by the writer's word.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Deferred {
+    No,
+    /// [`TraceSink::duration_begin_deferred`].
+    Yes,
+    /// [`TraceSink::duration_begin_enclosing`].
+    Enclosing,
+}
+
 /// An event that arrived after a later one on its thread.
 struct Late {
     thread: u32,
     time: i64,
     /// A deferred start: it goes before in-order events at the same time.
     first: bool,
+    /// An enclosing start: before other deferred ones at its time, the last first.
+    enclosing: bool,
     seq: u64,
     rec: Rec,
 }
@@ -237,7 +249,7 @@ impl<S: TraceSink> OrderedSink<S> {
     fn push(
         &mut self,
         op: Op,
-        deferred: bool,
+        deferred: Deferred,
         thread: u32,
         time: i64,
         end: i64,
@@ -284,13 +296,15 @@ impl<S: TraceSink> OrderedSink<S> {
         };
         // A deferred start at the thread's latest time still goes before what is
         // there: the writer says it began first.
-        if time < self.last_time[t] || (deferred && time == self.last_time[t]) {
+        let first = deferred != Deferred::No;
+        if time < self.last_time[t] || (first && time == self.last_time[t]) {
             self.seq += 1;
             self.stats.late_events += 1;
             self.late.push(Late {
                 thread,
                 time,
-                first: deferred,
+                first,
+                enclosing: deferred == Deferred::Enclosing,
                 seq: self.seq,
                 rec,
             });
@@ -356,9 +370,18 @@ impl<S: TraceSink> OrderedSink<S> {
         for d in &mut self.delivery {
             d.last = i64::MIN;
         }
-        // Late events per thread, by time, deferred starts first, ties in arrival order.
+        // Late events per thread, by time, enclosing starts first (the last arrived
+        // first), then deferred starts, ties in arrival order.
         let mut late = std::mem::take(&mut self.late);
-        late.sort_by_key(|l| (l.thread, l.time, !l.first, l.seq));
+        late.sort_by_key(|l| {
+            let rank = if l.enclosing {
+                0
+            } else {
+                1 + u8::from(!l.first)
+            };
+            let order = if l.enclosing { u64::MAX - l.seq } else { l.seq };
+            (l.thread, l.time, rank, order)
+        });
         let mut starts: Vec<usize> = vec![late.len(); threads + 1];
         for (i, l) in late.iter().enumerate().rev() {
             starts[l.thread as usize] = i;
@@ -662,11 +685,11 @@ impl<S: TraceSink> TraceSink for OrderedSink<S> {
     }
 
     fn duration_begin(&mut self, thread: u32, name: &str, time: i64, args: &[Arg<'_>]) {
-        self.push(Op::Begin, false, thread, time, time, name, args);
+        self.push(Op::Begin, Deferred::No, thread, time, time, name, args);
     }
 
     fn duration_end(&mut self, thread: u32, name: &str, time: i64, args: &[Arg<'_>]) {
-        self.push(Op::End, false, thread, time, time, name, args);
+        self.push(Op::End, Deferred::No, thread, time, time, name, args);
     }
 
     fn duration_complete(
@@ -677,11 +700,22 @@ impl<S: TraceSink> TraceSink for OrderedSink<S> {
         end: i64,
         args: &[Arg<'_>],
     ) {
-        self.push(Op::Complete, false, thread, start, end, name, args);
+        self.push(Op::Complete, Deferred::No, thread, start, end, name, args);
     }
 
     fn duration_begin_deferred(&mut self, thread: u32, name: &str, time: i64, args: &[Arg<'_>]) {
-        self.push(Op::Begin, true, thread, time, time, name, args);
+        self.push(Op::Begin, Deferred::Yes, thread, time, time, name, args);
+    }
+    fn duration_begin_enclosing(&mut self, thread: u32, name: &str, time: i64, args: &[Arg<'_>]) {
+        self.push(
+            Op::Begin,
+            Deferred::Enclosing,
+            thread,
+            time,
+            time,
+            name,
+            args,
+        );
     }
 
     fn duration_complete_deferred(
@@ -692,15 +726,15 @@ impl<S: TraceSink> TraceSink for OrderedSink<S> {
         end: i64,
         args: &[Arg<'_>],
     ) {
-        self.push(Op::Complete, true, thread, start, end, name, args);
+        self.push(Op::Complete, Deferred::Yes, thread, start, end, name, args);
     }
 
     fn duration_instant(&mut self, thread: u32, name: &str, time: i64, args: &[Arg<'_>]) {
-        self.push(Op::Instant, false, thread, time, time, name, args);
+        self.push(Op::Instant, Deferred::No, thread, time, time, name, args);
     }
 
     fn counter(&mut self, thread: u32, name: &str, time: i64, args: &[Arg<'_>]) {
-        self.push(Op::Counter, false, thread, time, time, name, args);
+        self.push(Op::Counter, Deferred::No, thread, time, time, name, args);
     }
 
     fn warning(&mut self, message: &str) {

@@ -67,7 +67,7 @@ mod ingest;
 mod samples;
 mod signals;
 mod stitch;
-mod unwind;
+pub(crate) mod unwind;
 mod write;
 
 use frames::{close_segment, new_segment, Join, Locations, ThreadState};

@@ -86,6 +86,18 @@ pub trait TraceSink {
     ) {
         self.duration_begin(thread, name, time, args)
     }
+    /// A begin learnt of late that encloses everything already written on the thread
+    /// from `time` on, earlier such begins at `time` included (a caller a return
+    /// revealed below what was known: the outermost is revealed last).
+    fn duration_begin_enclosing(
+        &mut self,
+        thread: Self::Thread,
+        name: &str,
+        time: i64,
+        args: &[Arg<'_>],
+    ) {
+        self.duration_begin_deferred(thread, name, time, args)
+    }
     /// A complete slice learnt of late, like [`duration_begin_deferred`](Self::duration_begin_deferred).
     fn duration_complete_deferred(
         &mut self,

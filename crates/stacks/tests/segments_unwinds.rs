@@ -555,6 +555,102 @@ fn cleanups_after_a_gap_land_one_level_out_through_a_lazily_bound_stub() {
     }
 }
 
+/// Issue 25's second case: a recursion whose every level runs a cleanup ending in
+/// `_Unwind_Resume`, with a decode error *inside* the unwinder, so that the segment after
+/// the gap begins in `_Unwind_Resume` and its caller (the innermost `parse`) lies beyond
+/// what the segment knows. The unwinder never returns into the frame that called it: its
+/// jump into `parse`'s pad lands in the next level out (it landed in the caller itself,
+/// one `parse` too deep at every later resume until the catch, before the fix).
+#[test]
+fn a_gap_inside_unwind_resume_still_lands_above_its_caller() {
+    let cleanup = |ns: u64, pad: Loc| -> Vec<Branch> {
+        vec![
+            (
+                ns,
+                "call",
+                (0x40125a, "parse", 0x5a),
+                (0x9000, "_Unwind_Resume", 0),
+            ),
+            (ns + 5, "jmp", (0x91c3, "_Unwind_Resume", 0x1c3), pad),
+        ]
+    };
+    let pad = (0x401241, "parse", 0x41);
+    let mut lines: Vec<Line> = [
+        (
+            110,
+            "call",
+            (0x401008, "_start", 0x8),
+            (0x401100, "main", 0),
+        ),
+        (
+            120,
+            "call",
+            (0x401110, "main", 0x10),
+            (0x401200, "parse", 0),
+        ),
+        (
+            130,
+            "call",
+            (0x401230, "parse", 0x30),
+            (0x401200, "parse", 0),
+        ),
+        (
+            140,
+            "call",
+            (0x401230, "parse", 0x30),
+            (0x401200, "parse", 0),
+        ),
+        (
+            150,
+            "call",
+            (0x40125a, "parse", 0x5a),
+            (0x9000, "_Unwind_Resume", 0),
+        ),
+    ]
+    .into_iter()
+    .map(Line::Branch)
+    .collect();
+    lines.push(Line::Lost {
+        ns: 152,
+        resume: (0x9100, "_Unwind_Resume", 0x100),
+    });
+    lines.push(Line::Branch((
+        160,
+        "jmp",
+        (0x91c3, "_Unwind_Resume", 0x1c3),
+        pad,
+    )));
+    lines.extend(cleanup(170, pad).into_iter().map(Line::Branch));
+    lines.extend(
+        cleanup(190, (0x401160, "main", 0x60))
+            .into_iter()
+            .map(Line::Branch),
+    );
+    lines.push(Line::Branch((
+        240,
+        "return",
+        (0x401190, "main", 0x90),
+        (0x401010, "_start", 0x10),
+    )));
+    let got = transcript(&input_text(&lines));
+    let parses = |n: usize| -> Vec<&str> {
+        let mut s = vec!["_start", "main"];
+        s.extend(std::iter::repeat_n("parse", n));
+        s
+    };
+    for (ns, want) in [
+        (35, parses(3)),
+        (41, [parses(3), vec!["_Unwind_Resume"]].concat()),
+        (55, parses(2)),
+        (64, [parses(2), vec!["_Unwind_Resume"]].concat()),
+        (66, parses(1)),
+        (84, [parses(1), vec!["_Unwind_Resume"]].concat()),
+        (86, parses(0)),
+    ] {
+        assert_eq!(stack_at(&got, ns), want, "stack at {ns} ns\n{got}");
+    }
+}
+
 /// glibc's `mempcpy` jumps into `memmove`'s body (code shared by two functions): in a
 /// trace whose root is unknown that may be an unwind past the root, so the writer gives it
 /// a segment of its own; nothing lines up with it, and it stays a tail jump, `memmove`

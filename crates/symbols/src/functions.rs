@@ -231,6 +231,11 @@ impl FunctionRanges {
         self.ranges.is_empty()
     }
 
+    /// Every range's start and end, for callers cutting code into regions named alike.
+    pub fn bounds(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ranges.iter().flat_map(|r| [r.start, r.end])
+    }
+
     /// The link-time address of the file offset `offset` (perf prints the frames of a
     /// sampled call stack as file offsets), if an executable segment holds it.
     pub fn address_of_offset(&self, offset: u64) -> Option<u64> {

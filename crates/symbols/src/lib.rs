@@ -37,6 +37,7 @@ mod demangle;
 mod dwarf;
 mod elf;
 mod error;
+mod file_functions;
 mod functions;
 mod inline;
 mod naming;
@@ -52,6 +53,7 @@ pub use demangle::{
 pub use dwarf::{LineAddress, LineTable};
 pub use elf::{Elf, FunctionSymbol, LoadSegment, MappedFile, SymbolTable};
 pub use error::{Error, Result};
+pub use file_functions::{perf_name, FileFunctions, FoundName, Region};
 pub use functions::{
     eh_frame_ranges, find_debug_file, FoundFunction, FunctionRanges, NameSource, DEBUG_ROOT,
 };

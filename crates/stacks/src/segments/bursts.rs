@@ -16,7 +16,7 @@ pub(super) const SHORT_SEGMENT: usize = 16;
 
 /// A segment of a burst of decode errors: few stack changes before the next one.
 pub(super) fn is_short(seg: &Segment) -> bool {
-    seg.end - seg.first <= SHORT_SEGMENT
+    seg.end - seg.first + seg.merged <= SHORT_SEGMENT
 }
 
 impl<S: TraceSink> ThreadWriter<'_, S> {

@@ -30,7 +30,13 @@ pub(super) struct Frame {
     /// return, a signal handler, a sampled frame).
     pub(super) site: u32,
     pub(super) flags: u8,
+    /// How many samples had this frame as their leaf, up to `u16::MAX` (more are
+    /// counted in [`ThreadState::more_samples`]). It fills what would be padding: a
+    /// map by frame cost a sampled trace as much again as its frames.
+    pub(super) samples: u16,
 }
+
+const _: () = assert!(std::mem::size_of::<Frame>() == 16);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -95,6 +101,9 @@ pub(super) struct Segment {
     pub(super) sentinel: u32,
     /// When the segment was opened: after a decode error, the error's time.
     pub(super) opened_at: i64,
+    /// Stack changes recorded together with the next one in a single entry (a sample's
+    /// return and the frames it enters): they still count as changes the segment saw.
+    pub(super) merged: usize,
 }
 
 pub(super) struct ThreadState<T> {
@@ -140,10 +149,9 @@ pub(super) struct ThreadState<T> {
     pub(super) gaps: [i64; GAPS],
     /// How many gaps were seen (the ring holds the last [`GAPS`]).
     pub(super) gap_count: usize,
-    /// Frame -> how many samples had it as their leaf: its slice carries the count
-    /// (`samples`), so per-function self counts can be read from the trace. A map,
-    /// not a field of [`Frame`]: traced frames (most of them) never need it.
-    pub(super) leaf_samples: FxHashMap<u32, u32>,
+    /// Frame -> leaf samples beyond the `u16::MAX` its [`Frame::samples`] holds (a
+    /// slice carries its count, so per-function self counts can be read from the trace).
+    pub(super) more_samples: FxHashMap<u32, u32>,
 }
 
 /// One interval a thread spent off CPU.
@@ -239,6 +247,7 @@ pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
         parent: NONE,
         site: NONE,
         flags: SENTINEL,
+        samples: 0,
     });
     ts.sentinel = sentinel;
     ts.leaf = sentinel;
@@ -252,6 +261,7 @@ pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
         join,
         sentinel,
         opened_at: time,
+        merged: 0,
     });
     ts.entries.push(Entry {
         time,

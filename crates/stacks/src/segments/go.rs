@@ -178,7 +178,7 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         let t = start.max(self.last_written);
         for o in stack {
             self.begin(&ts.frames[o.shown as usize], t, true);
-            self.is_open[o.frame as usize] = true;
+            self.is_open.set(o.frame, true);
             self.open.push(Open {
                 frame: o.frame,
                 shown: o.shown,

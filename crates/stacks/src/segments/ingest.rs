@@ -62,7 +62,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             leaving: false,
             gaps: [0; GAPS],
             gap_count: 0,
-            leaf_samples: FxHashMap::default(),
+            more_samples: FxHashMap::default(),
         };
         new_segment(&mut ts, time, Join::Never);
         self.threads.push(ts);
@@ -252,13 +252,11 @@ impl<T> Cx<'_, T> {
     }
 
     pub(super) fn record(&mut self, flow: Flow) {
-        let leaf = self.ts.leaf;
-        if let Some(last) = self.ts.entries.last_mut() {
-            // A stack change at the same time that undoes nothing needs no entry.
-            if last.leaf == leaf && last.time == self.time && flow != Flow::Start {
-                return;
-            }
+        // A stack change at the same time that undoes nothing needs no entry.
+        if flow != Flow::Start && !self.changes_stack() {
+            return;
         }
+        let leaf = self.ts.leaf;
         self.ts.entries.push(Entry {
             time: self.time,
             leaf,
@@ -278,15 +276,30 @@ impl<T> Cx<'_, T> {
     /// Pushes a frame running `loc` on the leaf, called from `site` (a location id, or
     /// [`NONE`]).
     pub(super) fn push_frame(&mut self, loc: &Loc, site: u32, flags: u8, flow: Flow) {
-        let l = loc.id;
+        self.enter(loc, site, flags);
+        self.record(flow);
+    }
+
+    /// A new leaf frame, with no stack change recorded (the caller records one for
+    /// several frames entered at once).
+    pub(super) fn enter(&mut self, loc: &Loc, site: u32, flags: u8) {
         self.ts.frames.push(Frame {
-            loc: l,
+            loc: loc.id,
             parent: self.ts.leaf,
             site,
             flags,
+            samples: 0,
         });
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
-        self.record(flow);
+    }
+
+    /// Is the current leaf, now, a change from the last entry?
+    pub(super) fn changes_stack(&self) -> bool {
+        let leaf = self.ts.leaf;
+        self.ts
+            .entries
+            .last()
+            .is_none_or(|last| last.leaf != leaf || last.time != self.time)
     }
 
     /// The sentinel becomes `loc`, a caller found above the known root; a new
@@ -300,6 +313,7 @@ impl<T> Cx<'_, T> {
             parent: NONE,
             site: NONE,
             flags: SENTINEL,
+            samples: 0,
         });
         let f = &mut self.ts.frames[old as usize];
         f.loc = l;
@@ -320,6 +334,7 @@ impl<T> Cx<'_, T> {
             parent: e.parent,
             site: NONE,
             flags: INFERRED_START | KERNEL_ENTRY,
+            samples: 0,
         });
         let f = &mut self.ts.frames[entry as usize];
         f.parent = new;
@@ -388,6 +403,7 @@ impl<T> Cx<'_, T> {
             site: fr.site,
             // A handler's tail call still returns into the signal trampoline.
             flags: fr.flags & (KERNEL_ENTRY | SIGNAL),
+            samples: 0,
         });
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
         self.record(Flow::Jump);

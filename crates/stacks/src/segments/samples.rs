@@ -1,6 +1,8 @@
 //! Sampled stacks (perf's callchains) and the times a sampled thread spent off CPU.
 
-use super::frames::{Flow, Loc, Locations, OffCpu, ThreadState, GAPS, MAX_OFF_CPU};
+use super::frames::{
+    Flow, Loc, Locations, OffCpu, ThreadState, GAPS, MAX_OFF_CPU, NONE, RETURN_LABEL,
+};
 use super::ingest::Cx;
 use crate::WriterConfig;
 use ptscope_event::{Location, StringTable, Symbol};
@@ -157,7 +159,13 @@ impl<T> Cx<'_, T> {
         self.follow(callstack, ended_at);
         // An empty stack (everything out of scope) has no leaf to count it against.
         if !callstack.is_empty() && !self.is_sentinel(self.ts.leaf) {
-            *self.ts.leaf_samples.entry(self.ts.leaf).or_insert(0) += 1;
+            let leaf = self.ts.leaf;
+            let fr = &mut self.ts.frames[leaf as usize];
+            if fr.samples < u16::MAX {
+                fr.samples += 1;
+            } else {
+                *self.ts.more_samples.entry(leaf).or_insert(0) += 1;
+            }
         }
     }
 
@@ -226,6 +234,7 @@ impl<T> Cx<'_, T> {
         // inside them. The others ended when the thread first left the CPU, unless
         // where it left is known.
         let trimmed = self.flush_off_cpu(keep);
+        let mut merged = 0;
         if !trimmed && keep < cur_len {
             self.ts.leaf = if keep == 0 {
                 self.ts.sentinel
@@ -237,11 +246,29 @@ impl<T> Cx<'_, T> {
                 let last_entry = self.ts.entries.last().map_or(t, |e| e.time);
                 self.time = t.max(last_entry).min(now);
             }
-            self.record(Flow::Return);
+            // Returning and entering new frames at the same time is one stack change:
+            // the write pass ends what the new leaf's path leaves. Recorded as one
+            // entry, a sample costs one entry, not one per frame it changes (entries
+            // are most of a sampled trace's memory). A label root's return is kept:
+            // it renames the slice (see the write pass).
+            let label =
+                keep > 0 && self.ts.frames[cur[keep - 1] as usize].flags & RETURN_LABEL != 0;
+            if self.time != now || callstack.len() == keep || label {
+                self.record(Flow::Return);
+            } else if self.changes_stack() {
+                merged += 1;
+            }
             self.time = now;
         }
-        for loc in &callstack[keep..] {
-            self.push_as(loc, 0, Flow::Sampled);
+        if callstack.len() > keep {
+            for loc in &callstack[keep..] {
+                self.enter(loc, NONE, 0);
+            }
+            self.record(Flow::Sampled);
+            merged += callstack.len() - keep - 1;
+        }
+        if let Some(seg) = self.ts.segments.last_mut() {
+            seg.merged += merged;
         }
     }
 }

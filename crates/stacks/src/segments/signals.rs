@@ -252,6 +252,7 @@ impl<T> Cx<'_, T> {
             parent: root,
             site: NONE,
             flags: SIGNAL,
+            samples: 0,
         });
         let first = self.ts.segments.last().map_or(0, |s| s.first);
         let mut i = self.ts.entries.len();
@@ -420,6 +421,7 @@ impl<T> Cx<'_, T> {
             parent: fr.parent,
             site: NONE,
             flags: SIGNAL,
+            samples: 0,
         });
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
         self.record(Flow::Jump);

@@ -72,6 +72,7 @@ pub(super) fn add_process_entry<T>(
             parent,
             site: NONE,
             flags: INFERRED_START,
+            samples: 0,
         });
         ts.frames[f].parent = entry;
     }
@@ -133,6 +134,7 @@ pub(super) fn extend_roots_backwards<T>(
                 parent: NONE,
                 site: NONE,
                 flags: SENTINEL,
+                samples: 0,
             });
             let fr = &mut ts.frames[sentinel as usize];
             fr.loc = loc;

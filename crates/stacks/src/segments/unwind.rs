@@ -82,7 +82,7 @@ fn landing(name: &str) -> Option<Landing> {
 /// Code whose jumps leave frames behind: glibc's and musl's `longjmp` family
 /// (`__longjmp`, `____longjmp_chk`, `__libc_siglongjmp`, …), libgcc's and LLVM's
 /// unwinders, OCaml's raise functions and Go's `gogo`.
-fn exits_non_locally(name: &str) -> bool {
+pub(crate) fn exits_non_locally(name: &str) -> bool {
     // `_Unwind_Resume@plt` is its caller's stub, which only jumps to the unwinder.
     if name.ends_with("@plt") {
         return false;
@@ -97,7 +97,7 @@ fn exits_non_locally(name: &str) -> bool {
 
 /// The file an unnamed function is in, from the naming step's `FILE+0xSTART` (a function
 /// only `.eh_frame` knows); `None` for a name that says what the function is.
-fn fde_file(name: &str) -> Option<&str> {
+pub(crate) fn fde_file(name: &str) -> Option<&str> {
     let (file, start) = name.rsplit_once("+0x")?;
     let hex = !start.is_empty() && start.bytes().all(|b| b.is_ascii_hexdigit());
     (hex && !file.is_empty()).then_some(file)

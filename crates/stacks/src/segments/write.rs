@@ -14,7 +14,6 @@ use crate::sink::{Arg, ArgValue, TraceSink};
 use crate::tracks::{FrameBegin, Mark};
 use crate::WriterConfig;
 use ptscope_event::{Location, StringTable};
-use rustc_hash::FxHashMap;
 use std::iter::Peekable;
 use std::slice;
 
@@ -56,16 +55,17 @@ pub(super) struct ThreadWriter<'a, S: TraceSink> {
     enabled: bool,
     /// The frames open in the output, root first.
     pub(super) open: Vec<Open>,
-    /// By frame id: is the frame in `open`?
-    pub(super) is_open: Vec<bool>,
-    /// Leaf samples by frame, taken as slices end, so a frame shown twice (reopened)
-    /// counts its samples once.
-    samples: FxHashMap<u32, u32>,
+    /// By frame id: is the frame in `open`? (A bit per frame: the write pass's
+    /// memory is the trace's, it must add little per frame.)
+    pub(super) is_open: FrameSet,
+    /// Frames whose leaf samples ([`Frame::samples`]) a slice has taken: a frame
+    /// shown twice (reopened) counts its samples once.
+    samples_taken: FrameSet,
     /// The current segment's first stack, root first; then, per stack change, the
     /// frames it entered, leaf first.
     pub(super) path: Vec<u32>,
-    /// The current segment's entry times, spread (see [`smear`]).
-    times: Vec<i64>,
+    /// The current segment's entry times, spread (see [`Smear`]).
+    times: Smear,
     /// Decode errors not yet written.
     errors: Peekable<slice::Iter<'a, (i64, String)>>,
     /// CPU frequency changes not yet written.
@@ -106,10 +106,10 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
             next_region: 0,
             enabled: true,
             open: Vec::new(),
-            is_open: vec![false; ts.frames.len()],
-            samples: ts.leaf_samples.clone(),
+            is_open: FrameSet::new(ts.frames.len()),
+            samples_taken: FrameSet::new(ts.frames.len()),
             path: Vec::new(),
-            times: Vec::new(),
+            times: Smear::default(),
             errors: ts.errors.iter().peekable(),
             power: ts.power.iter().peekable(),
             ptwrites: ts.ptwrites.iter().peekable(),
@@ -135,13 +135,12 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         if entries.is_empty() {
             return;
         }
-        if self.config.exact_times {
-            self.times.clear();
-            self.times.extend(entries.iter().map(|e| e.time));
-        } else {
-            smear(entries, seg.end_time, &mut self.times);
-        }
-        let start = self.times[0].max(self.last_written);
+        self.times = Smear {
+            exact: self.config.exact_times,
+            end_time: seg.end_time,
+            ..Smear::default()
+        };
+        let start = self.times.at(entries, 0).max(self.last_written);
         // Segment boundary: stitch onto what is open, or close it.
         frame_path(ts, entries[0].leaf, &mut self.path);
         let (mut stitch, resumed) = self.stitch(si, seg);
@@ -190,7 +189,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         let ts = self.ts;
         while self.open.len() > keep {
             let Some(o) = self.open.pop() else { break };
-            self.is_open[o.frame as usize] = false;
+            self.is_open.set(o.frame, false);
             let samples = self.take_samples(&o);
             let frame = &ts.frames[o.shown as usize];
             self.end(frame, t, at_boundary && o.at_gap, o.unverified, samples);
@@ -205,11 +204,13 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
             }
         }
         for k in 0..s.matched {
+            let frame = self.open[s.base + k].frame;
+            self.is_open.set(frame, false);
+            let samples = self.frame_samples(frame);
             let o = &mut self.open[s.base + k];
-            self.is_open[o.frame as usize] = false;
-            o.samples += self.samples.remove(&o.frame).unwrap_or(0);
+            o.samples += samples;
             o.frame = self.path[k];
-            self.is_open[self.path[k] as usize] = true;
+            self.is_open.set(self.path[k], true);
         }
     }
 
@@ -237,14 +238,15 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
     fn entry(&mut self, si: usize, seg: &Segment, k: usize, e: &Entry, base: usize) {
         let ts = self.ts;
         let locs = self.locs;
-        self.regions(self.times[k]);
+        let at = self.times.at(&ts.entries[seg.first..seg.end], k);
+        self.regions(at);
         let t_before = self.last_written;
-        let t = self.times[k].max(self.last_written);
+        let t = at.max(self.last_written);
         self.counters(t);
         // Walk up from the new leaf to the first frame already open.
         self.path.clear();
         let mut f = e.leaf;
-        while ts.frames[f as usize].flags & SENTINEL == 0 && !self.is_open[f as usize] {
+        while ts.frames[f as usize].flags & SENTINEL == 0 && !self.is_open.get(f) {
             self.path.push(f);
             f = ts.frames[f as usize].parent;
         }
@@ -308,7 +310,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
                 unverified: false,
                 samples: 0,
             });
-            self.is_open[f as usize] = true;
+            self.is_open.set(f, true);
         }
         self.last_written = t;
     }
@@ -330,7 +332,18 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
 
     /// The leaf samples an ending slice shows: its own and its frame's.
     fn take_samples(&mut self, o: &Open) -> u32 {
-        o.samples + self.samples.remove(&o.frame).unwrap_or(0)
+        o.samples + self.frame_samples(o.frame)
+    }
+
+    /// Frame `f`'s leaf samples, the first time they are asked for; 0 after.
+    fn frame_samples(&mut self, f: u32) -> u32 {
+        if self.samples_taken.get(f) {
+            return 0;
+        }
+        self.samples_taken.set(f, true);
+        let ts = self.ts;
+        let own = ts.frames.get(f as usize).map_or(0, |fr| fr.samples as u32);
+        own + ts.more_samples.get(&f).copied().unwrap_or(0)
     }
 
     /// Writes the CPU frequency changes and ptwrite payloads up to `upto`.
@@ -430,12 +443,42 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
     }
 }
 
-/// Spreads equal timestamps: the time up to the next distinct timestamp is shared
-/// evenly by the calls and jumps at that timestamp, so nested frames stay visible.
-fn smear(entries: &[Entry], end_time: i64, out: &mut Vec<i64>) {
-    out.clear();
-    let mut i = 0;
-    while i < entries.len() {
+/// A segment's entry times for the write pass: equal timestamps spread (the time up to
+/// the next distinct timestamp is shared evenly by the calls and jumps at that
+/// timestamp, so nested frames stay visible), unless times are exact. Made one run of
+/// equal times at a time as the pass reaches it: a whole segment's would be 8 bytes
+/// per stack change, as much again as half the trace.
+#[derive(Default)]
+pub(super) struct Smear {
+    exact: bool,
+    end_time: i64,
+    /// Index of the run's first entry.
+    first: usize,
+    /// The run's spread times.
+    run: Vec<i64>,
+}
+
+impl Smear {
+    /// The time of `entries[k]` (`k` from 0 up, as the pass goes).
+    fn at(&mut self, entries: &[Entry], k: usize) -> i64 {
+        if self.exact {
+            return entries[k].time;
+        }
+        if k < self.first || k >= self.first + self.run.len() {
+            let t = entries[k].time;
+            let mut i = k;
+            while i > 0 && entries[i - 1].time == t {
+                i -= 1;
+            }
+            self.first = i;
+            self.spread(entries, i);
+        }
+        self.run[k - self.first]
+    }
+
+    /// Spreads the run of equal times that starts at `entries[i]`.
+    fn spread(&mut self, entries: &[Entry], i: usize) {
+        self.run.clear();
         let t = entries[i].time;
         let mut j = i;
         while j < entries.len() && entries[j].time == t {
@@ -444,7 +487,7 @@ fn smear(entries: &[Entry], end_time: i64, out: &mut Vec<i64>) {
         let mut next = if j < entries.len() {
             entries[j].time
         } else {
-            end_time.max(t)
+            self.end_time.max(t)
         };
         let horizon = entries[j - 1].horizon;
         if horizon != NO_HORIZON {
@@ -458,12 +501,39 @@ fn smear(entries: &[Entry], end_time: i64, out: &mut Vec<i64>) {
         let mut offset = 0i64;
         let mut used = 0i64;
         for e in &entries[i..j] {
-            out.push(t + offset);
+            self.run.push(t + offset);
             if matches!(e.flow, Flow::Call | Flow::Jump) {
                 used += 1;
                 offset += (total - offset) / (count - used + 1);
             }
         }
-        i = j;
+    }
+}
+
+/// A set of frames: a bit per frame.
+pub(super) struct FrameSet(Vec<u64>);
+
+impl FrameSet {
+    fn new(frames: usize) -> Self {
+        FrameSet(vec![0; frames.div_ceil(64)])
+    }
+
+    /// Is frame `f` in the set?
+    pub(super) fn get(&self, f: u32) -> bool {
+        self.0
+            .get(f as usize / 64)
+            .is_some_and(|w| w >> (f % 64) & 1 != 0)
+    }
+
+    /// Puts frame `f` in the set or takes it out.
+    pub(super) fn set(&mut self, f: u32, open: bool) {
+        if let Some(w) = self.0.get_mut(f as usize / 64) {
+            let bit = 1u64 << (f % 64);
+            if open {
+                *w |= bit;
+            } else {
+                *w &= !bit;
+            }
+        }
     }
 }

@@ -1,0 +1,137 @@
+//! Where functions begin and end in the guest's address space, for stack mode's choice
+//! of which jumps to log: the last maps snapshot, and each mapped ELF file's functions
+//! loaded once through `ptscope_symbols::FileFunctions` — the very functions ptscope's
+//! decoder names, so code the plugin sees stay in one region stays in one named function.
+
+use ptscope_symbols::FileFunctions;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One line of a maps snapshot.
+pub(crate) struct MapLine {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) pgoff: u64,
+    pub(crate) dev: (u32, u32),
+    pub(crate) ino: u64,
+    pub(crate) path: String,
+}
+
+/// Which region an address is in: two addresses in the same region are named the same
+/// function by the decoder.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Key {
+    /// A region of a mapped ELF file (by its index in [`Regions::files`]), and whether a
+    /// function covers it.
+    File(usize, u64, bool),
+    /// Memory that is no ELF file the decoder can read (JIT code, an anonymous
+    /// mapping): the decoder names it all alike.
+    Anonymous,
+    /// Outside every mapping of the snapshot.
+    Unmapped,
+}
+
+impl Key {
+    /// Code no function covers: the decoder names each of its addresses on its own, so
+    /// every block there is logged.
+    pub(crate) fn uncovered(self) -> bool {
+        matches!(self, Key::File(_, _, false) | Key::Unmapped)
+    }
+}
+
+/// The maps snapshot and the functions of the files in it.
+#[derive(Default)]
+pub(crate) struct Regions {
+    pub(crate) maps: Vec<MapLine>,
+    /// Loaded files by path, and their functions (`None`: not readable as ELF).
+    files: Vec<(String, Option<Arc<FileFunctions>>)>,
+    by_path: HashMap<String, usize>,
+}
+
+impl Regions {
+    /// A forked child's: the parent's files, already loaded (loading them again costs
+    /// the child as much as it cost the parent).
+    pub(crate) fn inherit(&self, maps: Vec<MapLine>) -> Regions {
+        Regions {
+            maps,
+            files: self.files.clone(),
+            by_path: self.by_path.clone(),
+        }
+    }
+}
+
+impl Regions {
+    /// True when `addr` is inside a mapping of the snapshot.
+    pub(crate) fn covers(&self, addr: u64) -> bool {
+        self.maps.iter().any(|m| addr >= m.start && addr < m.end)
+    }
+
+    /// The region of `addr`.
+    pub(crate) fn key(&mut self, addr: u64) -> Key {
+        let Some(m) = self.maps.iter().find(|m| addr >= m.start && addr < m.end) else {
+            return Key::Unmapped;
+        };
+        if !m.path.starts_with('/') {
+            return Key::Anonymous;
+        }
+        let off = addr - m.start + m.pgoff;
+        let path = m.path.clone();
+        let i = match self.by_path.get(&path) {
+            Some(&i) => i,
+            None => {
+                let f = FileFunctions::load(std::path::Path::new(&path))
+                    .ok()
+                    .map(Arc::new);
+                self.files.push((path.clone(), f));
+                self.by_path.insert(path, self.files.len() - 1);
+                self.files.len() - 1
+            }
+        };
+        let Some(f) = self.files[i].1.as_ref() else {
+            // An unreadable file: the decoder names its addresses one by one.
+            return Key::File(i, addr, false);
+        };
+        match f.link_address(off) {
+            Some(v) => {
+                let r = f.region_of(v);
+                Key::File(i, r.start, r.covered)
+            }
+            None => Key::File(i, addr, false),
+        }
+    }
+}
+
+/// Parses `/proc/self/maps` text. All mappings count: qemu-user maps guest code without
+/// host execute permission.
+pub(crate) fn parse_maps(maps: &str) -> Vec<MapLine> {
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), _, Some(off), Some(dev), Some(ino)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let path = f.collect::<Vec<_>>().join(" ");
+        let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Some(start), Some(end)) = (hex(a), hex(b)) else {
+            continue;
+        };
+        let dev = dev
+            .split_once(':')
+            .and_then(|(a, b)| Some((hex(a)? as u32, hex(b)? as u32)))
+            .unwrap_or((0, 0));
+        out.push(MapLine {
+            start,
+            end,
+            pgoff: hex(off).unwrap_or(0),
+            dev,
+            ino: ino.parse().unwrap_or(0),
+            path,
+        });
+    }
+    out
+}
