@@ -15,8 +15,11 @@ fn a_pie_s_plt_got_stub_is_named_after_its_function() {
     };
     let dir = TempDir::new("plt-got");
     let src = dir.path().join("p.c");
-    std::fs::write(&src, "#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n")
-        .expect("source");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n",
+    )
+    .expect("source");
     let exe = dir.path().join("p");
     // Both entry layouts: 8-byte stubs, and 16-byte ones behind endbr64 (IBT).
     for flags in [&["-fcf-protection=none"][..], &["-fcf-protection=full"][..]] {
