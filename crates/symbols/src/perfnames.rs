@@ -102,7 +102,6 @@ impl PerfSymbols {
         }
         let mut plt = Vec::new();
         let header = plt_symbols(binary, &offset_of, &mut plt);
-        plt_got_symbols(binary, &offset_of, &mut plt);
         Self::from_candidates(tables, plt, header)
     }
 
@@ -402,7 +401,14 @@ fn plt_symbols(
     let Some(rela) = obj.section_by_name(".rela.plt").and_then(|s| s.data().ok()) else {
         return header;
     };
-    let dynsyms = dynamic_names(elf);
+    let mut dynsyms: Vec<&str> = Vec::new();
+    for s in obj.dynamic_symbols() {
+        let i = s.index().0;
+        if dynsyms.len() <= i {
+            dynsyms.resize(i + 1, "");
+        }
+        dynsyms[i] = s.name().unwrap_or("");
+    }
     let (Some(mut at), Some(start)) = (offset_of(plt.address() + skip), offset_of(plt.address()))
     else {
         return header;
@@ -428,86 +434,6 @@ fn plt_symbols(
         at += 16;
     }
     header
-}
-
-/// The dynamic symbols' names by their index (relocations name symbols by index).
-fn dynamic_names<'a>(elf: &'a Elf<'_>) -> Vec<&'a str> {
-    let mut names: Vec<&str> = Vec::new();
-    for s in elf.object().dynamic_symbols() {
-        let i = s.index().0;
-        if names.len() <= i {
-            names.resize(i + 1, "");
-        }
-        names[i] = s.name().unwrap_or("");
-    }
-    names
-}
-
-/// `NAME@plt` for each entry of `.plt.got`: stubs that jump through a GOT slot the
-/// dynamic linker fills at load (a `.rela.dyn` relocation names its symbol), such as a
-/// PIE's `__cxa_finalize`. perf names them so since 6.3 (6.1 after the symbol before);
-/// without it the stub had only the file's name and offset.
-fn plt_got_symbols(
-    elf: &Elf<'_>,
-    offset_of: &dyn Fn(u64) -> Option<u64>,
-    out: &mut Vec<Candidate>,
-) {
-    let obj = elf.object();
-    if !obj.is_64() || !obj.is_little_endian() {
-        return;
-    }
-    let Some(sec) = obj.section_by_name(".plt.got") else {
-        return;
-    };
-    let (Ok(code), Some(rela)) = (
-        sec.data(),
-        obj.section_by_name(".rela.dyn").and_then(|s| s.data().ok()),
-    ) else {
-        return;
-    };
-    // Elf64_Rela: r_offset (the GOT slot), r_info (symbol index << 32 | type), r_addend.
-    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
-    let slots: std::collections::HashMap<u64, usize> = rela
-        .chunks_exact(24)
-        .map(|r| (word(&r[0..8]), (word(&r[8..16]) >> 32) as usize))
-        .collect();
-    let names = dynamic_names(elf);
-    // 16-byte entries start with endbr64 (IBT builds), 8-byte ones with the jump.
-    let entry: usize = if code.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) {
-        16
-    } else {
-        8
-    };
-    for (i, e) in code.chunks_exact(entry).enumerate() {
-        // `jmp *disp32(%rip)` (ff 25), perhaps after endbr64 and a bnd prefix.
-        let Some(p) = e.windows(2).position(|w| w == [0xff, 0x25]) else {
-            continue;
-        };
-        let Some(disp) = e
-            .get(p + 2..p + 6)
-            .and_then(|d| d.try_into().ok())
-            .map(i32::from_le_bytes)
-        else {
-            continue;
-        };
-        let addr = sec.address() + (i * entry) as u64;
-        let slot = (addr + (p + 6) as u64).wrapping_add_signed(i64::from(disp));
-        let Some(name) = slots.get(&slot).and_then(|&k| names.get(k)) else {
-            continue;
-        };
-        let Some(at) = offset_of(addr).filter(|_| !name.is_empty()) else {
-            continue;
-        };
-        out.push(Candidate {
-            start: at,
-            size: entry as u64,
-            limit: at + entry as u64,
-            weak: false,
-            global: true,
-            name: format!("{name}@plt"),
-            sizeless: false,
-        });
-    }
 }
 
 #[cfg(test)]
