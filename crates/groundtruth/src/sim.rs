@@ -1007,17 +1007,34 @@ fn score_path(
     })
 }
 
+/// A name made of the file's name and an offset (`libc.so.6+0x26360`): no symbol.
+fn no_symbol(name: &str) -> bool {
+    name.rsplit_once("+0x").is_some_and(|(file, hex)| {
+        !file.is_empty()
+            && !file.contains([' ', '(', '<'])
+            && !hex.is_empty()
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
 /// What of an event two decoders must agree on, all but its time: branches by kind,
 /// trace start or end, both ends' addresses and names, decode errors by position (their
 /// words differ), side band. PLT code is named by address only: ptscope's decoder names
 /// a stub `NAME@plt` and the PLT's header nothing, perf 6.1 both after the sizeless
 /// symbol before `.plt` (`_init`, or `_fini` where `.plt` follows `.fini`, as in rustc's
-/// executables).
+/// executables). `.plt.got` stubs are `NAME@plt` to ptscope and have no symbol to perf
+/// 6.1, which names them by file and offset (`libc.so.6+0x26360`): code without a
+/// symbol is compared by address too.
 pub fn event_key(e: &Event, strings: &StringTable) -> Option<String> {
     let name = |h| {
         let l = strings.location(h);
         let n = strings.display(l.symbol);
-        if n.ends_with("@plt") || n == "_init" || n == "_fini" || n.starts_with("[unknown @ ") {
+        if n.ends_with("@plt")
+            || n == "_init"
+            || n == "_fini"
+            || n.starts_with("[unknown @ ")
+            || no_symbol(n)
+        {
             format!("{:x} <plt stub>", l.ip)
         } else {
             format!("{:x} {n}+{:x}", l.ip, l.offset)

@@ -79,6 +79,8 @@ pub(crate) fn decode(
         Format::Transcript => transcript(opts, &decodings, observer, totals),
         Format::Fxt => fxt(opts, &decodings, observer, totals),
     };
+    // A stop cuts the walks short: the trace is partial, and its recording must be kept.
+    totals.interrupted = observer.stopped();
     observer.finished();
     result
 }
