@@ -110,6 +110,10 @@ struct Enc<'a> {
     cfg: &'a PtConfig,
     out: Vec<u8>,
     last_ip: u64,
+    /// The next IP packet goes out in full: after an overflow decoders disagree on
+    /// the last IP (libipt resets it, perf 6.1 keeps the one before the OVF), and only
+    /// an uncompressed IP means the same to both.
+    full_ip: bool,
     tnt_count: u8,
     tnt_bits: u8,
     tnt_clock: u64,
@@ -202,7 +206,14 @@ impl Enc<'_> {
         };
         let last = self.last_ip;
         let sext48 = ((ip << 16) as i64 >> 16) as u64 == ip;
-        let (kind, n) = if last >> 16 == ip >> 16 {
+        let full = std::mem::take(&mut self.full_ip);
+        let (kind, n) = if full {
+            if sext48 {
+                (3u8, 6usize)
+            } else {
+                (6, 8)
+            }
+        } else if last >> 16 == ip >> 16 {
             (1u8, 2usize)
         } else if last >> 32 == ip >> 32 {
             (2, 4)
@@ -328,6 +339,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
         cfg,
         out: Vec::with_capacity(steps.len() / 2 + 64),
         last_ip: 0,
+        full_ip: false,
         tnt_count: 0,
         tnt_bits: 0,
         tnt_clock: 0,
@@ -381,10 +393,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
                     e.stack.clear();
                     e.cyc(s.clock);
                     e.out.extend_from_slice(&[0x02, 0xf3]);
-                    // A decoder cannot know which IP packets were dropped: the IP after
-                    // an overflow is compressed against none of them (libipt resets its
-                    // last IP at OVF).
-                    e.last_ip = 0;
+                    e.full_ip = true;
                     e.ip_packet(OP_FUP, Some(s.to));
                     if let Some(mut g) = open_gap.take() {
                         g.resume = Some((s.to, s.clock));
@@ -399,7 +408,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
             e.stack.clear();
             e.cyc(s.clock);
             e.out.extend_from_slice(&[0x02, 0xf3]);
-            e.last_ip = 0;
+            e.full_ip = true;
             e.enabled = false;
             if let Some(mut g) = open_gap.take() {
                 g.count += 1;
@@ -518,6 +527,7 @@ mod tests {
             cfg,
             out: Vec::new(),
             last_ip: 0,
+            full_ip: false,
             tnt_count: 0,
             tnt_bits: 0,
             tnt_clock: 0,
@@ -574,6 +584,35 @@ mod tests {
         e.out.clear();
         e.ip_packet(OP_TIP_PGD, None);
         assert_eq!(e.out, [0x01]);
+    }
+
+    /// The FUP after an OVF carries its IP in full: compressed against libipt's reset
+    /// last IP (0) perf 6.1 took the upper bytes of the IP before the overflow and
+    /// resumed in another library (a non-PIE executable's low addresses fit in 4 bytes).
+    #[test]
+    fn the_ip_after_an_overflow_is_uncompressed() {
+        let steps = [
+            step(StepKind::Start, 0, 0, 0x40_0000_1000),
+            step(StepKind::IndirectCall, 1, 0x40_0000_1000, 0x40_1000),
+            step(StepKind::IndirectJmp, 2, 0x40_1000, 0x40_1100),
+            step(StepKind::IndirectJmp, 3, 0x40_1100, 0x40_1200),
+            step(StepKind::IndirectJmp, 4, 0x40_1200, 0x40_1300),
+            step(StepKind::Syscall, 5, 0x40_1300, 0),
+        ];
+        let cfg = PtConfig::default();
+        let faults = Faults {
+            overflows: vec![(2, 1)],
+            corruptions: Vec::new(),
+        };
+        let out = encode(&steps, &cfg, &faults).data;
+        let ovf = out
+            .windows(2)
+            .position(|w| w == [0x02, 0xf3])
+            .expect("an OVF");
+        let fup = ovf + 2 + out[ovf + 2..].iter().position(|&b| b & 0x1f == OP_FUP).expect("a FUP");
+        // IPBytes 011: six bytes, sign-extended, whatever the last IP.
+        assert_eq!(out[fup], OP_FUP | 3 << 5, "{out:02x?}");
+        assert_eq!(out[fup + 1..fup + 7], 0x40_1100u64.to_le_bytes()[..6]);
     }
 
     #[test]
