@@ -507,7 +507,6 @@ fn python3_is_exact() {
 /// A Rust program built with rustc: recursion, a closure passed to `sort_by`, and a panic
 /// caught by `catch_unwind` (unwinding through Rust frames).
 #[test]
-#[ignore = "regression found at the end of the 2026-11-28 session (after the issue 26 and 28 landings): the exit path's .plt.got stub (__cxa_finalize) is `_init` in the reconstruction, `_fini` in the truth; see the session note"]
 fn rust_program_is_exact() {
     if !ptsim::testing::tools_available(&["rustc"]) {
         return;

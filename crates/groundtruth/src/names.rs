@@ -89,16 +89,10 @@ impl Names {
 
     /// The handle of frame name `name`, adding it if new.
     ///
-    /// A PLT stub is one frame, `_init`, whatever its name: perf names a stub
-    /// `NAME@plt` or after `_init` (the sizeless symbol it stretches over `.plt`)
-    /// depending on the shape of its symbol tree, the truth inherits perf's names, and
-    /// ptscope's own decoder always says `NAME@plt`.
+    /// One handle per name, never shared: the scorer and the sink's replay must give
+    /// what the string oracle gives (`oracle.rs`), and a rule that made two names one
+    /// frame here would merge neighbouring frames the writers keep apart.
     pub fn frame(&mut self, name: &str) -> FrameId {
-        let name = if name.ends_with("@plt") {
-            "_init"
-        } else {
-            name
-        };
         if let Some(&id) = self.frame_ids.get(name) {
             return id;
         }
@@ -110,11 +104,6 @@ impl Names {
 
     /// The handle of `name` if it was ever added.
     pub fn find_frame(&self, name: &str) -> Option<FrameId> {
-        let name = if name.ends_with("@plt") {
-            "_init"
-        } else {
-            name
-        };
         self.frame_ids.get(name).copied()
     }
 

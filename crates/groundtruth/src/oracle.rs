@@ -930,7 +930,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "regression found at the end of the 2026-11-28 session (after the issue 26 and 28 landings): the interned pipeline's legacy writer shows PLT stubs as `_init` phantoms the string one has not; see the session note"]
     fn interned_streaming_pipeline_agrees_with_the_string_one_on_simulated_recordings() {
         if !ptsim::testing::tools_available(&["qemu-x86_64", "perf", "cc"]) {
             return;

@@ -316,11 +316,21 @@ fn check_variant_kept(
             b.segments.suffix_correct, b.segments.root_correct
         ));
     }
+    // A PLT stub is `NAME@plt` to the builtin decoder; perf 6.1 (and so the truth) names
+    // one after the sizeless symbol it stretches over `.plt` (`_init`) wherever that
+    // symbol lies above the stub in its symbol tree (seen: the first stub of an
+    // executable with a `.symtab`, `printf@plt`, `sigaction@plt`). Its events are perf's
+    // (`builtin_same_events` keys PLT code by address), so such a frame is renamed, not
+    // invented; its time still counts against the floors.
     let long: Vec<_> = b
         .segments
         .phantoms
         .iter()
-        .filter(|p| p.end - p.start > 1 && !(p.inferred && p.name.starts_with("[unknown @ ")))
+        .filter(|p| {
+            p.end - p.start > 1
+                && !(p.inferred && p.name.starts_with("[unknown @ "))
+                && !p.name.ends_with("@plt")
+        })
         .collect();
     if !long.is_empty() {
         failures.push(format!(
@@ -410,7 +420,6 @@ fn qemu_perf() -> bool {
 }
 
 #[test]
-#[ignore = "regression found at the end of the 2026-11-28 session (after the issue 26 and 28 landings): a builtin-decoder phantom frame longer than 1 ns (PyObject_CheckBuffer); see the session note"]
 fn python3_script() {
     if !qemu_perf() || !files_available(&["/usr/bin/python3"]) {
         return;
@@ -592,7 +601,6 @@ fn bc_recursive_function() {
 }
 
 #[test]
-#[ignore = "regression found at the end of the 2026-11-28 session (after the issue 26 and 28 landings): the builtin decoder against perf on sqlite3; see the session note"]
 fn sqlite3_queries() {
     if !qemu_perf() || !files_available(&["/usr/bin/sqlite3"]) {
         return;

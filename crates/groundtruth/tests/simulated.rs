@@ -33,7 +33,6 @@ fn report(s: &SimScore) {
 }
 
 #[test]
-#[ignore = "regression found at the end of the 2026-11-28 session (after the issue 26 and 28 landings): see the session note"]
 fn whole_pipeline_matches_simulated_truth() {
     if !tools_available(&["qemu-x86_64", "perf", "cc", "c++"]) {
         return;
