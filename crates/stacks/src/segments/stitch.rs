@@ -67,13 +67,7 @@ pub(super) fn add_process_entry<T>(
         let l = *start_loc
             .get_or_insert_with(|| locs.own(Location::new(0, Symbol::FromPerf(start), 0)).id);
         let entry = ts.frames.len() as u32;
-        ts.frames.push(Frame {
-            loc: l,
-            parent,
-            site: NONE,
-            flags: INFERRED_START,
-            samples: 0,
-        });
+        ts.frames.push(Frame::new(l, parent, INFERRED_START));
         ts.frames[f].parent = entry;
     }
 }
@@ -129,13 +123,7 @@ pub(super) fn extend_roots_backwards<T>(
         for &f in after[..j].iter().rev() {
             let Frame { loc, flags, .. } = ts.frames[f as usize];
             let new = ts.frames.len() as u32;
-            ts.frames.push(Frame {
-                loc: NONE,
-                parent: NONE,
-                site: NONE,
-                flags: SENTINEL,
-                samples: 0,
-            });
+            ts.frames.push(Frame::sentinel());
             let fr = &mut ts.frames[sentinel as usize];
             fr.loc = loc;
             fr.parent = new;
