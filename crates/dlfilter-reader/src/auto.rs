@@ -286,6 +286,10 @@ impl AnyScript {
             "the dlfilter stream failed after {} events: {e}{perf_said}; decoding the rest from perf script text",
             self.delivered
         ));
+        self.notices.extend(script.take_notices());
+        // The names already delivered stay valid: the table is kept, and so is what is
+        // known about the JIT maps among them.
+        self.jit = std::mem::take(&mut script.jit);
         self.continue_on_text(&opts)
     }
 
@@ -303,8 +307,6 @@ impl AnyScript {
             },
         );
         let table = match old {
-            // The names already delivered stay valid: the table is kept, and so is what
-            // is known about the JIT maps among them.
             Inner::Dlfilter(mut old) => {
                 self.notices.extend(old.take_notices());
                 self.jit = std::mem::take(&mut old.jit);
