@@ -609,7 +609,12 @@ mod tests {
             .windows(2)
             .position(|w| w == [0x02, 0xf3])
             .expect("an OVF");
-        let fup = ovf + 2 + out[ovf + 2..].iter().position(|&b| b & 0x1f == OP_FUP).expect("a FUP");
+        let fup = ovf
+            + 2
+            + out[ovf + 2..]
+                .iter()
+                .position(|&b| b & 0x1f == OP_FUP)
+                .expect("a FUP");
         // IPBytes 011: six bytes, sign-extended, whatever the last IP.
         assert_eq!(out[fup], OP_FUP | 3 << 5, "{out:02x?}");
         assert_eq!(out[fup + 1..fup + 7], 0x40_1100u64.to_le_bytes()[..6]);
