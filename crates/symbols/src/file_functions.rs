@@ -38,7 +38,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-use crate::elf::{LoadSegment, MappedFile};
+use crate::elf::{strip_clone_suffixes, strip_param_list, LoadSegment, MappedFile};
 use crate::error::Result;
 use crate::functions::{find_debug_file, FunctionRanges};
 
@@ -169,28 +169,10 @@ pub fn perf_name(raw: &str) -> Cow<'_, str> {
     };
     // Drop `[clone .cold]` suffixes (perf names a split-off part as its function), then
     // the trailing `(…)` (and a `const` after it), matching parentheses from the end.
-    let mut body = d.as_str();
-    while let Some(i) = body.rfind(" [clone ").filter(|_| body.ends_with(']')) {
-        body = &body[..i];
-    }
+    let body = strip_clone_suffixes(&d);
     let body = body.strip_suffix(" const").unwrap_or(body);
-    if body.ends_with(')') {
-        let mut depth = 0i32;
-        for (i, c) in body.char_indices().rev() {
-            match c {
-                ')' => depth += 1,
-                '(' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        if i > 0 {
-                            return body[..i].to_string().into();
-                        }
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+    if let Some(short) = strip_param_list(body) {
+        return short.to_string().into();
     }
     d.into()
 }

@@ -235,14 +235,8 @@ fn perf_demangle(name: &str) -> String {
     let d = match crate::demangle_with_scheme(base) {
         Some((d, crate::Scheme::Cpp)) => {
             // perf leaves out a clone's suffix too: `f(int) [clone .cold]` is `f`.
-            let mut t = d.as_str();
-            while let Some(i) = t.rfind(" [clone ").filter(|_| t.ends_with(']')) {
-                t = &t[..i];
-            }
-            match crate::elf::strip_cpp_params(t) {
-                Some(short) => short.to_owned(),
-                None => t.to_owned(),
-            }
+            let t = crate::elf::strip_clone_suffixes(&d);
+            crate::elf::strip_cpp_params(t).unwrap_or(t).to_owned()
         }
         Some((d, _)) => d,
         None => base.to_owned(),
