@@ -90,6 +90,15 @@ impl LoadSegment {
     }
 }
 
+/// The link-time address of the file offset `offset` (perf prints the frames of a
+/// sampled call stack as file offsets), if an executable segment of `segments` holds it.
+pub(crate) fn address_of_offset(segments: &[LoadSegment], offset: u64) -> Option<u64> {
+    let seg = segments.iter().find(|s| {
+        s.executable && offset >= s.offset && offset - s.offset < s.filesz.max(s.memsz)
+    })?;
+    Some(seg.vaddr.wrapping_add(offset - seg.offset))
+}
+
 /// A parsed ELF file borrowing its bytes.
 pub struct Elf<'a> {
     path: &'a Path,

@@ -113,10 +113,7 @@ impl FileFunctions {
 
     /// The link-time address at file offset `offset`, if an executable segment holds it.
     pub fn link_address(&self, offset: u64) -> Option<u64> {
-        let seg = self.segments.iter().find(|s| {
-            s.executable && offset >= s.offset && offset - s.offset < s.filesz.max(s.memsz)
-        })?;
-        Some(seg.vaddr.wrapping_add(offset - seg.offset))
+        crate::elf::address_of_offset(&self.segments, offset)
     }
 
     /// The function holding the link-time address `v`: the innermost symbol containing

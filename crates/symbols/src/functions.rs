@@ -267,10 +267,7 @@ impl FunctionRanges {
     /// The link-time address of the file offset `offset` (perf prints the frames of a
     /// sampled call stack as file offsets), if an executable segment holds it.
     pub fn address_of_offset(&self, offset: u64) -> Option<u64> {
-        let seg = self.segments.iter().find(|s| {
-            s.executable && offset >= s.offset && offset - s.offset < s.filesz.max(s.memsz)
-        })?;
-        Some(seg.vaddr.wrapping_add(offset - seg.offset))
+        crate::elf::address_of_offset(&self.segments, offset)
     }
 
     /// The innermost function containing the link-time address `addr`.
