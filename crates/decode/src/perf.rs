@@ -478,10 +478,15 @@ impl Drop for PerfProcess {
 /// SIGKILL to the process group `pid` leads (perf is started as a group leader, so its
 /// `addr2line` children go with it instead of running on orphaned).
 fn kill_group(pid: u32) {
+    signal_group(pid, libc::SIGKILL);
+}
+
+/// Sends `signal` to the process group our child `pid` leads.
+fn signal_group(pid: u32, signal: libc::c_int) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {
         // SAFETY: kill(2) of our own child's group; the child is not reaped yet, so its
         // pid (and the group's id) cannot have been reused.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        unsafe { libc::kill(-pid, signal) };
     }
 }
 
@@ -626,11 +631,7 @@ fn unregister(pid: u32) {
 pub fn stop_all() {
     for (pid, watch) in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         watch.interrupted.store(true, Ordering::Relaxed);
-        if let Ok(pid) = libc::pid_t::try_from(*pid) {
-            // SAFETY: kill(2) of our own unreaped child's group (registered until just
-            // before reaping, so the id cannot have been reused).
-            unsafe { libc::kill(-pid, libc::SIGINT) };
-        }
+        signal_group(*pid, libc::SIGINT);
     }
 }
 
