@@ -248,17 +248,7 @@ fn function_symbols(obj: &object::File<'_>, dynamic: bool) -> Vec<(u64, u64, Box
         });
     }
     cands.sort_by_key(|c| c.addr);
-    let mut best: Vec<Candidate<'_>> = Vec::new();
-    for c in cands {
-        match best.last_mut() {
-            Some(b) if b.addr == c.addr => {
-                if better(&c, b) {
-                    *b = c;
-                }
-            }
-            _ => best.push(c),
-        }
-    }
+    let best = crate::perfnames::best_per_start(cands, |c| c.addr, better);
     let mut out = Vec::with_capacity(best.len());
     for (i, c) in best.iter().enumerate() {
         let end = if c.size > 0 {
