@@ -96,7 +96,7 @@ impl FileFunctions {
             funcs.extend(plt);
             funcs.sort_by_key(|f| f.0);
         }
-        let ranges = FunctionRanges::load(path).ok();
+        let ranges = FunctionRanges::from_elf(&elf).ok();
         let mut bounds: Vec<u64> = funcs.iter().flat_map(|f| [f.0, f.1]).collect();
         if let Some(r) = &ranges {
             bounds.extend(r.bounds());

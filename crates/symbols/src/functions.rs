@@ -84,10 +84,14 @@ impl FunctionRanges {
     /// (and trusted, see [`find_debug_file`]), FDE ranges from its `.eh_frame`.
     pub fn load(path: &Path) -> Result<Self> {
         let file = MappedFile::open_regular(path)?;
-        let elf = file.elf()?;
+        Self::from_elf(&file.elf()?)
+    }
+
+    /// [`FunctionRanges::load`] of a file already mapped and parsed.
+    pub(crate) fn from_elf(elf: &Elf<'_>) -> Result<Self> {
         let mut ranges = Vec::new();
         let mut source = NameSource::EhFrame;
-        if let Some(debug) = find_debug_file(&elf) {
+        if let Some(debug) = find_debug_file(elf) {
             if let Ok(dfile) = MappedFile::open_regular(&debug) {
                 if let Ok(delf) = dfile.elf() {
                     if let Ok(syms) = delf.symbols() {
@@ -113,7 +117,7 @@ impl FunctionRanges {
                 }
             }
         }
-        let fdes = eh_frame_ranges(&elf)?;
+        let fdes = eh_frame_ranges(elf)?;
         let build_id = elf.build_id().map(<[u8]>::to_vec);
         let obj = elf.object();
         let unwind = (obj.architecture() == object::Architecture::X86_64)
@@ -131,7 +135,8 @@ impl FunctionRanges {
                 })
             });
         Ok(Self::from_parts(
-            path.file_name()
+            elf.path()
+                .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             ranges,
