@@ -67,6 +67,16 @@ pub struct FilterStats {
     pub outside: u64,
 }
 
+impl std::ops::AddAssign for FilterStats {
+    /// Adds another sink's counts (threads filtered apart, one summary).
+    fn add_assign(&mut self, o: FilterStats) {
+        self.kept += o.kept;
+        self.hidden_calls += o.hidden_calls;
+        self.too_deep += o.too_deep;
+        self.outside += o.outside;
+    }
+}
+
 /// An open slice of a thread, written or not yet.
 struct Open {
     name: String,
