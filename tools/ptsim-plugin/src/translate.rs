@@ -3,7 +3,9 @@
 //! needs, the others an inline instruction count (stack mode).
 
 use crate::api::*;
-use crate::exec::{on_exec, on_exec_stack, on_trigger, on_trigger_insn, on_trigger_stack};
+use crate::exec::{
+    on_exec, on_exec_stack, on_trigger, on_trigger_insn, on_trigger_stack, userdata,
+};
 use crate::regions::{parse_maps, MapLine, Regions};
 use crate::state::write_chunk;
 use crate::{
@@ -176,7 +178,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
     }
     // The block id and instruction count travel in the callback's user-data word (and a
     // trigger's index above them, for its block only).
-    let ud = ((id as u64) << 16) | (n as u64 & 0xffff);
+    let ud = userdata(id, n, None);
     if let (Some((_, at)), Ok(mut b)) = (trigger, TRIGGER_BLOCKS.try_lock()) {
         b.push((id, at));
     }
@@ -187,7 +189,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             (on_exec, on_trigger)
         };
         let (cb, ud): (ExecCb, u64) = match trigger {
-            Some((t, at)) if at == vaddr => (at_start, ud | ((t as u64) << 48)),
+            Some((t, at)) if at == vaddr => (at_start, userdata(id, n, Some(t))),
             Some((t, at)) => {
                 // Inside the block: a callback on that instruction only.
                 // SAFETY: `tb` is still the block being translated; its instruction
@@ -198,7 +200,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
                         .map(|i| qemu_plugin_tb_get_insn(tb, i))
                         .find(|&i| qemu_plugin_insn_vaddr(i) == at)
                     {
-                        let tud = ud | ((t as u64) << 48);
+                        let tud = userdata(id, n, Some(t));
                         qemu_plugin_register_vcpu_insn_exec_cb(
                             insn,
                             on_trigger_insn,
