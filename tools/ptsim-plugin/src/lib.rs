@@ -61,7 +61,8 @@ use api::*;
 use ptscope_blocklog::format::{
     header_payload, KIND_EXEC, KIND_FORK, KIND_HEADER, KIND_MAPS, MODE_EVERY_BLOCK, MODE_STACK,
 };
-use regions::{parse_maps, Regions};
+use ptscope_blocklog::parse_maps;
+use regions::Regions;
 use state::{write_chunk, ThreadState, FIRST_EXPECTED, STATES};
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};

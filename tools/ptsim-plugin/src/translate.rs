@@ -6,7 +6,7 @@ use crate::api::*;
 use crate::exec::{
     on_exec, on_exec_stack, on_trigger, on_trigger_insn, on_trigger_stack, userdata,
 };
-use crate::regions::{parse_maps, MapLine, Regions};
+use crate::regions::Regions;
 use crate::state::write_chunk;
 use crate::{
     current_clock, icount_ptr, is_handler, proc, Shared, Trigger, MODE, NEXT_TB, SHARED,
@@ -16,6 +16,7 @@ use ptscope_blocklog::classify::{classify, Flow};
 use ptscope_blocklog::format::{
     push_tb_record, KIND_MAPS, KIND_TBS, MAX_BLOCK_ID, MODE_STACK, TB_HANDLER_ENTRY,
 };
+use ptscope_blocklog::{parse_maps, MapEntry};
 use std::ffi::c_void;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,11 +27,12 @@ static FIRST_DONE: AtomicBool = AtomicBool::new(false);
 
 /// The first trigger inside the block `[vaddr, vaddr + size)`, by the file and offset
 /// mapped there: its index and address.
-fn trigger_at(shared: &Shared, maps: &[MapLine], vaddr: u64, size: u64) -> Option<(usize, u64)> {
+fn trigger_at(shared: &Shared, maps: &[MapEntry], vaddr: u64, size: u64) -> Option<(usize, u64)> {
     let m = maps.iter().find(|m| vaddr >= m.start && vaddr < m.end)?;
     let off = vaddr - m.start + m.pgoff;
     shared.triggers.iter().enumerate().find_map(|(i, t)| {
-        let same_file = (t.ino != 0 && t.dev == m.dev && t.ino == m.ino) || t.path == m.path;
+        let same_file =
+            (t.ino != 0 && t.dev == (m.maj, m.min) && t.ino == m.ino) || t.path == m.path;
         (same_file && t.offset >= off && t.offset - off < size.max(1))
             .then(|| (i, vaddr + (t.offset - off)))
     })
