@@ -7,14 +7,14 @@ use crate::exec::{
     on_exec, on_exec_stack, on_trigger, on_trigger_insn, on_trigger_stack, userdata,
 };
 use crate::regions::Regions;
-use crate::state::write_chunk;
+use crate::state::{write_chunk, write_maps};
 use crate::{
     current_clock, icount_ptr, is_handler, proc, Shared, Trigger, MODE, NEXT_TB, SHARED,
     TRANSLATED, TRIGGER_BLOCKS,
 };
 use ptscope_blocklog::classify::{classify, Flow};
 use ptscope_blocklog::format::{
-    push_tb_record, KIND_MAPS, KIND_TBS, MAX_BLOCK_ID, MODE_STACK, TB_HANDLER_ENTRY,
+    push_tb_record, KIND_TBS, MAX_BLOCK_ID, MODE_STACK, TB_HANDLER_ENTRY,
 };
 use ptscope_blocklog::{parse_maps, MapEntry};
 use std::ffi::c_void;
@@ -145,9 +145,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
                 regions.maps = parse_maps(&maps);
                 if let Ok(mut out) = p.out.lock() {
-                    let mut payload = current_clock().to_le_bytes().to_vec();
-                    payload.extend_from_slice(maps.as_bytes());
-                    write_chunk(&mut *out, KIND_MAPS, 0, &payload);
+                    write_maps(&mut *out, current_clock(), &maps);
                 }
             }
         }
