@@ -328,7 +328,7 @@ extern "C" fn in_child() {
     write_chunk(&mut file, KIND_FORK, 0, &fork);
     // The parent's functions, unless another of its threads held them at the fork.
     let regions = match parent.regions.try_lock() {
-        Ok(r) => r.inherit(Vec::new()),
+        Ok(r) => r.inherit(),
         Err(_) => Regions::default(),
     };
     let child = Proc {

@@ -43,17 +43,15 @@ pub(crate) struct Regions {
 
 impl Regions {
     /// A forked child's: the parent's files, already loaded (loading them again costs
-    /// the child as much as it cost the parent).
-    pub(crate) fn inherit(&self, maps: Vec<MapEntry>) -> Regions {
+    /// the child as much as it cost the parent); its own maps are read at the fork.
+    pub(crate) fn inherit(&self) -> Regions {
         Regions {
-            maps,
+            maps: Vec::new(),
             files: self.files.clone(),
             by_path: self.by_path.clone(),
         }
     }
-}
 
-impl Regions {
     /// True when `addr` is inside a mapping of the snapshot.
     pub(crate) fn covers(&self, addr: u64) -> bool {
         self.maps.iter().any(|m| addr >= m.start && addr < m.end)
