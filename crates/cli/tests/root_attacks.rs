@@ -182,6 +182,18 @@ fn outputs_never_go_through_links_fifos_or_devices() {
         .is_fifo());
 }
 
+/// True if attacks can run here and root's perf can record (else a loud skip of `what`).
+fn can_attack_with_perf(what: &str) -> bool {
+    can_attack(what) && perf_env::perf_usable(what)
+}
+
+/// A directory of root's at `path` with `mode`.
+fn root_dir(path: &Path, mode: u32) -> PathBuf {
+    std::fs::create_dir(path).expect("mkdir");
+    chmod(path, mode);
+    path.to_path_buf()
+}
+
 /// A small sampling recording, made by root in a directory of root's.
 fn recording(dir: &Path) -> PathBuf {
     let data = dir.join("perf.data");
@@ -195,16 +207,12 @@ fn recording(dir: &Path) -> PathBuf {
 /// is nothing in `TMPDIR` to rename.
 #[test]
 fn the_dlfilter_cannot_be_swapped_in_a_tmpdir_others_can_write() {
-    if !can_attack("the_dlfilter_cannot_be_swapped_in_a_tmpdir_others_can_write")
-        || !perf_env::perf_usable("the_dlfilter_cannot_be_swapped_in_a_tmpdir_others_can_write")
-    {
+    if !can_attack_with_perf("the_dlfilter_cannot_be_swapped_in_a_tmpdir_others_can_write") {
         return;
     }
     let top = scratch("ptscope-attack-dlf-");
     let data = recording(top.path());
-    let tmp = top.path().join("tmp");
-    std::fs::create_dir(&tmp).expect("mkdir");
-    chmod(&tmp, 0o777);
+    let tmp = root_dir(&top.path().join("tmp"), 0o777);
     let theirs = their_dir(&top.path().join("theirs"), 0o755);
     let marker = top.path().join("marker");
     let evil = theirs.join("evil.so");
@@ -247,15 +255,11 @@ fn the_dlfilter_cannot_be_swapped_in_a_tmpdir_others_can_write() {
 /// the default working directory in `TMPDIR`.
 #[test]
 fn a_working_directory_cannot_be_swapped_after_the_check() {
-    if !can_attack("a_working_directory_cannot_be_swapped_after_the_check")
-        || !perf_env::perf_usable("a_working_directory_cannot_be_swapped_after_the_check")
-    {
+    if !can_attack_with_perf("a_working_directory_cannot_be_swapped_after_the_check") {
         return;
     }
     let top = scratch("ptscope-attack-w-");
-    let roots = top.path().join("root-rec");
-    std::fs::create_dir(&roots).expect("mkdir");
-    chmod(&roots, 0o700);
+    let roots = root_dir(&top.path().join("root-rec"), 0o700);
     let theirs = their_dir(&top.path().join("theirs"), 0o755);
     let mine = their_dir(&theirs.join("mine"), 0o777);
     let rec = theirs.join("rec");
@@ -284,9 +288,7 @@ fn a_working_directory_cannot_be_swapped_after_the_check() {
     );
     assert_eq!(listing(&roots), Vec::<String>::new());
     // A private directory of root's inside theirs: they could rename it away.
-    let inside = theirs.join("real");
-    std::fs::create_dir(&inside).expect("mkdir");
-    chmod(&inside, 0o700);
+    let inside = root_dir(&theirs.join("real"), 0o700);
     let (o, err) = record(&inside);
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("belongs to user 65534"), "{err}");
@@ -295,9 +297,7 @@ fn a_working_directory_cannot_be_swapped_after_the_check() {
     assert!(o.status.success(), "{err}");
     assert!(roots.join("new/rec/perf.log").is_file(), "{err}");
     // The default working directory: TMPDIR writable by others, not sticky.
-    let open_tmp = top.path().join("tmp");
-    std::fs::create_dir(&open_tmp).expect("mkdir");
-    chmod(&open_tmp, 0o777);
+    let open_tmp = root_dir(&top.path().join("tmp"), 0o777);
     let (o, err) = out(ptscope().env("TMPDIR", &open_tmp).args([
         "run",
         "--no-decode",

@@ -32,6 +32,9 @@
 
 use ptscope_intel_pt::decoder::Memory;
 
+mod recording;
+pub use recording::{read_recording, Image, Queues};
+
 /// True when the crate was built with libipt.
 pub const AVAILABLE: bool = cfg!(libipt);
 

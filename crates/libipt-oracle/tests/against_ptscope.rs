@@ -6,62 +6,8 @@
 use ptscope_intel_pt::cache::BlockCache;
 use ptscope_intel_pt::decoder::{Config, EventKind, Memory};
 use ptscope_intel_pt::insn::{instruction_addresses, FactOptions};
-use ptscope_libipt_oracle::{decode, Flow, AVAILABLE};
-use ptscope_perf_data::{PerfData, Record, RecordAt};
-use std::collections::BTreeMap;
+use ptscope_libipt_oracle::{decode, read_recording, Flow, Image, AVAILABLE};
 use std::path::Path;
-
-/// The code of one process: its files' mappings (the recording has one process).
-struct Image {
-    maps: Vec<(u64, u64, u64, usize)>,
-    files: Vec<Vec<u8>>,
-}
-
-impl Memory for Image {
-    fn code(&self, _space: u32, ip: u64) -> Option<&[u8]> {
-        let &(start, end, pgoff, f) = self.maps.iter().rev().find(|m| ip >= m.0 && ip < m.1)?;
-        let bytes = &self.files[f];
-        let off = usize::try_from(ip - start + pgoff).ok()?;
-        let stop = usize::try_from(end - start + pgoff).ok()?.min(bytes.len());
-        bytes.get(off..stop)
-    }
-}
-
-/// The image and each queue's trace data (AUXTRACE pieces in order).
-fn read(path: &Path) -> (Image, BTreeMap<u32, Vec<u8>>) {
-    let data = PerfData::open(path).expect("perf.data");
-    let mut image = Image {
-        maps: Vec::new(),
-        files: Vec::new(),
-    };
-    let mut queues: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
-    let mut paths: Vec<Vec<u8>> = Vec::new();
-    for r in data.records() {
-        let Ok(RecordAt { record, .. }) = r else {
-            continue;
-        };
-        match record {
-            Record::Mmap(m) if m.exec && m.path.starts_with(b"/") => {
-                let f = match paths.iter().position(|p| p == m.path) {
-                    Some(f) => f,
-                    None => {
-                        let p = std::str::from_utf8(m.path).expect("path");
-                        let Ok(bytes) = std::fs::read(p) else {
-                            continue;
-                        };
-                        paths.push(m.path.to_vec());
-                        image.files.push(bytes);
-                        paths.len() - 1
-                    }
-                };
-                image.maps.push((m.start, m.start + m.len, m.pgoff, f));
-            }
-            Record::Auxtrace(a) => queues.entry(a.idx).or_default().extend_from_slice(a.data),
-            _ => {}
-        }
-    }
-    (image, queues)
-}
 
 /// Marks an overflow in the instruction lists.
 const OVERFLOW: u64 = u64::MAX;
@@ -109,7 +55,7 @@ fn ours(trace: &[u8], image: &Image) -> (Vec<u64>, usize) {
 }
 
 fn compare(dir: &Path, what: &str) {
-    let (image, queues) = read(&dir.join("perf.data"));
+    let (image, queues) = read_recording(&dir.join("perf.data")).expect("perf.data");
     assert!(!queues.is_empty(), "{what}: no trace");
     let mut total = 0;
     for (idx, trace) in &queues {

@@ -25,12 +25,7 @@ type Loc = (u64, &'static str, u64);
 /// The issue's input as branches (`input_text` renders them; a test checks that gives
 /// the file back byte for byte, so variants are edits of exactly that input).
 const BRANCHES: [Branch; 15] = [
-    (
-        110,
-        "call",
-        (0x401008, "_start", 0x8),
-        (0x401100, "main", 0),
-    ),
+    START_MAIN,
     (120, "call", (0x401110, "main", 0x10), (0x401200, "a", 0)),
     (130, "call", (0x401210, "a", 0x10), (0x401300, "b", 0)),
     (140, "call", (0x401310, "b", 0x10), (0x401400, "c", 0)),
@@ -54,13 +49,26 @@ const BRANCHES: [Branch; 15] = [
         (0x401640, "e", 0x40),
         (0x401175, "main", 0x75),
     ),
+    main_returns(250),
+];
+
+/// `_start` calls `main`: the first branch of most inputs here.
+const START_MAIN: Branch = (
+    110,
+    "call",
+    (0x401008, "_start", 0x8),
+    (0x401100, "main", 0),
+);
+
+/// `main` returns to `_start` at `ns`: the last branch of most inputs here.
+const fn main_returns(ns: u64) -> Branch {
     (
-        250,
+        ns,
         "return",
         (0x401190, "main", 0x90),
         (0x401010, "_start", 0x10),
-    ),
-];
+    )
+}
 
 /// A line of the input: a branch, or a decode error then the `tr strt` where decoding
 /// picked up again.
@@ -107,7 +115,12 @@ fn input_text(lines: &[Line]) -> String {
 }
 
 fn issue_lines() -> Vec<Line> {
-    BRANCHES.iter().map(|&b| Line::Branch(b)).collect()
+    as_lines(BRANCHES).collect()
+}
+
+/// Branches as lines of the input.
+fn as_lines(branches: impl IntoIterator<Item = Branch>) -> impl Iterator<Item = Line> {
+    branches.into_iter().map(Line::Branch)
 }
 
 /// The transcript `ptscope decode --perf-script … --format transcript` writes.
@@ -381,12 +394,7 @@ fn a_signal_handler_leaving_into_an_ancestor_unwinds_to_it() {
         ),
     ] {
         let mut branches: Vec<Branch> = vec![
-            (
-                110,
-                "call",
-                (0x401008, "_start", 0x8),
-                (0x401100, "main", 0),
-            ),
+            START_MAIN,
             (120, "call", (0x401110, "main", 0x10), (0x401200, "work", 0)),
             (
                 130,
@@ -401,19 +409,9 @@ fn a_signal_handler_leaving_into_an_ancestor_unwinds_to_it() {
                 (0, "", 0),
             ),
             (200, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)),
-            (
-                210,
-                "call",
-                (0x401710, "on_usr1", 0x10),
-                (0x401600, "note", 0),
-            ),
-            (
-                220,
-                "return",
-                (0x401640, "note", 0x40),
-                (0x401715, "on_usr1", 0x15),
-            ),
         ];
+        // The handler calls `note`, then leaves.
+        branches.extend(&handler(210)[..2]);
         branches.extend(leave);
         branches.extend([
             (260, "call", (0x401170, "main", 0x70), (0x401600, "note", 0)),
@@ -423,14 +421,9 @@ fn a_signal_handler_leaving_into_an_ancestor_unwinds_to_it() {
                 (0x401640, "note", 0x40),
                 (0x401175, "main", 0x75),
             ),
-            (
-                280,
-                "return",
-                (0x401190, "main", 0x90),
-                (0x401010, "_start", 0x10),
-            ),
+            main_returns(280),
         ]);
-        let lines: Vec<Line> = branches.into_iter().map(Line::Branch).collect();
+        let lines: Vec<Line> = as_lines(branches).collect();
         let got = transcript(&input_text(&lines));
         assert_stacks(
             how,
@@ -445,6 +438,38 @@ fn a_signal_handler_leaving_into_an_ancestor_unwinds_to_it() {
             ],
         );
     }
+}
+
+/// `_start > main > parse > parse > parse`: the recursion the two cleanup tests unwind.
+fn into_recursion() -> Vec<Branch> {
+    vec![
+        START_MAIN,
+        (
+            120,
+            "call",
+            (0x401110, "main", 0x10),
+            (0x401200, "parse", 0),
+        ),
+        (
+            130,
+            "call",
+            (0x401230, "parse", 0x30),
+            (0x401200, "parse", 0),
+        ),
+        (
+            140,
+            "call",
+            (0x401230, "parse", 0x30),
+            (0x401200, "parse", 0),
+        ),
+    ]
+}
+
+/// The stack `_start > main` with `n` levels of `parse` on it.
+fn parses(n: usize) -> Vec<&'static str> {
+    let mut s = vec!["_start", "main"];
+    s.extend(std::iter::repeat_n("parse", n));
+    s
 }
 
 /// A recursion whose cleanups each end in `_Unwind_Resume`, reached through its PLT stub
@@ -490,35 +515,7 @@ fn cleanups_after_a_gap_land_one_level_out_through_a_lazily_bound_stub() {
         b
     };
     let pad = (0x401241, "parse", 0x41);
-    let mut lines: Vec<Line> = [
-        (
-            110,
-            "call",
-            (0x401008, "_start", 0x8),
-            (0x401100, "main", 0),
-        ),
-        (
-            120,
-            "call",
-            (0x401110, "main", 0x10),
-            (0x401200, "parse", 0),
-        ),
-        (
-            130,
-            "call",
-            (0x401230, "parse", 0x30),
-            (0x401200, "parse", 0),
-        ),
-        (
-            140,
-            "call",
-            (0x401230, "parse", 0x30),
-            (0x401200, "parse", 0),
-        ),
-    ]
-    .into_iter()
-    .map(Line::Branch)
-    .collect();
+    let mut lines: Vec<Line> = as_lines(into_recursion()).collect();
     lines.push(Line::Lost {
         ns: 150,
         resume: (0x401250, "parse", 0x50),
@@ -529,20 +526,10 @@ fn cleanups_after_a_gap_land_one_level_out_through_a_lazily_bound_stub() {
         (200, false, (0x401160, "main", 0x60)),
     ] {
         let from = (0x40125a, "parse", 0x5a);
-        lines.extend(resume(ns, from, binds, to).into_iter().map(Line::Branch));
+        lines.extend(as_lines(resume(ns, from, binds, to)));
     }
-    lines.push(Line::Branch((
-        240,
-        "return",
-        (0x401190, "main", 0x90),
-        (0x401010, "_start", 0x10),
-    )));
+    lines.push(Line::Branch(main_returns(240)));
     let got = transcript(&input_text(&lines));
-    let parses = |n: usize| -> Vec<&str> {
-        let mut s = vec!["_start", "main"];
-        s.extend(std::iter::repeat_n("parse", n));
-        s
-    };
     for (ns, want) in [
         (35, parses(3)),
         (54, [parses(3), vec!["_Unwind_Resume"]].concat()),
@@ -575,41 +562,8 @@ fn a_gap_inside_unwind_resume_still_lands_above_its_caller() {
         ]
     };
     let pad = (0x401241, "parse", 0x41);
-    let mut lines: Vec<Line> = [
-        (
-            110,
-            "call",
-            (0x401008, "_start", 0x8),
-            (0x401100, "main", 0),
-        ),
-        (
-            120,
-            "call",
-            (0x401110, "main", 0x10),
-            (0x401200, "parse", 0),
-        ),
-        (
-            130,
-            "call",
-            (0x401230, "parse", 0x30),
-            (0x401200, "parse", 0),
-        ),
-        (
-            140,
-            "call",
-            (0x401230, "parse", 0x30),
-            (0x401200, "parse", 0),
-        ),
-        (
-            150,
-            "call",
-            (0x40125a, "parse", 0x5a),
-            (0x9000, "_Unwind_Resume", 0),
-        ),
-    ]
-    .into_iter()
-    .map(Line::Branch)
-    .collect();
+    let mut lines: Vec<Line> = as_lines(into_recursion()).collect();
+    lines.push(Line::Branch(cleanup(150, pad)[0]));
     lines.push(Line::Lost {
         ns: 152,
         resume: (0x9100, "_Unwind_Resume", 0x100),
@@ -620,24 +574,10 @@ fn a_gap_inside_unwind_resume_still_lands_above_its_caller() {
         (0x91c3, "_Unwind_Resume", 0x1c3),
         pad,
     )));
-    lines.extend(cleanup(170, pad).into_iter().map(Line::Branch));
-    lines.extend(
-        cleanup(190, (0x401160, "main", 0x60))
-            .into_iter()
-            .map(Line::Branch),
-    );
-    lines.push(Line::Branch((
-        240,
-        "return",
-        (0x401190, "main", 0x90),
-        (0x401010, "_start", 0x10),
-    )));
+    lines.extend(as_lines(cleanup(170, pad)));
+    lines.extend(as_lines(cleanup(190, (0x401160, "main", 0x60))));
+    lines.push(Line::Branch(main_returns(240)));
     let got = transcript(&input_text(&lines));
-    let parses = |n: usize| -> Vec<&str> {
-        let mut s = vec!["_start", "main"];
-        s.extend(std::iter::repeat_n("parse", n));
-        s
-    };
     for (ns, want) in [
         (35, parses(3)),
         (41, [parses(3), vec!["_Unwind_Resume"]].concat()),
@@ -657,7 +597,7 @@ fn a_gap_inside_unwind_resume_still_lands_above_its_caller() {
 /// starting exactly at the jump (no `[inferred start time]`).
 #[test]
 fn a_jump_into_code_another_function_shares_stays_a_tail_jump() {
-    let lines: Vec<Line> = [
+    let lines: Vec<Line> = as_lines([
         (
             110,
             "call",
@@ -682,9 +622,7 @@ fn a_jump_into_code_another_function_shares_stays_a_tail_jump() {
             (0x401290, "printf_fp", 0x90),
             (0x401535, "vfprintf", 0x35),
         ),
-    ]
-    .into_iter()
-    .map(Line::Branch)
+    ])
     .collect();
     let got = transcript(&input_text(&lines));
     assert_stacks(
@@ -704,12 +642,7 @@ fn a_jump_into_code_another_function_shares_stays_a_tail_jump() {
 /// both signal tests below).
 fn into_handler() -> Vec<Branch> {
     vec![
-        (
-            110,
-            "call",
-            (0x401008, "_start", 0x8),
-            (0x401100, "main", 0),
-        ),
+        START_MAIN,
         (
             120,
             "call",
@@ -732,6 +665,57 @@ fn into_handler() -> Vec<Branch> {
     ]
 }
 
+/// The handler `on_usr1`, from `ns`: it calls `note`, returns into the signal trampoline
+/// `__restore_rt`, whose `rt_sigreturn` ends tracing (`ns + 30`).
+fn handler(ns: u64) -> [Branch; 4] {
+    [
+        (
+            ns,
+            "call",
+            (0x401710, "on_usr1", 0x10),
+            (0x401600, "note", 0),
+        ),
+        (
+            ns + 10,
+            "return",
+            (0x401640, "note", 0x40),
+            (0x401715, "on_usr1", 0x15),
+        ),
+        (
+            ns + 20,
+            "return",
+            (0x401740, "on_usr1", 0x40),
+            (0x401800, "__restore_rt", 0),
+        ),
+        (
+            ns + 30,
+            "tr end  syscall",
+            (0x401807, "__restore_rt", 0x7),
+            (0, "", 0),
+        ),
+    ]
+}
+
+/// Tracing resumes at `ns` in `pthread_kill` after the signal's `rt_sigreturn`, which
+/// returns to `raise`, and `raise` to `main`.
+fn back_in_main(ns: u64) -> [Branch; 3] {
+    [
+        (ns, "tr strt", (0, "", 0), (0x40140c, "pthread_kill", 0xc)),
+        (
+            ns + 10,
+            "return",
+            (0x401420, "pthread_kill", 0x20),
+            (0x401315, "raise", 0x15),
+        ),
+        (
+            ns + 20,
+            "return",
+            (0x401320, "raise", 0x20),
+            (0x401115, "main", 0x15),
+        ),
+    ]
+}
+
 /// A decode error between a handler's return into the signal trampoline and the
 /// trampoline's `rt_sigreturn`: after the gap the trampoline is all the segment knows,
 /// and tracing resumes in the code the signal interrupted, the frame the trampoline ran
@@ -740,72 +724,26 @@ fn into_handler() -> Vec<Branch> {
 /// the trampoline for the rest of the run: the C signals program at 87 %).
 #[test]
 fn a_gap_before_rt_sigreturn_returns_to_the_interrupted_frame() {
-    let mut lines: Vec<Line> = into_handler()
-        .into_iter()
-        .chain([
-            (
-                210,
-                "call",
-                (0x401710, "on_usr1", 0x10),
-                (0x401600, "note", 0),
-            ),
-            (
-                220,
-                "return",
-                (0x401640, "note", 0x40),
-                (0x401715, "on_usr1", 0x15),
-            ),
-            (
-                230,
-                "return",
-                (0x401740, "on_usr1", 0x40),
-                (0x401800, "__restore_rt", 0),
-            ),
-        ])
-        .map(Line::Branch)
-        .collect();
-    lines.push(Line::Lost {
-        ns: 230,
-        resume: (0x401807, "__restore_rt", 0x7),
-    });
-    lines.extend(
-        [
-            (
-                240,
-                "tr end  syscall",
-                (0x401807, "__restore_rt", 0x7),
-                (0, "", 0),
-            ),
-            (300, "tr strt", (0, "", 0), (0x40140c, "pthread_kill", 0xc)),
-            (
-                310,
-                "return",
-                (0x401420, "pthread_kill", 0x20),
-                (0x401315, "raise", 0x15),
-            ),
-            (
-                320,
-                "return",
-                (0x401320, "raise", 0x20),
-                (0x401115, "main", 0x15),
-            ),
-            (330, "call", (0x401120, "main", 0x20), (0x401600, "note", 0)),
-            (
-                340,
-                "return",
-                (0x401640, "note", 0x40),
-                (0x401125, "main", 0x25),
-            ),
-            (
-                350,
-                "return",
-                (0x401190, "main", 0x90),
-                (0x401010, "_start", 0x10),
-            ),
-        ]
-        .into_iter()
-        .map(Line::Branch),
+    let mut lines: Vec<Line> = as_lines(into_handler().into_iter().chain(handler(210))).collect();
+    // The gap: after the return into the trampoline, before its `rt_sigreturn`.
+    lines.insert(
+        lines.len() - 1,
+        Line::Lost {
+            ns: 230,
+            resume: (0x401807, "__restore_rt", 0x7),
+        },
     );
+    lines.extend(as_lines(back_in_main(300)));
+    lines.extend(as_lines([
+        (330, "call", (0x401120, "main", 0x20), (0x401600, "note", 0)),
+        (
+            340,
+            "return",
+            (0x401640, "note", 0x40),
+            (0x401125, "main", 0x25),
+        ),
+        main_returns(350),
+    ]));
     let got = transcript(&input_text(&lines));
     let kill: &[&str] = &["_start", "main", "raise", "pthread_kill"];
     assert_stacks(
@@ -838,64 +776,17 @@ fn a_gap_before_rt_sigreturn_returns_to_the_interrupted_frame() {
 /// program's placements at 88-99 %).
 #[test]
 fn a_gap_in_a_handler_then_a_pending_signal_stays_on_the_interrupted_frame() {
-    let mut lines: Vec<Line> = into_handler().into_iter().map(Line::Branch).collect();
+    let mut lines: Vec<Line> = as_lines(into_handler()).collect();
     lines.push(Line::Lost {
         ns: 205,
         resume: (0x401720, "on_usr1", 0x20),
     });
-    let handler = |ns: u64| -> Vec<Branch> {
-        vec![
-            (
-                ns,
-                "call",
-                (0x401710, "on_usr1", 0x10),
-                (0x401600, "note", 0),
-            ),
-            (
-                ns + 10,
-                "return",
-                (0x401640, "note", 0x40),
-                (0x401715, "on_usr1", 0x15),
-            ),
-            (
-                ns + 20,
-                "return",
-                (0x401740, "on_usr1", 0x40),
-                (0x401800, "__restore_rt", 0),
-            ),
-            (
-                ns + 30,
-                "tr end  syscall",
-                (0x401807, "__restore_rt", 0x7),
-                (0, "", 0),
-            ),
-        ]
-    };
-    let mut rest = handler(220);
+    let mut rest = handler(220).to_vec();
     rest.push((300, "tr strt", (0, "", 0), (0x401700, "on_usr1", 0)));
     rest.extend(handler(310));
-    rest.extend([
-        (400, "tr strt", (0, "", 0), (0x40140c, "pthread_kill", 0xc)),
-        (
-            410,
-            "return",
-            (0x401420, "pthread_kill", 0x20),
-            (0x401315, "raise", 0x15),
-        ),
-        (
-            420,
-            "return",
-            (0x401320, "raise", 0x20),
-            (0x401115, "main", 0x15),
-        ),
-        (
-            430,
-            "return",
-            (0x401190, "main", 0x90),
-            (0x401010, "_start", 0x10),
-        ),
-    ]);
-    lines.extend(rest.into_iter().map(Line::Branch));
+    rest.extend(back_in_main(400));
+    rest.push(main_returns(430));
+    lines.extend(as_lines(rest));
     let got = transcript(&input_text(&lines));
     let kill: &[&str] = &["_start", "main", "raise", "pthread_kill"];
     assert_stacks(

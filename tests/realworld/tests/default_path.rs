@@ -309,9 +309,15 @@ fn stand_in(dir: &Path, name: &str, script: &str) -> OsString {
     path
 }
 
-/// Records `gzip -c` of a few MB with `run -w DIR/rec`, the recording the stall and
-/// interrupt tests decode.
-fn gzip_recording(test: &str, dir: &Path) -> Option<(PathBuf, Finished)> {
+/// When `test` can record here (else `None`, the test skipped): a temporary directory
+/// DIR, and `gzip -c` of a few MB recorded in it with `run -w DIR/rec`, the recording the
+/// stall, interrupt and cut tests decode.
+fn gzip_recording(test: &str) -> Option<(tempfile::TempDir, PathBuf, Finished)> {
+    if !can_record(test) {
+        return None;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
     let gzip = need_tool(test, "gzip", "gzip")?;
     let input = dir.join("input.txt");
     ptscope_realworld::programs::text_file(&input, 3);
@@ -322,7 +328,17 @@ fn gzip_recording(test: &str, dir: &Path) -> Option<(PathBuf, Finished)> {
         &["-w", work.to_str().unwrap()],
         &[&gzip, &"-c", &input],
     );
-    Some((work, run))
+    Some((tmp, work, run))
+}
+
+/// Checks that the message `err` says each of `said`.
+fn assert_says(err: &str, said: &[&str]) {
+    for said in said {
+        assert!(
+            err.contains(said),
+            "the message does not say {said:?}:\n{err}"
+        );
+    }
 }
 
 /// perf's own inline lookup (asked for with `--perf-inline`) waits on an `addr2line`
@@ -331,12 +347,9 @@ fn gzip_recording(test: &str, dir: &Path) -> Option<(PathBuf, Finished)> {
 /// it waited for, and the rest is decoded without the lookup. Nothing is left running.
 #[test]
 fn a_stuck_inline_lookup_is_stopped_and_the_rest_decoded_without_it() {
-    let test = "a_stuck_inline_lookup_is_stopped_and_the_rest_decoded_without_it";
-    if !can_record(test) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some((work, run)) = gzip_recording(test, dir.path()) else {
+    let Some((dir, work, run)) =
+        gzip_recording("a_stuck_inline_lookup_is_stopped_and_the_rest_decoded_without_it")
+    else {
         return;
     };
     let marker = format!("sleep 86{}", std::process::id() % 1000);
@@ -355,17 +368,15 @@ fn a_stuck_inline_lookup_is_stopped_and_the_rest_decoded_without_it() {
         "decode failed ({}):\n{err}",
         done.output.status
     );
-    for said in [
-        "made no progress",
-        "addr2line",
-        "lookup of inlined functions",
-        "--no-inline",
-    ] {
-        assert!(
-            err.contains(said),
-            "the message does not say {said:?}:\n{err}"
-        );
-    }
+    assert_says(
+        &err,
+        &[
+            "made no progress",
+            "addr2line",
+            "lookup of inlined functions",
+            "--no-inline",
+        ],
+    );
     let t = load_checked(&out, &run);
     t.assert_process_named("gzip");
     assert!(
@@ -381,12 +392,9 @@ fn a_stuck_inline_lookup_is_stopped_and_the_rest_decoded_without_it() {
 /// and the trace holds what was decoded before (exit status 1: incomplete).
 #[test]
 fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
-    let test = "a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept";
-    if !can_record(test) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some((work, run)) = gzip_recording(test, dir.path()) else {
+    let Some((dir, work, run)) =
+        gzip_recording("a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept")
+    else {
         return;
     };
     let Some(perf) = system_tool("perf") else {
@@ -422,12 +430,10 @@ fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
         Some(1),
         "exit status; stderr:\n{err}"
     );
-    for said in ["made no progress", "PTSCOPE_PERF_STALL", "decoded before"] {
-        assert!(
-            err.contains(said),
-            "the message does not say {said:?}:\n{err}"
-        );
-    }
+    assert_says(
+        &err,
+        &["made no progress", "PTSCOPE_PERF_STALL", "decoded before"],
+    );
     let t = load_checked(&out, &run);
     t.assert_process_named("gzip");
 }
@@ -438,12 +444,9 @@ fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
 /// `--single-thread`, which this recording did not use), exit status 130.
 #[test]
 fn ctrl_c_during_a_slow_decode_writes_what_was_decoded() {
-    let test = "ctrl_c_during_a_slow_decode_writes_what_was_decoded";
-    if !can_record(test) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some((work, run)) = gzip_recording(test, dir.path()) else {
+    let Some((dir, work, run)) =
+        gzip_recording("ctrl_c_during_a_slow_decode_writes_what_was_decoded")
+    else {
         return;
     };
     // perf's addr2line, slow (each answer, none known, after 50 ms), leaving a mark
@@ -683,12 +686,7 @@ fn perf_default_output_names_each_group_after_its_command() {
 /// missing, not "perf did not load the dlfilter ()" and a perf dying of a signal.
 #[test]
 fn a_perf_data_cut_short_is_a_clear_error() {
-    let test = "a_perf_data_cut_short_is_a_clear_error";
-    if !can_record(test) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some((work, _)) = gzip_recording(test, dir.path()) else {
+    let Some((dir, work, _)) = gzip_recording("a_perf_data_cut_short_is_a_clear_error") else {
         return;
     };
     let file = std::fs::read_dir(&work)
