@@ -427,10 +427,9 @@ impl RecordPlan {
         }
     }
 
-    /// The sampling flight recorder, `(bytes per perf.data file, files kept)`: perf
-    /// starts a new file at each size (`--switch-output`) and deletes the oldest beyond
-    /// the count (`--switch-max-files`), so the disk holds the last moments within the
-    /// bound. `None` when everything is kept (`--full-execution`, PT), when the bound is
+    /// The sampling flight recorder, `(bytes per perf.data file, files kept)`: a new
+    /// file at each size and the oldest deleted beyond the count (ptscope rotates perf's
+    /// file, see `crate::ring`), so the disk holds the last moments within the bound. `None` when everything is kept (`--full-execution`, PT), when the bound is
     /// a duration, and with `--multi-snapshot` (see [`RecordPlan::snapshot_ring`]).
     pub fn sampling_ring(&self) -> Option<(u64, u32)> {
         if self.multi_snapshot {
@@ -452,20 +451,20 @@ impl RecordPlan {
     /// Pieces of a sampling recording bounded by size.
     fn pieces(&self) -> Option<(u64, u32)> {
         let bound = self.sampling_bound()?;
-        // perf checks a file's size only after emptying every CPU's ring into it, so the
+        // A file's size moves only when perf empties every CPU's ring into it, so the
         // file being written can overshoot by that much, plus a few percent spare.
         let ring = self.sample_ring_bytes().unwrap_or(PERF_DEFAULT_RING) + (16 << 10);
         let overshoot = (u64::from(self.cpus.max(1)) * ring).min(bound / 2);
-        // perf deletes the oldest file only once the next one has begun: up to one file
-        // more than it keeps is on disk at once.
+        // The oldest file goes only once the next one has begun: up to one file more
+        // than are kept is on disk at once.
         let file = (bound - overshoot) / 32 * 31 / u64::from(SAMPLING_FILES + 1);
         Some((file.max(256 << 10), SAMPLING_FILES))
     }
 
     /// The sampling flight recorder bounded by time, `(seconds per perf.data file, files
-    /// kept)`: perf starts a new file every so many seconds (`--switch-output=Ns`, whole
-    /// seconds only) and keeps that many files. The last one is partly filled when the
-    /// recording ends (perf's final file counts among those it keeps), so one file more
+    /// kept)`: a new file every so many seconds (whole seconds) and that many files
+    /// kept (ptscope rotates perf's file, see `crate::ring`). The last one is partly
+    /// filled when the recording ends (and counts among those kept), so one file more
     /// than the seconds need is kept: the disk holds between the seconds asked for and
     /// one file's time more.
     pub fn sampling_time_ring(&self) -> Option<(u32, u32)> {
@@ -475,6 +474,16 @@ impl RecordPlan {
         }
         let per_file = secs.div_ceil(SAMPLING_FILES).max(1);
         Some((per_file, secs.div_ceil(per_file) + 1))
+    }
+
+    /// The flight recorder ptscope rotates (`crate::ring`): when to start a new piece
+    /// and how many finished pieces to keep; `None` when nothing rotates.
+    pub fn ring(&self) -> Option<(crate::ring::Piece, u32)> {
+        use crate::ring::Piece;
+        let bytes = self.sampling_ring().or(self.snapshot_ring());
+        bytes.map(|(b, n)| (Piece::Bytes(b), n)).or(self
+            .sampling_time_ring()
+            .map(|(s, n)| (Piece::Seconds(s), n)))
     }
 
     /// Whether the perf.data files perf writes are pieces of one recording (a flight
@@ -559,20 +568,13 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     // magic-trace adds --overwrite for sampling. We do not: with perf 6.1 an overwrite ring
     // loses the comm/mmap records when the program exits while recording, and every sample
     // then shows as `[unknown]`. Sampling data is small enough to keep whole.
-    let mut switching = false;
-    if plan.multi_snapshot && !plan.full_execution {
+    // Every sampling flight recorder is rotated by ptscope (`crate::ring`), never by
+    // perf's own `--switch-output=SIZE --switch-max-files`: perf would delete a file
+    // without a look, and with it the names and mappings of the processes that began
+    // in it, which every later file needs (see `ptscope_perf_data::Sideband`).
+    let switching = plan.ring().is_some() || (plan.multi_snapshot && !plan.full_execution);
+    if switching {
         a.push("--switch-output=signal".into());
-        switching = true;
-    }
-    if let Some((file, files)) = plan.sampling_ring() {
-        a.push(format!("--switch-output={}K", file >> 10).into());
-        a.push(format!("--switch-max-files={files}").into());
-        switching = true;
-    }
-    if let Some((secs, files)) = plan.sampling_time_ring() {
-        a.push(format!("--switch-output={secs}s").into());
-        a.push(format!("--switch-max-files={files}").into());
-        switching = true;
     }
     if switching {
         // perf drops the build-id table with --switch-output unless asked: without it a
@@ -713,6 +715,7 @@ pub fn parse_snapshot_size(s: &str) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::Piece;
 
     fn s(v: Vec<OsString>) -> String {
         v.iter()
@@ -768,19 +771,22 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=49197K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=1024 --call-graph dwarf,8192 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=1024 --call-graph dwarf,8192 --switch-events"
         );
+        // ptscope rotates the file (see `crate::ring`): pieces of this size, four kept.
+        assert_eq!(p.ring(), Some((Piece::Bytes(49197 << 10), 4)));
         // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
         p.snapshot_pages = Some(16384);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12294K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
         );
+        assert_eq!(p.ring(), Some((Piece::Bytes(12_589_670), 4)));
         // The stack at each switch out of the CPU, when the machine allows it.
         p.switch_stacks = true;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --event=sched:sched_switch --switch-output=12294K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --event=sched:sched_switch --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
         );
         p.switch_stacks = false;
         p.snapshot_pages = None;
@@ -788,8 +794,9 @@ mod tests {
         p.snapshot_seconds = Some(10);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=5 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
         );
+        assert_eq!(p.ring(), Some((Piece::Seconds(3), 5)));
         assert!(p.rotates() && p.validate().is_ok());
         // A perf older than 5.12 keeps its build-id table instead.
         p.buildid_mmap = false;
@@ -812,7 +819,7 @@ mod tests {
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=50585K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph lbr --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --call-graph lbr --switch-events"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;
