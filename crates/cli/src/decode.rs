@@ -299,10 +299,13 @@ pub fn command(args: DecodeArgs) -> Result<i32> {
         .run(&args.output, report.interrupted, exit_status(&report))
 }
 
-/// 130 (as for a Ctrl-C'd program) when interrupted, 1 when the trace is incomplete.
+/// The exit status of an interrupted decode: 130, as for a Ctrl-C'd program.
+pub const INTERRUPTED: i32 = 130;
+
+/// [`INTERRUPTED`] when interrupted, 1 when the trace is incomplete.
 pub fn exit_status(report: &Report) -> i32 {
     if report.interrupted {
-        130
+        INTERRUPTED
     } else if !report.incomplete.is_empty() {
         1
     } else {

@@ -99,7 +99,7 @@ fn main() {
                 e.downcast_ref::<ptscope_pipeline::Error>(),
                 Some(ptscope_pipeline::Error::NoEvents(n)) if n.interrupted
             );
-            std::process::exit(if interrupted { 130 } else { 1 });
+            std::process::exit(if interrupted { decode::INTERRUPTED } else { 1 });
         }
     }
 }

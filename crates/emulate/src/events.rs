@@ -60,9 +60,7 @@ impl Events {
     /// The events of snapshot `snapshot` of the recording in `dir`; `comm` names the
     /// threads that did not name themselves; times follow `clock`.
     pub fn open(dir: &Path, comm: &str, snapshot: usize, clock: ClockKind) -> Result<Self> {
-        Self::open_as(dir, comm, snapshot, |v| {
-            Decoding::new(v, snapshot, clock, comm)
-        })
+        Self::open_as(dir, |v| Decoding::new(v, snapshot, clock, comm))
     }
 
     /// [`Events::open`] with times counted in `base` (the instruction clock, to compare
@@ -73,15 +71,12 @@ impl Events {
         snapshot: usize,
         base: TimeBase,
     ) -> Result<Self> {
-        Self::open_as(dir, comm, snapshot, |v| {
-            Decoding::with_time_base(v, snapshot, base, comm)
-        })
+        Self::open_as(dir, |v| Decoding::with_time_base(v, snapshot, base, comm))
     }
 
+    /// The events of the snapshot `decoding` makes of the recording in `dir`.
     fn open_as(
         dir: &Path,
-        _comm: &str,
-        _snapshot: usize,
         decoding: impl FnOnce(&'static View<'static>) -> Decoding<'static, 'static>,
     ) -> Result<Self> {
         let recording = Box::new(Recording::open(dir)?);

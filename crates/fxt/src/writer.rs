@@ -276,6 +276,18 @@ impl ThreadTable {
         }
     }
 
+    /// Frees every slot (the threads stay registered): each is written again at its
+    /// next use.
+    fn clear_slots(&mut self) {
+        for e in &mut self.entries {
+            e.slot = 0;
+        }
+        self.owner = [u32::MAX; THREAD_SLOTS + 1];
+        self.referenced = [false; THREAD_SLOTS + 1];
+        self.next_fresh = 1;
+        self.hand = 1;
+    }
+
     /// Returns (slot, pid, tid, needs a thread record, evicted), or `None` for a foreign handle.
     fn slot_for(&mut self, id: ThreadId) -> Option<(u8, u32, u32, bool, bool)> {
         let entry = self.entries.get(id.0 as usize)?;
@@ -372,14 +384,7 @@ pub struct FxtWriter<W: Write> {
 impl<W: Write> FxtWriter<W> {
     /// Starts a trace: writes the magic, provider and initialization records.
     pub fn new(inner: W) -> Self {
-        let mut w = FxtWriter {
-            inner,
-            buf: Vec::with_capacity(FLUSH_AT + 8 * format::MAX_RECORD_WORDS),
-            error: None,
-            strings: StringTable::new(),
-            threads: ThreadTable::new(),
-            stats: WriterStats::default(),
-        };
+        let mut w = FxtWriter::fragment(inner);
         w.word(format::MAGIC);
         let name = PROVIDER_NAME.as_bytes();
         w.word(
@@ -422,13 +427,7 @@ impl<W: Write> FxtWriter<W> {
     pub fn cut(&mut self) {
         self.flush_buf();
         self.strings.clear();
-        for e in &mut self.threads.entries {
-            e.slot = 0;
-        }
-        self.threads.owner = [u32::MAX; THREAD_SLOTS + 1];
-        self.threads.referenced = [false; THREAD_SLOTS + 1];
-        self.threads.next_fresh = 1;
-        self.threads.hand = 1;
+        self.threads.clear_slots();
     }
 
     /// Bytes of records buffered, not yet handed to the inner writer.

@@ -67,6 +67,16 @@ pub struct FilterStats {
     pub outside: u64,
 }
 
+impl std::ops::AddAssign for FilterStats {
+    /// Adds another sink's counts (threads filtered apart, one summary).
+    fn add_assign(&mut self, o: FilterStats) {
+        self.kept += o.kept;
+        self.hidden_calls += o.hidden_calls;
+        self.too_deep += o.too_deep;
+        self.outside += o.outside;
+    }
+}
+
 /// An open slice of a thread, written or not yet.
 struct Open {
     name: String,
@@ -220,36 +230,27 @@ where
         if t.done || t.depth == 0 {
             return;
         }
-        t.depth -= 1;
-        let d = t.depth;
+        let d = t.depth - 1;
         let dur = time.saturating_sub(t.stack[d].start);
         let qualifies = d < max_depth && dur >= min && time >= w0;
         if !t.stack[d].written && qualifies {
             // Old enough only now: its ancestors (older) first, then itself.
-            t.depth += 1;
             self.settle(thread, time);
-            let Some(t) = self.tracks.get_mut(&thread) else {
-                return;
-            };
-            t.depth -= 1;
         }
         let Some(t) = self.tracks.get_mut(&thread) else {
             return;
         };
+        t.depth -= 1;
         let o = &t.stack[d];
         if o.written {
             let (calls, ns) = (o.hidden_calls, o.hidden_ns);
-            let name = std::mem::take(&mut t.stack[d].name);
             if calls > 0 {
                 let mut all: Vec<Arg<'_>> = args.to_vec();
                 all.push(Arg::new("hidden_calls", ArgValue::Int(calls as i64)));
                 all.push(Arg::new("hidden_ns", ArgValue::Int(ns as i64)));
-                self.inner.duration_end(thread, &name, time, &all);
+                self.inner.duration_end(thread, &o.name, time, &all);
             } else {
-                self.inner.duration_end(thread, &name, time, args);
-            }
-            if let Some(t) = self.tracks.get_mut(&thread) {
-                t.stack[d].name = name;
+                self.inner.duration_end(thread, &o.name, time, args);
             }
             return;
         }

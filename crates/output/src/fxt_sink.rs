@@ -75,22 +75,20 @@ impl<W: Write> FxtSink<W> {
 impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
     /// Starts a trace on `out`, handing each warning to `on_warning`.
     pub fn with_warnings(out: W, on_warning: H) -> Self {
-        FxtSink {
-            writer: FxtWriter::new(out),
-            next_koid: 1,
-            threads: Vec::new(),
-            counter_ids: HashMap::new(),
-            stats: SinkStats::default(),
-            on_warning,
-        }
+        FxtSink::over(FxtWriter::new(out), 1, on_warning)
     }
 
     /// A sink writing a fragment of a trace (see [`FxtWriter::fragment`]): no header,
     /// threads attached by the koids another sink gave them ([`FxtSink::attach_thread`]).
     pub fn fragment(out: W, on_warning: H) -> Self {
+        FxtSink::over(FxtWriter::fragment(out), u32::MAX, on_warning)
+    }
+
+    /// A sink over `writer`, numbering the kernel objects it makes from `next_koid`.
+    fn over(writer: FxtWriter<W>, next_koid: u32, on_warning: H) -> Self {
         FxtSink {
-            writer: FxtWriter::fragment(out),
-            next_koid: u32::MAX,
+            writer,
+            next_koid,
             threads: Vec::new(),
             counter_ids: HashMap::new(),
             stats: SinkStats::default(),
@@ -228,16 +226,7 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
     fn allocate_thread(&mut self, pid: u32, name: &str) -> FxtThread {
         let tid = self.koid();
         self.writer.thread_object(tid, pid, name);
-        let id = self.writer.thread(pid, tid);
-        let handle = FxtThread(self.threads.len() as u32);
-        self.threads.push(SinkThread {
-            id,
-            koid: tid,
-            group: pid,
-            open: Vec::new(),
-            depth: 0,
-        });
-        handle
+        self.attach_thread(pid, tid)
     }
 
     fn rename_pid(&mut self, pid: u32, name: &str) {

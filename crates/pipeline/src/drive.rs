@@ -614,7 +614,7 @@ pub(crate) fn run_writer<S: TraceSink>(
             specs,
             opts,
             end_at,
-            hit_times.clone(),
+            hit_times,
             sink,
             |sink, earliest_time, x: Extras| LegacyWriter::new(sink, config_for(earliest_time, x)),
             totals,
@@ -624,7 +624,7 @@ pub(crate) fn run_writer<S: TraceSink>(
             specs,
             opts,
             end_at,
-            hit_times.clone(),
+            hit_times,
             sink,
             |sink, earliest_time, x: Extras| {
                 SegmentsWriter::new(sink, config_for(earliest_time, x))

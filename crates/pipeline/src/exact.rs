@@ -468,10 +468,7 @@ fn fxt(
         for (i, r, st) in res {
             account(r, &threads[i], observer, totals);
             if let Some(st) = st {
-                filtered.kept += st.kept;
-                filtered.hidden_calls += st.hidden_calls;
-                filtered.too_deep += st.too_deep;
-                filtered.outside += st.outside;
+                filtered += st;
             }
         }
         if observer.stopped() {

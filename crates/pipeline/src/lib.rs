@@ -595,29 +595,15 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
     }
     match opts.format {
         Format::Transcript => {
-            let f = opts.output_filter;
-            let sink = if f.is_none() {
-                drive::run_writer(
-                    specs,
-                    opts,
-                    config,
-                    TranscriptSink::default(),
-                    &mut totals,
-                    observer,
-                )?
-                .0
-            } else {
-                let (s, _) = drive::run_writer(
-                    specs,
-                    opts,
-                    config,
-                    FilterSink::new(TranscriptSink::default(), f),
-                    &mut totals,
-                    observer,
-                )?;
-                totals.filtered(&f, s.stats());
-                s.into_inner()
-            };
+            let sink = write_into(
+                specs,
+                opts,
+                config,
+                TranscriptSink::default(),
+                false,
+                &mut totals,
+                observer,
+            )?;
             let text = sink.render();
             if output == Path::new("-") {
                 io::stdout()
@@ -649,43 +635,10 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
             let fxt = ptscope_output::FxtSink::with_warnings(out, |w: &str| observer.warning(w));
             // An error here means nothing usable was read; the temporary output is
             // dropped with it and nothing appears at the output path.
-            let f = opts.output_filter;
-            let mut sink = match (opts.writer, f.is_none()) {
-                // The legacy writer emits inferred frames late; restore per-thread time
-                // order. The segments writer writes in order already.
-                (WriterKind::Legacy, true) => {
-                    let (s, _) = drive::run_writer(
-                        specs,
-                        opts,
-                        config,
-                        OrderedSink::new(fxt),
-                        &mut totals,
-                        observer,
-                    )?;
-                    s.finish().map_err(Error::Reorder)?
-                }
-                (WriterKind::Legacy, false) => {
-                    let (s, _) = drive::run_writer(
-                        specs,
-                        opts,
-                        config,
-                        OrderedSink::new(FilterSink::new(fxt, f)),
-                        &mut totals,
-                        observer,
-                    )?;
-                    let s = s.finish().map_err(Error::Reorder)?;
-                    totals.filtered(&f, s.stats());
-                    s.into_inner()
-                }
-                (_, true) => drive::run_writer(specs, opts, config, fxt, &mut totals, observer)?.0,
-                (_, false) => {
-                    let sink = FilterSink::new(fxt, f);
-                    let (s, _) =
-                        drive::run_writer(specs, opts, config, sink, &mut totals, observer)?;
-                    totals.filtered(&f, s.stats());
-                    s.into_inner()
-                }
-            };
+            // The legacy writer emits inferred frames late; restore per-thread time order.
+            // The segments writer writes in order already.
+            let reorder = opts.writer == WriterKind::Legacy;
+            let mut sink = write_into(specs, opts, config, fxt, reorder, &mut totals, observer)?;
             if totals.samples > 0 && totals.branches == 0 {
                 // `ptscope report` reads this to mark counts and times as estimates.
                 totals
@@ -700,6 +653,45 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
         }
     }
     Ok(totals.into())
+}
+
+/// Runs the chosen stack writer over every input into `sink`, through the output filter
+/// when one is asked for (saying what it left out), restoring each thread's time order
+/// before the filter when `reorder`.
+fn write_into<S: ptscope_stacks::TraceSink>(
+    specs: Vec<inputs::InputSpec>,
+    opts: &DecodeOptions,
+    config: WriterConfig,
+    sink: S,
+    reorder: bool,
+    totals: &mut Totals,
+    observer: &dyn Observer,
+) -> Result<S, Error>
+where
+    S::Thread: std::hash::Hash + Eq,
+{
+    let f = opts.output_filter;
+    Ok(match (reorder, f.is_none()) {
+        (false, true) => drive::run_writer(specs, opts, config, sink, totals, observer)?.0,
+        (false, false) => {
+            let sink = FilterSink::new(sink, f);
+            let (s, _) = drive::run_writer(specs, opts, config, sink, totals, observer)?;
+            totals.filtered(&f, s.stats());
+            s.into_inner()
+        }
+        (true, true) => {
+            let sink = OrderedSink::new(sink);
+            let (s, _) = drive::run_writer(specs, opts, config, sink, totals, observer)?;
+            s.finish().map_err(Error::Reorder)?
+        }
+        (true, false) => {
+            let sink = OrderedSink::new(FilterSink::new(sink, f));
+            let (s, _) = drive::run_writer(specs, opts, config, sink, totals, observer)?;
+            let s = s.finish().map_err(Error::Reorder)?;
+            totals.filtered(&f, s.stats());
+            s.into_inner()
+        }
+    })
 }
 
 /// Decodes `opts`' inputs as [`decode`] does (same sources, same naming, names

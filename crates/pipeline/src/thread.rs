@@ -114,21 +114,24 @@ pub(crate) fn decode_inputs(
                 .and_then(|h| h.cut_short),
             _ => None,
         };
+        let cut_short = |c| {
+            format!(
+                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
+                 while writing it)",
+                spec.name()
+            )
+        };
         let cut_said = |e: String| match cut {
             Some(c) => format!(
-                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
-                 while writing it), and perf failed on it: {e}. Record again, or decode the \
-                 whole file",
-                spec.name()
+                "{}, and perf failed on it: {e}. Record again, or decode the whole file",
+                cut_short(c)
             ),
             None => e,
         };
         if let Some(c @ ptscope_decode::header::CutShort::Records { .. }) = cut {
             let e = format!(
-                "{} is cut short: {c} (a copy that stopped early, a full disk, or perf killed \
-                 while writing it). perf cannot read such a file: record again, or decode the \
-                 whole file",
-                spec.name()
+                "{}. perf cannot read such a file: record again, or decode the whole file",
+                cut_short(c)
             );
             if tx.send(Msg::failed(e)).is_err() {
                 return;

@@ -463,23 +463,12 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             break EndReason::Signal(sig);
         }
         let before = hits.len();
-        let fired = read_hits(&mut bps, offset, &mut hits);
-        // Each hit is a snapshot of its own (`ptscope decode` cuts them at the hits'
-        // times), however close together they came.
-        let said = |hits: &[Hit]| {
-            for k in before + 1..=hits.len() {
-                say(opts, &format!("trigger hit: snapshot {k}"));
-            }
-        };
-        if fired {
+        if read_hits(&mut bps, offset, &mut hits) {
             if let Some(r) = ring.as_mut().filter(|_| sealing) {
                 // Sampling: the hit's rotation ends the pieces held, which become its
                 // snapshot (see `crate::ring`).
-                r.settle();
-                perf.signal(libc::SIGUSR2);
-                if r.seal() {
-                    write_snapshot_ends(dir, r.snapshot_ends())?;
-                    said(&hits);
+                if seal_snapshot(r, &mut perf, dir)? {
+                    say_snapshots(opts, before, &hits);
                 } else {
                     say(
                         opts,
@@ -490,7 +479,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
             } else if opts.multi_snapshot {
                 // SIGUSR2 both snapshots and switches to a new perf.data file.
                 perf.signal(libc::SIGUSR2);
-                said(&hits);
+                say_snapshots(opts, before, &hits);
             } else {
                 // Hold the process still so the recording ends at the hit, not a few ms later.
                 for &p in &pids {
@@ -531,16 +520,10 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     let before = hits.len();
     if ended_by != EndReason::Trigger && read_hits(&mut bps, offset, &mut hits) {
         if let Some(r) = ring.as_mut().filter(|_| sealing && perf.alive()) {
-            r.settle();
-            perf.signal(libc::SIGUSR2);
-            if r.seal() {
-                write_snapshot_ends(dir, r.snapshot_ends())?;
-            }
+            seal_snapshot(r, &mut perf, dir)?;
         }
         if opts.multi_snapshot {
-            for k in before + 1..=hits.len() {
-                say(opts, &format!("trigger hit: snapshot {k}"));
-            }
+            say_snapshots(opts, before, &hits);
         }
     }
     let finish = finish_perf(&mut ctl, &mut perf, backend, &plan, ended_by);
@@ -691,6 +674,27 @@ fn wait_program(p: &mut Program, base: usize) -> Option<ExitStatus> {
             });
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Ends a sampling snapshot at a trigger hit: perf's rotation ends the pieces held
+/// (see `crate::ring`), and the rotation marker says so. False if perf did not start a
+/// new file in time.
+fn seal_snapshot(r: &mut crate::ring::SnapshotRing, perf: &mut Perf, dir: &Path) -> Result<bool> {
+    r.settle();
+    perf.signal(libc::SIGUSR2);
+    let sealed = r.seal();
+    if sealed {
+        write_snapshot_ends(dir, r.snapshot_ends())?;
+    }
+    Ok(sealed)
+}
+
+/// Says each hit after the first `before` of `hits`: each is a snapshot of its own
+/// (`ptscope decode` cuts them at the hits' times), however close together they came.
+fn say_snapshots(opts: &Options, before: usize, hits: &[Hit]) {
+    for k in before + 1..=hits.len() {
+        say(opts, &format!("trigger hit: snapshot {k}"));
     }
 }
 

@@ -57,6 +57,22 @@ fn plain(path: &Path) -> PathBuf {
     path.components().collect()
 }
 
+/// ` (to TARGET)` for the symbolic link `p`, for messages; empty if it cannot be read.
+fn link_note(p: &Path) -> String {
+    std::fs::read_link(p)
+        .map(|t| format!(" (to {})", t.display()))
+        .unwrap_or_default()
+}
+
+/// `path`, relative to the current directory if relative.
+fn absolute(path: &Path) -> io::Result<PathBuf> {
+    if path.is_absolute() {
+        Ok(path.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()?.join(path))
+    }
+}
+
 /// What kind of file a non-regular one is, for messages.
 fn kind(m: &Metadata) -> &'static str {
     let t = m.file_type();
@@ -101,9 +117,7 @@ pub fn check_output_target(path: &Path) -> io::Result<()> {
         ));
     }
     if t.is_symlink() {
-        let to = std::fs::read_link(&p)
-            .map(|t| format!(" (to {})", t.display()))
-            .unwrap_or_default();
+        let to = link_note(&p);
         return Err(refused(format!(
             "{} is a symbolic link{to}: ptscope never writes through a link at the output's \
              name (another user's link could point it at a device or at a file of yours); \
@@ -130,11 +144,7 @@ pub fn check_output_target(path: &Path) -> io::Result<()> {
 pub fn resolve_trusted(path: &Path) -> io::Result<PathBuf> {
     use std::collections::VecDeque;
     use std::path::Component;
-    let abs = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()?.join(path)
-    };
+    let abs = absolute(path)?;
     let mut todo: VecDeque<std::ffi::OsString> = VecDeque::new();
     for c in abs.components() {
         match c {
@@ -253,9 +263,7 @@ impl TrustedDir {
         let p = plain(path);
         match std::fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {
-                let to = std::fs::read_link(&p)
-                    .map(|t| format!(" (to {})", t.display()))
-                    .unwrap_or_default();
+                let to = link_note(&p);
                 return Err(refused(format!(
                     "{} is a symbolic link{to}: ptscope works only in the directory itself, \
                      never through a link (another user's link could be pointed elsewhere \
@@ -331,11 +339,7 @@ impl TrustedDir {
 /// existing one is a directory no other user can change (so none can interfere while
 /// the rest is created).
 fn create_private(p: &Path) -> io::Result<()> {
-    let abs = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        std::env::current_dir()?.join(p)
-    };
+    let abs = absolute(p)?;
     let existing = abs
         .ancestors()
         .skip(1)
@@ -479,10 +483,15 @@ fn open_regular(
 /// Creates `path` afresh for writing, mode 0600: `O_EXCL|O_NOFOLLOW`, so nothing placed
 /// there (a link, a fifo, someone's file) is opened; fails if anything is there.
 pub fn create_new(path: &Path) -> io::Result<File> {
+    create_with_mode(path, 0o600)
+}
+
+/// Creates `path` afresh for writing with `mode` (less the umask), `O_EXCL|O_NOFOLLOW`.
+fn create_with_mode(path: &Path, mode: u32) -> io::Result<File> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
 }
@@ -494,13 +503,7 @@ pub fn create_new(path: &Path) -> io::Result<File> {
 /// name of another file (another user may hard-link a file of root's into `/tmp`).
 pub fn replace_in_place(path: &Path) -> io::Result<File> {
     check_output_target(path)?;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o666)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-    {
+    match create_with_mode(path, 0o666) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         other => return other,
     }

@@ -41,6 +41,7 @@
 
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::exact::{ExactKind, ExactStep, FuncId, Functions, Restart, UNKNOWN_FUNC};
+use std::borrow::Cow;
 
 /// What marks a slice whose start is the stream's, not its own.
 const INFERRED: &str = "[inferred start time]";
@@ -103,6 +104,15 @@ impl Overlay {
 enum Shown {
     Func(FuncId),
     Overlay(Overlay),
+}
+
+impl Shown {
+    fn name(self, funcs: &Functions) -> &str {
+        match self {
+            Shown::Func(f) => funcs.name(f),
+            Shown::Overlay(o) => o.name(),
+        }
+    }
 }
 
 /// Where tracing stopped.
@@ -439,6 +449,16 @@ impl ExactStack {
         }
     }
 
+    /// The name of a slice whose start is inferred: marked in transcripts (`annotate`),
+    /// as is otherwise (its argument says so).
+    fn inferred_name<'a>(&self, name: &'a str) -> Cow<'a, str> {
+        if self.annotate {
+            Cow::Owned(format!("{name} {INFERRED}"))
+        } else {
+            Cow::Borrowed(name)
+        }
+    }
+
     /// Writes what changed since the last write to `track` at `time`: the slices that
     /// ended, then those that began.
     pub fn write<S: TraceSink>(
@@ -450,15 +470,8 @@ impl ExactStack {
     ) {
         let t0 = i64::try_from(self.first_time.unwrap_or(0)).unwrap_or(i64::MAX);
         for f in std::mem::take(&mut self.revealed) {
-            let name = funcs.name(f);
-            let named;
-            let name = if self.annotate {
-                named = format!("{name} {INFERRED}");
-                &named
-            } else {
-                name
-            };
-            sink.duration_begin_enclosing(track, name, t0, &INFERRED_ARGS);
+            let name = self.inferred_name(funcs.name(f));
+            sink.duration_begin_enclosing(track, &name, t0, &INFERRED_ARGS);
             self.shown.insert(0, Shown::Func(f));
         }
         let want = |i: usize| -> Option<Shown> {
@@ -474,30 +487,15 @@ impl ExactStack {
         }
         let t = i64::try_from(time).unwrap_or(i64::MAX);
         while self.shown.len() > d {
-            let s = self.shown.pop();
-            let name = match s {
-                Some(Shown::Func(f)) => funcs.name(f),
-                Some(Shown::Overlay(o)) => o.name(),
-                None => "",
-            };
+            let name = self.shown.pop().map_or("", |s| s.name(funcs));
             sink.duration_end(track, name, t, &[]);
         }
         while let Some(w) = want(self.shown.len()) {
             let i = self.shown.len();
             let inferred = self.frames.get(i).is_some_and(|f| f.inferred);
-            let name = match w {
-                Shown::Func(f) => funcs.name(f),
-                Shown::Overlay(o) => o.name(),
-            };
+            let name = w.name(funcs);
             if inferred {
-                let named;
-                let name = if self.annotate {
-                    named = format!("{name} {INFERRED}");
-                    &named
-                } else {
-                    name
-                };
-                sink.duration_begin(track, name, t, &INFERRED_ARGS);
+                sink.duration_begin(track, &self.inferred_name(name), t, &INFERRED_ARGS);
             } else {
                 sink.duration_begin(track, name, t, &[]);
             }

@@ -52,11 +52,7 @@ type R<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
 /// reserved outright. DEFLATE (`ELFCOMPRESS_ZLIB`) cannot expand more than 1032:1; zstd
 /// could in theory, but real debug sections compress about 3-10:1, so the same bound
 /// (with a 1 MiB floor) turns away only corrupt headers.
-pub(crate) fn check_claimed_size(
-    s: &object::Section<'_, '_>,
-    path: &Path,
-    name: &str,
-) -> Result<()> {
+fn check_claimed_size(s: &object::Section<'_, '_>, path: &Path, name: &str) -> Result<()> {
     let Ok(c) = s.compressed_data() else {
         // `uncompressed_data` reports the same problem with its own message.
         return Ok(());
@@ -79,6 +75,34 @@ pub(crate) fn check_claimed_size(
     Ok(())
 }
 
+/// The byte order gimli reads `obj`'s DWARF in.
+pub(crate) fn endian(obj: &object::File<'_>) -> gimli::RunTimeEndian {
+    if obj.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    }
+}
+
+/// The bytes of DWARF section `id` of `obj` (of the file at `path`), uncompressed after
+/// checking the size it claims; empty when there is no such section.
+pub(crate) fn section_data<'a>(
+    obj: &object::File<'a>,
+    path: &Path,
+    id: gimli::SectionId,
+) -> Result<Cow<'a, [u8]>> {
+    match obj.section_by_name(id.name()) {
+        Some(s) => {
+            check_claimed_size(&s, path, id.name())?;
+            s.uncompressed_data().map_err(|source| Error::Elf {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+        None => Ok(Cow::Borrowed(&[][..])),
+    }
+}
+
 impl LineTable {
     /// Reads `.debug_line` (through `.debug_info`'s units) of `elf`.
     ///
@@ -93,24 +117,8 @@ impl LineTable {
                 debuglink: elf.debuglink(),
             });
         }
-        let endian = if file.is_little_endian() {
-            gimli::RunTimeEndian::Little
-        } else {
-            gimli::RunTimeEndian::Big
-        };
-        let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>> {
-            match file.section_by_name(id.name()) {
-                Some(s) => {
-                    check_claimed_size(&s, &path, id.name())?;
-                    s.uncompressed_data().map_err(|source| Error::Elf {
-                        path: path.clone(),
-                        source,
-                    })
-                }
-                None => Ok(Cow::Borrowed(&[][..])),
-            }
-        };
-        let sections = gimli::DwarfSections::load(load)?;
+        let endian = endian(file);
+        let sections = gimli::DwarfSections::load(|id| section_data(file, &path, id))?;
         let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
         let dwarf_err = |source| Error::Dwarf {
             path: path.clone(),

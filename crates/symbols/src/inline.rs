@@ -82,23 +82,9 @@ impl InlineInfo {
     ) -> Result<Self> {
         let path = elf.path();
         let obj = elf.object();
-        let endian = if obj.is_little_endian() {
-            gimli::RunTimeEndian::Little
-        } else {
-            gimli::RunTimeEndian::Big
-        };
+        let endian = crate::dwarf::endian(obj);
         let load = |id: gimli::SectionId| -> Result<Reader> {
-            let data: Arc<[u8]> = match obj.section_by_name(id.name()) {
-                Some(s) => {
-                    crate::dwarf::check_claimed_size(&s, path, id.name())?;
-                    let bytes = s.uncompressed_data().map_err(|source| Error::Elf {
-                        path: path.to_path_buf(),
-                        source,
-                    })?;
-                    Arc::from(bytes.as_ref())
-                }
-                None => Arc::from(&[][..]),
-            };
+            let data: Arc<[u8]> = Arc::from(crate::dwarf::section_data(obj, path, id)?.as_ref());
             Ok(gimli::EndianArcSlice::new(data, endian))
         };
         let dwarf = gimli::Dwarf::load(load)?;

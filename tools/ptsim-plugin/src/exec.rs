@@ -1,6 +1,6 @@
 //! The callbacks run as blocks execute: the hot paths of both modes, and trigger hits.
 //!
-//! A callback's user-data word is `trigger << 48 | id << 16 | n_insns`.
+//! A callback's user-data word is `trigger << 48 | id << 16 | n_insns` ([`userdata`]).
 
 use crate::state::{fast_state, state, write_chunk, Rec, ThreadState, STAMP_EVERY};
 use crate::{icount, proc, write_published, CLOCK, SHARED, STOPPED, TRIGGER_BLOCKS};
@@ -11,15 +11,27 @@ use std::ffi::{c_uint, c_void};
 use std::io::Write;
 use std::sync::atomic::Ordering;
 
+/// The user-data word of the callbacks of block `id` of `n` instructions (below 2^16),
+/// with a trigger's index above them for that trigger's callbacks.
+pub(crate) fn userdata(id: u32, n: usize, trigger: Option<usize>) -> u64 {
+    let ud = ((id as u64) << 16) | (n as u64 & 0xffff);
+    trigger.map_or(ud, |t| ud | ((t as u64) << 48))
+}
+
+/// A callback's user-data word, its block id and the block's instruction count.
+#[inline(always)]
+fn unpack(userdata: *mut c_void) -> (u64, u32, u64) {
+    let ud = userdata as usize as u64;
+    (ud, (ud >> 16) as u32, ud & 0xffff)
+}
+
 /// Every-block mode: runs at every block. Appends the block id to the thread's chunk
 /// when nothing else is due (same thread as before, no host stamp due, room left).
 pub(crate) extern "C" fn on_exec(vcpu: c_uint, userdata: *mut c_void) {
     if STOPPED.load(Ordering::Relaxed) {
         return;
     }
-    let ud = userdata as usize as u64;
-    let id = (ud >> 16) as u32;
-    let n = ud & 0xffff;
+    let (_, id, n) = unpack(userdata);
     let start = CLOCK.fetch_add(n, Ordering::Relaxed);
     if let Some(st) = fast_state(vcpu) {
         if start == st.expected && st.countdown != 0 && st.used + 4 <= st.cap {
@@ -39,9 +51,7 @@ pub(crate) extern "C" fn on_exec_stack(vcpu: c_uint, userdata: *mut c_void) {
     if STOPPED.load(Ordering::Relaxed) {
         return;
     }
-    let ud = userdata as usize as u64;
-    let id = (ud >> 16) as u32;
-    let n = ud & 0xffff;
+    let (_, id, n) = unpack(userdata);
     let start = icount();
     if let Some(st) = fast_state(vcpu) {
         // A few unlogged instructions since the last logged block go in the id's word.
@@ -122,8 +132,7 @@ pub(crate) extern "C" fn on_trigger_insn(vcpu: c_uint, userdata: *mut c_void) {
     let (Some(shared), Some(p)) = (SHARED.get(), proc()) else {
         return;
     };
-    let ud = userdata as usize as u64;
-    let n = ud & 0xffff;
+    let (ud, id, n) = unpack(userdata);
     // The block's start on the clock: what the thread expects next, less this block.
     let Some((tid, clock)) = state(vcpu).map(|st| (st.tid, st.expected.wrapping_sub(n))) else {
         return;
@@ -133,7 +142,6 @@ pub(crate) extern "C" fn on_trigger_insn(vcpu: c_uint, userdata: *mut c_void) {
         return;
     }
     let hit = p.hits.fetch_add(1, Ordering::Relaxed);
-    let id = (ud >> 16) as u32;
     // try_lock: a forked child may have inherited it locked by a thread it does not have.
     let at = TRIGGER_BLOCKS
         .try_lock()

@@ -59,10 +59,11 @@ mod translate;
 
 use api::*;
 use ptscope_blocklog::format::{
-    header_payload, KIND_EXEC, KIND_FORK, KIND_HEADER, KIND_MAPS, MODE_EVERY_BLOCK, MODE_STACK,
+    header_payload, KIND_EXEC, KIND_FORK, KIND_HEADER, MODE_EVERY_BLOCK, MODE_STACK,
 };
-use regions::{parse_maps, Regions};
-use state::{write_chunk, ThreadState, FIRST_EXPECTED, STATES};
+use ptscope_blocklog::parse_maps;
+use regions::Regions;
+use state::{write_chunk, write_maps, ThreadState, FIRST_EXPECTED, STATES};
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::fs::File;
@@ -327,7 +328,7 @@ extern "C" fn in_child() {
     write_chunk(&mut file, KIND_FORK, 0, &fork);
     // The parent's functions, unless another of its threads held them at the fork.
     let regions = match parent.regions.try_lock() {
-        Ok(r) => r.inherit(Vec::new()),
+        Ok(r) => r.inherit(),
         Err(_) => Regions::default(),
     };
     let child = Proc {
@@ -341,9 +342,7 @@ extern "C" fn in_child() {
     // The child's log names its own mappings (the same as the parent's at the fork).
     if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
         if let Ok(mut out) = child.out.lock() {
-            let mut payload = clock.to_le_bytes().to_vec();
-            payload.extend_from_slice(text.as_bytes());
-            write_chunk(&mut *out, KIND_MAPS, 0, &payload);
+            write_maps(&mut *out, clock, &text);
             let _ = out.flush();
         }
         if let Ok(mut r) = child.regions.lock() {

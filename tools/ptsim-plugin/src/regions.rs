@@ -3,19 +3,10 @@
 //! loaded once through `ptscope_symbols::FileFunctions` — the very functions ptscope's
 //! decoder names, so code the plugin sees stay in one region stays in one named function.
 
+use ptscope_blocklog::MapEntry;
 use ptscope_symbols::FileFunctions;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// One line of a maps snapshot.
-pub(crate) struct MapLine {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) pgoff: u64,
-    pub(crate) dev: (u32, u32),
-    pub(crate) ino: u64,
-    pub(crate) path: String,
-}
 
 /// Which region an address is in: two addresses in the same region are named the same
 /// function by the decoder.
@@ -42,7 +33,9 @@ impl Key {
 /// The maps snapshot and the functions of the files in it.
 #[derive(Default)]
 pub(crate) struct Regions {
-    pub(crate) maps: Vec<MapLine>,
+    /// Every mapping, whatever its permissions: qemu-user maps guest code without host
+    /// execute permission.
+    pub(crate) maps: Vec<MapEntry>,
     /// Loaded files by path, and their functions (`None`: not readable as ELF).
     files: Vec<(String, Option<Arc<FileFunctions>>)>,
     by_path: HashMap<String, usize>,
@@ -50,17 +43,15 @@ pub(crate) struct Regions {
 
 impl Regions {
     /// A forked child's: the parent's files, already loaded (loading them again costs
-    /// the child as much as it cost the parent).
-    pub(crate) fn inherit(&self, maps: Vec<MapLine>) -> Regions {
+    /// the child as much as it cost the parent); its own maps are read at the fork.
+    pub(crate) fn inherit(&self) -> Regions {
         Regions {
-            maps,
+            maps: Vec::new(),
             files: self.files.clone(),
             by_path: self.by_path.clone(),
         }
     }
-}
 
-impl Regions {
     /// True when `addr` is inside a mapping of the snapshot.
     pub(crate) fn covers(&self, addr: u64) -> bool {
         self.maps.iter().any(|m| addr >= m.start && addr < m.end)
@@ -99,39 +90,4 @@ impl Regions {
             None => Key::File(i, addr, false),
         }
     }
-}
-
-/// Parses `/proc/self/maps` text. All mappings count: qemu-user maps guest code without
-/// host execute permission.
-pub(crate) fn parse_maps(maps: &str) -> Vec<MapLine> {
-    let mut out = Vec::new();
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), _, Some(off), Some(dev), Some(ino)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            continue;
-        };
-        let path = f.collect::<Vec<_>>().join(" ");
-        let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        let (Some(start), Some(end)) = (hex(a), hex(b)) else {
-            continue;
-        };
-        let dev = dev
-            .split_once(':')
-            .and_then(|(a, b)| Some((hex(a)? as u32, hex(b)? as u32)))
-            .unwrap_or((0, 0));
-        out.push(MapLine {
-            start,
-            end,
-            pgoff: hex(off).unwrap_or(0),
-            dev,
-            ino: ino.parse().unwrap_or(0),
-            path,
-        });
-    }
-    out
 }

@@ -3,7 +3,7 @@
 
 use crate::api::{gettid, now_ns, say};
 use crate::{proc, Proc, EXITED, SHARED};
-use ptscope_blocklog::format::{chunk_header, HOST, KIND_EXEC, KIND_RING_COPY, MARKER};
+use ptscope_blocklog::format::{chunk_header, HOST, KIND_EXEC, KIND_MAPS, KIND_RING_COPY, MARKER};
 use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
@@ -288,6 +288,13 @@ impl Rec {
 pub(crate) fn write_chunk<W: Write + ?Sized>(out: &mut W, kind: u8, tid: u32, payload: &[u8]) {
     let _ = out.write_all(&chunk_header(kind, tid, payload.len() as u64));
     let _ = out.write_all(payload);
+}
+
+/// Writes a maps snapshot chunk: the clock it was taken at, then `/proc/self/maps`.
+pub(crate) fn write_maps<W: Write + ?Sized>(out: &mut W, clock: u64, maps: &str) {
+    let mut payload = clock.to_le_bytes().to_vec();
+    payload.extend_from_slice(maps.as_bytes());
+    write_chunk(out, KIND_MAPS, 0, &payload);
 }
 
 /// vCPU indices the hot path finds a state by directly; a thread with a higher index

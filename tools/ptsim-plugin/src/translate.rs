@@ -3,17 +3,20 @@
 //! needs, the others an inline instruction count (stack mode).
 
 use crate::api::*;
-use crate::exec::{on_exec, on_exec_stack, on_trigger, on_trigger_insn, on_trigger_stack};
-use crate::regions::{parse_maps, MapLine, Regions};
-use crate::state::write_chunk;
+use crate::exec::{
+    on_exec, on_exec_stack, on_trigger, on_trigger_insn, on_trigger_stack, userdata,
+};
+use crate::regions::Regions;
+use crate::state::{write_chunk, write_maps};
 use crate::{
     current_clock, icount_ptr, is_handler, proc, Shared, Trigger, MODE, NEXT_TB, SHARED,
     TRANSLATED, TRIGGER_BLOCKS,
 };
 use ptscope_blocklog::classify::{classify, Flow};
 use ptscope_blocklog::format::{
-    push_tb_record, KIND_MAPS, KIND_TBS, MAX_BLOCK_ID, MODE_STACK, TB_HANDLER_ENTRY,
+    push_tb_record, KIND_TBS, MAX_BLOCK_ID, MODE_STACK, TB_HANDLER_ENTRY,
 };
+use ptscope_blocklog::{parse_maps, MapEntry};
 use std::ffi::c_void;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,11 +27,12 @@ static FIRST_DONE: AtomicBool = AtomicBool::new(false);
 
 /// The first trigger inside the block `[vaddr, vaddr + size)`, by the file and offset
 /// mapped there: its index and address.
-fn trigger_at(shared: &Shared, maps: &[MapLine], vaddr: u64, size: u64) -> Option<(usize, u64)> {
+fn trigger_at(shared: &Shared, maps: &[MapEntry], vaddr: u64, size: u64) -> Option<(usize, u64)> {
     let m = maps.iter().find(|m| vaddr >= m.start && vaddr < m.end)?;
     let off = vaddr - m.start + m.pgoff;
     shared.triggers.iter().enumerate().find_map(|(i, t)| {
-        let same_file = (t.ino != 0 && t.dev == m.dev && t.ino == m.ino) || t.path == m.path;
+        let same_file =
+            (t.ino != 0 && t.dev == (m.maj, m.min) && t.ino == m.ino) || t.path == m.path;
         (same_file && t.offset >= off && t.offset - off < size.max(1))
             .then(|| (i, vaddr + (t.offset - off)))
     })
@@ -141,9 +145,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
                 regions.maps = parse_maps(&maps);
                 if let Ok(mut out) = p.out.lock() {
-                    let mut payload = current_clock().to_le_bytes().to_vec();
-                    payload.extend_from_slice(maps.as_bytes());
-                    write_chunk(&mut *out, KIND_MAPS, 0, &payload);
+                    write_maps(&mut *out, current_clock(), &maps);
                 }
             }
         }
@@ -176,7 +178,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
     }
     // The block id and instruction count travel in the callback's user-data word (and a
     // trigger's index above them, for its block only).
-    let ud = ((id as u64) << 16) | (n as u64 & 0xffff);
+    let ud = userdata(id, n, None);
     if let (Some((_, at)), Ok(mut b)) = (trigger, TRIGGER_BLOCKS.try_lock()) {
         b.push((id, at));
     }
@@ -187,7 +189,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             (on_exec, on_trigger)
         };
         let (cb, ud): (ExecCb, u64) = match trigger {
-            Some((t, at)) if at == vaddr => (at_start, ud | ((t as u64) << 48)),
+            Some((t, at)) if at == vaddr => (at_start, userdata(id, n, Some(t))),
             Some((t, at)) => {
                 // Inside the block: a callback on that instruction only.
                 // SAFETY: `tb` is still the block being translated; its instruction
@@ -198,7 +200,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
                         .map(|i| qemu_plugin_tb_get_insn(tb, i))
                         .find(|&i| qemu_plugin_insn_vaddr(i) == at)
                     {
-                        let tud = ud | ((t as u64) << 48);
+                        let tud = userdata(id, n, Some(t));
                         qemu_plugin_register_vcpu_insn_exec_cb(
                             insn,
                             on_trigger_insn,

@@ -4,9 +4,8 @@
 //! before its gap is a guess on one name; the segments after it, up to the first long one,
 //! say which of those frames were still running.
 
-use super::frames::{frame_path, Join};
 use super::frames::{plain_name, Segment};
-use super::stitch::{find_stitch, Stitch, MAX_LOOKAHEAD, THREAD_ROOTS};
+use super::stitch::{find_stitch, Stitch, THREAD_ROOTS};
 use super::write::ThreadWriter;
 use crate::sink::TraceSink;
 
@@ -63,15 +62,9 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
     /// decode error, lines up with by at least two frames (one name alone is often a
     /// coincidence), up to the first segment that is not short (which ends the burst).
     fn survivors(&self, si: usize) -> Option<usize> {
-        let ts = self.ts;
-        let mut later_path = Vec::new();
         let mut most = None;
-        for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
-            if later.join != Join::Any || later.end <= later.first {
-                break;
-            }
-            frame_path(ts, ts.entries[later.first].leaf, &mut later_path);
-            if let Some(f) = find_stitch(ts, self.locs, self.strings, &self.open, &later_path) {
+        for (later, found) in self.later_line_ups(si) {
+            if let Some(f) = found {
                 if !f.unverified && f.matched >= 2 {
                     most = most.max(Some(f.base + f.matched));
                 }

@@ -38,6 +38,24 @@ pub(super) struct Frame {
 
 const _: () = assert!(std::mem::size_of::<Frame>() == 16);
 
+impl Frame {
+    /// A frame running location `loc` on `parent`, its call site unknown, no samples yet.
+    pub(super) fn new(loc: u32, parent: u32, flags: u8) -> Frame {
+        Frame {
+            loc,
+            parent,
+            site: NONE,
+            flags,
+            samples: 0,
+        }
+    }
+
+    /// A segment's sentinel: nothing is known below it.
+    pub(super) fn sentinel() -> Frame {
+        Frame::new(NONE, NONE, SENTINEL)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub(super) enum Flow {
@@ -242,13 +260,7 @@ impl std::ops::Deref for Loc {
 pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
     close_segment(ts);
     let sentinel = ts.frames.len() as u32;
-    ts.frames.push(Frame {
-        loc: NONE,
-        parent: NONE,
-        site: NONE,
-        flags: SENTINEL,
-        samples: 0,
-    });
+    ts.frames.push(Frame::sentinel());
     ts.sentinel = sentinel;
     ts.leaf = sentinel;
     ts.handlers.clear();

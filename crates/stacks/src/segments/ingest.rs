@@ -284,11 +284,8 @@ impl<T> Cx<'_, T> {
     /// several frames entered at once).
     pub(super) fn enter(&mut self, loc: &Loc, site: u32, flags: u8) {
         self.ts.frames.push(Frame {
-            loc: loc.id,
-            parent: self.ts.leaf,
             site,
-            flags,
-            samples: 0,
+            ..Frame::new(loc.id, self.ts.leaf, flags)
         });
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
     }
@@ -308,13 +305,7 @@ impl<T> Cx<'_, T> {
         let l = loc.id;
         let old = self.ts.sentinel;
         let new = self.ts.frames.len() as u32;
-        self.ts.frames.push(Frame {
-            loc: NONE,
-            parent: NONE,
-            site: NONE,
-            flags: SENTINEL,
-            samples: 0,
-        });
+        self.ts.frames.push(Frame::sentinel());
         let f = &mut self.ts.frames[old as usize];
         f.loc = l;
         f.parent = new;
@@ -329,13 +320,9 @@ impl<T> Cx<'_, T> {
         let l = loc.id;
         let e = self.ts.frames[entry as usize];
         let new = self.ts.frames.len() as u32;
-        self.ts.frames.push(Frame {
-            loc: l,
-            parent: e.parent,
-            site: NONE,
-            flags: INFERRED_START | KERNEL_ENTRY,
-            samples: 0,
-        });
+        self.ts
+            .frames
+            .push(Frame::new(l, e.parent, INFERRED_START | KERNEL_ENTRY));
         let f = &mut self.ts.frames[entry as usize];
         f.parent = new;
         f.flags &= !KERNEL_ENTRY;
@@ -397,13 +384,10 @@ impl<T> Cx<'_, T> {
         }
         let l = loc.id;
         self.ts.frames.push(Frame {
-            loc: l,
-            parent: fr.parent,
             // A tail call returns where the replaced frame's call was made.
             site: fr.site,
             // A handler's tail call still returns into the signal trampoline.
-            flags: fr.flags & (KERNEL_ENTRY | SIGNAL),
-            samples: 0,
+            ..Frame::new(l, fr.parent, fr.flags & (KERNEL_ENTRY | SIGNAL))
         });
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
         self.record(Flow::Jump);

@@ -16,9 +16,7 @@
 //! left by `siglongjmp` leaves a stale delivery, dropped as soon as its frame is no longer
 //! on the stack.
 
-use super::frames::{
-    plain_name, Flow, Frame, Loc, INFERRED_START, NONE, RETURN_LABEL, SENTINEL, SIGNAL,
-};
+use super::frames::{plain_name, Flow, Frame, Loc, INFERRED_START, RETURN_LABEL, SENTINEL, SIGNAL};
 use super::ingest::{Cx, MAX_FIND_DEPTH};
 use ptscope_event::{Kind, TraceStateChange};
 
@@ -247,13 +245,7 @@ impl<T> Cx<'_, T> {
     fn split_trampoline(&mut self, root: u32) {
         let fr = self.ts.frames[root as usize];
         let trampoline = self.ts.frames.len() as u32;
-        self.ts.frames.push(Frame {
-            loc: fr.loc,
-            parent: root,
-            site: NONE,
-            flags: SIGNAL,
-            samples: 0,
-        });
+        self.ts.frames.push(Frame::new(fr.loc, root, SIGNAL));
         let first = self.ts.segments.last().map_or(0, |s| s.first);
         let mut i = self.ts.entries.len();
         while i > first + 1 {
@@ -416,13 +408,7 @@ impl<T> Cx<'_, T> {
         let leaf = self.ts.leaf;
         let fr = self.ts.frames[leaf as usize];
         let l = loc.id;
-        self.ts.frames.push(Frame {
-            loc: l,
-            parent: fr.parent,
-            site: NONE,
-            flags: SIGNAL,
-            samples: 0,
-        });
+        self.ts.frames.push(Frame::new(l, fr.parent, SIGNAL));
         self.ts.leaf = (self.ts.frames.len() - 1) as u32;
         self.record(Flow::Jump);
     }

@@ -67,13 +67,7 @@ pub(super) fn add_process_entry<T>(
         let l = *start_loc
             .get_or_insert_with(|| locs.own(Location::new(0, Symbol::FromPerf(start), 0)).id);
         let entry = ts.frames.len() as u32;
-        ts.frames.push(Frame {
-            loc: l,
-            parent,
-            site: NONE,
-            flags: INFERRED_START,
-            samples: 0,
-        });
+        ts.frames.push(Frame::new(l, parent, INFERRED_START));
         ts.frames[f].parent = entry;
     }
 }
@@ -129,13 +123,7 @@ pub(super) fn extend_roots_backwards<T>(
         for &f in after[..j].iter().rev() {
             let Frame { loc, flags, .. } = ts.frames[f as usize];
             let new = ts.frames.len() as u32;
-            ts.frames.push(Frame {
-                loc: NONE,
-                parent: NONE,
-                site: NONE,
-                flags: SENTINEL,
-                samples: 0,
-            });
+            ts.frames.push(Frame::sentinel());
             let fr = &mut ts.frames[sentinel as usize];
             fr.loc = loc;
             fr.parent = new;
@@ -337,18 +325,34 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         if is_short(&ts.segments[si]) {
             return;
         }
-        let mut later_path = Vec::new();
-        for later in ts.segments[si + 1..].iter().take(MAX_LOOKAHEAD) {
-            if later.join != Join::Any || later.end <= later.first {
-                break;
-            }
-            frame_path(ts, ts.entries[later.first].leaf, &mut later_path);
-            if let Some(found) = find_stitch(ts, self.locs, self.strings, &self.open, &later_path) {
-                if !found.unverified {
-                    st.base = found.base + 1;
-                    break;
-                }
-            }
+        let verified = self
+            .later_line_ups(si)
+            .find_map(|(_, found)| found.filter(|f| !f.unverified));
+        if let Some(found) = verified {
+            st.base = found.base + 1;
         }
+    }
+}
+
+impl<'a, S: TraceSink> ThreadWriter<'a, S> {
+    /// The segments after segment `si`, each begun by a decode error (up to
+    /// [`MAX_LOOKAHEAD`], up to the first that is not or is empty), with how the first
+    /// stack of each lines up with the frames open now: what they say of the frames that
+    /// survived the gaps.
+    pub(super) fn later_line_ups<'s>(
+        &'s self,
+        si: usize,
+    ) -> impl Iterator<Item = (&'a Segment, Option<Stitch>)> + 's {
+        let (ts, locs, strings) = (self.ts, self.locs, self.strings);
+        let mut later_path = Vec::new();
+        ts.segments[si + 1..]
+            .iter()
+            .take(MAX_LOOKAHEAD)
+            .take_while(|later| later.join == Join::Any && later.end > later.first)
+            .map(move |later| {
+                frame_path(ts, ts.entries[later.first].leaf, &mut later_path);
+                let found = find_stitch(ts, locs, strings, &self.open, &later_path);
+                (later, found)
+            })
     }
 }

@@ -227,15 +227,22 @@ impl<T> Cx<'_, T> {
         if !self.root_unknown() {
             return false;
         }
-        let mut skip = 0;
-        let mut f = self.ts.leaf;
-        while !self.is_sentinel(f) {
-            skip += 1;
-            f = self.ts.frames[f as usize].parent;
-        }
+        let skip = self.frames_below(NONE);
         self.split(Join::Landed { skip });
         self.ensure_current(dst);
         true
+    }
+
+    /// How many frames there are from the leaf down to `stop` (not counted), or to the
+    /// segment's sentinel.
+    fn frames_below(&self, stop: u32) -> u32 {
+        let mut n = 0;
+        let mut f = self.ts.leaf;
+        while f != stop && !self.is_sentinel(f) {
+            n += 1;
+            f = self.ts.frames[f as usize].parent;
+        }
+        n
     }
 
     /// Does a return to `dst` go back just after the call at `site` (a location id)? `None`
@@ -294,12 +301,7 @@ impl<T> Cx<'_, T> {
         // The pad's frame is below the segment's known root: only the frames a later
         // return reveals, or those open before a gap, can say where it sits; the frames
         // from the leaf up to where the search began cannot be it.
-        let mut skip = 0;
-        let mut f = self.ts.leaf;
-        while f != from && !self.is_sentinel(f) {
-            skip += 1;
-            f = self.ts.frames[f as usize].parent;
-        }
+        let mut skip = self.frames_below(from);
         // `_Unwind_Resume` whose caller is beyond the known root (a gap or a snapshot began
         // inside it): that caller, the first open frame below the unwinder, is ruled out
         // too. Without it the pad landed in the caller itself, in a recursion one level
