@@ -427,9 +427,10 @@ impl RecordPlan {
         }
     }
 
-    /// The sampling flight recorder, `(bytes per perf.data file, files kept)`: a new
-    /// file at each size and the oldest deleted beyond the count (ptscope rotates perf's
-    /// file, see `crate::ring`), so the disk holds the last moments within the bound. `None` when everything is kept (`--full-execution`, PT), when the bound is
+    /// The sampling flight recorder, `(bytes per perf.data file, files kept)`: perf
+    /// starts a new file at each size (`--switch-output`) and ptscope deletes the oldest
+    /// beyond the count (`crate::ring`), so the disk holds the last moments within the
+    /// bound. `None` when everything is kept (`--full-execution`, PT), when the bound is
     /// a duration, and with `--multi-snapshot` (see [`RecordPlan::snapshot_ring`]).
     pub fn sampling_ring(&self) -> Option<(u64, u32)> {
         if self.multi_snapshot {
@@ -462,8 +463,8 @@ impl RecordPlan {
     }
 
     /// The sampling flight recorder bounded by time, `(seconds per perf.data file, files
-    /// kept)`: a new file every so many seconds (whole seconds) and that many files
-    /// kept (ptscope rotates perf's file, see `crate::ring`). The last one is partly
+    /// kept)`: perf starts a new file every so many seconds (`--switch-output=Ns`, whole
+    /// seconds only) and ptscope keeps that many (`crate::ring`). The last one is partly
     /// filled when the recording ends (and counts among those kept), so one file more
     /// than the seconds need is kept: the disk holds between the seconds asked for and
     /// one file's time more.
@@ -480,10 +481,12 @@ impl RecordPlan {
     /// and how many finished pieces to keep; `None` when nothing rotates.
     pub fn ring(&self) -> Option<(crate::ring::Piece, u32)> {
         use crate::ring::Piece;
-        let bytes = self.sampling_ring().or(self.snapshot_ring());
-        bytes.map(|(b, n)| (Piece::Bytes(b), n)).or(self
-            .sampling_time_ring()
-            .map(|(s, n)| (Piece::Seconds(s), n)))
+        if let Some((piece, keep)) = self.snapshot_ring() {
+            return Some((Piece::Bytes(piece), keep));
+        }
+        let perf = self.sampling_ring().map(|(_, n)| n);
+        perf.or(self.sampling_time_ring().map(|(_, n)| n))
+            .map(|n| (Piece::Perf, n))
     }
 
     /// Whether the perf.data files perf writes are pieces of one recording (a flight
@@ -568,13 +571,20 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     // magic-trace adds --overwrite for sampling. We do not: with perf 6.1 an overwrite ring
     // loses the comm/mmap records when the program exits while recording, and every sample
     // then shows as `[unknown]`. Sampling data is small enough to keep whole.
-    // Every sampling flight recorder is rotated by ptscope (`crate::ring`), never by
-    // perf's own `--switch-output=SIZE --switch-max-files`: perf would delete a file
-    // without a look, and with it the names and mappings of the processes that began
-    // in it, which every later file needs (see `ptscope_perf_data::Sideband`).
-    let switching = plan.ring().is_some() || (plan.multi_snapshot && !plan.full_execution);
-    if switching {
+    // perf starts the pieces of a flight recorder (ptscope with --multi-snapshot, so a
+    // hit can end one), and ptscope deletes them (`crate::ring`), never perf's own
+    // `--switch-max-files`: it would delete a file without a look, and with it the names
+    // and mappings of the processes begun in it, which every later file needs (see
+    // `ptscope_perf_data::Sideband`).
+    let mut switching = true;
+    if plan.multi_snapshot && !plan.full_execution {
         a.push("--switch-output=signal".into());
+    } else if let Some((file, _)) = plan.sampling_ring() {
+        a.push(format!("--switch-output={}K", file >> 10).into());
+    } else if let Some((secs, _)) = plan.sampling_time_ring() {
+        a.push(format!("--switch-output={secs}s").into());
+    } else {
+        switching = false;
     }
     if switching {
         // perf drops the build-id table with --switch-output unless asked: without it a
@@ -771,22 +781,21 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=1024 --call-graph dwarf,8192 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=49197K --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=1024 --call-graph dwarf,8192 --switch-events"
         );
-        // ptscope rotates the file (see `crate::ring`): pieces of this size, four kept.
-        assert_eq!(p.ring(), Some((Piece::Bytes(49197 << 10), 4)));
+        // perf starts the pieces, ptscope keeps four (see `crate::ring`).
+        assert_eq!(p.ring(), Some((Piece::Perf, 4)));
         // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
         p.snapshot_pages = Some(16384);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12294K --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
         );
-        assert_eq!(p.ring(), Some((Piece::Bytes(12_589_670), 4)));
         // The stack at each switch out of the CPU, when the machine allows it.
         p.switch_stacks = true;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --event=sched:sched_switch --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --event=sched:sched_switch --switch-output=12294K --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
         );
         p.switch_stacks = false;
         p.snapshot_pages = None;
@@ -794,9 +803,9 @@ mod tests {
         p.snapshot_seconds = Some(10);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
         );
-        assert_eq!(p.ring(), Some((Piece::Seconds(3), 5)));
+        assert_eq!(p.ring(), Some((Piece::Perf, 5)));
         assert!(p.rotates() && p.validate().is_ok());
         // A perf older than 5.12 keeps its build-id table instead.
         p.buildid_mmap = false;
@@ -819,7 +828,7 @@ mod tests {
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --call-graph lbr --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=50585K --buildid-mmap --no-buildid-cache -p 42 --call-graph lbr --switch-events"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;

@@ -1,10 +1,11 @@
 //! The sampling flight recorder: perf writes samples continuously, so its file would grow
-//! without bound. With `--switch-output=signal` ptscope rotates it: it sends `SIGUSR2`
-//! whenever the file being written passes a piece's size (or age), deletes the oldest
-//! pieces beyond the count kept, and with `--multi-snapshot`, at a hit, rotates once more
-//! and *seals* the pieces it holds: they are that hit's snapshot and are never deleted.
-//! (perf's own rotation, `--switch-output=SIZE --switch-max-files`, can neither cut a
-//! file at a hit nor keep what a deleted file announced.)
+//! without bound. perf starts a new file at a size or an age (`--switch-output=SIZE` or
+//! `=Ns`) and ptscope deletes the oldest pieces beyond the count kept (not perf's
+//! `--switch-max-files`, which deletes without a look: see below). With
+//! `--multi-snapshot` ptscope rotates instead (`--switch-output=signal`): it sends
+//! `SIGUSR2` whenever the file being written passes a piece's size, and at a hit rotates
+//! once more and *seals* the pieces it holds: they are that hit's snapshot and are never
+//! deleted.
 //!
 //! perf announces a process (name, mappings, parent) once, in the file being written when
 //! it starts, and decodes each file alone: a process begun in an earlier file would be a
@@ -27,13 +28,15 @@ use std::time::{Duration, Instant};
 /// How long a rotation may take perf before the ring stops waiting for its file.
 const ROTATION_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// When the file being written becomes a finished piece.
+/// Who starts a new piece.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Piece {
-    /// Once it holds this many bytes.
+    /// ptscope, once the file being written holds this many bytes (`--switch-output=signal`:
+    /// with `--multi-snapshot`, where a hit must also end a piece).
     Bytes(u64),
-    /// Once it is this many seconds old.
-    Seconds(u32),
+    /// perf itself, at a size or an age (`--switch-output=SIZE` or `=Ns`): it checks the
+    /// size after every write, closer to the bound than a poll can; ptscope only deletes.
+    Perf,
 }
 
 /// The pieces of the current ring and the snapshots sealed so far.
@@ -41,8 +44,6 @@ pub enum Piece {
 pub struct SnapshotRing {
     dir: PathBuf,
     piece: Piece,
-    /// When the file being written was begun (asked for).
-    begun: Instant,
     /// What the pieces gone so far announced, for those that remain.
     sideband: Sideband,
     keep: usize,
@@ -64,7 +65,6 @@ impl SnapshotRing {
         SnapshotRing {
             dir: dir.to_owned(),
             piece,
-            begun: Instant::now(),
             sideband: Sideband::default(),
             keep: keep.max(1) as usize,
             ring: Vec::new(),
@@ -94,11 +94,10 @@ impl SnapshotRing {
             Piece::Bytes(b) => {
                 std::fs::metadata(self.dir.join("perf.data")).map_or(0, |m| m.len()) >= b
             }
-            Piece::Seconds(s) => self.begun.elapsed() >= Duration::from_secs(u64::from(s)),
+            Piece::Perf => false,
         };
         if full {
             self.pending = Some(Instant::now());
-            self.begun = Instant::now();
         }
         full
     }

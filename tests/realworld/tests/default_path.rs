@@ -729,7 +729,7 @@ fn a_perf_data_cut_short_is_a_clear_error() {
 
 /// The sampling flight recorder keeps the last pieces of the recording and deletes the
 /// older ones, and perf announces a process (name, code) only in the piece being written
-/// when it starts. `sh` runs gzip three times, each gzip spanning many pieces of a 1 MiB
+/// when it starts. `sh` runs gzip three times, each gzip spanning pieces of a 1 MiB
 /// bound: every process in the trace is named, and the gzip running when recording ended
 /// is unwound into its own code (`main` and libc's start under it), not kernel frames under
 /// a nameless `[pid=N]`, as before ptscope kept the side band of the pieces it deleted.
@@ -754,7 +754,16 @@ fn processes_begun_in_deleted_pieces_keep_their_names_and_code() {
     let (_, t) = record(
         dir.path(),
         "loop",
-        &["--snapshot-size", "1M", "-w", work.to_str().unwrap()],
+        // 1 kHz: fewer samples for perf to lose under load (with them it may lose the
+        // very records this is about); still many pieces per gzip.
+        &[
+            "--snapshot-size",
+            "1M",
+            "--timer-resolution",
+            "low",
+            "-w",
+            work.to_str().unwrap(),
+        ],
         &[&"/bin/sh", &"-c", &script],
     );
     let pieces = std::fs::read_dir(&work)
