@@ -478,19 +478,32 @@ impl Drop for PerfProcess {
 /// SIGKILL to the process group `pid` leads (perf is started as a group leader, so its
 /// `addr2line` children go with it instead of running on orphaned).
 fn kill_group(pid: u32) {
+    signal_group(pid, libc::SIGKILL);
+}
+
+/// Sends `signal` to the process group our child `pid` leads.
+fn signal_group(pid: u32, signal: libc::c_int) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {
         // SAFETY: kill(2) of our own child's group; the child is not reaped yet, so its
         // pid (and the group's id) cannot have been reused.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        unsafe { libc::kill(-pid, signal) };
     }
 }
 
 /// CPU time (user + system) of a process, from `/proc/PID/stat`.
 fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command may hold spaces and parentheses: fields follow the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    cpu_of_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The fields of a `/proc/PID/stat` after the command (state, ppid, …): the command may
+/// hold spaces and parentheses, so they follow the last `)`.
+fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace().collect())
+}
+
+/// CPU time (user + system) in a `/proc/PID/stat`'s text.
+fn cpu_of_stat(stat: &str) -> Option<Duration> {
+    let f = stat_fields(stat)?;
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     // SAFETY: sysconf has no preconditions.
     let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
@@ -514,10 +527,7 @@ fn children_of(pid: u32) -> Vec<(String, Duration)> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
             continue;
         };
-        let ppid = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
+        let ppid = stat_fields(&stat).and_then(|f| f.get(1)?.parse::<u32>().ok());
         if ppid != Some(pid) {
             continue;
         }
@@ -528,7 +538,7 @@ fn children_of(pid: u32) -> Vec<(String, Duration)> {
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect::<Vec<_>>()
             .join(" ");
-        out.push((cmd, cpu_time(child).unwrap_or_default()));
+        out.push((cmd, cpu_of_stat(&stat).unwrap_or_default()));
     }
     out.sort_by_key(|c| std::cmp::Reverse(c.1));
     out
@@ -626,11 +636,7 @@ fn unregister(pid: u32) {
 pub fn stop_all() {
     for (pid, watch) in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         watch.interrupted.store(true, Ordering::Relaxed);
-        if let Ok(pid) = libc::pid_t::try_from(*pid) {
-            // SAFETY: kill(2) of our own unreaped child's group (registered until just
-            // before reaping, so the id cannot have been reused).
-            unsafe { libc::kill(-pid, libc::SIGINT) };
-        }
+        signal_group(*pid, libc::SIGINT);
     }
 }
 

@@ -71,6 +71,15 @@ impl Default for Names {
     }
 }
 
+/// The frame `name` stands for: every PLT stub is `_init` (see [`Names::frame`]).
+fn frame_key(name: &str) -> &str {
+    if name.ends_with("@plt") {
+        "_init"
+    } else {
+        name
+    }
+}
+
 impl Names {
     /// No names; only the empty stack.
     pub fn new() -> Self {
@@ -94,11 +103,7 @@ impl Names {
     /// depending on the shape of its symbol tree, the truth inherits perf's names, and
     /// ptscope's own decoder always says `NAME@plt`.
     pub fn frame(&mut self, name: &str) -> FrameId {
-        let name = if name.ends_with("@plt") {
-            "_init"
-        } else {
-            name
-        };
+        let name = frame_key(name);
         if let Some(&id) = self.frame_ids.get(name) {
             return id;
         }
@@ -110,11 +115,7 @@ impl Names {
 
     /// The handle of `name` if it was ever added.
     pub fn find_frame(&self, name: &str) -> Option<FrameId> {
-        let name = if name.ends_with("@plt") {
-            "_init"
-        } else {
-            name
-        };
+        let name = frame_key(name);
         self.frame_ids.get(name).copied()
     }
 

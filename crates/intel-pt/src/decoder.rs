@@ -1186,34 +1186,11 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     if let Control::Pgd(Some(to)) = p.packet {
                         if to == b.target {
                             self.run_block(out, &b);
-                            let kind = if b.end == End::Call {
-                                BranchKind::Call
-                            } else {
-                                BranchKind::Jmp
-                            };
+                            let kind = self.branch_kind(&b);
                             return self.stop_at_branch(out, &b, kind);
                         }
                     }
-                    self.run_block(out, &b);
-                    let kind = if b.end == End::Call {
-                        // A call to the next instruction (PIC code reading its own
-                        // address) is not a call returns are compressed against.
-                        if self.cfg.return_compression && b.target != b.next {
-                            self.rets.push(b.next);
-                        }
-                        BranchKind::Call
-                    } else {
-                        BranchKind::Jmp
-                    };
-                    self.push(
-                        out,
-                        EventKind::Branch {
-                            kind,
-                            from: b.last,
-                            to: b.target,
-                        },
-                    );
-                    self.ip = b.target;
+                    self.take_direct(out, &b);
                 }
                 _ => return self.branch(out, b, p),
             }
@@ -1340,6 +1317,32 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             }
             _ => self.mismatch(out, p, Some(&b)),
         }
+    }
+
+    /// A direct jump or call taken (no packet says so): its block ran, a call's return
+    /// address is kept for return compression, and the walk goes on at the target.
+    #[inline]
+    fn take_direct(&mut self, out: &mut Vec<Event>, b: &Block) {
+        self.run_block(out, b);
+        let kind = if b.end == End::Call {
+            // A call to the next instruction (PIC code reading its own address) is not a
+            // call returns are compressed against.
+            if self.cfg.return_compression && b.target != b.next {
+                self.rets.push(b.next);
+            }
+            BranchKind::Call
+        } else {
+            BranchKind::Jmp
+        };
+        self.push(
+            out,
+            EventKind::Branch {
+                kind,
+                from: b.last,
+                to: b.target,
+            },
+        );
+        self.ip = b.target;
     }
 
     fn branch_kind(&self, b: &Block) -> BranchKind {
@@ -1572,26 +1575,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     self.ip = b.next;
                 }
                 End::Jmp | End::Call => {
-                    self.run_block(out, &b);
-                    let kind = if b.end == End::Call {
-                        // A call to the next instruction (PIC code reading its own
-                        // address) is not a call returns are compressed against.
-                        if self.cfg.return_compression && b.target != b.next {
-                            self.rets.push(b.next);
-                        }
-                        BranchKind::Call
-                    } else {
-                        BranchKind::Jmp
-                    };
-                    self.push(
-                        out,
-                        EventKind::Branch {
-                            kind,
-                            from: b.last,
-                            to: b.target,
-                        },
-                    );
-                    self.ip = b.target;
+                    self.take_direct(out, &b);
                 }
                 _ => {
                     // A branch the trace has no packet for: its block ran.

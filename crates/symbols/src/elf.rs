@@ -90,6 +90,15 @@ impl LoadSegment {
     }
 }
 
+/// The link-time address of the file offset `offset` (perf prints the frames of a
+/// sampled call stack as file offsets), if an executable segment of `segments` holds it.
+pub(crate) fn address_of_offset(segments: &[LoadSegment], offset: u64) -> Option<u64> {
+    let seg = segments.iter().find(|s| {
+        s.executable && offset >= s.offset && offset - s.offset < s.filesz.max(s.memsz)
+    })?;
+    Some(seg.vaddr.wrapping_add(offset - seg.offset))
+}
+
 /// A parsed ELF file borrowing its bytes.
 pub struct Elf<'a> {
     path: &'a Path,
@@ -294,6 +303,12 @@ pub(crate) fn strip_cpp_params(d: &str) -> Option<&str> {
             break;
         }
     }
+    strip_param_list(s)
+}
+
+/// Removes the trailing `(params)` of a demangled C++ name, matching parentheses from
+/// the end; `None` when it does not end with one, or the list is all there is.
+pub(crate) fn strip_param_list(s: &str) -> Option<&str> {
     if !s.ends_with(')') {
         return None;
     }
@@ -311,6 +326,15 @@ pub(crate) fn strip_cpp_params(d: &str) -> Option<&str> {
         }
     }
     None
+}
+
+/// Drops the `[clone .cold]`-style suffixes of a demangled C++ name (GCC's split-off or
+/// specialised copies of a function): perf names such a part as its function.
+pub(crate) fn strip_clone_suffixes(mut s: &str) -> &str {
+    while let Some(i) = s.rfind(" [clone ").filter(|_| s.ends_with(']')) {
+        s = &s[..i];
+    }
+    s
 }
 
 /// Function symbols sorted by address, with name and containment lookups.

@@ -38,7 +38,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-use crate::elf::{LoadSegment, MappedFile};
+use crate::elf::{strip_clone_suffixes, strip_param_list, LoadSegment, MappedFile};
 use crate::error::Result;
 use crate::functions::{find_debug_file, FunctionRanges};
 
@@ -96,7 +96,7 @@ impl FileFunctions {
             funcs.extend(plt);
             funcs.sort_by_key(|f| f.0);
         }
-        let ranges = FunctionRanges::load(path).ok();
+        let ranges = FunctionRanges::from_elf(&elf).ok();
         let mut bounds: Vec<u64> = funcs.iter().flat_map(|f| [f.0, f.1]).collect();
         if let Some(r) = &ranges {
             bounds.extend(r.bounds());
@@ -113,10 +113,7 @@ impl FileFunctions {
 
     /// The link-time address at file offset `offset`, if an executable segment holds it.
     pub fn link_address(&self, offset: u64) -> Option<u64> {
-        let seg = self.segments.iter().find(|s| {
-            s.executable && offset >= s.offset && offset - s.offset < s.filesz.max(s.memsz)
-        })?;
-        Some(seg.vaddr.wrapping_add(offset - seg.offset))
+        crate::elf::address_of_offset(&self.segments, offset)
     }
 
     /// The function holding the link-time address `v`: the innermost symbol containing
@@ -169,28 +166,10 @@ pub fn perf_name(raw: &str) -> Cow<'_, str> {
     };
     // Drop `[clone .cold]` suffixes (perf names a split-off part as its function), then
     // the trailing `(…)` (and a `const` after it), matching parentheses from the end.
-    let mut body = d.as_str();
-    while let Some(i) = body.rfind(" [clone ").filter(|_| body.ends_with(']')) {
-        body = &body[..i];
-    }
+    let body = strip_clone_suffixes(&d);
     let body = body.strip_suffix(" const").unwrap_or(body);
-    if body.ends_with(')') {
-        let mut depth = 0i32;
-        for (i, c) in body.char_indices().rev() {
-            match c {
-                ')' => depth += 1,
-                '(' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        if i > 0 {
-                            return body[..i].to_string().into();
-                        }
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+    if let Some(short) = strip_param_list(body) {
+        return short.to_string().into();
     }
     d.into()
 }
@@ -269,17 +248,7 @@ fn function_symbols(obj: &object::File<'_>, dynamic: bool) -> Vec<(u64, u64, Box
         });
     }
     cands.sort_by_key(|c| c.addr);
-    let mut best: Vec<Candidate<'_>> = Vec::new();
-    for c in cands {
-        match best.last_mut() {
-            Some(b) if b.addr == c.addr => {
-                if better(&c, b) {
-                    *b = c;
-                }
-            }
-            _ => best.push(c),
-        }
-    }
+    let best = crate::perfnames::best_per_start(cands, |c| c.addr, better);
     let mut out = Vec::with_capacity(best.len());
     for (i, c) in best.iter().enumerate() {
         let end = if c.size > 0 {

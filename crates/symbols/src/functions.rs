@@ -84,10 +84,14 @@ impl FunctionRanges {
     /// (and trusted, see [`find_debug_file`]), FDE ranges from its `.eh_frame`.
     pub fn load(path: &Path) -> Result<Self> {
         let file = MappedFile::open_regular(path)?;
-        let elf = file.elf()?;
+        Self::from_elf(&file.elf()?)
+    }
+
+    /// [`FunctionRanges::load`] of a file already mapped and parsed.
+    pub(crate) fn from_elf(elf: &Elf<'_>) -> Result<Self> {
         let mut ranges = Vec::new();
         let mut source = NameSource::EhFrame;
-        if let Some(debug) = find_debug_file(&elf) {
+        if let Some(debug) = find_debug_file(elf) {
             if let Ok(dfile) = MappedFile::open_regular(&debug) {
                 if let Ok(delf) = dfile.elf() {
                     if let Ok(syms) = delf.symbols() {
@@ -113,7 +117,7 @@ impl FunctionRanges {
                 }
             }
         }
-        let fdes = eh_frame_ranges(&elf)?;
+        let fdes = eh_frame_ranges(elf)?;
         let build_id = elf.build_id().map(<[u8]>::to_vec);
         let obj = elf.object();
         let unwind = (obj.architecture() == object::Architecture::X86_64)
@@ -131,7 +135,8 @@ impl FunctionRanges {
                 })
             });
         Ok(Self::from_parts(
-            path.file_name()
+            elf.path()
+                .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             ranges,
@@ -267,10 +272,7 @@ impl FunctionRanges {
     /// The link-time address of the file offset `offset` (perf prints the frames of a
     /// sampled call stack as file offsets), if an executable segment holds it.
     pub fn address_of_offset(&self, offset: u64) -> Option<u64> {
-        let seg = self.segments.iter().find(|s| {
-            s.executable && offset >= s.offset && offset - s.offset < s.filesz.max(s.memsz)
-        })?;
-        Some(seg.vaddr.wrapping_add(offset - seg.offset))
+        crate::elf::address_of_offset(&self.segments, offset)
     }
 
     /// The innermost function containing the link-time address `addr`.

@@ -132,18 +132,7 @@ impl PerfSymbols {
         for (c, &e) in cands.iter_mut().zip(&ends) {
             c.size = e - c.start;
         }
-        let mut out: Vec<Candidate> = Vec::with_capacity(n);
-        for c in cands {
-            match out.last_mut() {
-                Some(k) if k.start == c.start => {
-                    if better(&c, k) {
-                        *k = c;
-                    }
-                }
-                _ => out.push(c),
-            }
-        }
-        out
+        best_per_start(cands, |c| c.start, better)
     }
 
     /// Loads the tables in order (`.symtab`, then `.dynsym`) by perf's rules, then adds
@@ -235,14 +224,8 @@ fn perf_demangle(name: &str) -> String {
     let d = match crate::demangle_with_scheme(base) {
         Some((d, crate::Scheme::Cpp)) => {
             // perf leaves out a clone's suffix too: `f(int) [clone .cold]` is `f`.
-            let mut t = d.as_str();
-            while let Some(i) = t.rfind(" [clone ").filter(|_| t.ends_with(']')) {
-                t = &t[..i];
-            }
-            match crate::elf::strip_cpp_params(t) {
-                Some(short) => short.to_owned(),
-                None => t.to_owned(),
-            }
+            let t = crate::elf::strip_clone_suffixes(&d);
+            crate::elf::strip_cpp_params(t).unwrap_or(t).to_owned()
         }
         Some((d, _)) => d,
         None => base.to_owned(),
@@ -350,6 +333,27 @@ fn collect<'d>(
             name: name.to_owned(),
         });
     }
+}
+
+/// One symbol of each run of equal starts in `sorted` (sorted by start), chosen as perf
+/// chooses among aliases: a later one replaces the one kept only when `better` says so.
+pub(crate) fn best_per_start<T>(
+    sorted: Vec<T>,
+    start: impl Fn(&T) -> u64,
+    better: impl Fn(&T, &T) -> bool,
+) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(sorted.len());
+    for c in sorted {
+        match out.last_mut() {
+            Some(k) if start(k) == start(&c) => {
+                if better(&c, k) {
+                    *k = c;
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// perf's `choose_best_symbol`: is `a` better than `b` (same start)?
