@@ -256,6 +256,16 @@ pub fn perf_data_reader(data: &[u8]) {
     let maps = file.mappings();
     let _ = (maps.len(), maps.lost(), maps.frame_pointer_stacks());
     let _ = (file.build_ids(), file.pmu_mappings());
+    // The flight recorder's side band: taken from the file and written into it again,
+    // the result is a perf.data whose records are the side band's, then the file's own.
+    let mut sideband = ptscope_perf_data::Sideband::default();
+    sideband.take(&file);
+    let mut out = Vec::new();
+    if file.write_with_sideband(&sideband, &mut out).is_ok() {
+        let whole = PerfData::from_bytes(out, "whole.perf.data").expect("a rewritten file reads");
+        let own = file.records().count();
+        assert!(whole.records().count() >= own);
+    }
 }
 
 /// A program for [`pt_decoder`] to walk: every kind of branch the walker knows, at

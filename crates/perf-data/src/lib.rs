@@ -39,12 +39,14 @@ pub mod intel_pt;
 mod layout;
 mod mappings;
 pub mod records;
+mod sideband;
 
 pub use mappings::{Lost, Mappings};
 pub use records::{
     Aux, Auxtrace, AuxtraceInfo, BuildId, Corrupt, CorruptKind, Endian, Mmap, Record, RecordAt,
     Records, SampleId, Switch, Task, TimeConv,
 };
+pub use sideband::Sideband;
 
 use linux_perf_data::linux_perf_event_reader::{
     AttrFlags, PerfEventType, RecordParseInfo, SampleFormat,

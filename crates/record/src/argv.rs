@@ -428,8 +428,8 @@ impl RecordPlan {
     }
 
     /// The sampling flight recorder, `(bytes per perf.data file, files kept)`: perf
-    /// starts a new file at each size (`--switch-output`) and deletes the oldest beyond
-    /// the count (`--switch-max-files`), so the disk holds the last moments within the
+    /// starts a new file at each size (`--switch-output`) and ptscope deletes the oldest
+    /// beyond the count (`crate::ring`), so the disk holds the last moments within the
     /// bound. `None` when everything is kept (`--full-execution`, PT), when the bound is
     /// a duration, and with `--multi-snapshot` (see [`RecordPlan::snapshot_ring`]).
     pub fn sampling_ring(&self) -> Option<(u64, u32)> {
@@ -452,20 +452,20 @@ impl RecordPlan {
     /// Pieces of a sampling recording bounded by size.
     fn pieces(&self) -> Option<(u64, u32)> {
         let bound = self.sampling_bound()?;
-        // perf checks a file's size only after emptying every CPU's ring into it, so the
+        // A file's size moves only when perf empties every CPU's ring into it, so the
         // file being written can overshoot by that much, plus a few percent spare.
         let ring = self.sample_ring_bytes().unwrap_or(PERF_DEFAULT_RING) + (16 << 10);
         let overshoot = (u64::from(self.cpus.max(1)) * ring).min(bound / 2);
-        // perf deletes the oldest file only once the next one has begun: up to one file
-        // more than it keeps is on disk at once.
+        // The oldest file goes only once the next one has begun: up to one file more
+        // than are kept is on disk at once.
         let file = (bound - overshoot) / 32 * 31 / u64::from(SAMPLING_FILES + 1);
         Some((file.max(256 << 10), SAMPLING_FILES))
     }
 
     /// The sampling flight recorder bounded by time, `(seconds per perf.data file, files
     /// kept)`: perf starts a new file every so many seconds (`--switch-output=Ns`, whole
-    /// seconds only) and keeps that many files. The last one is partly filled when the
-    /// recording ends (perf's final file counts among those it keeps), so one file more
+    /// seconds only) and ptscope keeps that many (`crate::ring`). The last one is partly
+    /// filled when the recording ends (and counts among those kept), so one file more
     /// than the seconds need is kept: the disk holds between the seconds asked for and
     /// one file's time more.
     pub fn sampling_time_ring(&self) -> Option<(u32, u32)> {
@@ -475,6 +475,18 @@ impl RecordPlan {
         }
         let per_file = secs.div_ceil(SAMPLING_FILES).max(1);
         Some((per_file, secs.div_ceil(per_file) + 1))
+    }
+
+    /// The flight recorder ptscope rotates (`crate::ring`): when to start a new piece
+    /// and how many finished pieces to keep; `None` when nothing rotates.
+    pub fn ring(&self) -> Option<(crate::ring::Piece, u32)> {
+        use crate::ring::Piece;
+        if let Some((piece, keep)) = self.snapshot_ring() {
+            return Some((Piece::Bytes(piece), keep));
+        }
+        let perf = self.sampling_ring().map(|(_, n)| n);
+        perf.or(self.sampling_time_ring().map(|(_, n)| n))
+            .map(|n| (Piece::Perf, n))
     }
 
     /// Whether the perf.data files perf writes are pieces of one recording (a flight
@@ -559,20 +571,20 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
     // magic-trace adds --overwrite for sampling. We do not: with perf 6.1 an overwrite ring
     // loses the comm/mmap records when the program exits while recording, and every sample
     // then shows as `[unknown]`. Sampling data is small enough to keep whole.
-    let mut switching = false;
+    // perf starts the pieces of a flight recorder (ptscope with --multi-snapshot, so a
+    // hit can end one), and ptscope deletes them (`crate::ring`), never perf's own
+    // `--switch-max-files`: it would delete a file without a look, and with it the names
+    // and mappings of the processes begun in it, which every later file needs (see
+    // `ptscope_perf_data::Sideband`).
+    let mut switching = true;
     if plan.multi_snapshot && !plan.full_execution {
         a.push("--switch-output=signal".into());
-        switching = true;
-    }
-    if let Some((file, files)) = plan.sampling_ring() {
+    } else if let Some((file, _)) = plan.sampling_ring() {
         a.push(format!("--switch-output={}K", file >> 10).into());
-        a.push(format!("--switch-max-files={files}").into());
-        switching = true;
-    }
-    if let Some((secs, files)) = plan.sampling_time_ring() {
+    } else if let Some((secs, _)) = plan.sampling_time_ring() {
         a.push(format!("--switch-output={secs}s").into());
-        a.push(format!("--switch-max-files={files}").into());
-        switching = true;
+    } else {
+        switching = false;
     }
     if switching {
         // perf drops the build-id table with --switch-output unless asked: without it a
@@ -713,6 +725,7 @@ pub fn parse_snapshot_size(s: &str) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::Piece;
 
     fn s(v: Vec<OsString>) -> String {
         v.iter()
@@ -768,19 +781,21 @@ mod tests {
         p.hardware_pmu = false;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=49197K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=1024 --call-graph dwarf,8192 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=49197K --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=1024 --call-graph dwarf,8192 --switch-events"
         );
+        // perf starts the pieces, ptscope keeps four (see `crate::ring`).
+        assert_eq!(p.ring(), Some((Piece::Perf, 4)));
         // A smaller bound: smaller files, and smaller stack copies to hold ~4 s.
         p.snapshot_pages = Some(16384);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12294K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=12294K --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
         );
         // The stack at each switch out of the CPU, when the machine allows it.
         p.switch_stacks = true;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --event=sched:sched_switch --switch-output=12294K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --event=sched:sched_switch --switch-output=12294K --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=256 --call-graph dwarf,2312 --switch-events"
         );
         p.switch_stacks = false;
         p.snapshot_pages = None;
@@ -788,8 +803,9 @@ mod tests {
         p.snapshot_seconds = Some(10);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --switch-max-files=5 --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
         );
+        assert_eq!(p.ring(), Some((Piece::Perf, 5)));
         assert!(p.rotates() && p.validate().is_ok());
         // A perf older than 5.12 keeps its build-id table instead.
         p.buildid_mmap = false;
@@ -812,7 +828,7 @@ mod tests {
         p.callgraph = CallGraph::Lbr;
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=50585K --switch-max-files=4 --buildid-mmap --no-buildid-cache -p 42 --call-graph lbr --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cycles/freq=1000/ --switch-output=50585K --buildid-mmap --no-buildid-cache -p 42 --call-graph lbr --switch-events"
         );
         p.timer = TimerResolution::High;
         p.max_sample_rate = 25_000;

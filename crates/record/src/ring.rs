@@ -1,15 +1,25 @@
-//! The sampling flight recorder of `--multi-snapshot`: perf writes samples continuously,
-//! so between two trigger hits its file would grow without bound. perf's own rotation
-//! (`--switch-output=SIZE --switch-max-files`) cannot also cut a file at a hit, so with
-//! `--switch-output=signal` ptscope rotates instead: it sends `SIGUSR2` whenever the file
-//! being written passes a piece's size, deletes the oldest pieces beyond the count kept,
-//! and at a hit rotates once more and *seals* the pieces it holds: they are that hit's
-//! snapshot and are never deleted.
+//! The sampling flight recorder: perf writes samples continuously, so its file would grow
+//! without bound. perf starts a new file at a size or an age (`--switch-output=SIZE` or
+//! `=Ns`) and ptscope deletes the oldest pieces beyond the count kept (not perf's
+//! `--switch-max-files`, which deletes without a look: see below). With
+//! `--multi-snapshot` ptscope rotates instead (`--switch-output=signal`): it sends
+//! `SIGUSR2` whenever the file being written passes a piece's size, and at a hit rotates
+//! once more and *seals* the pieces it holds: they are that hit's snapshot and are never
+//! deleted.
+//!
+//! perf announces a process (name, mappings, parent) once, in the file being written when
+//! it starts, and decodes each file alone: a process begun in an earlier file would be a
+//! nameless pid without user frames in every later one. So the side band of every piece
+//! that goes (deleted, or sealed into a snapshot) is kept
+//! ([`ptscope_perf_data::Sideband`]), and the pieces a snapshot is made of are written
+//! again, each with the side band of everything before it, when the snapshot is sealed
+//! or the recording ends.
 //!
 //! Which finished file ends a snapshot is written, one name per line, into the working
 //! directory's [`ROTATED_FILES_MARKER`](crate::session::ROTATED_FILES_MARKER): the files
 //! are pieces of one recording, except across those ends (`ptscope decode` reads it).
 
+use ptscope_perf_data::{PerfData, Sideband};
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -18,11 +28,24 @@ use std::time::{Duration, Instant};
 /// How long a rotation may take perf before the ring stops waiting for its file.
 const ROTATION_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Who starts a new piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// ptscope, once the file being written holds this many bytes (`--switch-output=signal`:
+    /// with `--multi-snapshot`, where a hit must also end a piece).
+    Bytes(u64),
+    /// perf itself, at a size or an age (`--switch-output=SIZE` or `=Ns`): it checks the
+    /// size after every write, closer to the bound than a poll can; ptscope only deletes.
+    Perf,
+}
+
 /// The pieces of the current ring and the snapshots sealed so far.
 #[derive(Debug)]
 pub struct SnapshotRing {
     dir: PathBuf,
-    piece: u64,
+    piece: Piece,
+    /// What the pieces gone so far announced, for those that remain.
+    sideband: Sideband,
     keep: usize,
     /// Finished files not yet part of a snapshot, oldest first.
     ring: Vec<PathBuf>,
@@ -37,11 +60,12 @@ pub struct SnapshotRing {
 }
 
 impl SnapshotRing {
-    /// A ring in `dir` (where perf writes `perf.data`) of `keep` pieces of `piece` bytes.
-    pub fn new(dir: &Path, piece: u64, keep: u32) -> Self {
+    /// A ring in `dir` (where perf writes `perf.data`) of `keep` pieces.
+    pub fn new(dir: &Path, piece: Piece, keep: u32) -> Self {
         SnapshotRing {
             dir: dir.to_owned(),
             piece,
+            sideband: Sideband::default(),
             keep: keep.max(1) as usize,
             ring: Vec::new(),
             seen: HashSet::new(),
@@ -66,12 +90,16 @@ impl SnapshotRing {
             // perf did not rotate (busy, or the signal was merged with another): ask again.
             self.pending = None;
         }
-        let size = std::fs::metadata(self.dir.join("perf.data")).map_or(0, |m| m.len());
-        if size >= self.piece {
+        let full = match self.piece {
+            Piece::Bytes(b) => {
+                std::fs::metadata(self.dir.join("perf.data")).map_or(0, |m| m.len()) >= b
+            }
+            Piece::Perf => false,
+        };
+        if full {
             self.pending = Some(Instant::now());
-            return true;
         }
-        false
+        full
     }
 
     /// Before a hit's rotation: waits (a little) for a rotation already asked for, so the
@@ -101,7 +129,7 @@ impl SnapshotRing {
         if let Some(last) = self.ring.last().and_then(|p| p.file_name()) {
             self.ends.push(last.to_owned());
         }
-        self.ring.clear();
+        self.complete();
         true
     }
 
@@ -110,6 +138,34 @@ impl SnapshotRing {
     pub fn finish(&mut self) {
         self.collect();
         self.trim();
+        self.complete();
+    }
+
+    /// The pieces held become whole recordings: each is written again with the side
+    /// band of every piece before it, then leaves the ring (its own side band kept for
+    /// those after). A piece that cannot be read or rewritten stays as it is (it decodes
+    /// as before: processes begun earlier without names).
+    fn complete(&mut self) {
+        for p in std::mem::take(&mut self.ring) {
+            let Ok(data) = PerfData::open(&p) else {
+                continue;
+            };
+            if !self.sideband.is_empty() {
+                // Written beside it and renamed over it: a kill leaves the old piece, and
+                // so does a failure (the temporary file goes when dropped).
+                let _ = tempfile::Builder::new()
+                    .prefix(".perf.data.whole")
+                    .tempfile_in(&self.dir)
+                    .and_then(|mut t| {
+                        let mut out = std::io::BufWriter::new(t.as_file_mut());
+                        data.write_with_sideband(&self.sideband, &mut out)?;
+                        std::io::Write::flush(&mut out)?;
+                        drop(out);
+                        t.persist(&p).map(drop).map_err(|e| e.error)
+                    });
+            }
+            self.sideband.take(&data);
+        }
     }
 
     /// The last file of every sealed snapshot, for the marker file.
@@ -150,6 +206,9 @@ impl SnapshotRing {
     fn trim(&mut self) {
         while self.ring.len() > self.keep {
             let old = self.ring.remove(0);
+            if let Ok(data) = PerfData::open(&old) {
+                self.sideband.take(&data);
+            }
             if std::fs::remove_file(&old).is_ok() {
                 self.deleted += 1;
             }
@@ -179,7 +238,7 @@ mod tests {
     fn keeps_the_last_pieces_and_seals_them_at_a_hit() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path();
-        let mut r = SnapshotRing::new(dir, 100, 2);
+        let mut r = SnapshotRing::new(dir, Piece::Bytes(100), 2);
         touch(dir, "perf.data", 50);
         assert!(!r.poll(), "under a piece: no rotation");
         touch(dir, "perf.data", 150);
@@ -226,7 +285,7 @@ mod tests {
     #[test]
     fn a_hit_whose_file_never_appears_seals_nothing() {
         let d = tempfile::tempdir().unwrap();
-        let mut r = SnapshotRing::new(d.path(), 100, 2);
+        let mut r = SnapshotRing::new(d.path(), Piece::Bytes(100), 2);
         r.pending = None;
         let start = Instant::now();
         assert!(!r.seal());

@@ -370,8 +370,10 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         process::create_private(&dir.join(ROTATED_FILES_MARKER))?;
     }
     let mut ring = plan
-        .snapshot_ring()
+        .ring()
         .map(|(piece, keep)| crate::ring::SnapshotRing::new(dir, piece, keep));
+    // With --multi-snapshot a hit seals the pieces held; otherwise the ring only rotates.
+    let sealing = plan.snapshot_ring().is_some();
     let argv = perf_record_argv(&plan);
     if std::env::var_os("PTSCOPE_PRINT_PERF_COMMANDS").is_some() {
         let line = argv
@@ -462,7 +464,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
         }
         let before = hits.len();
         if read_hits(&mut bps, offset, &mut hits) {
-            if let Some(r) = ring.as_mut() {
+            if let Some(r) = ring.as_mut().filter(|_| sealing) {
                 // Sampling: the hit's rotation ends the pieces held, which become its
                 // snapshot (see `crate::ring`).
                 if seal_snapshot(r, &mut perf, dir)? {
@@ -517,7 +519,7 @@ fn record_inner(opts: &Options, base: usize) -> Result<Outcome> {
     // a rotation was being waited for): each is a snapshot too, sealed while perf runs.
     let before = hits.len();
     if ended_by != EndReason::Trigger && read_hits(&mut bps, offset, &mut hits) {
-        if let Some(r) = ring.as_mut().filter(|_| perf.alive()) {
+        if let Some(r) = ring.as_mut().filter(|_| sealing && perf.alive()) {
             seal_snapshot(r, &mut perf, dir)?;
         }
         if opts.multi_snapshot {

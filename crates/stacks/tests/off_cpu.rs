@@ -400,3 +400,83 @@ fn switches_do_not_change_a_branch_trace() {
     let got = segments(&with, &s);
     assert_eq!(got, expected);
 }
+
+/// perf's unwinder now and then stops early: one sample's stack starts at `run_batch`,
+/// not at `_start`. It goes on the frames the stack before had below `run_batch`, so
+/// `main` (and `run_batch`) stay one call, as the demo's trace must show.
+#[test]
+fn a_stack_the_unwinder_cut_short_goes_on_the_frames_below_it() {
+    let mut s = StringTable::new();
+    let whole = ["_start@10", "main@100", "run_batch@200", "snprintf"];
+    let cut = ["run_batch@200", "snprintf@300", "vfprintf"];
+    let events = vec![
+        sample(&mut s, T, 0, &whole),
+        sample(&mut s, T, MS, &cut),
+        sample(&mut s, T, 2 * MS, &whole),
+    ];
+    assert_eq!(
+        segments(&events, &s),
+        [
+            "->      0ns BEGIN _start",
+            "->      0ns BEGIN main",
+            "->      0ns BEGIN run_batch",
+            "->      0ns BEGIN snprintf",
+            "->      1ms BEGIN vfprintf",
+            "->      2ms END   vfprintf",
+            "->      2ms END   snprintf",
+            "->      2ms END   run_batch",
+            "->      2ms END   main",
+            "->      2ms END   _start",
+        ]
+    );
+}
+
+/// Only a stack whose outermost function the current stack holds above its root is made
+/// whole: another root (a new program after exec, a stack the current one knows
+/// nothing of) is taken as it is, and in recursion the outermost place is used.
+#[test]
+fn only_stacks_rooted_inside_the_current_one_are_made_whole() {
+    let mut s = StringTable::new();
+    let events = vec![
+        sample(&mut s, T, 0, &["_start@10", "main@100", "f@200", "g"]),
+        // Rooted in a function the stack before does not hold: taken as it is.
+        sample(&mut s, T, MS, &["other@50", "h"]),
+        sample(
+            &mut s,
+            T,
+            2 * MS,
+            &["_start@10", "main@100", "f@200", "f@210", "f"],
+        ),
+        // Rooted in `f`, held twice: it goes on `main`, under the outer `f`.
+        sample(&mut s, T, 3 * MS, &["f@200", "k"]),
+    ];
+    assert_eq!(
+        segments(&events, &s),
+        [
+            "->      0ns BEGIN _start",
+            "->      0ns BEGIN main",
+            "->      0ns BEGIN f",
+            "->      0ns BEGIN g",
+            "->      1ms END   g",
+            "->      1ms END   f",
+            "->      1ms END   main",
+            "->      1ms END   _start",
+            "->      1ms BEGIN other",
+            "->      1ms BEGIN h",
+            "->      2ms END   h",
+            "->      2ms END   other",
+            "->      2ms BEGIN _start",
+            "->      2ms BEGIN main",
+            "->      2ms BEGIN f",
+            "->      2ms BEGIN f",
+            "->      2ms BEGIN f",
+            "->      3ms END   f",
+            "->      3ms END   f",
+            "->      3ms BEGIN k",
+            "->      3ms END   k",
+            "->      3ms END   f",
+            "->      3ms END   main",
+            "->      3ms END   _start",
+        ]
+    );
+}

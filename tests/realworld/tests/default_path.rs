@@ -726,3 +726,76 @@ fn a_perf_data_cut_short_is_a_clear_error() {
         assert!(!out.exists(), "cut {what}: a trace was written");
     }
 }
+
+/// The sampling flight recorder keeps the last pieces of the recording and deletes the
+/// older ones, and perf announces a process (name, code) only in the piece being written
+/// when it starts. `sh` runs gzip three times, each gzip spanning pieces of a 1 MiB
+/// bound: every process in the trace is named, and the gzip running when recording ended
+/// is unwound into its own code (`main` and libc's start under it), not kernel frames under
+/// a nameless `[pid=N]`, as before ptscope kept the side band of the pieces it deleted.
+#[test]
+fn processes_begun_in_deleted_pieces_keep_their_names_and_code() {
+    let test = "processes_begun_in_deleted_pieces_keep_their_names_and_code";
+    if !can_record(test) {
+        return;
+    }
+    let Some(gzip) = need_tool(test, "gzip", "gzip") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input.txt");
+    ptscope_realworld::programs::text_file(&input, 4);
+    let script = format!(
+        "for i in 1 2 3; do {} -c {} > /dev/null; done",
+        gzip.display(),
+        input.display()
+    );
+    let work = dir.path().join("rec");
+    let (_, t) = record(
+        dir.path(),
+        "loop",
+        // 1 kHz: fewer samples for perf to lose under load (with them it may lose the
+        // very records this is about); still many pieces per gzip.
+        &[
+            "--snapshot-size",
+            "1M",
+            "--timer-resolution",
+            "low",
+            "-w",
+            work.to_str().unwrap(),
+        ],
+        &[&"/bin/sh", &"-c", &script],
+    );
+    let pieces = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("perf.data."))
+        .count();
+    assert!(pieces <= 4, "the flight recorder kept {pieces} pieces");
+    let tracks: Vec<_> = t.tracks.values().filter(|k| !k.slices.is_empty()).collect();
+    let nameless: Vec<&str> = tracks
+        .iter()
+        .map(|k| k.process_name.as_str())
+        .filter(|n| n.starts_with("[pid="))
+        .collect();
+    assert!(
+        nameless.is_empty(),
+        "nameless processes: {nameless:?}\n{}",
+        t.summary()
+    );
+    let gzips: Vec<_> = tracks.iter().filter(|k| k.thread_is("gzip")).collect();
+    assert!(!gzips.is_empty(), "gzip in the trace:\n{}", t.summary());
+    for k in gzips {
+        let user = k
+            .slices
+            .iter()
+            .filter(|s| s.name == "__libc_start_call_main")
+            .count();
+        assert!(
+            user > 0,
+            "gzip ({}) unwound into its code:\n{}",
+            k.process_name,
+            t.summary()
+        );
+    }
+}

@@ -5,7 +5,7 @@ use super::frames::{
 };
 use super::ingest::Cx;
 use crate::WriterConfig;
-use ptscope_event::{Location, StringTable, Symbol};
+use ptscope_event::{Location, StringTable, Symbol, TraceScope};
 
 /// A thread's last times off CPU, with no sample after them to tell which frames
 /// they interrupted: every frame ends when it first left the CPU. Its last switch-out
@@ -156,7 +156,10 @@ impl<T> Cx<'_, T> {
         self.ts.last_sample = Some(self.time);
         self.ts.sampled = true;
         self.ts.leaving = false;
-        self.follow(callstack, ended_at);
+        match self.graft(callstack) {
+            Some(whole) => self.follow(&whole, ended_at),
+            None => self.follow(callstack, ended_at),
+        }
         // An empty stack (everything out of scope) has no leaf to count it against.
         if !callstack.is_empty() && !self.is_sentinel(self.ts.leaf) {
             let leaf = self.ts.leaf;
@@ -174,8 +177,47 @@ impl<T> Cx<'_, T> {
     /// switch-out that follows nests its time off CPU in all of it.
     pub(super) fn switch_stack(&mut self, callstack: &[Loc]) {
         self.ts.sampled = true;
-        self.follow(callstack, None);
+        match self.graft(callstack) {
+            Some(whole) => self.follow(&whole, None),
+            None => self.follow(callstack, None),
+        }
         self.ts.leaving = true;
+    }
+
+    /// A stack perf's unwinder cut short, made whole from the current one. perf unwinds
+    /// a copy of the top of the user stack (`--call-graph dwarf`): now and then the
+    /// walk stops early (a register the unwind rules needed was not in the copy, a
+    /// frame beyond it), and the sample's outermost frame is not the thread's root but
+    /// a function the current stack holds further up (`run_batch` under `main` under
+    /// `_start`). Taken as it is, that one sample would end every frame down to the
+    /// root and begin them again after it: `main` in pieces. Such a stack is put on the
+    /// frames below where the current stack holds its outermost function (the
+    /// outermost place, if it holds it more than once). A stack whose outermost function
+    /// the current one does not hold, or holds at its root, is taken as it is; so is one
+    /// rooted in the kernel (interrupt entries are roots there). `None`: take it as it is.
+    fn graft(&self, callstack: &[Loc]) -> Option<Vec<Loc>> {
+        let first = callstack.first()?;
+        if first.ip == 0 || !TraceScope::Userspace.includes_address(first.ip) {
+            return None;
+        }
+        let mut cur = Vec::new();
+        let mut f = self.ts.leaf;
+        while !self.is_sentinel(f) {
+            cur.push(self.ts.frames[f as usize].loc);
+            f = self.ts.frames[f as usize].parent;
+        }
+        cur.reverse();
+        let at = |id: u32| self.locs.get(self.strings, id);
+        if cur
+            .first()
+            .is_none_or(|&root| at(root).symbol == first.symbol)
+        {
+            return None;
+        }
+        let j = cur.iter().position(|&id| at(id).symbol == first.symbol)?;
+        let mut whole: Vec<Loc> = cur[..j].iter().map(|&id| Loc { id, at: *at(id) }).collect();
+        whole.extend_from_slice(callstack);
+        Some(whole)
     }
 
     /// Moves the current stack to `callstack`: the frames both share stay open (held
