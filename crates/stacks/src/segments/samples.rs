@@ -200,22 +200,31 @@ impl<T> Cx<'_, T> {
         if first.ip == 0 || !TraceScope::Userspace.includes_address(first.ip) {
             return None;
         }
-        let mut cur = Vec::new();
+        // One walk to the root, allocating nothing (this runs at every sample): the root,
+        // and the outermost frame of `first`'s function.
+        let at = |id: u32| self.locs.get(self.strings, id);
+        let (mut root, mut outermost) = (None, None);
         let mut f = self.ts.leaf;
         while !self.is_sentinel(f) {
-            cur.push(self.ts.frames[f as usize].loc);
-            f = self.ts.frames[f as usize].parent;
+            let fr = &self.ts.frames[f as usize];
+            if at(fr.loc).symbol == first.symbol {
+                outermost = Some(fr.parent);
+            }
+            root = Some(fr.loc);
+            f = fr.parent;
         }
-        cur.reverse();
-        let at = |id: u32| self.locs.get(self.strings, id);
-        if cur
-            .first()
-            .is_none_or(|&root| at(root).symbol == first.symbol)
-        {
+        if root.is_none_or(|r| at(r).symbol == first.symbol) {
             return None;
         }
-        let j = cur.iter().position(|&id| at(id).symbol == first.symbol)?;
-        let mut whole: Vec<Loc> = cur[..j].iter().map(|&id| Loc { id, at: *at(id) }).collect();
+        // The frames below the outermost one, root first.
+        let mut whole = Vec::new();
+        let mut f = outermost?;
+        while !self.is_sentinel(f) {
+            let id = self.ts.frames[f as usize].loc;
+            whole.push(Loc { id, at: *at(id) });
+            f = self.ts.frames[f as usize].parent;
+        }
+        whole.reverse();
         whole.extend_from_slice(callstack);
         Some(whole)
     }
