@@ -48,9 +48,15 @@ impl Drop for MapGuard {
 fn decode(data: &Path, choice: Choice) -> (Vec<String>, Vec<String>) {
     let mut o = DlfilterOptions::new(data);
     o.kind = Some(RecordingKind::Sampling);
-    let (mut s, notice) = open(&o, choice).expect("open");
+    let (events, notices, on_dlfilter) = decode_with(&o, choice);
+    assert_eq!(on_dlfilter, choice == Choice::Dlfilter);
+    (events, notices)
+}
+
+/// Events, notices, and whether the stream ended on the dlfilter path, from `open(o, choice)`.
+fn decode_with(o: &DlfilterOptions, choice: Choice) -> (Vec<String>, Vec<String>, bool) {
+    let (mut s, notice) = open(o, choice).expect("open");
     assert!(notice.is_none(), "{notice:?}");
-    assert_eq!(s.is_dlfilter(), choice == Choice::Dlfilter);
     let mut events = Vec::new();
     let mut notices = Vec::new();
     while let Some(e) = s.next_event().expect("decode") {
@@ -59,7 +65,7 @@ fn decode(data: &Path, choice: Choice) -> (Vec<String>, Vec<String>) {
     }
     s.finish().expect("perf exit");
     notices.extend(s.take_notices());
-    (events, notices)
+    (events, notices, s.is_dlfilter())
 }
 
 /// Records the JIT program in `dir` and writes its perf map in /tmp (one entry naming the
@@ -177,19 +183,7 @@ fn the_fallback_to_text_keeps_the_jit_maps_trust() {
         o.map_trust = trust;
         o
     };
-    let decode_auto = |o: &DlfilterOptions| {
-        let (mut s, notice) = open(o, Choice::Auto).expect("open");
-        assert!(notice.is_none(), "{notice:?}");
-        let mut events = Vec::new();
-        let mut notices = Vec::new();
-        while let Some(e) = s.next_event().expect("decode") {
-            events.push(norm(&e, s.strings()));
-            notices.extend(s.take_notices());
-        }
-        s.finish().expect("perf exit");
-        notices.extend(s.take_notices());
-        (events, notices, s.is_dlfilter())
-    };
+    let decode_auto = |o: &DlfilterOptions| decode_with(o, Choice::Auto);
 
     for (trust, believed) in [
         (MapTrust::new().with_uid(65534), true),
