@@ -669,10 +669,12 @@ fn keep_stderr_tail(mut stderr: impl Read + Send + 'static) -> JoinHandle<Vec<u8
 }
 
 /// What a source decoding the perf.data at `input` through perf says about it: the
-/// recording, and the scope its (sampling) event asks for.
+/// recording, the scope its (sampling) event asks for, and that perf's output is read
+/// to its end after an interrupt ([`stop_all`]).
 pub fn recording_info(input: &Path) -> ptscope_event::SourceInfo {
     let mut i = ptscope_event::SourceInfo::default();
     i.recording = Some(input.to_path_buf());
+    i.drain_after_stop = true;
     i.scope = crate::header::read_header(input)
         .ok()
         .and_then(|h| h.scope());
@@ -790,5 +792,19 @@ impl EventSource for PerfScript {
             failure,
             ..Finished::new(self.into_strings())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ptscope_event::EventSource;
+
+    /// After an interrupt the pipeline reads a perf-driven source to its end (perf was
+    /// asked to write out what it decoded) and stops a text source at once.
+    #[test]
+    fn only_a_perf_driven_source_is_drained_after_a_stop() {
+        assert!(super::recording_info(std::path::Path::new("perf.data")).drain_after_stop);
+        let text = crate::Decoder::new(std::io::Cursor::new(Vec::new()));
+        assert!(!EventSource::info(&text).drain_after_stop);
     }
 }

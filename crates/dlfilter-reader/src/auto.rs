@@ -286,10 +286,8 @@ impl AnyScript {
             "the dlfilter stream failed after {} events: {e}{perf_said}; decoding the rest from perf script text",
             self.delivered
         ));
-        self.notices.extend(script.take_notices());
         // The names already delivered stay valid: the table is kept, and so is what is
-        // known about the JIT maps among them.
-        self.jit = std::mem::take(&mut script.jit);
+        // known about the JIT maps among them (`continue_on_text` takes the script's).
         self.continue_on_text(&opts)
     }
 

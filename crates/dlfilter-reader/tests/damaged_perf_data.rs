@@ -4,8 +4,6 @@
 
 mod common;
 
-#[path = "../../../tests/executable.rs"]
-mod executable;
 use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions};

@@ -10,6 +10,7 @@ mod common;
 use common::*;
 use ptscope_decode::RecordingKind;
 use ptscope_dlfilter_reader::{open, Choice, DlfilterOptions};
+use ptscope_symbols::MapTrust;
 use std::path::{Path, PathBuf};
 
 /// Copies a loop (`dec rdi; jnz; ret`) into anonymous executable memory and runs it,
@@ -47,9 +48,15 @@ impl Drop for MapGuard {
 fn decode(data: &Path, choice: Choice) -> (Vec<String>, Vec<String>) {
     let mut o = DlfilterOptions::new(data);
     o.kind = Some(RecordingKind::Sampling);
-    let (mut s, notice) = open(&o, choice).expect("open");
+    let (events, notices, on_dlfilter) = decode_with(&o, choice);
+    assert_eq!(on_dlfilter, choice == Choice::Dlfilter);
+    (events, notices)
+}
+
+/// Events, notices, and whether the stream ended on the dlfilter path, from `open(o, choice)`.
+fn decode_with(o: &DlfilterOptions, choice: Choice) -> (Vec<String>, Vec<String>, bool) {
+    let (mut s, notice) = open(o, choice).expect("open");
     assert!(notice.is_none(), "{notice:?}");
-    assert_eq!(s.is_dlfilter(), choice == Choice::Dlfilter);
     let mut events = Vec::new();
     let mut notices = Vec::new();
     while let Some(e) = s.next_event().expect("decode") {
@@ -58,16 +65,13 @@ fn decode(data: &Path, choice: Choice) -> (Vec<String>, Vec<String>) {
     }
     s.finish().expect("perf exit");
     notices.extend(s.take_notices());
-    (events, notices)
+    (events, notices, s.is_dlfilter())
 }
 
-#[test]
-fn names_from_another_user_s_jit_map_are_hidden_on_both_paths() {
-    if !perf_usable("names_from_another_user_s_jit_map_are_hidden_on_both_paths") {
-        return;
-    }
-    let tmp = scratch("jit");
-    let dir = tmp.path();
+/// Records the JIT program in `dir` and writes its perf map in /tmp (one entry naming the
+/// JIT loop `someone_elses_name`, owned by root until the caller changes that): the
+/// recording, the map, the loop's address as perf-map hex, and the guard removing the map.
+fn jit_recording(dir: &Path) -> (PathBuf, PathBuf, String, MapGuard) {
     std::fs::write(dir.join("jit.c"), JIT_C).expect("write jit.c");
     let exe = dir.join("jit");
     let st = std::process::Command::new("gcc")
@@ -93,10 +97,21 @@ fn names_from_another_user_s_jit_map_are_hidden_on_both_paths() {
         .create_new(true)
         .open(&map)
         .expect("create the perf map");
-    let _guard = MapGuard(map.clone());
+    let guard = MapGuard(map.clone());
     use std::io::Write;
     writeln!(f, "{addr} 6 someone_elses_name").expect("write map");
     drop(f);
+    (data, map, addr.to_string(), guard)
+}
+
+#[test]
+fn names_from_another_user_s_jit_map_are_hidden_on_both_paths() {
+    if !perf_usable("names_from_another_user_s_jit_map_are_hidden_on_both_paths") {
+        return;
+    }
+    let tmp = scratch("jit");
+    let (data, map, addr, _guard) = jit_recording(tmp.path());
+    let addr = addr.as_str();
     let map_s = map.to_string_lossy().into_owned();
 
     // Another user's map: perf reads it, ptscope hides what it named.
@@ -145,4 +160,70 @@ fn names_from_another_user_s_jit_map_are_hidden_on_both_paths() {
         .count();
     assert_eq!(named, jit_samples);
     assert!(text_notices.is_empty() && dlf_notices.is_empty());
+}
+
+/// A dlfilter stream that fails mid-way continues on the text path (the automatic
+/// choice) with what was already known of the JIT maps: a map the caller chose to trust
+/// stays believed after the fallback (a fresh default trust would hide its names from
+/// there on), and an untrusted one is noticed once, not again on the text path.
+#[test]
+fn the_fallback_to_text_keeps_the_jit_maps_trust() {
+    if !perf_usable("the_fallback_to_text_keeps_the_jit_maps_trust") {
+        return;
+    }
+    let tmp = scratch("jit-fallback");
+    let dir = tmp.path();
+    let (data, map, _, _guard) = jit_recording(dir);
+    std::os::unix::fs::chown(&map, Some(65534), Some(65534)).expect("chown");
+    let perf = corrupting_perf(dir);
+    let options = |trust: MapTrust| {
+        let mut o = DlfilterOptions::new(&data);
+        o.kind = Some(RecordingKind::Sampling);
+        o.perf = perf.clone();
+        o.map_trust = trust;
+        o
+    };
+    let decode_auto = |o: &DlfilterOptions| decode_with(o, Choice::Auto);
+
+    for (trust, believed) in [
+        (MapTrust::new().with_uid(65534), true),
+        (MapTrust::new(), false),
+    ] {
+        // No cut yet: the wrapper saves the whole stream and changes nothing.
+        let _ = std::fs::remove_file(dir.join("cut"));
+        let (want, want_notices, on_dlfilter) = decode_auto(&options(trust.clone()));
+        assert!(on_dlfilter);
+        let named = want
+            .iter()
+            .filter(|e| e.contains("someone_elses_name"))
+            .count();
+        assert_eq!(named > 20, believed, "{named} samples named from the map");
+        assert_eq!(
+            want_notices.len(),
+            usize::from(!believed),
+            "{want_notices:?}"
+        );
+
+        let full = std::fs::read(dir.join("full")).expect("saved stream");
+        let cut = boundary_after(&full, full.len() / 2);
+        assert!(cut < full.len());
+        std::fs::write(dir.join("cut"), cut.to_string()).expect("write cut");
+        let (got, notices, on_dlfilter) = decode_auto(&options(trust));
+        assert!(!on_dlfilter, "the cut stream must fall back to text");
+        let named_got = got
+            .iter()
+            .filter(|e| e.contains("someone_elses_name"))
+            .count();
+        assert!(
+            got == want,
+            "believed: {believed}: {} events, {named_got} named from the map; want {}, {named}",
+            got.len(),
+            want.len()
+        );
+        let (fallback, jit): (Vec<_>, Vec<_>) = notices
+            .iter()
+            .partition(|n| n.contains("dlfilter stream failed"));
+        assert_eq!(fallback.len(), 1, "{notices:?}");
+        assert_eq!(jit, want_notices.iter().collect::<Vec<_>>(), "{notices:?}");
+    }
 }

@@ -124,6 +124,10 @@ pub struct SourceInfo {
     /// instructions (ptscope's own Intel PT decoder): with them the writers keep the
     /// trap stack exactly, as with `.note.ocaml_eh`, instead of guessing.
     pub ocaml_exception_info: Option<crate::OcamlExceptionInfo>,
+    /// The events come from a perf process that, on an interrupt, is asked to stop and
+    /// write out what it already decoded: the consumer then reads on to the end rather
+    /// than stopping at once, so nothing perf decoded is lost.
+    pub drain_after_stop: bool,
 }
 
 /// What a source hands back at its end.

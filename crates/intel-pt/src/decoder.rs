@@ -549,7 +549,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 }
             } else {
                 let k = e.insn.saturating_sub(ai);
-                at + ((u128::from(t - at) * u128::from(k)) / u128::from(span)) as u64
+                at + crate::time::mul_div(t - at, k, span)
             };
         }
         if reps.is_none() && span >= 16 && t > at {

@@ -27,8 +27,11 @@ use tempfile::TempPath;
 /// Buffer between the encoder and the file; the FXT writer already batches 64 KiB.
 const FILE_BUFFER: usize = 256 * 1024;
 
-/// gzip level magic-trace uses (camlzip's default) and Perfetto reads fast enough.
-const GZIP_LEVEL: u32 = 6;
+/// gzip level 2: on the 188 MB FXT of BENCHMARKS.md's issue-28 recording (zlib-rs), level
+/// 6 (magic-trace's, camlzip's default) took 1.8 s for 10.0 % of the size, level 2 0.49 s
+/// for 11.8 % (level 4: 0.86 s, 10.3 %). Compression was a third of an end-to-end
+/// decode's CPU, and a trace is read back by decompressing it, whatever the level.
+const GZIP_LEVEL: u32 = 2;
 
 enum Inner {
     Raw(BufWriter<File>),

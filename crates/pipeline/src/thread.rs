@@ -168,11 +168,9 @@ pub(crate) fn decode_inputs(
         // A user-space trace shows a sample's time in the kernel as one `[kernel: …]` frame.
         let scope = scope.or(info.scope).unwrap_or_default();
         namer.set_fold_kernel(naming && scope == TraceScope::Userspace);
-        // After an interrupt perf is asked to stop and write out what it decoded (see
-        // `ptscope_decode::perf::stop_all`): its output is read to its end. Other
-        // sources (ptscope's own Intel PT decoder, whose times are exact, included) stop
-        // at once.
-        let drain = matches!(spec, InputSpec::PerfData(_)) && !info.exact_times;
+        // A perf asked to stop writes out what it decoded: its output is read to its
+        // end. Other sources (ptscope's own Intel PT decoder included) stop at once.
+        let drain = info.drain_after_stop;
         if tx.send(Msg::Opened(info)).is_err() {
             return;
         }

@@ -458,9 +458,13 @@ impl PtSource {
         let time = self.ns(e.time);
         let thread = self.thread(ctx);
         let in_transaction = self.queues[q].in_tx;
-        let shared = Arc::clone(&self.shared);
-        let space = &shared.rec.space;
-        let loc = |s: &mut Self, ip: u64| s.namer.location(space, &mut s.strings, ctx, ip);
+        // Borrows the fields it needs, not `self`: cloning the `Arc` here, once per
+        // event, was most of this function's time (its count's cache line bounced
+        // between this thread and the workers reading beside it).
+        let loc = |s: &mut Self, ip: u64| {
+            s.namer
+                .location(&s.shared.rec.space, &mut s.strings, ctx, ip)
+        };
         let trace = |change, kind, src, dst| {
             Some(Event::Ok {
                 thread,

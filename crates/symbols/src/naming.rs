@@ -182,6 +182,11 @@ pub struct Namer {
     mappings: Option<Mappings>,
     /// (pid, DSO, address) → the function's name and the address of its start.
     found_abs: FxHashMap<(Option<u32>, Sym, u64), Option<Named>>,
+    /// (pid, branch end's handle) → the handle it is named as, direct-mapped
+    /// ([`BRANCH_END_BITS`]): every branch names its two ends, nearly always ones seen
+    /// just before, and looking each up again (its location copied, its name's kind
+    /// and the address map consulted) was most of the naming step's time.
+    branch_ends: Box<[(Option<u32>, u32, u32)]>,
     stats: NamingStats,
     /// A sampled stack's frames while they are changed.
     frames: Vec<Location>,
@@ -192,6 +197,9 @@ pub struct Namer {
     /// (DSO, file offset looked up) → the calls inlined there (`None`: none).
     inlined: FxHashMap<(Sym, u64), Option<InlinedCalls>>,
 }
+
+/// log2 of [`Namer`]'s branch-end cache's slots.
+const BRANCH_END_BITS: u32 = 12;
 
 impl Namer {
     /// A step that names stripped code per function (`group`) and cuts broken
@@ -215,6 +223,7 @@ impl Namer {
             found: FxHashMap::default(),
             mappings: None,
             found_abs: FxHashMap::default(),
+            branch_ends: vec![(None, u32::MAX, 0); 1 << BRANCH_END_BITS].into_boxed_slice(),
             stats: NamingStats::default(),
             frames: Vec::new(),
             inline: false,
@@ -239,6 +248,7 @@ impl Namer {
     pub fn set_mappings(&mut self, mappings: Option<Mappings>) {
         self.mappings = mappings;
         self.found_abs.clear();
+        self.branch_ends.fill((None, u32::MAX, 0));
     }
 
     /// Whether sampled stacks' kernel frames become one `[kernel: …]` frame: for a trace
@@ -285,12 +295,7 @@ impl Namer {
             EventData::Trace { src, dst, .. } => {
                 if self.grouping() {
                     for h in [src, dst] {
-                        // Named per event, not per handle: the same address may be another
-                        // function in another process.
-                        let mut loc = *strings.strings().location(*h);
-                        if self.name_absolute(pid, &mut loc, strings) {
-                            *h = strings.intern_location(loc);
-                        }
+                        *h = self.branch_end(pid, *h, strings);
                     }
                 }
                 return;
@@ -706,6 +711,32 @@ impl Namer {
 
     /// Names a location whose `ip` is the process's own address (a branch's); true if
     /// it did.
+    /// A branch end `h` of process `pid`, named (see [`Namer::name_absolute`]). Cached
+    /// per process and handle, not per handle: the same address may be another function
+    /// in another process.
+    #[inline]
+    fn branch_end(
+        &mut self,
+        pid: Option<u32>,
+        h: LocationHandle,
+        strings: &mut impl NameTable,
+    ) -> LocationHandle {
+        let key = u64::from(h.0) | (u64::from(pid.unwrap_or(u32::MAX)) << 32);
+        let slot = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - BRANCH_END_BITS)) as usize;
+        let (p, k, named) = self.branch_ends[slot];
+        if k == h.0 && p == pid {
+            return LocationHandle(named);
+        }
+        let mut loc = *strings.strings().location(h);
+        let named = if self.name_absolute(pid, &mut loc, strings) {
+            strings.intern_location(loc)
+        } else {
+            h
+        };
+        self.branch_ends[slot] = (pid, h.0, named.0);
+        named
+    }
+
     fn name_absolute(
         &mut self,
         pid: Option<u32>,

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../../tests/executable.rs"]
+pub mod executable;
+
 use ptscope_event::{Event, EventData, Location, StringTable};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -171,4 +174,48 @@ pub fn norm(e: &Event, s: &StringTable) -> String {
             format!("{thread:?} {time} {in_transaction} {d}")
         }
     }
+}
+
+/// A `perf` wrapper whose dlfilter stream gets a record of unknown type inserted at the
+/// byte offset written in `DIR/cut`; without that file it saves the stream to
+/// `DIR/full` untouched (so the test can choose a record boundary).
+pub fn corrupting_perf(dir: &Path) -> PathBuf {
+    let p = dir.join("corrupting-perf");
+    let d = dir.display();
+    let script = format!(
+        r#"#!/bin/sh
+if [ "$1" = --version ]; then echo "perf version 6.1.0"; exit 0; fi
+for a in "$@"; do
+  if [ "$a" = --dlfilter ]; then
+    perf "$@" > "{d}/stream" || exit $?
+    if [ ! -f "{d}/cut" ]; then cp "{d}/stream" "{d}/full"; cat "{d}/stream"; exit 0; fi
+    n=$(cat "{d}/cut")
+    head -c "$n" "{d}/stream"
+    printf '\000\143\000\000\000\000'
+    tail -c +$((n + 1)) "{d}/stream"
+    exit 0
+  fi
+done
+exec perf "$@"
+"#
+    );
+    executable::write_executable(&p, script);
+    p
+}
+
+/// The offset of the first record or line boundary at or after `at` in a dlfilter stream.
+pub fn boundary_after(stream: &[u8], at: usize) -> usize {
+    let mut i = 0;
+    while i < stream.len() && i < at {
+        if stream[i] == 0 {
+            let len = u32::from_le_bytes(stream[i + 2..i + 6].try_into().expect("4 bytes"));
+            i += 6 + len as usize;
+        } else {
+            i += stream[i..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(stream.len() - i, |p| p + 1);
+        }
+    }
+    i
 }
