@@ -816,3 +816,43 @@ fn a_gap_in_a_handler_then_a_pending_signal_stays_on_the_interrupted_frame() {
         ],
     );
 }
+
+/// After a gap, a segment lined up with the open stack by one name (`c`) returns past
+/// its own root into a function no open frame runs (`x`): the line-up was a coincidence
+/// or the gap hid the frames between, so `x` lies somewhere under `c`, above the frames
+/// carried across the gap. They stay under it (marked unverified), as they do when
+/// nothing lines up after a gap; closing them lost the thread's root for the rest of the
+/// run (`unwind_jumps_gaps` seed 15: root 87.50 -> 73.57 %).
+#[test]
+fn a_return_past_a_segment_lined_up_across_a_gap_keeps_the_root() {
+    let mut lines: Vec<Line> = as_lines([
+        START_MAIN,
+        (120, "call", (0x401110, "main", 0x10), (0x401200, "a", 0)),
+        (130, "call", (0x401210, "a", 0x10), (0x401400, "c", 0)),
+    ])
+    .collect();
+    lines.push(Line::Lost {
+        ns: 140,
+        resume: (0x401420, "c", 0x20),
+    });
+    lines.extend(as_lines([
+        (150, "call", (0x401430, "c", 0x30), (0x401500, "d", 0)),
+        // Not back into `c` (its caller): into `x`, which no open frame runs.
+        (160, "return", (0x401540, "d", 0x40), (0x401715, "x", 0x15)),
+        (170, "call", (0x401720, "x", 0x20), (0x401600, "e", 0)),
+        (180, "return", (0x401640, "e", 0x40), (0x401725, "x", 0x25)),
+        (190, "call", (0x401730, "x", 0x30), (0x401600, "e", 0)),
+    ]));
+    let got = transcript(&input_text(&lines));
+    assert_stacks(
+        "return past a segment lined up across a gap",
+        &got,
+        &[
+            (25, &["_start", "main", "a", "c"]),
+            (45, &["_start", "main", "a", "c", "d"]),
+            (55, &["_start", "main", "a", "x"]),
+            (65, &["_start", "main", "a", "x", "e"]),
+            (75, &["_start", "main", "a", "x"]),
+        ],
+    );
+}

@@ -273,6 +273,13 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
             // every goroutine resumes there. A caller must line up too.
             seg.join == Join::Any
                 || (matches!(seg.join, Join::Unwound | Join::Landed { .. }) && !st.unverified)
+                // Landed past the root of a segment begun by a decode error, in a
+                // function no frame below it runs: the gap hid the frames between, and
+                // the landing is one of them. The frames carried across that gap stay
+                // under it, unverified, as when nothing lines up after a gap; closing
+                // them lost the thread's root for the rest of the run.
+                || (matches!(seg.join, Join::Landed { .. })
+                    && ts.segments[si - 1].join == Join::Any)
                 || (seg.join == Join::Verified
                     && !st.unverified
                     && self.resumes_here(st)
