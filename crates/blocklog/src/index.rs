@@ -63,6 +63,14 @@ impl<'a> LogIndex<'a> {
     /// Indexes `data`. Fails only when nothing is usable (no header); damage after the
     /// header ends the index there and is kept in [`LogIndex::damage`].
     pub fn new(data: &'a [u8]) -> Result<Self, LogError> {
+        Self::new_with(data, |_| {})
+    }
+
+    /// [`LogIndex::new`], handing each exec stream's bytes (a `KIND_EXEC` payload, a ring
+    /// copy's stream) to `indexed` once indexed: a reader of a mapped log can give their
+    /// pages back until it reads them (indexing reads their headers only, but the kernel
+    /// may map a whole large folio around each).
+    pub fn new_with(data: &'a [u8], mut indexed: impl FnMut(&'a [u8])) -> Result<Self, LogError> {
         let mut chunks = Chunks::new(data);
         let header = match chunks.next() {
             Some(Ok(c)) if c.kind == KIND_HEADER => Header::parse(c.payload, c.offset)?,
@@ -94,9 +102,19 @@ impl<'a> LogIndex<'a> {
         let own_limit = data.len() / (MIN_TB_RECORD - 1) + 1;
         let mut thread_of: rustc_hash_lite::Map = Default::default();
         for c in chunks {
-            if let Err(e) = c.and_then(|c| ix.take(&c, own_limit, &mut thread_of)) {
+            let c = match c {
+                Ok(c) => c,
+                Err(e) => {
+                    ix.damage = Some(e);
+                    break;
+                }
+            };
+            if let Err(e) = ix.take(&c, own_limit, &mut thread_of) {
                 ix.damage = Some(e);
                 break;
+            }
+            if c.kind == KIND_EXEC || c.kind == KIND_RING_COPY {
+                indexed(c.payload);
             }
         }
         Ok(ix)

@@ -223,6 +223,14 @@ pub(crate) fn virtual_bases(view: &View<'_>, threads: &[ThreadInput]) -> Vec<u64
         else {
             continue;
         };
+        // A process whose main thread runs alone needs no pairs: skip the pass over its
+        // stream (the whole log, for a single-threaded program).
+        if !threads
+            .iter()
+            .any(|t| t.proc == p && !std::ptr::eq(t, main))
+        {
+            continue;
+        }
         let virt = |own: u64, kernel: u64| own.saturating_mul(NS_PER_INSN).saturating_add(kernel);
         // (host ns, virtual ns) at each of the main thread's stamps.
         let mut pairs: Vec<(u64, u64)> = Vec::new();
@@ -256,6 +264,7 @@ pub(crate) fn virtual_bases(view: &View<'_>, threads: &[ThreadInput]) -> Vec<u64
                     Err(_) => break 'walk,
                 }
             }
+            view.release(data);
         }
         pairs.sort_unstable();
         for (i, t) in threads.iter().enumerate() {

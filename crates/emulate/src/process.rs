@@ -3,7 +3,7 @@
 
 use crate::recording::process_logs;
 use anyhow::{Context, Result};
-use ptscope_blocklog::format::{KIND_HEADER, KIND_HIT};
+use ptscope_blocklog::format::{KIND_EXEC, KIND_HEADER, KIND_HIT, KIND_RING_COPY};
 use ptscope_blocklog::{Chunks, Header, Hit};
 use std::path::Path;
 
@@ -185,6 +185,9 @@ pub fn hits(dir: &Path) -> Result<Vec<HitReport>> {
                         });
                     }
                 }
+                // Its header was read: give back what the kernel mapped around it.
+                // SAFETY: the payload lies in `file`, a read-only file mapping.
+                KIND_EXEC | KIND_RING_COPY => unsafe { crate::recording::release_pages(c.payload) },
                 _ => {}
             }
         }

@@ -300,6 +300,15 @@ impl<'v, 'a> Walker<'v, 'a> {
                     return;
                 }
                 None => {
+                    // The piece read is not read again by this walk.
+                    if let Some(&done) = self
+                        .piece
+                        .checked_sub(1)
+                        .and_then(|i| self.input.pieces.get(i))
+                    {
+                        self.view
+                            .release(self.view.procs[self.proc].index.stream(done));
+                    }
                     let Some(&piece) = self.input.pieces.get(self.piece) else {
                         self.done = true;
                         return;
