@@ -709,8 +709,6 @@ impl Namer {
         }
     }
 
-    /// Names a location whose `ip` is the process's own address (a branch's); true if
-    /// it did.
     /// A branch end `h` of process `pid`, named (see [`Namer::name_absolute`]). Cached
     /// per process and handle, not per handle: the same address may be another function
     /// in another process.
@@ -737,6 +735,8 @@ impl Namer {
         named
     }
 
+    /// Names a location whose `ip` is the process's own address (a branch's); true if
+    /// it did.
     fn name_absolute(
         &mut self,
         pid: Option<u32>,
