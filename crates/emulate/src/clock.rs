@@ -129,7 +129,11 @@ impl HostClock {
         if a.is_empty() {
             return done.then_some(own.saturating_mul(NS_PER_INSN));
         }
-        let i = if restart {
+        // Most steps fall strictly between the two oldest stamps kept (the others are
+        // forgotten as steps pass them): there `restart` changes nothing.
+        let i = if a.len() >= 2 && a[0].own < own && own < a[1].own {
+            1
+        } else if restart {
             let i = a.partition_point(|x| x.own <= own);
             if i > 0 && a[i - 1].own == own && (i < a.len() || done) {
                 return Some(a[i - 1].ns);

@@ -164,7 +164,9 @@ impl StringTable {
     /// Forgets every string (keeping the memory): all are registered again.
     fn clear(&mut self) {
         self.map.clear();
-        for s in &mut self.slots {
+        // Slots from `next_fresh` on were never handed out since the last clear.
+        let used = self.next_fresh.min(self.slots.len());
+        for s in &mut self.slots[..used] {
             *s = StringSlot::default();
         }
         self.recent.fill((0, 0));
