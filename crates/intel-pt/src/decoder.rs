@@ -616,12 +616,19 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 });
                 return self.pending;
             }
-            let (offset, packet) = match self.packets.next_packet()? {
-                Ok(p) => p,
-                Err(e) => {
-                    self.bad_packet(out, e, offset);
+            let packet = match self.packets.next_short() {
+                Some(Packet::Cyc { cycles }) => {
+                    self.timer.cyc(cycles);
                     continue;
                 }
+                Some(p) => p,
+                None => match self.packets.next_packet()? {
+                    Ok((_, p)) => p,
+                    Err(e) => {
+                        self.bad_packet(out, e, offset);
+                        continue;
+                    }
+                },
             };
             let control = match packet {
                 Packet::Pad | Packet::Mnt { .. } | Packet::Vmcs { .. } => continue,
