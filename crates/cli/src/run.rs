@@ -298,16 +298,7 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         "the recording is kept in {d}; `ptscope decode {d}` decodes it",
         d = working_dir.display()
     );
-    ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
-    let base = ptscope_interrupt::presses();
-    ptscope_interrupt::say_at(
-        base + 1,
-        "ptscope: stopping the recording (Ctrl-C again to stop decoding early, a third time to quit)",
-    );
-    ptscope_interrupt::set_quit(
-        base + 3,
-        format!("ptscope: interrupted three times: quitting; {kept_message}"),
-    );
+    let base = install_presses("stopping the recording", &kept_message)?;
     let bound = a
         .snapshot_size
         .as_deref()
@@ -383,28 +374,6 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     if a.trigger.is_some() && outcome.hits.is_empty() {
         messages::warn("the trigger never fired; the snapshot is from the end of the recording");
     }
-    // From here a failure or an interrupt keeps the recording instead of removing it.
-    let keep = |temp: Option<tempfile::TempDir>| {
-        if let Some(t) = temp {
-            let _ = t.keep();
-        }
-    };
-    if a.no_decode {
-        keep(temp);
-        messages::info(&kept_message);
-        return Ok(program_code.unwrap_or(0));
-    }
-    // A press that stopped the recording is the first; the next one stops decoding.
-    let pressed = ptscope_interrupt::presses() - base;
-    let stop_at = base + pressed.min(1) + 1;
-    ptscope_interrupt::say_at(
-        stop_at,
-        "ptscope: interrupted: writing what was decoded so far (Ctrl-C again to quit, keeping the recording)",
-    );
-    ptscope_interrupt::set_quit(
-        stop_at + 1,
-        format!("ptscope: interrupted again: quitting; {kept_message}"),
-    );
     let options = DecodeOptions {
         output: a.output.clone(),
         scope: Some(scope),
@@ -422,12 +391,61 @@ fn record_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
         output_filter: a.shape.filter(),
         ..DecodeOptions::new(Input::Recording(working_dir.clone()))
     };
+    decode_recorded(a, &options, base, temp, &kept_message, program_code)
+}
+
+/// Installs the Ctrl-C handler for a recording (README "Interrupts"): the first press
+/// says `first` (what stops), the third quits, keeping the recording. Returns the
+/// presses counted before.
+fn install_presses(first: &str, kept_message: &str) -> Result<usize> {
+    ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
+    let base = ptscope_interrupt::presses();
+    ptscope_interrupt::say_at(
+        base + 1,
+        format!("ptscope: {first} (Ctrl-C again to stop decoding early, a third time to quit)"),
+    );
+    ptscope_interrupt::set_quit(
+        base + 3,
+        format!("ptscope: interrupted three times: quitting; {kept_message}"),
+    );
+    Ok(base)
+}
+
+/// After a recording: with `--no-decode` keeps it and stops; else decodes it with the
+/// next press (after the one that stopped the recording, if any) cutting the decode short.
+fn decode_recorded(
+    a: &RecordArgs,
+    options: &DecodeOptions,
+    base: usize,
+    temp: Option<tempfile::TempDir>,
+    kept_message: &str,
+    program_code: Option<i32>,
+) -> Result<i32> {
+    // From here a failure or an interrupt keeps the recording instead of removing it.
+    if a.no_decode {
+        if let Some(t) = temp {
+            let _ = t.keep();
+        }
+        messages::info(kept_message);
+        return Ok(program_code.unwrap_or(0));
+    }
+    // A press that stopped the recording is the first; the next one stops decoding.
+    let pressed = ptscope_interrupt::presses() - base;
+    let stop_at = base + pressed.min(1) + 1;
+    ptscope_interrupt::say_at(
+        stop_at,
+        "ptscope: interrupted: writing what was decoded so far (Ctrl-C again to quit, keeping the recording)",
+    );
+    ptscope_interrupt::set_quit(
+        stop_at + 1,
+        format!("ptscope: interrupted again: quitting; {kept_message}"),
+    );
     decode_keeping_the_recording(
-        &options,
+        options,
         stop_at,
         temp,
         a.working_directory.is_some(),
-        &kept_message,
+        kept_message,
         program_code,
         &a.after,
     )
@@ -554,7 +572,9 @@ fn pick_symbol(target: &Target) -> Result<String> {
     let exe: PathBuf = match target {
         Target::Attach(p) => std::fs::read_link(format!("/proc/{}/exe", p[0]))
             .with_context(|| format!("cannot read the executable of process {}", p[0]))?,
-        Target::Run(argv) => which(Path::new(argv.first().context("no command given")?))?,
+        Target::Run(argv) => {
+            ptscope_record::process::which(Path::new(argv.first().context("no command given")?))?
+        }
     };
     let file = ptscope_symbols::MappedFile::open(&exe)?;
     let elf = file.elf()?;
@@ -584,78 +604,32 @@ fn filter_range(a: &RecordArgs) -> Result<Option<(String, String)>> {
         .transpose()
 }
 
-/// `run --backend emulate`: the program runs under qemu-user with ptscope's plugin, and
-/// the block log is decoded into exact call stacks (no perf involved).
+/// `run --backend emulate`: the program runs under qemu-user with ptscope's plugin
+/// (`ptscope_emulate::session`), and the block log is decoded into exact call stacks (no
+/// perf involved).
 fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
-    let Target::Run(argv) = target else {
-        bail!(
-            "the emulate backend cannot attach to a running process (qemu has to start the \
-             program): use `ptscope run --backend emulate -- PROGRAM ARGS`, or --backend sample"
-        );
+    use ptscope_emulate::session::{Options as EmulateOptions, Plan, Tell};
+    let filter = filter_range(a)?;
+    let tell = Tell {
+        info: &|m| messages::info(m),
+        warn: &|m| messages::warn(m),
     };
-    if a.trace_include_kernel || a.kernel_only {
-        bail!("the emulate backend traces user space only (qemu-user runs no kernel code)");
-    }
-    let trigger = match a.trigger.as_deref() {
-        None => None,
-        Some(s) if s == "?" || s == "symbol:?" => bail!(
-            "the emulate backend has no symbol picker: name the trigger function \
-             (--trigger NAME)"
-        ),
-        Some(s) => Some(TriggerSpec::parse(s)?),
-    };
-    if a.multi_snapshot && trigger.is_none() {
-        bail!("--multi-snapshot takes a snapshot at each trigger hit: give --trigger too");
-    }
-    if a.multi_snapshot && a.full_execution {
-        bail!(
-            "--multi-snapshot copies each thread's flight recorder at every hit; with \
-             --full-execution there is none: drop one of them"
-        );
-    }
-    // The plugin keeps each thread's last moments (a flight recorder) unless everything
-    // is asked for.
-    let ring = if a.full_execution {
-        None
-    } else {
-        match a
-            .snapshot_size
-            .as_deref()
-            .map(parse_snapshot_bound)
-            .transpose()?
-        {
-            Some(SnapshotBound::Pages(p)) => Some(u64::from(p) * 4096),
-            Some(SnapshotBound::Seconds(s)) => bail!(
-                "the emulate backend keeps each thread's last moments by size, not by time \
-                 (`{s}s`): give e.g. --snapshot-size 64M, or --full-execution"
-            ),
-            None => Some(ptscope_emulate::DEFAULT_RING),
-        }
-    };
-    for (set, flag) in [
+    let ignored = [
         (a.callgraph.is_some(), "--callgraph"),
         (a.single_thread, "--single-thread"),
-    ] {
-        if set {
-            messages::warn(format!(
-                "{flag} has no effect with the emulate backend yet: it traces every thread \
-                 until the program ends"
-            ));
-        }
-    }
-    let filter = filter_range(a)?;
-    // Fail before running anything: no qemu, no plugin, or nowhere to write.
-    ptscope_emulate::find_qemu()?;
-    ptscope_emulate::find_plugin()?;
-    let exe = match argv.first() {
-        Some(p) => which(Path::new(p))?,
-        None => bail!("no program to run"),
-    };
-    ptscope_emulate::check_program(&exe)?;
-    let triggers = match &trigger {
-        Some(spec) => ptscope_emulate::trigger::resolve(spec, &exe)?,
-        None => Vec::new(),
-    };
+    ];
+    let plan = Plan::new(
+        &EmulateOptions {
+            kernel: a.trace_include_kernel || a.kernel_only,
+            trigger: a.trigger.clone(),
+            multi_snapshot: a.multi_snapshot,
+            full_execution: a.full_execution,
+            snapshot_size: a.snapshot_size.clone(),
+            ignored: ignored.iter().filter(|i| i.0).map(|i| i.1).collect(),
+            ..EmulateOptions::new(target)
+        },
+        &tell,
+    )?;
     if !a.no_decode {
         check_output(&a.output)?;
     }
@@ -663,116 +637,14 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     let kept_message = format!(
         "the recording is kept in {d}; `ptscope decode {d} --executable {e}` decodes it",
         d = working_dir.display(),
-        e = exe.display()
+        e = plan.exe().display()
     );
-    ptscope_interrupt::install().context("cannot install the Ctrl-C handler")?;
-    let base = ptscope_interrupt::presses();
-    // The same three presses as the other backends (README "Interrupts").
-    ptscope_interrupt::say_at(
-        base + 1,
-        "ptscope: stopping the program (Ctrl-C again to stop decoding early, a third time to quit)",
-    );
-    ptscope_interrupt::set_quit(
-        base + 3,
-        format!("ptscope: interrupted three times: quitting; {kept_message}"),
-    );
-    if let Some(t) = triggers.first() {
-        messages::info(format!(
-            "emulate backend: trigger {} at {:#x} in {}: {}",
-            t.name,
-            t.address,
-            t.file.display(),
-            if a.multi_snapshot {
-                "each hit takes a snapshot of every thread's last moments in its process"
-            } else {
-                "the recording stops at the first hit (the program runs on to its end, \
-                 untraced) and the trace ends there"
-            }
-        ));
-    }
-    messages::info(format!(
-        "emulate backend: running the program under qemu-user (user space only, much \
-         slower than native); its threads and forked children are traced, programs it \
-         execs are not; {}",
-        match ring {
-            Some(b) => format!(
-                "each thread's last {} MiB of executed blocks are kept (--snapshot-size sets \
-                 that, --full-execution keeps everything)",
-                b >> 20
-            ),
-            None => "everything is kept (--full-execution)".to_string(),
-        }
-    ));
-    let status = ptscope_emulate::record_with(
-        &argv,
-        &exe,
-        &working_dir,
-        ring,
-        &triggers,
-        a.multi_snapshot,
-        &|m| messages::info(m),
-    )?;
-    if !triggers.is_empty() {
-        let hits = ptscope_emulate::process::hits(&working_dir).unwrap_or_default();
-        // Many hits (--multi-snapshot on a hot function) would bury everything else.
-        const SHOWN: usize = 10;
-        if hits.len() > SHOWN {
-            messages::info(format!(
-                "{} trigger hits, {} snapshots; the last {SHOWN}:",
-                hits.len(),
-                if a.multi_snapshot { hits.len() } else { 1 }
-            ));
-        }
-        let first_shown = hits.len().saturating_sub(SHOWN);
-        for (i, h) in hits.iter().enumerate().skip(first_shown) {
-            let name = triggers
-                .get(h.trigger as usize)
-                .map_or("?", |t| t.name.as_str());
-            messages::info(format!(
-                "trigger hit ({name} at {:#x}, tid {}){}",
-                h.address,
-                h.tid,
-                if a.multi_snapshot {
-                    format!(": snapshot {}", i + 1)
-                } else {
-                    String::new()
-                }
-            ));
-        }
-        if hits.is_empty() {
-            messages::warn(
-                "the trigger never fired; the snapshot is from the end of the recording",
-            );
-        }
-    }
-    let program_code = program_exit_code(status);
-    if !status.success() {
-        messages::warn(format!("the program {}", describe_exit(status)));
-    }
-    let keep = |temp: Option<tempfile::TempDir>| {
-        if let Some(t) = temp {
-            let _ = t.keep();
-        }
-    };
-    if a.no_decode {
-        keep(temp);
-        messages::info(&kept_message);
-        return Ok(program_code.unwrap_or(0));
-    }
-    let pressed = ptscope_interrupt::presses() - base;
-    let stop_at = base + pressed.min(1) + 1;
-    ptscope_interrupt::say_at(
-        stop_at,
-        "ptscope: interrupted: writing what was decoded so far (Ctrl-C again to quit, keeping the recording)",
-    );
-    ptscope_interrupt::set_quit(
-        stop_at + 1,
-        format!("ptscope: interrupted again: quitting; {kept_message}"),
-    );
+    let base = install_presses("stopping the program", &kept_message)?;
+    let status = plan.record(&working_dir, &tell)?;
     let mut options = DecodeOptions {
         output: a.output.clone(),
         scope: Some(TraceScope::Userspace),
-        executable: Some(exe),
+        executable: Some(plan.exe().to_path_buf()),
         filter,
         decoder: a.decoder,
         executable_implied: true,
@@ -783,27 +655,14 @@ fn emulate_and_decode(a: &RecordArgs, target: Target) -> Result<i32> {
     if let Some(perf) = &a.perf {
         options.perf = perf.clone();
     }
-    decode_keeping_the_recording(
+    decode_recorded(
+        a,
         &options,
-        stop_at,
+        base,
         temp,
-        a.working_directory.is_some(),
         &kept_message,
-        program_code,
-        &a.after,
+        program_exit_code(status),
     )
-}
-
-fn which(cmd: &Path) -> Result<PathBuf> {
-    if cmd.components().count() > 1 {
-        return Ok(cmd.to_path_buf());
-    }
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|d| d.join(cmd))
-        .find(|p| p.is_file())
-        .with_context(|| format!("`{}` is not on PATH", cmd.display()))
 }
 
 #[cfg(test)]

@@ -340,6 +340,21 @@ impl PerfProcess {
         // failure. It still dies with ptscope, however ptscope ends.
         std::os::unix::process::CommandExt::process_group(cmd, 0);
         ptscope_interrupt::children::die_with_ptscope(cmd);
+        // perf writes its inline and source-line queries to `addr2line` children, which
+        // an interrupt's SIGINT to the group ends: with SIGPIPE at its default, a query
+        // written just after killed perf before it wrote out its block-buffered output,
+        // losing every sample it had decoded. Ignored, the write fails and perf goes on
+        // to end as asked. Its stdout is read to the end or perf is killed (`Drop`), so
+        // an EPIPE there cannot leave it running.
+        // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(cmd, || {
+                if libc::signal(libc::SIGPIPE, libc::SIG_IGN) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let command = describe(cmd);
         let program = cmd.get_program().to_string_lossy().into_owned();
@@ -631,7 +646,7 @@ fn unregister(pid: u32) {
 /// by ending after the sample at hand and writing out what it decoded (its output is
 /// block-buffered: a SIGKILL would lose up to a buffer of decoded samples, with the
 /// dlfilter all of a slow decode's first seconds). `addr2line` children die of it, so a
-/// perf waiting on one goes on. The readers then see their input end, and clean up as
+/// perf waiting on one goes on (perf ignores SIGPIPE: see [`PerfProcess::spawn_watched`]). The readers then see their input end, and clean up as
 /// usual; [`kill_all`] is for a perf that does not end.
 pub fn stop_all() {
     for (pid, watch) in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {

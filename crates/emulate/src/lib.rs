@@ -59,6 +59,7 @@ pub mod events;
 pub mod names;
 pub mod process;
 pub mod recording;
+pub mod session;
 mod snapshot;
 pub mod trigger;
 pub mod walk;

@@ -278,6 +278,9 @@ pub enum Error {
     /// A run with no command.
     #[error("no command to run")]
     NoCommand,
+    /// A command named without a `/` that no directory of `PATH` holds.
+    #[error("`{}` is not on PATH", .0.display())]
+    NotOnPath(std::path::PathBuf),
     /// The program to run does not exist.
     #[error("cannot run `{}`: no such program{}", program.display(), run_hint(program))]
     NoSuchProgram {

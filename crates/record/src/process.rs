@@ -229,6 +229,20 @@ impl Drop for Program {
     }
 }
 
+/// Finds a command the way exec does: a path with a `/` as it is, else the first file of
+/// that name in a directory of `$PATH`.
+pub fn which(cmd: &Path) -> Result<std::path::PathBuf> {
+    if cmd.components().count() > 1 {
+        return Ok(cmd.to_path_buf());
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::NotOnPath(cmd.to_path_buf()))
+}
+
 /// Describes an exit status for a person.
 pub fn describe_exit(s: ExitStatus) -> String {
     if let Some(code) = s.code() {

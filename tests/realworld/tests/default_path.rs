@@ -438,6 +438,57 @@ fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
     t.assert_process_named("gzip");
 }
 
+/// An `addr2line` that quits mid-conversation (as one that crashes on odd debug info
+/// does) leaves perf a pipe with no reader: perf's next query used to kill it with
+/// SIGPIPE, before it wrote out its block-buffered output, so the decode ended with
+/// next to nothing. perf now gets an error from the write instead, drops that helper
+/// and goes on: the trace is the one an `addr2line` giving the same answers without
+/// quitting gives.
+#[test]
+fn an_addr2line_that_quits_does_not_cut_the_decode_short() {
+    let Some((dir, work, run)) =
+        gzip_recording("an_addr2line_that_quits_does_not_cut_the_decode_short")
+    else {
+        return;
+    };
+    let decode = |name: &str, script: &str| {
+        let bin = dir.path().join(format!("{name}-bin"));
+        std::fs::create_dir(&bin).unwrap();
+        let path = stand_in(&bin, "addr2line", script);
+        let out = dir.path().join(format!("{name}.fxt.gz"));
+        let mut p = Ptscope::new(args(&[&"decode", &work, &"--perf-inline", &"-o", &out]));
+        p.cmd().env("PATH", &path);
+        let done = run_within(p);
+        let err = done.stderr();
+        assert!(
+            done.output.status.success() && !err.contains("warning"),
+            "decode with the {name} addr2line ({}):\n{err}",
+            done.output.status
+        );
+        load_checked(&out, &run)
+    };
+    // Both answer every line perf writes (the address, then its end marker) with
+    // "unknown"; the quitter closes its input after one query, before answering it, so
+    // perf's next write always finds no reader.
+    let steady = decode(
+        "steady",
+        "#!/bin/sh\nwhile read -r line; do printf '??\\n??:0\\n'; done\n",
+    );
+    let quitter = decode(
+        "quitter",
+        "#!/bin/sh\nread -r a; read -r b; exec 0<&-; printf '??\\n??:0\\n??\\n??:0\\n'\n",
+    );
+    quitter.assert_process_named("gzip");
+    assert!(steady.slice_count() > 100, "{}", steady.summary());
+    assert_eq!(
+        quitter.slice_count(),
+        steady.slice_count(),
+        "with the quitting addr2line:\n{}\nwith the steady one:\n{}",
+        quitter.summary(),
+        steady.summary()
+    );
+}
+
 /// Ctrl-C during a slow decode (perf's inline lookup through an `addr2line` that takes
 /// 50 ms an answer): perf is asked to stop and hand over what it decoded, the trace
 /// holds it, the message says the decode was interrupted (and gives no advice about
