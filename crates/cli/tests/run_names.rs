@@ -363,8 +363,26 @@ fn attach_names_the_threads_that_were_already_running() {
     let d = tempfile::tempdir().unwrap();
     let exe = build_c(d.path(), "threads", THREADS, &[]);
     let mut prog = Command::new(&exe).arg("forever").spawn().unwrap();
-    // Let the workers start and name themselves before perf attaches.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The workers start and name themselves before perf attaches (waited for: a fixed
+    // pause raced a loaded machine).
+    let names = |pid: u32| -> BTreeSet<String> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .map(|c| c.trim().to_owned())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(0..4).all(|i| names(prog.id()).contains(&format!("worker-{i}"))) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the workers never named themselves: {:?}",
+            names(prog.id())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let out = d.path().join("attach.fxt");
     let p = Command::new(ptscope())
         .args(["attach", "--quiet", "--timer-resolution", "low", "-p"])
@@ -375,7 +393,29 @@ fn attach_names_the_threads_that_were_already_running() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // Recording for a while once perf runs (however long ptscope took to start it).
+    let perf_runs = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .any(|c| {
+                std::fs::read(format!("/proc/{c}/cmdline"))
+                    .is_ok_and(|l| String::from_utf8_lossy(&l).contains("record"))
+            })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !perf_runs(p.id()) {
+        assert!(std::time::Instant::now() < deadline, "perf never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2000));
     let _ = Command::new("kill")
         .args(["-INT", &p.id().to_string()])
         .status();

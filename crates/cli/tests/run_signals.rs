@@ -126,6 +126,9 @@ fn wait_exit(mut ptscope: Child, what: &str) -> (Option<i32>, String) {
     }
 }
 
+/// How long the tree of a killed ptscope may take to end.
+const TREE_ENDS_WITHIN: Duration = Duration::from_secs(10);
+
 fn signal(pid: u32, sig: i32) {
     // SAFETY: plain kill(2).
     unsafe { libc::kill(pid as i32, sig) };
@@ -157,20 +160,33 @@ fn press(pid: u32) {
     }
 }
 
-/// SIGKILLs ptscope once `ready` held, then checks that, a second later, nothing of
-/// the tree it had is left, nor anything mentioning `needle`, nor its sentinel.
+/// SIGKILLs ptscope once `ready` held, then checks that nothing of the tree it had is
+/// left, nor anything mentioning `needle`, nor its sentinel. The tree is given until
+/// [`TREE_ENDS_WITHIN`] to end: the sentinel's kill reaches it at once, but on a loaded
+/// machine a process can wait a while to run and die (a fixed second once raced that).
 fn kill_and_check_nothing_is_left(mut ptscope: Child, needle: &str) {
     let pid = ptscope.id();
     let before = tree(pid);
     assert!(!before.is_empty());
     signal(pid, libc::SIGKILL);
     let _ = ptscope.wait();
-    std::thread::sleep(Duration::from_secs(1));
-    let left: Vec<String> = before
-        .iter()
-        .filter(|(&p, &s)| start_time(p) == Some(s))
-        .map(|(&p, _)| format!("{p}: {}", cmdline(p)))
-        .collect();
+    let sentinel_of = format!("--ptscope-sentinel {pid} ");
+    let left_of = || -> Vec<String> {
+        before
+            .iter()
+            .filter(|(&p, &s)| start_time(p) == Some(s))
+            .map(|(&p, _)| format!("{p}: {}", cmdline(p)))
+            .collect()
+    };
+    let deadline = Instant::now() + TREE_ENDS_WITHIN;
+    while (!left_of().is_empty()
+        || !mentioning(needle).is_empty()
+        || !mentioning(&sentinel_of).is_empty())
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = left_of();
     // Whatever is left is killed now, so a failure leaves no spinning processes behind.
     for p in before.keys() {
         if start_time(*p) == before.get(p).copied() {
@@ -179,11 +195,11 @@ fn kill_and_check_nothing_is_left(mut ptscope: Child, needle: &str) {
     }
     assert!(
         left.is_empty(),
-        "a second after ptscope was killed, its tree still runs: {left:#?}"
+        "{TREE_ENDS_WITHIN:?} after ptscope was killed, its tree still runs: {left:#?}"
     );
     let more = mentioning(needle);
     assert!(more.is_empty(), "still running: {more:#?}");
-    let sentinel = mentioning(&format!("--ptscope-sentinel {pid} "));
+    let sentinel = mentioning(&sentinel_of);
     assert!(sentinel.is_empty(), "the sentinel lingers: {sentinel:#?}");
 }
 

@@ -1328,3 +1328,96 @@ fn exact_times_are_not_spread() {
         assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
     }
 }
+
+/// Go's scheduler resumes a goroutine on another thread than the one it parked on: `gogo`
+/// jumps into the middle of a function no frame of this thread runs. On a thread whose
+/// root is known, the goroutine runs in `gogo`'s place on top of the thread's scheduler
+/// frames (as the true stack has it). Go's threads are rooted in `runtime.clone` (those
+/// the runtime makes) and `runtime.rt0_go` (the main one), which perf names with their
+/// assembly's ABI0 suffix (`runtime.clone.abi0`): not recognised as roots, the resumed
+/// goroutine began a segment nothing lined up with and the thread's whole stack was
+/// dropped while it ran (`realworld_sim::go_program` under contention: 89-99.8 % exact).
+#[test]
+fn a_goroutine_resumed_on_another_thread_runs_on_the_threads_scheduler() {
+    for root in ["runtime.clone.abi0", "runtime.rt0_go.abi0"] {
+        let mut b = Build::new();
+        // The thread starts in its root (after `clone`'s syscall, in the child).
+        b.br(
+            0,
+            None,
+            Some(TraceStateChange::Start),
+            (0, ""),
+            (0x45ed32, root),
+            false,
+        );
+        let path = [
+            (0x45e000, "runtime.mstart.abi0"),
+            (0x45e100, "runtime.mstart0"),
+            (0x45e200, "runtime.mstart1"),
+            (0x45e300, "runtime.schedule"),
+            (0x45e400, "runtime.execute"),
+            (0x459ee0, "gogo"),
+        ];
+        let mut src = (0x45ed80, root);
+        for (i, &dst) in path.iter().enumerate() {
+            b.k(2 * (i as u64 + 1), Kind::Call, src, dst);
+            src = (dst.0 + 8, dst.1);
+        }
+        // The goroutine parked on another thread (in `morestack`, at its function's
+        // entry): `gogo` resumes it in the middle of that function.
+        let park = "runtime.(*scavengerState).park";
+        b.k(20, Kind::Jump, (0x459f1e, "gogo"), (0x41f599, park));
+        b.k(22, Kind::Jump, (0x41f5a0, park), (0x41f521, park));
+        b.k(
+            30,
+            Kind::Call,
+            (0x41f540, park),
+            (0x409fc0, "runtime.lock2"),
+        );
+        b.k(
+            40,
+            Kind::Return,
+            (0x40a027, "runtime.lock2"),
+            (0x41f545, park),
+        );
+        b.k(
+            50,
+            Kind::Call,
+            (0x41f56e, park),
+            (0x434300, "runtime.gopark"),
+        );
+        let s = b.run(WriterConfig::default(), None);
+        let at = |t: i64| {
+            let mut v: Vec<(usize, &str)> = s
+                .done
+                .iter()
+                .filter(|d| d.0 <= t && t < d.1)
+                .map(|d| (d.2, d.3.as_str()))
+                .collect();
+            v.sort();
+            v.into_iter().map(|(_, n)| n).collect::<Vec<_>>()
+        };
+        let scheduler = [
+            root,
+            "runtime.mstart.abi0",
+            "runtime.mstart0",
+            "runtime.mstart1",
+            "runtime.schedule",
+            "runtime.execute",
+        ];
+        let with = |top: &[&'static str]| {
+            let mut v = scheduler.to_vec();
+            v.extend_from_slice(top);
+            v
+        };
+        assert_eq!(at(15), with(&["gogo"]), "{root}: {:?}", s.done);
+        assert_eq!(at(25), with(&[park]), "{root}: {:?}", s.done);
+        assert_eq!(
+            at(35),
+            with(&[park, "runtime.lock2"]),
+            "{root}: {:?}",
+            s.done
+        );
+        assert_eq!(at(45), with(&[park]), "{root}: {:?}", s.done);
+    }
+}

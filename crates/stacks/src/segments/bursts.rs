@@ -5,7 +5,7 @@
 //! say which of those frames were still running.
 
 use super::frames::{plain_name, Segment};
-use super::stitch::{find_stitch, Stitch, THREAD_ROOTS};
+use super::stitch::{find_stitch, is_thread_root, Stitch};
 use super::write::ThreadWriter;
 use crate::sink::TraceSink;
 
@@ -33,9 +33,7 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
             .path
             .first()
             .map(|&f| locs.get(strings, ts.frames[f as usize].loc));
-        let root = first.is_some_and(|l| {
-            plain_name(strings, l.symbol).is_some_and(|n| THREAD_ROOTS.contains(&n))
-        });
+        let root = first.is_some_and(|l| plain_name(strings, l.symbol).is_some_and(is_thread_root));
         if st.matched > 1 || root {
             return st;
         }

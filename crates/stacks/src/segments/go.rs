@@ -30,6 +30,27 @@ impl<T> Cx<'_, T> {
     }
 }
 
+/// Go's thread and goroutine roots: the main thread's `runtime.rt0_go`, the threads the
+/// runtime makes (`runtime.clone`, which calls `runtime.mstart`), and every goroutine's
+/// `runtime.goexit`. A thread's root decides what a `gogo` into a goroutine no frame of
+/// the thread runs does: known, that goroutine runs in `gogo`'s place, as on any thread
+/// (see [`unwind`](super::unwind)); unknown, it started a segment of its own that nothing
+/// lined up with, which dropped the thread's whole stack whenever the scheduler resumed a
+/// goroutine on another thread than the one it parked on.
+pub(super) const GO_THREAD_ROOTS: &[&str] = &[
+    "runtime.goexit",
+    "runtime.mstart",
+    "runtime.rt0_go",
+    "runtime.clone",
+];
+
+/// Is `name` one of [`GO_THREAD_ROOTS`], under its own name or its assembly's ABI0 one
+/// (`runtime.clone.abi0`: perf names Go's assembly functions so)?
+pub(super) fn is_go_root(name: &str) -> bool {
+    let name = name.strip_suffix(".abi0").unwrap_or(name);
+    GO_THREAD_ROOTS.contains(&name)
+}
+
 /// A goroutine's stack when it parked, root first, up to the function that parked.
 pub(super) struct Parked {
     pub(super) frames: Vec<Open>,

@@ -5,7 +5,7 @@
 use super::bursts::is_short;
 use super::frames::Segment;
 use super::frames::{
-    frame_path, plain_name, Frame, Join, Locations, ThreadState, INFERRED_START, NONE,
+    frame_path, plain_name, unversioned, Frame, Join, Locations, ThreadState, INFERRED_START, NONE,
     RETURN_LABEL, SENTINEL,
 };
 use super::go::Parked;
@@ -13,18 +13,17 @@ use super::write::{Open, ThreadWriter};
 use crate::sink::TraceSink;
 use ptscope_event::{Location, StringTable, Symbol};
 
-/// Functions at the very bottom of a thread's or goroutine's stack: a stack known down
-/// to one of these has nothing below it to carry over.
-pub(super) const THREAD_ROOTS: &[&str] = &[
-    "runtime.goexit",
-    "runtime.goexit.abi0",
-    "runtime.mstart",
-    "runtime.rt0_go",
-    "_start",
-    "start_thread",
-    "clone",
-    "clone3",
-];
+/// Functions at the very bottom of a thread's stack (C's; Go's are
+/// [`GO_THREAD_ROOTS`](super::go::GO_THREAD_ROOTS)): a stack known down to one of these
+/// has nothing below it to carry over. See [`is_thread_root`].
+pub(super) const THREAD_ROOTS: &[&str] = &["_start", "start_thread", "clone", "clone3"];
+
+/// Is `name` (as perf names a function, version and all) at the very bottom of a thread's
+/// or goroutine's stack?
+pub(super) fn is_thread_root(name: &str) -> bool {
+    let name = unversioned(name);
+    THREAD_ROOTS.contains(&name) || super::go::is_go_root(name)
+}
 /// glibc's process start-up, whose callers are fixed by the ABI: the program's `_start`
 /// calls `__libc_start_main`, which calls `__libc_start_call_main`, which calls `main`.
 /// Names are compared without their symbol version (`@@GLIBC_2.34`).
@@ -166,7 +165,7 @@ pub(super) fn find_stitch<T>(
     let label = ts.frames[first as usize].flags & RETURN_LABEL != 0;
     let dso = |f: u32| locs.get(strings, ts.frames[f as usize].loc).dso;
     let name = |f: u32| plain_name(strings, sym(f));
-    let is_root = |f: u32| name(f).is_some_and(|n| THREAD_ROOTS.contains(&n));
+    let is_root = |f: u32| name(f).is_some_and(is_thread_root);
     let mut best: Option<(usize, usize, usize)> = None; // (cost, run, i)
     for i in 0..open.len() {
         // A label root continues the open frame that called what returned to it. That
@@ -287,7 +286,7 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         });
         let at_a_root = self.path.first().is_some_and(|&f| {
             let sym = locs.get(strings, ts.frames[f as usize].loc).symbol;
-            matches!(sym, Symbol::FromPerf(n) if THREAD_ROOTS.contains(&strings.get(n)))
+            matches!(sym, Symbol::FromPerf(n) if is_thread_root(strings.get(n)))
         });
         let mut resumed = None;
         if seg.join == Join::Verified && self.config.stitch {

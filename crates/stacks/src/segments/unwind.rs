@@ -29,7 +29,7 @@
 
 use super::frames::{unversioned, Flow, Join, Loc, NONE, SENTINEL};
 use super::ingest::{Cx, MAX_FIND_DEPTH};
-use super::stitch::THREAD_ROOTS;
+use super::stitch::is_thread_root;
 use ptscope_event::Symbol;
 
 /// Where the jump from an unwinder entry point may land, relative to the frame that
@@ -203,7 +203,7 @@ impl<T> Cx<'_, T> {
             }
             if self.is_sentinel(fr.parent) {
                 let name = self.symbol(f).and_then(|s| self.name_of(s));
-                return !name.is_some_and(|n| THREAD_ROOTS.contains(&unversioned(n)));
+                return !name.is_some_and(is_thread_root);
             }
             f = fr.parent;
         }
