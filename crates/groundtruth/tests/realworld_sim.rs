@@ -420,7 +420,7 @@ fn qemu_perf() -> bool {
 }
 
 #[test]
-#[ignore = "slow for CI (the full variant alone took 310 s to 1176 s in the debug build at loads of 1 to 27; CI is at 1364-1584 s of its 1800) and one unexplained failure: its phantom PyObject_CheckBuffer frame (a leaf called between two `rep stos`, timed as if they took no time) is fixed in 864906d, test intel-pt/tests/timing.rs; of two runs after it (session 5, 2026-11-28) one had its full variant pass (0 errors, perf's events, 99.998 % exact), the other had the builtin decoder report 40 decode errors in the full variant (events differing from perf's, exact 76.5 %), seen in no run before and not in 4 more python3 recordings decoded by the builtin decoder (0 errors, every branch of the truth)"]
+#[ignore = "slow for CI (the full variant alone took 310 s to 1176 s in the debug build at loads of 1 to 27; CI is at 1364-1584 s of its 1800) and one unexplained failure: its phantom PyObject_CheckBuffer frame (a leaf called between two `rep stos`, timed as if they took no time) is fixed in 864906d, test intel-pt/tests/timing.rs; of two runs after it (session 5, 2026-11-28) one scored its full variant with 0 errors, perf's events and 99.998 % exact (its phantom check's verdict unseen: a timeout cut the run in the next variant), the other had the builtin decoder report 40 decode errors in the full variant (events differing from perf's, exact 76.5 %), seen in no run before and not in 4 more python3 recordings decoded by the builtin decoder (0 errors, every branch of the truth)"]
 fn python3_script() {
     if !qemu_perf() || !files_available(&["/usr/bin/python3"]) {
         return;
