@@ -164,7 +164,9 @@ impl StringTable {
     /// Forgets every string (keeping the memory): all are registered again.
     fn clear(&mut self) {
         self.map.clear();
-        for s in &mut self.slots {
+        // Slots from `next_fresh` on were never handed out since the last clear.
+        let used = self.next_fresh.min(self.slots.len());
+        for s in &mut self.slots[..used] {
             *s = StringSlot::default();
         }
         self.recent.fill((0, 0));
@@ -623,24 +625,40 @@ impl<W: Write> FxtWriter<W> {
             self.word(u64::from(pid));
             self.word(u64::from(tid));
         }
-        let category_ref = self.string_ref(category);
-        let name_ref = self.string_ref(name);
+        let refs = (slot, self.string_ref(category), self.string_ref(name));
         let fixed = 2 + usize::from(head.trailer.is_some());
+        if args.is_empty() {
+            // Most events carry none: no plan to fill (it is 15 arguments wide).
+            self.event_words(&head, refs, fixed, &[]);
+            return;
+        }
         let mut planned = [PlannedArg::default(); format::MAX_ARGS];
         let (nargs, arg_words) =
             self.plan_args(args, format::MAX_RECORD_WORDS - fixed, &mut planned);
-        let size = fixed + arg_words;
+        self.event_words(&head, refs, fixed + arg_words, &planned[..nargs]);
+    }
+
+    /// Writes an event record of `size` words: its header (`refs`: thread slot,
+    /// category and name), timestamp, `planned` arguments and trailer.
+    #[inline]
+    fn event_words(
+        &mut self,
+        head: &EventHead,
+        (slot, category_ref, name_ref): (u8, u16, u16),
+        size: usize,
+        planned: &[PlannedArg<'_>],
+    ) {
         self.word(
             u64::from(record::EVENT)
                 | ((size as u64) << 4)
                 | (u64::from(head.kind) << 16)
-                | ((nargs as u64) << 20)
+                | ((planned.len() as u64) << 20)
                 | (u64::from(slot) << 24)
                 | (u64::from(category_ref) << 32)
                 | (u64::from(name_ref) << 48),
         );
         self.word(head.timestamp);
-        self.write_args(&planned[..nargs]);
+        self.write_args(planned);
         if let Some(t) = head.trailer {
             self.word(t);
         }

@@ -183,6 +183,27 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
         n
     }
 
+    /// Ends `thread`'s innermost open slice (its begin's name: the end names it too).
+    fn end_open(&mut self, thread: FxtThread, time: u64, args: &[FxtArg<'_>]) {
+        let FxtSink {
+            writer,
+            threads,
+            stats,
+            ..
+        } = self;
+        let Some(th) = threads.get_mut(thread.0 as usize) else {
+            stats.invalid_threads += 1;
+            return;
+        };
+        let Some(depth) = th.depth.checked_sub(1) else {
+            stats.dropped_ends += 1;
+            return;
+        };
+        th.depth = depth;
+        let open = th.open.get(depth).map_or("", String::as_str);
+        writer.end(th.id, "", open, time, args);
+    }
+
     fn thread_id(&mut self, t: FxtThread) -> Option<ThreadId> {
         match self.threads.get(t.0 as usize) {
             Some(th) => Some(th.id),
@@ -249,9 +270,14 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
             return;
         };
         let time = self.time(time);
-        let mut buf = [EMPTY_ARG; MAX_ARGS];
-        let n = Self::convert(&mut self.stats, args, &mut buf);
-        self.writer.begin(id, "", name, time, &buf[..n]);
+        if args.is_empty() {
+            // Most slices carry none: no argument array to convert.
+            self.writer.begin(id, "", name, time, &[]);
+        } else {
+            let mut buf = [EMPTY_ARG; MAX_ARGS];
+            let n = Self::convert(&mut self.stats, args, &mut buf);
+            self.writer.begin(id, "", name, time, &buf[..n]);
+        }
         if let Some(th) = self.threads.get_mut(thread.0 as usize) {
             if let Some(slot) = th.open.get_mut(th.depth) {
                 slot.clear();
@@ -265,25 +291,14 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
 
     fn duration_end(&mut self, thread: FxtThread, _name: &str, time: i64, args: &[Arg<'_>]) {
         let time = self.time(time);
-        let mut buf = [EMPTY_ARG; MAX_ARGS];
-        let n = Self::convert(&mut self.stats, args, &mut buf);
-        let FxtSink {
-            writer,
-            threads,
-            stats,
-            ..
-        } = self;
-        let Some(th) = threads.get_mut(thread.0 as usize) else {
-            stats.invalid_threads += 1;
-            return;
-        };
-        let Some(depth) = th.depth.checked_sub(1) else {
-            stats.dropped_ends += 1;
-            return;
-        };
-        th.depth = depth;
-        let open = th.open.get(depth).map_or("", String::as_str);
-        writer.end(th.id, "", open, time, &buf[..n]);
+        if args.is_empty() {
+            // Most slices carry none: no argument array to convert.
+            self.end_open(thread, time, &[]);
+        } else {
+            let mut buf = [EMPTY_ARG; MAX_ARGS];
+            let n = Self::convert(&mut self.stats, args, &mut buf);
+            self.end_open(thread, time, &buf[..n]);
+        }
     }
 
     fn duration_complete(
