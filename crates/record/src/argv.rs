@@ -463,8 +463,8 @@ impl RecordPlan {
     }
 
     /// The sampling flight recorder bounded by time, `(seconds per perf.data file, files
-    /// kept)`: perf starts a new file every so many seconds (`--switch-output=Ns`, whole
-    /// seconds only) and ptscope keeps that many (`crate::ring`). The last one is partly
+    /// kept)`: ptscope has perf start a new file every so many seconds
+    /// (`crate::ring::Piece::Every`) and keeps that many (`crate::ring`). The last one is partly
     /// filled when the recording ends (and counts among those kept), so one file more
     /// than the seconds need is kept: the disk holds between the seconds asked for and
     /// one file's time more.

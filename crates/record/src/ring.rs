@@ -1,7 +1,8 @@
 //! The sampling flight recorder: perf writes samples continuously, so its file would grow
-//! without bound. perf starts a new file at a size or an age (`--switch-output=SIZE` or
-//! `=Ns`) and ptscope deletes the oldest pieces beyond the count kept (not perf's
-//! `--switch-max-files`, which deletes without a look: see below). With
+//! without bound. A new file is started at a size (by perf, `--switch-output=SIZE`) or an
+//! age (by ptscope's `SIGUSR2`, [`Piece::Every`]) and ptscope deletes the oldest pieces
+//! beyond the count kept (not perf's `--switch-max-files`, which deletes without a look:
+//! see below). With
 //! `--multi-snapshot` ptscope rotates instead (`--switch-output=signal`): it sends
 //! `SIGUSR2` whenever the file being written passes a piece's size, and at a hit rotates
 //! once more and *seals* the pieces it holds: they are that hit's snapshot and are never
