@@ -375,7 +375,15 @@ mod tests {
             assert_eq!(div_by(p, den, u64::MAX / den), p / den, "{p} / {den}");
         };
         for den in [1, 2, 3, 7, 1 << 32, (1 << 32) + 1, u64::MAX - 1, u64::MAX] {
-            for p in [0, 1, den - 1, den, den.wrapping_add(1), u64::MAX - 1, u64::MAX] {
+            for p in [
+                0,
+                1,
+                den - 1,
+                den,
+                den.wrapping_add(1),
+                u64::MAX - 1,
+                u64::MAX,
+            ] {
                 check(p, den);
             }
         }
