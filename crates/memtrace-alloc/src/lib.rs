@@ -140,8 +140,8 @@ fn is_internal(name: &str) -> bool {
 }
 
 fn symbolize(ip: u64) -> Symbol {
-    let mut locations = Vec::new();
-    let mut internal = false;
+    // Innermost first, as the resolver reports inlined frames: (internal, location).
+    let mut found: Vec<(bool, OwnedLocation)> = Vec::new();
     // `ip` is a return address: look up the call instruction before it.
     let addr = ip.saturating_sub(1) as usize as *mut c_void;
     // SAFETY: called with the tracer lock held, which serialises all our use of the
@@ -152,23 +152,33 @@ fn symbolize(ip: u64) -> Symbol {
                 .name()
                 .map(|n| format!("{n:#}"))
                 .unwrap_or_else(|| "??".into());
-            internal |= is_internal(&name);
             let filename = sym
                 .filename()
                 .map(|f| f.display().to_string())
                 .unwrap_or_else(|| "<unknown>".into());
             let col = sym.colno().map_or(0, i64::from);
-            locations.push(OwnedLocation {
-                filename: filename.into_bytes(),
-                defname: name.into_bytes(),
-                line: sym.lineno().map_or(0, i64::from),
-                start_char: col,
-                end_char: col,
-            });
+            found.push((
+                is_internal(&name),
+                OwnedLocation {
+                    filename: filename.into_bytes(),
+                    defname: name.into_bytes(),
+                    line: sym.lineno().map_or(0, i64::from),
+                    start_char: col,
+                    end_char: col,
+                },
+            ));
         });
     }
-    // The resolver reports inlined frames innermost first; traces list them outermost first.
-    locations.reverse();
+    // The code belongs to its outermost function: allocator plumbing inlined into the
+    // program's own function (`Box::new`'s `exchange_malloc` in an optimised build) does
+    // not make the program's frame internal, it is only trimmed from its innermost end.
+    let internal = found.last().is_some_and(|(i, _)| *i);
+    if !internal {
+        let plumbing = found.iter().take_while(|(i, _)| *i).count();
+        found.drain(..plumbing);
+    }
+    // Traces list inlined frames outermost first.
+    let locations = found.into_iter().rev().map(|(_, l)| l).collect();
     Symbol {
         internal,
         locations,
