@@ -338,6 +338,51 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
             st.base = found.base + 1;
         }
     }
+
+    /// With [`WriterConfig::mark_unknown_frames`](crate::WriterConfig::mark_unknown_frames):
+    /// nothing lined up after segment `si`'s gap, and the open frames carried under it
+    /// are a guess. Those that no later segment of the burst lines up with (a thread's
+    /// first function is proven by being one) may have returned in this gap or in a
+    /// later one, and frames may have been called in between: the trace does not say
+    /// (`storm_bursts` seeds 14 and 15, FIDELITY.md). They give way to one marker frame,
+    /// which stands for any number of frames, none included. Only a short segment (one of
+    /// a burst) is marked: after a long one, carrying the open frames is right far more
+    /// often than not, and nothing later may ever prove them. Returns whether a marker is
+    /// to be opened at `st.base` (false when one already stands there, or all are proven).
+    pub(super) fn mark_unproven(&self, si: usize, st: &mut Stitch, short: bool) -> bool {
+        let Some(marker) = self.marker else {
+            return false;
+        };
+        if !short {
+            // The frames an open marker stands for may run a function of the new stack
+            // (the shared-function rule of [`find_stitch`] cannot see them): only the
+            // frames below it are carried.
+            if let Some(p) = self.open[..st.base].iter().position(|o| o.frame == marker) {
+                st.base = p;
+            }
+            return false;
+        }
+        let (ts, locs, strings) = (self.ts, self.locs, self.strings);
+        let root = self.open.first().is_some_and(|o| {
+            let sym = locs.get(strings, ts.frames[o.frame as usize].loc).symbol;
+            plain_name(strings, sym).is_some_and(is_thread_root)
+        });
+        let mut proven = usize::from(root);
+        for (_, found) in self.later_line_ups(si) {
+            if let Some(f) = found.filter(|f| !f.unverified) {
+                proven = proven.max(f.base + f.matched);
+            }
+        }
+        if proven >= st.base {
+            return false;
+        }
+        if self.open.get(proven).is_some_and(|o| o.frame == marker) {
+            st.base = proven + 1;
+            return false;
+        }
+        st.base = proven;
+        true
+    }
 }
 
 impl<'a, S: TraceSink> ThreadWriter<'a, S> {
