@@ -228,7 +228,9 @@ fn score_thread_inner(
     // A window can hold a whole snapshot's truth (timing unknown within it), and the same
     // reconstructed stack recurs interval after interval: its verdict against one window is
     // computed once (comparing it with every candidate each time was quadratic).
-    let mut verdicts: HashMap<(usize, *const Vec<u32>), (bool, bool, bool, bool)> = HashMap::new();
+    // (exact, suffix, root, exact or marked)
+    type Verdict = (bool, bool, bool, bool);
+    let mut verdicts: HashMap<(usize, *const Vec<u32>), Verdict> = HashMap::new();
     let mut order_verdicts: HashMap<(usize, *const Vec<u32>), bool> = HashMap::new();
     let mut stack_ids: HashMap<&[u32], *const Vec<u32>> = HashMap::new();
     let (mut memo_wi, mut memo_oi) = (usize::MAX, usize::MAX);
