@@ -194,10 +194,11 @@ fn issue_25_floors_hold_over_sixteen_seeds() {
     assert!(failures.is_empty(), "{}\n{report}", failures.join("\n"));
 }
 
-/// The marker frame (`WriterConfig::mark_unknown_frames`) stands where a burst of decode
-/// errors leaves carried frames unproven (issue 25): counted as any run of true frames,
-/// it is never worse than the guess it replaces outside the gaps, on bursts of every
-/// seed 1-16, and it is no phantom. `storm_bursts` seed 14 is 94.67 % exact outside gaps
+/// The marker frame (`WriterConfig::mark_unknown_frames`) stands where decode errors
+/// leave carried frames unproven (issue 25): counted as any run of true frames, it is
+/// never worse than the guess it replaces outside the gaps, on bursts and gaps of every
+/// seed 1-16, and it is no phantom (`decode_error_gaps` seed 16: 49.37 % carried, 100 %
+/// marked). `storm_bursts` seed 14 is 94.67 % exact outside gaps
 /// with the guess and 100 % exact-or-marked (a short segment's `fn_33` carried under the
 /// next one, where the truth had returned from it and `free`: which gap they returned in,
 /// the trace does not say); seed 15 99.74 -> 99.82 % (`main` carried under `fn_22`).
@@ -207,7 +208,7 @@ fn the_marker_frame_claims_nothing_false_in_bursts() {
     for seed in 1..=16 {
         for spec in standard_specs(seed) {
             let name = spec.name;
-            if !["storm_bursts", "overflow_bursts"].contains(&name) {
+            if !["storm_bursts", "overflow_bursts", "decode_error_gaps"].contains(&name) {
                 continue;
             }
             let sc = generate(&spec);
@@ -229,6 +230,7 @@ fn the_marker_frame_claims_nothing_false_in_bursts() {
             let floor = match (seed, name) {
                 (14, "storm_bursts") => 0.999,
                 (15, "storm_bursts") => 0.998,
+                (16, "decode_error_gaps") => 0.999,
                 _ => 0.0,
             };
             if m < floor {
