@@ -420,7 +420,7 @@ fn qemu_perf() -> bool {
 }
 
 #[test]
-#[ignore = "intermittent, a distinct problem (failed 2 of 4 runs in session 3 of 2026-11-28, after the PLT naming fix): in the full run the builtin decoder shows PyObject_CheckBuffer (a 28-byte leaf: call, je, ret) for 7 ns at depth 19-21 where the truth at true time has no such frame (3 frames); its events equal perf's (same events true), so it is where the builtin decoder times those branches against the truth, not naming; each python3 run differs (likely its hash randomisation), hence only some runs"]
+#[ignore = "slow for CI (the full variant alone took 310 s to 1176 s in the debug build at loads of 1 to 27; CI is at 1364-1584 s of its 1800) and one unexplained failure: its phantom PyObject_CheckBuffer frame (a leaf called between two `rep stos`, timed as if they took no time) is fixed in 864906d, test intel-pt/tests/timing.rs; of two runs after it (session 5, 2026-11-28) one scored its full variant with 0 errors, perf's events and 99.998 % exact (its phantom check's verdict unseen: a timeout cut the run in the next variant), the other had the builtin decoder report 40 decode errors in the full variant (events differing from perf's, exact 76.5 %), seen in no run before and not in 4 more python3 recordings decoded by the builtin decoder (0 errors, every branch of the truth)"]
 fn python3_script() {
     if !qemu_perf() || !files_available(&["/usr/bin/python3"]) {
         return;

@@ -16,7 +16,9 @@
 //! Times are TSC ticks. Each packet that a branch consumes times that branch exactly
 //! (with CYC, to the cycle); the branches walked between two such branches get times
 //! interpolated by the instructions between them, so no branch is later than the packet
-//! that follows it nor earlier than the one before.
+//! that follows it nor earlier than the one before. A repeated string instruction takes
+//! a time the trace does not tell: branches on either side of it are timed from the
+//! packet on their side, and those between two of them share one time.
 
 use crate::cache::BlockCache;
 use crate::insn::{insns_before, Block, End, FactKind};
@@ -525,14 +527,23 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         };
         let span = insn.saturating_sub(ai);
         let reps = self.reps.take();
-        // With a repeated string instruction in the span, the instructions around it run
-        // at the measured rate from the anchor on their side; it takes the rest.
+        // A repeated string instruction runs for as long as its count says, which the
+        // trace does not tell: the span's time beyond its instructions at the measured
+        // rate (the slack) went to its repeated instructions. Events before the first
+        // run at that rate from the earlier anchor, events after the last back from
+        // this one: both exact. Between two of them how the slack divides is unknown:
+        // those events share one time, so that a frame entered and left there is not
+        // drawn where it never ran (spread by instruction count, a leaf called right
+        // after a `rep stos` showed before the `rep` had ended). Without a rate yet,
+        // nothing in the span can be placed: all of it takes this anchor's time, as
+        // perf times a packet's branches.
         let rate = self.rate;
         let slack = reps.is_some()
             && rate > 0
             && u128::from(t - at) << 16 > u128::from(span) * u128::from(rate);
+        let unplaced = reps.is_some() && rate == 0;
         for e in &mut out[self.untimed_from..] {
-            e.time = if span == 0 || e.insn >= insn {
+            e.time = if span == 0 || unplaced || e.insn >= insn {
                 t
             } else if let (true, Some((first, last))) = (slack, reps) {
                 let per = |n: u64| ((u128::from(n) * u128::from(rate)) >> 16) as u64;
@@ -543,9 +554,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 } else {
                     let a = (at + per(first - ai)).min(t);
                     let b = t.saturating_sub(per(insn - last)).max(a);
-                    let k = e.insn - first;
-                    a + ((u128::from(b - a) * u128::from(k)) / u128::from((last - first).max(1)))
-                        as u64
+                    a + (b - a) / 2
                 }
             } else {
                 let k = e.insn.saturating_sub(ai);
@@ -607,12 +616,19 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 });
                 return self.pending;
             }
-            let (offset, packet) = match self.packets.next_packet()? {
-                Ok(p) => p,
-                Err(e) => {
-                    self.bad_packet(out, e, offset);
+            let packet = match self.packets.next_short() {
+                Some(Packet::Cyc { cycles }) => {
+                    self.timer.cyc(cycles);
                     continue;
                 }
+                Some(p) => p,
+                None => match self.packets.next_packet()? {
+                    Ok((_, p)) => p,
+                    Err(e) => {
+                        self.bad_packet(out, e, offset);
+                        continue;
+                    }
+                },
             };
             let control = match packet {
                 Packet::Pad | Packet::Mnt { .. } | Packet::Vmcs { .. } => continue,
@@ -1550,6 +1566,11 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     self.facts(out, &b, to);
                 }
                 self.insn += u64::from(k);
+                if b.rep {
+                    // A `rep` interrupted mid-way (the FUP is at it) ran some of its
+                    // count before `to`.
+                    self.rep_walked(self.insn);
+                }
                 if self.cfg.blocks && k > 0 {
                     let last =
                         crate::insn::instruction_addresses(code, b.start, self.mode.bitness(), k)
