@@ -646,8 +646,9 @@ fn unregister(pid: u32) {
 /// by ending after the sample at hand and writing out what it decoded (its output is
 /// block-buffered: a SIGKILL would lose up to a buffer of decoded samples, with the
 /// dlfilter all of a slow decode's first seconds). `addr2line` children die of it, so a
-/// perf waiting on one goes on (perf ignores SIGPIPE: see [`PerfProcess::spawn_watched`]). The readers then see their input end, and clean up as
-/// usual; [`kill_all`] is for a perf that does not end.
+/// perf waiting on one goes on (perf ignores SIGPIPE: see
+/// [`PerfProcess::spawn_watched`]). The readers then see their input end, and clean up
+/// as usual; [`kill_all`] is for a perf that does not end.
 pub fn stop_all() {
     for (pid, watch) in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         watch.interrupted.store(true, Ordering::Relaxed);

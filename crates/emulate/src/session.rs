@@ -247,3 +247,78 @@ impl Plan {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// `Plan::new`'s error for `opts`, and the warnings it gave.
+    fn refusal(opts: Options) -> (String, Vec<String>) {
+        let warned = RefCell::new(Vec::new());
+        let tell = Tell {
+            info: &|_| {},
+            warn: &|m| warned.borrow_mut().push(m.to_string()),
+        };
+        let err = match Plan::new(&opts, &tell) {
+            Ok(p) => panic!("accepted: {p:?}"),
+            Err(e) => format!("{e:#}"),
+        };
+        (err, warned.into_inner())
+    }
+
+    fn run(argv: &[&str]) -> Options {
+        Options::new(Target::Run(argv.iter().map(OsString::from).collect()))
+    }
+
+    #[test]
+    fn flags_the_backend_cannot_honour_are_refused_before_anything_runs() {
+        let (e, _) = refusal(Options::new(Target::Attach(vec![1])));
+        assert!(e.contains("cannot attach"), "{e}");
+        let (e, _) = refusal(Options {
+            kernel: true,
+            ..run(&["/bin/true"])
+        });
+        assert!(e.contains("user space only"), "{e}");
+        let (e, _) = refusal(Options {
+            trigger: Some("?".into()),
+            ..run(&["/bin/true"])
+        });
+        assert!(e.contains("no symbol picker"), "{e}");
+        let (e, _) = refusal(Options {
+            multi_snapshot: true,
+            ..run(&["/bin/true"])
+        });
+        assert!(e.contains("give --trigger too"), "{e}");
+        let (e, _) = refusal(Options {
+            multi_snapshot: true,
+            full_execution: true,
+            trigger: Some("main".into()),
+            ..run(&["/bin/true"])
+        });
+        assert!(e.contains("drop one of them"), "{e}");
+        let (e, _) = refusal(Options {
+            snapshot_size: Some("10s".into()),
+            ..run(&["/bin/true"])
+        });
+        assert!(e.contains("by size, not by time"), "{e}");
+    }
+
+    #[test]
+    fn ignored_flags_are_warned_and_a_missing_program_named() {
+        let (e, warned) = refusal(Options {
+            ignored: vec!["--callgraph", "--single-thread"],
+            ..run(&["ptscope-no-such-program-here"])
+        });
+        // Without qemu or the plugin on this machine the error names them instead.
+        assert!(
+            e.contains("is not on PATH") || e.contains("qemu") || e.contains("plugin"),
+            "{e}"
+        );
+        assert_eq!(warned.len(), 2, "{warned:?}");
+        assert!(
+            warned[1].contains("--single-thread has no effect"),
+            "{warned:?}"
+        );
+    }
+}

@@ -45,4 +45,4 @@ pub mod reader;
 pub mod stream;
 pub mod writer;
 
-pub use writer::{truncate_utf8, Arg, ArgValue, FxtWriter, ThreadId, WriterStats};
+pub use writer::{truncate_utf8, Arg, ArgValue, FxtWriter, NameToken, ThreadId, WriterStats};

@@ -128,6 +128,18 @@ struct StringSlot {
     referenced: bool,
     /// Record epoch that last used the slot; slots of the current record are not evicted.
     pinned: u32,
+    /// Which assignment of the slot this is (0: none since the last clear), so a
+    /// [`NameToken`] taken at a begin is known stale once the slot holds other text.
+    generation: u64,
+}
+
+/// A name's string-table slot as a begin left it: the end closing that slice passes it
+/// back ([`FxtWriter::end_token`]) and, while the slot still holds the name, is written
+/// without looking the text up again (half the lookups of a call trace).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NameToken {
+    index: u16,
+    generation: u64,
 }
 
 /// Entries of [`StringTable::recent`] (a power of two).
@@ -145,6 +157,31 @@ struct StringTable {
     next_fresh: usize,
     hand: usize,
     epoch: u32,
+    /// The next slot assignment's generation; never reset, so tokens from before a
+    /// [`StringTable::clear`] never match.
+    next_generation: u64,
+}
+
+/// Whether two names are the same text: most are short, and a libc `memcmp` call
+/// cost more than the comparison on the writer's hottest path.
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let word = |c: &[u8]| <[u8; 8]>::try_from(c).map_or(0, u64::from_ne_bytes);
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        if word(x) != word(y) {
+            return false;
+        }
+    }
+    ca.remainder()
+        .iter()
+        .zip(cb.remainder())
+        .all(|(x, y)| x == y)
 }
 
 impl StringTable {
@@ -158,6 +195,7 @@ impl StringTable {
             next_fresh: 1,
             hand: 1,
             epoch: 1,
+            next_generation: 1,
         }
     }
 
@@ -183,8 +221,31 @@ impl StringTable {
         }
     }
 
+    /// The index a begin's token names, if its slot still holds that name (marked used).
+    #[inline]
+    fn by_token(&mut self, token: NameToken) -> Option<u16> {
+        let slot = self.slots.get_mut(usize::from(token.index))?;
+        if token.generation == 0 || slot.generation != token.generation {
+            return None;
+        }
+        slot.referenced = true;
+        slot.pinned = self.epoch;
+        Some(token.index)
+    }
+
+    /// The token of slot `index` as it stands.
+    #[inline]
+    fn token(&self, index: u16) -> NameToken {
+        let generation = self
+            .slots
+            .get(usize::from(index))
+            .map_or(0, |s| s.generation);
+        NameToken { index, generation }
+    }
+
     /// Returns the index for `s` and whether it must be (re-)registered; the second
     /// value of the pair reports an eviction.
+    #[inline]
     fn intern(&mut self, s: &str) -> (u16, bool, bool) {
         let addr = s.as_ptr() as usize;
         let r = ((addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize & (RECENT - 1);
@@ -192,7 +253,7 @@ impl StringTable {
         // Slot i holds s exactly when the map maps s to i (they change together).
         if a == addr {
             if let Some(slot) = self.slots.get_mut(usize::from(i)) {
-                if slot.key.as_deref() == Some(s) {
+                if slot.key.as_deref().is_some_and(|k| same_text(k, s)) {
                     slot.referenced = true;
                     slot.pinned = self.epoch;
                     return (i, false, false);
@@ -207,6 +268,13 @@ impl StringTable {
             self.recent[r] = (addr, i);
             return (i, false, false);
         }
+        self.register(s, r, addr)
+    }
+
+    /// Puts `s` in a slot (evicting if the table is full); `r` and `addr` are its
+    /// entry in [`StringTable::recent`].
+    #[cold]
+    fn register(&mut self, s: &str, r: usize, addr: usize) -> (u16, bool, bool) {
         let i = self.victim();
         let mut evicted = false;
         if let Some(old) = self.slots[i].key.take() {
@@ -222,7 +290,9 @@ impl StringTable {
             key: Some(key),
             referenced: false,
             pinned: self.epoch,
+            generation: self.next_generation,
         };
+        self.next_generation += 1;
         (index, true, evicted)
     }
 
@@ -291,6 +361,7 @@ impl ThreadTable {
     }
 
     /// Returns (slot, pid, tid, needs a thread record, evicted), or `None` for a foreign handle.
+    #[inline]
     fn slot_for(&mut self, id: ThreadId) -> Option<(u8, u32, u32, bool, bool)> {
         let entry = self.entries.get(id.0 as usize)?;
         let (pid, tid, slot) = (entry.pid, entry.tid, usize::from(entry.slot));
@@ -298,6 +369,12 @@ impl ThreadTable {
             self.referenced[slot] = true;
             return Some((slot as u8, pid, tid, false, false));
         }
+        self.assign(id, pid, tid)
+    }
+
+    /// Gives thread `id` a slot (evicting if the table is full).
+    #[cold]
+    fn assign(&mut self, id: ThreadId, pid: u32, tid: u32) -> Option<(u8, u32, u32, bool, bool)> {
         let slot = self.victim();
         let evicted = self.owner[slot] != u32::MAX;
         if let Some(old) = self.entries.get_mut(self.owner[slot] as usize) {
@@ -512,7 +589,7 @@ impl<W: Write> FxtWriter<W> {
             timestamp,
             trailer: None,
         };
-        self.event(head, category, name, args);
+        self.event(head, category, name, None, args);
     }
 
     /// Writes a duration-begin event.
@@ -530,7 +607,7 @@ impl<W: Write> FxtWriter<W> {
             timestamp,
             trailer: None,
         };
-        self.event(head, category, name, args);
+        self.event(head, category, name, None, args);
     }
 
     /// Writes a duration-end event (viewers close the innermost open slice).
@@ -548,7 +625,46 @@ impl<W: Write> FxtWriter<W> {
             timestamp,
             trailer: None,
         };
-        self.event(head, category, name, args);
+        self.event(head, category, name, None, args);
+    }
+
+    /// Writes a duration-begin event and returns its name's token, for the
+    /// [`FxtWriter::end_token`] that closes the slice.
+    pub fn begin_token(
+        &mut self,
+        thread: ThreadId,
+        category: &str,
+        name: &str,
+        timestamp: u64,
+        args: &[Arg<'_>],
+    ) -> NameToken {
+        let head = EventHead {
+            kind: event::BEGIN,
+            thread,
+            timestamp,
+            trailer: None,
+        };
+        self.event(head, category, name, None, args)
+    }
+
+    /// Writes a duration-end event named as the begin that gave `token`; `name` is
+    /// that begin's name, looked up only if its slot has since been reused.
+    pub fn end_token(
+        &mut self,
+        thread: ThreadId,
+        category: &str,
+        token: NameToken,
+        name: &str,
+        timestamp: u64,
+        args: &[Arg<'_>],
+    ) {
+        let head = EventHead {
+            kind: event::END,
+            thread,
+            timestamp,
+            trailer: None,
+        };
+        self.event(head, category, name, Some(token), args);
     }
 
     /// Writes a duration-complete event; `end` is an absolute timestamp.
@@ -567,7 +683,7 @@ impl<W: Write> FxtWriter<W> {
             timestamp: start,
             trailer: Some(end),
         };
-        self.event(head, category, name, args);
+        self.event(head, category, name, None, args);
     }
 
     /// Writes a counter event; each numeric argument is one series of counter `id`.
@@ -586,7 +702,7 @@ impl<W: Write> FxtWriter<W> {
             timestamp,
             trailer: Some(id),
         };
-        self.event(head, category, name, args);
+        self.event(head, category, name, None, args);
     }
 
     /// What the writer has done so far to stay within the format's limits.
@@ -609,14 +725,23 @@ impl<W: Write> FxtWriter<W> {
         Ok(self.inner)
     }
 
-    fn event(&mut self, head: EventHead, category: &str, name: &str, args: &[Arg<'_>]) {
+    /// Writes an event named `name` (or by `token`, while its slot still holds that
+    /// name) and returns the name's token.
+    fn event(
+        &mut self,
+        head: EventHead,
+        category: &str,
+        name: &str,
+        token: Option<NameToken>,
+        args: &[Arg<'_>],
+    ) -> NameToken {
         if self.error.is_some() {
-            return;
+            return NameToken::default();
         }
         self.strings.new_record();
         let Some((slot, pid, tid, fresh, evicted)) = self.threads.slot_for(head.thread) else {
             self.stats.invalid_threads += 1;
-            return;
+            return NameToken::default();
         };
         if fresh {
             self.stats.thread_records += 1;
@@ -625,17 +750,23 @@ impl<W: Write> FxtWriter<W> {
             self.word(u64::from(pid));
             self.word(u64::from(tid));
         }
-        let refs = (slot, self.string_ref(category), self.string_ref(name));
+        let category_ref = self.string_ref(category);
+        let name_ref = match token.and_then(|t| self.strings.by_token(t)) {
+            Some(index) => index,
+            None => self.string_ref(name),
+        };
+        let refs = (slot, category_ref, name_ref);
         let fixed = 2 + usize::from(head.trailer.is_some());
         if args.is_empty() {
             // Most events carry none: no plan to fill (it is 15 arguments wide).
             self.event_words(&head, refs, fixed, &[]);
-            return;
+        } else {
+            let mut planned = [PlannedArg::default(); format::MAX_ARGS];
+            let (nargs, arg_words) =
+                self.plan_args(args, format::MAX_RECORD_WORDS - fixed, &mut planned);
+            self.event_words(&head, refs, fixed + arg_words, &planned[..nargs]);
         }
-        let mut planned = [PlannedArg::default(); format::MAX_ARGS];
-        let (nargs, arg_words) =
-            self.plan_args(args, format::MAX_RECORD_WORDS - fixed, &mut planned);
-        self.event_words(&head, refs, fixed + arg_words, &planned[..nargs]);
+        self.strings.token(name_ref)
     }
 
     /// Writes an event record of `size` words: its header (`refs`: thread slot,
@@ -658,7 +789,9 @@ impl<W: Write> FxtWriter<W> {
                 | (u64::from(name_ref) << 48),
         );
         self.word(head.timestamp);
-        self.write_args(planned);
+        if !planned.is_empty() {
+            self.write_args(planned);
+        }
         if let Some(t) = head.trailer {
             self.word(t);
         }

@@ -210,3 +210,47 @@ fn io_errors_are_reported_by_finish() {
     let err = w.finish().err().expect("finish reports the error");
     assert_eq!(err.to_string(), "disk full");
 }
+
+/// An end closes its begin by the token the begin returned; once the name's slot has been
+/// given to another string (eviction) or forgotten (a fragment cut), the token is stale
+/// and the end must register the name again rather than reuse the slot's new text.
+#[test]
+fn an_end_by_a_stale_token_still_names_its_begin() {
+    let mut w = FxtWriter::new(Vec::new());
+    w.thread_object(2, 1, "main");
+    let t = w.thread(1, 2);
+    let outer = w.begin_token(t, "", "outer_function", 0, &[]);
+    let inner = w.begin_token(t, "", "inner_function", 1, &[]);
+    // Fill the table twice over so both slots go to other names.
+    let mut name = String::new();
+    for i in 0..70_000u64 {
+        name.clear();
+        name.push_str(&format!("filler_{i}"));
+        w.instant(t, "", &name, 2 + i, &[]);
+    }
+    w.end_token(t, "", inner, "inner_function", 80_000, &[]);
+    // A fresh token survives a cut only as text: the next fragment registers it again.
+    let again = w.begin_token(t, "", "again", 80_001, &[]);
+    w.cut();
+    w.end_token(t, "", again, "again", 80_002, &[]);
+    w.end_token(t, "", outer, "outer_function", 80_003, &[]);
+    let stats = w.stats().clone();
+    let bytes = w.finish().unwrap();
+    assert!(stats.string_evictions > 32_767, "{stats:?}");
+    let report = validate_bytes(&bytes);
+    assert!(report.is_ok(), "{report}");
+    let ends: Vec<(String, u64)> = reader::read_events(&bytes)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == reader::EventKind::End)
+        .map(|e| (e.name.to_string(), e.timestamp))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("inner_function".to_string(), 80_000),
+            ("again".to_string(), 80_002),
+            ("outer_function".to_string(), 80_003)
+        ]
+    );
+}

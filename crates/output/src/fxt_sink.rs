@@ -16,7 +16,9 @@
 //!   same koid; Perfetto and the `fxt` checker keep the last name.
 
 use crate::TraceOutput;
-use ptscope_fxt::{format::MAX_ARGS, Arg as FxtArg, ArgValue as FxtValue, FxtWriter, ThreadId};
+use ptscope_fxt::{
+    format::MAX_ARGS, Arg as FxtArg, ArgValue as FxtValue, FxtWriter, NameToken, ThreadId,
+};
 use ptscope_stacks::{Arg, ArgValue, TraceSink};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -48,8 +50,9 @@ struct SinkThread {
     /// The thread's and its group's koids, to write its name record again on a rename.
     koid: u32,
     group: u32,
-    /// Names of open begins; entries past `depth` are kept for their capacity.
-    open: Vec<String>,
+    /// Names of open begins and their string-table tokens (the end reuses the slot
+    /// without a lookup); entries past `depth` are kept for their capacity.
+    open: Vec<(String, NameToken)>,
     depth: usize,
 }
 
@@ -200,8 +203,10 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
             return;
         };
         th.depth = depth;
-        let open = th.open.get(depth).map_or("", String::as_str);
-        writer.end(th.id, "", open, time, args);
+        match th.open.get(depth) {
+            Some((name, token)) => writer.end_token(th.id, "", *token, name, time, args),
+            None => writer.end(th.id, "", "", time, args),
+        }
     }
 
     fn thread_id(&mut self, t: FxtThread) -> Option<ThreadId> {
@@ -270,20 +275,21 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
             return;
         };
         let time = self.time(time);
-        if args.is_empty() {
+        let token = if args.is_empty() {
             // Most slices carry none: no argument array to convert.
-            self.writer.begin(id, "", name, time, &[]);
+            self.writer.begin_token(id, "", name, time, &[])
         } else {
             let mut buf = [EMPTY_ARG; MAX_ARGS];
             let n = Self::convert(&mut self.stats, args, &mut buf);
-            self.writer.begin(id, "", name, time, &buf[..n]);
-        }
+            self.writer.begin_token(id, "", name, time, &buf[..n])
+        };
         if let Some(th) = self.threads.get_mut(thread.0 as usize) {
-            if let Some(slot) = th.open.get_mut(th.depth) {
+            if let Some((slot, slot_token)) = th.open.get_mut(th.depth) {
                 slot.clear();
                 slot.push_str(name);
+                *slot_token = token;
             } else {
-                th.open.push(name.to_string());
+                th.open.push((name.to_string(), token));
             }
             th.depth += 1;
         }

@@ -463,8 +463,8 @@ impl RecordPlan {
     }
 
     /// The sampling flight recorder bounded by time, `(seconds per perf.data file, files
-    /// kept)`: perf starts a new file every so many seconds (`--switch-output=Ns`, whole
-    /// seconds only) and ptscope keeps that many (`crate::ring`). The last one is partly
+    /// kept)`: ptscope has perf start a new file every so many seconds
+    /// (`crate::ring::Piece::Every`) and keeps that many (`crate::ring`). The last one is partly
     /// filled when the recording ends (and counts among those kept), so one file more
     /// than the seconds need is kept: the disk holds between the seconds asked for and
     /// one file's time more.
@@ -484,9 +484,15 @@ impl RecordPlan {
         if let Some((piece, keep)) = self.snapshot_ring() {
             return Some((Piece::Bytes(piece), keep));
         }
-        let perf = self.sampling_ring().map(|(_, n)| n);
-        perf.or(self.sampling_time_ring().map(|(_, n)| n))
-            .map(|n| (Piece::Perf, n))
+        if let Some((_, n)) = self.sampling_ring() {
+            return Some((Piece::Perf, n));
+        }
+        self.sampling_time_ring().map(|(secs, n)| {
+            (
+                Piece::Every(std::time::Duration::from_secs(u64::from(secs))),
+                n,
+            )
+        })
     }
 
     /// Whether the perf.data files perf writes are pieces of one recording (a flight
@@ -581,8 +587,9 @@ pub fn perf_record_argv(plan: &RecordPlan) -> Vec<OsString> {
         a.push("--switch-output=signal".into());
     } else if let Some((file, _)) = plan.sampling_ring() {
         a.push(format!("--switch-output={}K", file >> 10).into());
-    } else if let Some((secs, _)) = plan.sampling_time_ring() {
-        a.push(format!("--switch-output={secs}s").into());
+    } else if plan.sampling_time_ring().is_some() {
+        // ptscope signals each switch on time (`crate::ring::Piece::Every`).
+        a.push("--switch-output=signal".into());
     } else {
         switching = false;
     }
@@ -803,9 +810,12 @@ mod tests {
         p.snapshot_seconds = Some(10);
         assert_eq!(
             s(perf_record_argv(&p)),
-            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=3s --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
+            "perf record -o /w/perf.data --timestamp --event=cpu-clock/freq=10000/ --switch-output=signal --buildid-mmap --no-buildid-cache -p 42 --mmap-pages=4096 --call-graph dwarf --switch-events"
         );
-        assert_eq!(p.ring(), Some((Piece::Perf, 5)));
+        assert_eq!(
+            p.ring(),
+            Some((Piece::Every(std::time::Duration::from_secs(3)), 5))
+        );
         assert!(p.rotates() && p.validate().is_ok());
         // A perf older than 5.12 keeps its build-id table instead.
         p.buildid_mmap = false;

@@ -1,7 +1,8 @@
 //! The sampling flight recorder: perf writes samples continuously, so its file would grow
-//! without bound. perf starts a new file at a size or an age (`--switch-output=SIZE` or
-//! `=Ns`) and ptscope deletes the oldest pieces beyond the count kept (not perf's
-//! `--switch-max-files`, which deletes without a look: see below). With
+//! without bound. A new file is started at a size (by perf, `--switch-output=SIZE`) or an
+//! age (by ptscope's `SIGUSR2`, [`Piece::Every`]) and ptscope deletes the oldest pieces
+//! beyond the count kept (not perf's `--switch-max-files`, which deletes without a look:
+//! see below). With
 //! `--multi-snapshot` ptscope rotates instead (`--switch-output=signal`): it sends
 //! `SIGUSR2` whenever the file being written passes a piece's size, and at a hit rotates
 //! once more and *seals* the pieces it holds: they are that hit's snapshot and are never
@@ -34,9 +35,14 @@ pub enum Piece {
     /// ptscope, once the file being written holds this many bytes (`--switch-output=signal`:
     /// with `--multi-snapshot`, where a hit must also end a piece).
     Bytes(u64),
-    /// perf itself, at a size or an age (`--switch-output=SIZE` or `=Ns`): it checks the
-    /// size after every write, closer to the bound than a poll can; ptscope only deletes.
+    /// perf itself, at a size (`--switch-output=SIZE`): it checks the size after every
+    /// write, closer to the bound than a poll can; ptscope only deletes.
     Perf,
+    /// ptscope, every so long (`--switch-output=signal`). Not perf's own `=Ns`: perf 6.1
+    /// arms that timer before it sets up its events and re-arms it only after a switch,
+    /// so when setup outlasts the first period (a loaded machine) the alarm is dropped
+    /// and every sample goes into one file, which the ring cannot cut.
+    Every(Duration),
 }
 
 /// The pieces of the current ring and the snapshots sealed so far.
@@ -55,6 +61,8 @@ pub struct SnapshotRing {
     ends: Vec<OsString>,
     /// A rotation was asked for at this time and its file has not appeared yet.
     pending: Option<Instant>,
+    /// When the piece being written began (or was asked to), for [`Piece::Every`].
+    begun: Option<Instant>,
     /// Pieces deleted to stay within the bound.
     deleted: u64,
 }
@@ -71,6 +79,7 @@ impl SnapshotRing {
             seen: HashSet::new(),
             ends: Vec::new(),
             pending: None,
+            begun: None,
             deleted: 0,
         }
     }
@@ -95,9 +104,12 @@ impl SnapshotRing {
                 std::fs::metadata(self.dir.join("perf.data")).map_or(0, |m| m.len()) >= b
             }
             Piece::Perf => false,
+            // Counted from the first look, which is once perf records.
+            Piece::Every(period) => self.begun.get_or_insert_with(Instant::now).elapsed() >= period,
         };
         if full {
             self.pending = Some(Instant::now());
+            self.begun = Some(Instant::now());
         }
         full
     }
@@ -280,6 +292,27 @@ mod tests {
                 "perf.data.2026010100000007"
             ]
         );
+    }
+
+    #[test]
+    fn a_ring_on_time_asks_for_a_piece_each_period_counted_from_its_first_look() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let period = Duration::from_millis(200);
+        let mut r = SnapshotRing::new(dir, Piece::Every(period), 2);
+        // However long perf took to start, the first piece begins at the first look.
+        std::thread::sleep(period);
+        let first = Instant::now();
+        assert!(!r.poll(), "the first look begins the first piece");
+        std::thread::sleep(period.saturating_sub(first.elapsed()));
+        assert!(r.poll(), "a period later: rotate");
+        assert!(!r.poll(), "one rotation at a time");
+        // perf's file appears; a period after the rotation was asked for, the next.
+        let asked = Instant::now();
+        touch(dir, "perf.data.2026010100000001", 10);
+        std::thread::sleep(period.saturating_sub(asked.elapsed()));
+        assert!(r.poll(), "the next period rotates again");
+        assert_eq!(r.ring.len(), 1);
     }
 
     #[test]
