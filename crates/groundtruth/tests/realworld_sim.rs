@@ -420,7 +420,7 @@ fn qemu_perf() -> bool {
 }
 
 #[test]
-#[ignore = "slow for CI (the full variant alone took 310 s to 1176 s in the debug build at loads of 1 to 27; CI is at 1364-1584 s of its 1800). Its two failures are explained and fixed: the phantom PyObject_CheckBuffer frame (864906d, test intel-pt/tests/timing.rs) and the run with ~40 builtin decode errors: ptsim compressed returns from deeper than 64 calls, which no processor does and the builtin decoder (64 entries, as libipt) could not follow (1 python3 recording in 20 had them; ptsim keeps 64 since session 6, test ptsim returns_deeper_than_64_calls_are_not_compressed; 20 recordings since, 0 errors)"]
+#[ignore = "slow for CI (the full variant alone took 310 s to 1573 s in the debug build at loads of 1 to 27; CI is at 1434 s of its 1800). Its phantom PyObject_CheckBuffer frame is fixed (864906d, test intel-pt/tests/timing.rs); its run with ~40 builtin decode errors was ptsim compressing returns from deeper than 64 calls, which no processor does and the builtin decoder (64 entries, as libipt) cannot follow (1 python3 recording in 20; ptsim keeps 64 since session 6, test ptsim returns_deeper_than_64_calls_are_not_compressed; 20 recordings since, 0 errors). One run after that fix (session 6, load ~9): full variant 0 builtin errors, perf's events, 99.998 % exact; snapshot perf's events, 99.964 % suffix; builtin phantom frames 201 and 59 (dlfilter 0), their length check's verdict unseen: a 2400 s timeout cut the run in snapshot+faults"]
 fn python3_script() {
     if !qemu_perf() || !files_available(&["/usr/bin/python3"]) {
         return;
