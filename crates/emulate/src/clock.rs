@@ -100,6 +100,60 @@ pub(crate) struct Anchor {
 #[derive(Debug, Default)]
 pub(crate) struct HostClock {
     anchors: VecDeque<Anchor>,
+    /// The two consecutive stamps the last step fell strictly between, ready to
+    /// interpolate (most steps fall between the same two as the one before).
+    span: Option<Span>,
+}
+
+/// Two consecutive stamps and the pace between them, with the reciprocal of its
+/// instruction count so that a step's time needs no division.
+#[derive(Copy, Clone, Debug)]
+struct Span {
+    lo_own: u64,
+    hi_own: u64,
+    lo_ns: u64,
+    num: u64,
+    den: u64,
+    /// `u64::MAX / den`.
+    recip: u64,
+}
+
+impl Span {
+    fn new(lo: Anchor, hi: Anchor) -> Self {
+        let den = (hi.own - lo.own).max(1);
+        Span {
+            lo_own: lo.own,
+            hi_own: hi.own,
+            lo_ns: lo.ns,
+            num: hi.ns - lo.ns,
+            den,
+            recip: u64::MAX / den,
+        }
+    }
+
+    /// The time `own` instructions in: `lo_ns + (own - lo_own)·num/den`, exactly.
+    fn at(&self, own: u64) -> u64 {
+        let d = own - self.lo_own;
+        let q = match d.checked_mul(self.num) {
+            Some(p) => div_by(p, self.den, self.recip),
+            None => (u128::from(d) * u128::from(self.num) / u128::from(self.den))
+                .min(u128::from(u64::MAX)) as u64,
+        };
+        self.lo_ns.saturating_add(q)
+    }
+}
+
+/// `p / den` by a multiplication with `recip = u64::MAX / den` (`den` ≥ 1): the
+/// estimate `p·recip / 2^64` is the quotient or one less, which one remainder test
+/// settles.
+#[inline]
+fn div_by(p: u64, den: u64, recip: u64) -> u64 {
+    let q = ((u128::from(p) * u128::from(recip)) >> 64) as u64;
+    if p - q * den >= den {
+        q + 1
+    } else {
+        q
+    }
 }
 
 impl HostClock {
@@ -124,16 +178,18 @@ impl HostClock {
 
     /// The host time of a step after `own` instructions (`restart`: it restarts tracing
     /// there); `None` while the stamps after it are still to come (`done`: none will).
-    pub(crate) fn at(&self, own: u64, restart: bool, done: bool) -> Option<u64> {
+    pub(crate) fn at(&mut self, own: u64, restart: bool, done: bool) -> Option<u64> {
+        // Strictly between two stamps, `restart` changes nothing.
+        if let Some(s) = &self.span {
+            if s.lo_own < own && own < s.hi_own {
+                return Some(s.at(own));
+            }
+        }
         let a = &self.anchors;
         if a.is_empty() {
             return done.then_some(own.saturating_mul(NS_PER_INSN));
         }
-        // Most steps fall strictly between the two oldest stamps kept (the others are
-        // forgotten as steps pass them): there `restart` changes nothing.
-        let i = if a.len() >= 2 && a[0].own < own && own < a[1].own {
-            1
-        } else if restart {
+        let i = if restart {
             let i = a.partition_point(|x| x.own <= own);
             if i > 0 && a[i - 1].own == own && (i < a.len() || done) {
                 return Some(a[i - 1].ns);
@@ -154,10 +210,12 @@ impl HostClock {
                 .min(u128::from(u64::MAX)) as u64,
         };
         match (i.checked_sub(1).map(|j| a[j]), a.get(i)) {
-            (Some(lo), Some(hi)) => Some(
-                lo.ns
-                    .saturating_add(scale(own - lo.own, (hi.ns - lo.ns, hi.own - lo.own))),
-            ),
+            (Some(lo), Some(hi)) => {
+                // Here lo.own < own < hi.own: the steps that follow likely fall there too.
+                let s = Span::new(lo, *hi);
+                self.span = Some(s);
+                Some(s.at(own))
+            }
             (Some(lo), None) => {
                 done.then(|| lo.ns.saturating_add(scale(own - lo.own, self.rate())))
             }
@@ -177,6 +235,8 @@ impl HostClock {
     pub(crate) fn forget_before(&mut self, own: u64) {
         while self.anchors.len() > 2 && self.anchors[1].own < own {
             self.anchors.pop_front();
+            // Steps between the stamps left are dated by them alone, as before.
+            self.span = None;
         }
     }
 }
@@ -306,6 +366,39 @@ fn by_host_time(pairs: &[(u64, u64)], ns: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The division by a reciprocal is exact: edges (powers of two, 1, near 2^64) and
+    /// a million pseudo-random pairs.
+    #[test]
+    fn division_by_the_reciprocal_is_exact() {
+        let check = |p: u64, den: u64| {
+            assert_eq!(div_by(p, den, u64::MAX / den), p / den, "{p} / {den}");
+        };
+        for den in [1, 2, 3, 7, 1 << 32, (1 << 32) + 1, u64::MAX - 1, u64::MAX] {
+            for p in [
+                0,
+                1,
+                den - 1,
+                den,
+                den.wrapping_add(1),
+                u64::MAX - 1,
+                u64::MAX,
+            ] {
+                check(p, den);
+            }
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..1_000_000 {
+            let (p, den) = (next() >> (next() % 64), next() >> (next() % 64));
+            check(p, den.max(1));
+        }
+    }
 
     #[test]
     fn a_restart_takes_the_latest_stamp_and_a_stop_the_earliest() {

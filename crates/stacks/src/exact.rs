@@ -61,8 +61,9 @@ struct Frame {
     ret: u64,
     /// A signal handler's frame.
     signal: bool,
-    /// Return addresses of the calls this frame made (to tell a `longjmp` to one of them).
-    sites: Vec<u64>,
+    /// Where the return addresses of the calls this frame made (to tell a `longjmp` to
+    /// one of them) start in [`ExactStack::sites`]; they end where the next frame's do.
+    first_site: usize,
     /// Its start is not known (it was running when the stream began): its slice starts
     /// with the stream, marked so.
     inferred: bool,
@@ -77,7 +78,7 @@ impl Frame {
             known,
             ret,
             signal: false,
-            sites: Vec::new(),
+            first_site: 0,
             inferred: false,
         }
     }
@@ -126,6 +127,9 @@ struct Stop {
 #[derive(Debug, Default)]
 pub struct ExactStack {
     frames: Vec<Frame>,
+    /// Every frame's call sites, bottom frame's first (one vector for the stack, not
+    /// one per frame: no allocation per call).
+    sites: Vec<u64>,
     overlay: Option<Overlay>,
     stop: Option<Stop>,
     /// The last step was a handler's return into the signal trampoline.
@@ -181,6 +185,7 @@ impl ExactStack {
 
     fn truncate(&mut self, i: usize) {
         if i < self.frames.len() {
+            self.sites.truncate(self.frames[i].first_site);
             self.frames.truncate(i);
             self.touch(i);
         }
@@ -188,7 +193,10 @@ impl ExactStack {
 
     fn push(&mut self, f: Frame) {
         self.touch(self.frames.len());
-        self.frames.push(f);
+        self.frames.push(Frame {
+            first_site: self.sites.len(),
+            ..f
+        });
     }
 
     /// The top frame now runs `to`'s code (its name follows; the stack's shape does not).
@@ -342,9 +350,9 @@ impl ExactStack {
                 }
             }
             ExactKind::Call { ret } => {
-                if let Some(top) = self.frames.last_mut() {
-                    if !top.sites.contains(&ret) {
-                        top.sites.push(ret);
+                if let Some(top) = self.frames.last() {
+                    if !self.sites[top.first_site..].contains(&ret) {
+                        self.sites.push(ret);
                     }
                 }
                 self.push(Frame::new(s.to, funcs, ret));
@@ -419,10 +427,13 @@ impl ExactStack {
                             if indirect
                                 && !known
                                 && s.to_addr != 0
-                                && !top.sites.contains(&s.to_addr)
+                                && !self.sites[top.first_site..].contains(&s.to_addr)
                                 && self.may_exit_non_locally(s.to, funcs) =>
                         {
-                            below.iter().rposition(|fr| fr.sites.contains(&s.to_addr))
+                            (0..below.len()).rev().find(|&i| {
+                                let end = self.frames[i + 1].first_site;
+                                self.sites[below[i].first_site..end].contains(&s.to_addr)
+                            })
                         }
                         _ => None,
                     };
@@ -527,6 +538,7 @@ impl ExactStack {
     ) {
         let time = time.max(self.last);
         self.frames.clear();
+        self.sites.clear();
         self.overlay = None;
         self.stop = None;
         self.trampoline = false;
