@@ -131,3 +131,12 @@ pub fn legacy_writer(sink: TimelineSink, scenario: &Scenario) -> LegacyWriter<Ti
 pub fn segments_writer(sink: TimelineSink, scenario: &Scenario) -> SegmentsWriter<TimelineSink> {
     sim::segments(sink, scenario.earliest_time())
 }
+
+/// [`segments_writer`] with the marker frame for frames a decode error hid
+/// ([`ptscope_stacks::WriterConfig::mark_unknown_frames`]).
+pub fn segments_marked_writer(
+    sink: TimelineSink,
+    scenario: &Scenario,
+) -> SegmentsWriter<TimelineSink> {
+    sim::segments_marked(sink, scenario.earliest_time())
+}

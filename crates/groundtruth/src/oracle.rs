@@ -37,9 +37,23 @@ struct Acc {
     out_total: u64,
     out_exact: u64,
     out_root: u64,
+    marked: u64,
+    out_marked: u64,
     strict: u64,
     order: u64,
     suffix: u64,
+}
+
+/// Does `recon` equal `truth` where each `marker` frame stands for any run of frames
+/// (the empty one included)? Tried at every split, as a person would check it.
+fn fits(truth: &[u32], recon: &[u32], marker: Option<u32>) -> bool {
+    match recon.split_first() {
+        None => truth.is_empty(),
+        Some((&r, rest)) if Some(r) == marker => {
+            (0..=truth.len()).any(|k| fits(&truth[k..], rest, marker))
+        }
+        Some((&r, rest)) => truth.first() == Some(&r) && fits(&truth[1..], rest, marker),
+    }
 }
 
 type Pieces = [(u64, u64, Vec<u32>)];
@@ -139,6 +153,8 @@ pub fn score(truth: &[ThreadTruth], recon: &[ReconThread]) -> Fidelity {
     f.exact_outside_gaps = share(acc.out_exact, acc.out_total);
     f.root_outside_gaps = share(acc.out_root, acc.out_total);
     f.exact_strict = share(acc.strict, acc.total);
+    f.exact_or_marked = share(acc.marked, acc.total);
+    f.exact_or_marked_outside_gaps = share(acc.out_marked, acc.out_total);
     f.exact_order = share(acc.order, acc.total);
     f.suffix_correct = share(acc.suffix, acc.total);
     f
@@ -187,6 +203,10 @@ fn score_thread_inner(
         .filter(|(a, b, _)| *b > 0 && a < b)
         .map(|(a, b, s)| ((*a).max(0) as u64, *b as u64, names.stack(s)))
         .collect();
+    let marker = names
+        .ids
+        .get(ptscope_stacks::UNKNOWN_FRAMES_MARKER)
+        .copied();
     let tight = Windows::new(&t.windows, lo, hi, &truth);
     let order = Windows::new(&t.order_windows, lo, hi, &truth);
     let windows = &tight.starts;
@@ -208,7 +228,9 @@ fn score_thread_inner(
     // A window can hold a whole snapshot's truth (timing unknown within it), and the same
     // reconstructed stack recurs interval after interval: its verdict against one window is
     // computed once (comparing it with every candidate each time was quadratic).
-    let mut verdicts: HashMap<(usize, *const Vec<u32>), (bool, bool, bool)> = HashMap::new();
+    // (exact, suffix, root, exact or marked)
+    type Verdict = (bool, bool, bool, bool);
+    let mut verdicts: HashMap<(usize, *const Vec<u32>), Verdict> = HashMap::new();
     let mut order_verdicts: HashMap<(usize, *const Vec<u32>), bool> = HashMap::new();
     let mut stack_ids: HashMap<&[u32], *const Vec<u32>> = HashMap::new();
     let (mut memo_wi, mut memo_oi) = (usize::MAX, usize::MAX);
@@ -243,11 +265,12 @@ fn score_thread_inner(
         let key = *stack_ids
             .entry(rs.as_slice())
             .or_insert(rs as *const Vec<u32>);
-        let (exact, suffix, root) = *verdicts.entry((wi, key)).or_insert_with(|| {
+        let (exact, suffix, root, marked) = *verdicts.entry((wi, key)).or_insert_with(|| {
             (
                 candidates.iter().any(|c| &c.2 == rs),
                 !rs.is_empty() && candidates.iter().any(|c| c.2.ends_with(rs)),
                 !rs.is_empty() && candidates.iter().any(|c| c.2.first() == rs.first()),
+                candidates.iter().any(|c| fits(&c.2, rs, marker)),
             )
         });
         let in_order = *order_verdicts
@@ -269,6 +292,7 @@ fn score_thread_inner(
         let in_gap = t.gaps.get(gi).is_some_and(|g| g.0 <= a);
         acc.total += len;
         acc.exact += if exact { len } else { 0 };
+        acc.marked += if marked { len } else { 0 };
         acc.root += if root { len } else { 0 };
         acc.strict += if rs == ts { len } else { 0 };
         acc.order += if in_order { len } else { 0 };
@@ -276,6 +300,7 @@ fn score_thread_inner(
         if !in_gap {
             acc.out_total += len;
             acc.out_exact += if exact { len } else { 0 };
+            acc.out_marked += if marked { len } else { 0 };
             acc.out_root += if root { len } else { 0 };
         }
     }
@@ -297,6 +322,10 @@ fn score_thread_inner(
         let (ka, kb) = (order.index(a.max(lo)), order.index((b - 1).min(hi).max(a)));
         let range = order.pieces[ka].start..order.pieces[kb].end.max(order.pieces[ka].start);
         let id = names.ids.get(&s.name).copied();
+        if id.is_some() && id == marker {
+            f.marker_frames += 1;
+            continue;
+        }
         let real = id.is_some_and(|id| truth[range].iter().any(|p| p.2.contains(&id)));
         if !real {
             f.phantom_frames += 1;
@@ -774,16 +803,20 @@ mod tests {
     #[test]
     fn interned_scorer_and_replay_agree_with_the_string_ones_on_generated_scenarios() {
         let mut rng = Rng::new(0x5eed);
-        let mut scored = 0;
+        let (mut scored, mut markers) = (0, 0);
         for seed in 1..=4u64 {
             for mut spec in gen::standard_specs(seed) {
                 spec.params.steps = spec.params.steps.min(1500);
                 let sc = gen::generate(&spec);
                 let base = sc.earliest_time() as i64;
-                let sinks = [
+                let mut sinks = vec![
                     ("legacy", sink_of(&sc, sim::legacy)),
                     ("segments", sink_of(&sc, sim::segments)),
                 ];
+                // The marker frame appears only in bursts of decode errors.
+                if sc.name.contains("bursts") {
+                    sinks.push(("segments-marked", sink_of(&sc, sim::segments_marked)));
+                }
                 for (writer, sink) in &sinks {
                     let what = format!("seed {seed} {} {writer}", sc.name);
                     let old = old_recon(sink, base);
@@ -803,11 +836,13 @@ mod tests {
                         .iter()
                         .map(|t| Truth::intern(t, &mut names))
                         .collect();
+                    let f = score(&sc.truth, &old);
                     assert_eq!(
-                        score(&sc.truth, &old),
+                        f,
                         crate::score::score_interned(&truth, &recon, &names),
                         "{what}: interned pipeline differs"
                     );
+                    markers += f.marker_frames;
                     scored += 1;
                 }
                 let mutated: Vec<ReconThread> =
@@ -819,6 +854,7 @@ mod tests {
             }
         }
         assert!(scored >= 40, "only {scored} scenario/writer pairs");
+        assert!(markers > 0, "no marker frame was scored");
     }
 
     use super::programs;

@@ -14,6 +14,28 @@ use crate::gen::ThreadTruth;
 use crate::names::{IdMap, Names, StackId, EMPTY};
 use crate::sink::{Recon, ReconThread};
 use ptscope_event::Thread;
+use ptscope_stacks::UNKNOWN_FRAMES_MARKER;
+
+/// Does `recon` (root first) equal `truth` where each `marker` frame in it stands for any
+/// run of true frames, the empty run included?
+fn matches_with_markers(truth: &[u32], recon: &[u32], marker: u32) -> bool {
+    // ok[j]: recon[..i] matches truth[..j], row by row over i.
+    let mut ok = vec![false; truth.len() + 1];
+    ok[0] = true;
+    for &r in recon {
+        if r == marker {
+            for j in 1..ok.len() {
+                ok[j] = ok[j] || ok[j - 1];
+            }
+        } else {
+            for j in (1..ok.len()).rev() {
+                ok[j] = ok[j - 1] && truth[j - 1] == r;
+            }
+            ok[0] = false;
+        }
+    }
+    ok[truth.len()]
+}
 
 /// How well a reconstruction matches the truth.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -36,6 +58,14 @@ pub struct Fidelity {
     pub root_outside_gaps: f64,
     /// Share of time the stack equals the true stack at that very instant.
     pub exact_strict: f64,
+    /// Like `exact`, where a [`UNKNOWN_FRAMES_MARKER`] frame (the segments writer's
+    /// stand-in for frames a decode error hid) matches any run of true frames, none
+    /// included: the stack claims nothing false.
+    pub exact_or_marked: f64,
+    /// `exact_or_marked` over the time outside decode-error gaps.
+    pub exact_or_marked_outside_gaps: f64,
+    /// Reconstructed slices of the marker frame (never phantoms: they name no function).
+    pub marker_frames: u64,
     /// Reconstructed frames whose name is on no true stack anywhere during their interval
     /// (widened to the order windows it touches, so timing alone never makes a phantom).
     pub phantom_frames: u64,
@@ -99,6 +129,8 @@ struct Acc {
     out_total: u64,
     out_exact: u64,
     out_root: u64,
+    marked: u64,
+    out_marked: u64,
     strict: u64,
     order: u64,
     suffix: u64,
@@ -183,6 +215,8 @@ pub fn score_interned(truth: &[Truth], recon: &[Recon], names: &Names) -> Fideli
     f.exact_outside_gaps = share(acc.out_exact, acc.out_total);
     f.root_outside_gaps = share(acc.out_root, acc.out_total);
     f.exact_strict = share(acc.strict, acc.total);
+    f.exact_or_marked = share(acc.marked, acc.total);
+    f.exact_or_marked_outside_gaps = share(acc.out_marked, acc.out_total);
     f.exact_order = share(acc.order, acc.total);
     f.suffix_correct = share(acc.suffix, acc.total);
     f
@@ -237,6 +271,8 @@ pub fn mismatches_interned(t: &Truth, r: &Recon, names: &Names, limit: usize) ->
 #[derive(Clone, Copy)]
 struct Verdict {
     exact: bool,
+    /// Exact, or exact with the marker frames standing for the true frames they hide.
+    marked: bool,
     suffix: bool,
     root: bool,
 }
@@ -251,6 +287,7 @@ fn score_thread(
 ) {
     let (lo, hi) = (t.start(), t.end());
     let truth = &t.timeline[..];
+    let marker = names.find_frame(UNKNOWN_FRAMES_MARKER);
     let recon: Vec<(u64, u64, StackId)> = r
         .timeline
         .iter()
@@ -309,8 +346,19 @@ fn score_thread(
         }
         let v = *verdicts.entry(rs).or_insert_with(|| {
             let root = names.root(rs);
+            let exact = candidates.iter().any(|c| c.2 == rs);
+            let marked = exact
+                || marker.is_some_and(|m| {
+                    names.contains(rs, m) && {
+                        let r = names.frames(rs);
+                        candidates
+                            .iter()
+                            .any(|c| matches_with_markers(&names.frames(c.2), &r, m))
+                    }
+                });
             Verdict {
-                exact: candidates.iter().any(|c| c.2 == rs),
+                exact,
+                marked,
                 suffix: rs != EMPTY && candidates.iter().any(|c| names.ends_with(c.2, rs)),
                 root: rs != EMPTY && candidates.iter().any(|c| names.root(c.2) == root),
             }
@@ -332,6 +380,7 @@ fn score_thread(
         let part = |yes: bool| if yes { len } else { 0 };
         acc.total += len;
         acc.exact += part(v.exact);
+        acc.marked += part(v.marked);
         acc.root += part(v.root);
         acc.strict += part(rs == ts);
         acc.order += part(in_order);
@@ -339,6 +388,7 @@ fn score_thread(
         if !in_gap {
             acc.out_total += len;
             acc.out_exact += part(v.exact);
+            acc.out_marked += part(v.marked);
             acc.out_root += part(v.root);
         }
     }
@@ -356,6 +406,11 @@ fn score_thread(
         if b < lo || a > hi {
             continue;
         }
+        // The marker names no function: it invents nothing.
+        if Some(s.frame) == marker {
+            f.marker_frames += 1;
+            continue;
+        }
         // The end is exclusive: a frame closed at a window's start did not reach it.
         // Order windows, so a real frame merely smeared in time is not a phantom.
         let (ka, kb) = (order.index(a.max(lo)), order.index((b - 1).min(hi).max(a)));
@@ -365,5 +420,31 @@ fn score_thread(
             f.phantom_frames += 1;
             f.phantoms.push(s.resolve(names));
         }
+    }
+}
+
+#[cfg(test)]
+mod marker_tests {
+    use super::matches_with_markers;
+
+    #[test]
+    fn a_marker_stands_for_any_run_of_frames_the_empty_one_included() {
+        const M: u32 = 99;
+        let truth = [1, 2, 3, 4];
+        for (recon, yes) in [
+            (&[1, 2, 3, 4][..], true),
+            (&[1, M, 4], true),
+            (&[1, 2, M, 3, 4], true),
+            (&[M], true),
+            (&[1, M, 3, M], true),
+            (&[M, 2, 4], false),
+            (&[1, 2, 3], false),
+            (&[1, M, 5], false),
+            (&[1, 2, 3, 4, M, 5], false),
+        ] {
+            assert_eq!(matches_with_markers(&truth, recon, M), yes, "{recon:?}");
+        }
+        assert!(!matches_with_markers(&[], &[1], M));
+        assert!(matches_with_markers(&[], &[M], M));
     }
 }

@@ -803,6 +803,19 @@ pub fn segments(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSin
     segments_timed(sink, earliest, false)
 }
 
+/// [`segments`] with [`WriterConfig::mark_unknown_frames`]: frames carried across a
+/// decode error that nothing later proves give way to the marker frame.
+pub fn segments_marked(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSink> {
+    SegmentsWriter::new(
+        sink,
+        WriterConfig {
+            earliest_time: earliest,
+            mark_unknown_frames: true,
+            ..WriterConfig::default()
+        },
+    )
+}
+
 /// [`segments`] for a decoder whose events are exactly timed (`WriterConfig::exact_times`:
 /// ptscope's own, as the pipeline configures it from what the source says).
 pub fn segments_timed(

@@ -310,7 +310,9 @@ struct Pending {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Control {
     /// TNT bits left (the next is bit `count - 1`).
-    Tnt { bits: u64, count: u8 },
+    /// (`count` is 64 bits wide: copied with the packet, a byte-wide count was
+    /// written narrow and read back wide, a stalled load.)
+    Tnt { bits: u64, count: u64 },
     /// TIP with its IP (`None`: suppressed).
     Tip(Option<u64>),
     /// TIP.PGE.
@@ -374,6 +376,11 @@ pub struct Decoder<'t, 'm, M: Memory> {
     /// The cache key of `space`.
     key: u32,
     pending: Option<Pending>,
+    /// Bits of a pending TNT already taken. Counted here, not by rewriting `pending`
+    /// at every bit: the pending packet is read whole at each step of the walk, and a
+    /// wide read of what was just written narrow is a stalled load (store forwarding
+    /// fails), which took a fifth of the walk's samples.
+    tnt_taken: u64,
     rets: RetStack,
     in_tx: bool,
     /// PTW payloads without an IP, waiting for the PTWRITE instructions the walk
@@ -429,6 +436,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             space: u32::MAX,
             key: u32::MAX,
             pending: None,
+            tnt_taken: 0,
             rets: RetStack::new(),
             in_tx: false,
             ptwrites: std::collections::VecDeque::new(),
@@ -601,10 +609,37 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
 
     /// The next control packet, reading (and acting on) the others before it; `None`
     /// at the end of the trace or chunk.
+    #[inline(always)]
     fn peek(&mut self, out: &mut Vec<Event>) -> Option<Pending> {
+        // Inlined: a TNT packet's bits are taken one by one through `pending`, and
+        // copying it out whole through a call read back wide what `take_bit` had just
+        // written narrow, a stalled load with half of this function's samples.
         if let Some(p) = self.pending {
-            return Some(p);
+            return Some(self.untaken(p));
         }
+        self.read_control(out)
+    }
+
+    /// The pending packet `p` without the TNT bits taken.
+    #[inline(always)]
+    fn untaken(&self, mut p: Pending) -> Pending {
+        if let Control::Tnt { count, .. } = &mut p.packet {
+            *count -= self.tnt_taken;
+        }
+        p
+    }
+
+    /// No packet is pending.
+    #[inline]
+    fn clear_pending(&mut self) {
+        self.pending = None;
+        self.tnt_taken = 0;
+    }
+
+    /// [`Decoder::peek`] without a pending packet: reads packets up to the next control
+    /// packet.
+    #[inline(never)]
+    fn read_control(&mut self, out: &mut Vec<Event>) -> Option<Pending> {
         loop {
             let offset = self.packets.position();
             if self.end_at == Some(offset) {
@@ -698,7 +733,10 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 | Packet::Bip { .. }
                 | Packet::Evd { .. }
                 | Packet::PsbEnd => continue,
-                Packet::Tnt { bits, count } => Control::Tnt { bits, count },
+                Packet::Tnt { bits, count } => Control::Tnt {
+                    bits,
+                    count: u64::from(count),
+                },
                 Packet::Tip(ip) => Control::Tip(self.ip_of(ip)),
                 Packet::TipPge(ip) => Control::Pge(self.ip_of(ip)),
                 Packet::TipPgd(ip) => Control::Pgd(self.ip_of(ip)),
@@ -761,7 +799,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
     /// Forgets the position and looks for the next PSB from `offset`.
     fn lose_sync(&mut self, offset: usize) {
         self.synced = false;
-        self.pending = None;
+        self.clear_pending();
         let end = self.end_at.unwrap_or(usize::MAX);
         match find_psb(self.packets.buffer(), offset) {
             Some(p) if p <= end => self.packets.set_position(p),
@@ -777,7 +815,9 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
     /// Consumes the pending packet.
     #[inline]
     fn consume(&mut self) -> Option<Pending> {
-        self.pending.take()
+        let p = self.pending.map(|p| self.untaken(p));
+        self.clear_pending();
+        p
     }
 
     // ----- synchronisation -----
@@ -799,7 +839,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         self.have_ip = false;
         self.rets.clear();
         self.last_ip = 0;
-        self.pending = None;
+        self.clear_pending();
         self.next_bind = Bind::Async;
         self.after_overflow = false;
         let fup = self.psb_status(out);
@@ -1022,7 +1062,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         let at_end = self.end_at == Some(p.offset);
         self.packets.set_position(p.offset);
         let _ = self.packets.next_packet();
-        self.pending = None;
+        self.clear_pending();
         let bind = self.next_bind;
         let fup = self.psb_status(out);
         self.next_bind = if bind == Bind::Overflow {
@@ -1231,7 +1271,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         match (b.end, p.packet) {
             (End::Jcc, Control::Tnt { bits, count }) => {
                 let taken = (bits >> (count - 1)) & 1 == 1;
-                self.take_bit(bits, count, p);
+                self.take_bit(count);
                 self.run_block(out, &b);
                 if taken {
                     self.push(
@@ -1254,7 +1294,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 let to = match (taken, self.rets.pop()) {
                     (true, Some(to)) => to,
                     (true, None) => {
-                        self.take_bit(bits, count, p);
+                        self.take_bit(count);
                         self.run_block(out, &b);
                         self.error(out, DecodeError::EmptyReturnStack, p.offset);
                         self.lost_position();
@@ -1262,7 +1302,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     }
                     (false, _) => return self.mismatch(out, p, Some(&b)),
                 };
-                self.take_bit(bits, count, p);
+                self.take_bit(count);
                 self.run_block(out, &b);
                 self.push(
                     out,
@@ -1378,23 +1418,17 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
 
     /// Takes one TNT bit of `p` (consuming the packet with its last bit).
     #[inline]
-    fn take_bit(&mut self, bits: u64, count: u8, p: Pending) {
+    fn take_bit(&mut self, count: u64) {
         if count <= 1 {
-            self.pending = None;
+            self.clear_pending();
         } else {
-            self.pending = Some(Pending {
-                packet: Control::Tnt {
-                    bits,
-                    count: count - 1,
-                },
-                ..p
-            });
+            self.tnt_taken += 1;
         }
     }
 
     /// After a TNT bit's branch: the packet's last bit times its branch.
     #[inline]
-    fn tnt_timing(&mut self, out: &mut [Event], count: u8, p: Pending) {
+    fn tnt_timing(&mut self, out: &mut [Event], count: u64, p: Pending) {
         if count <= 1 {
             self.anchor(out, p.time);
             self.commit(out);
@@ -1443,7 +1477,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             ..
         }) = self.pending
         {
-            self.pending = None;
+            self.clear_pending();
         }
     }
 

@@ -188,6 +188,7 @@ impl IntelPtInfo {
 
 impl TimeConv {
     /// perf time (ns) of a TSC value, as perf computes it.
+    #[inline]
     pub fn tsc_to_ns(&self, tsc: u64) -> u64 {
         let tsc = if self.cap_short {
             self.cycles

@@ -221,6 +221,11 @@ pub struct PtSource {
     namer: Namer,
     queues: Vec<QueueState>,
     heap: BinaryHeap<Reverse<(u64, usize)>>,
+    /// The queue whose next event comes before every other queue's (its perf time and
+    /// index), kept out of the heap: a queue runs for many events before another's
+    /// comes first (there is often only one), and each would otherwise be a heap push
+    /// and pop.
+    hot: Option<(u64, usize)>,
     tasks: std::vec::IntoIter<TaskAt>,
     next_task: Option<TaskAt>,
     pool: Pool,
@@ -353,6 +358,7 @@ impl PtSource {
             namer: Namer::new(),
             queues,
             heap: BinaryHeap::new(),
+            hot: None,
             tasks: tasks.into_iter(),
             next_task: None,
             pool,
@@ -428,7 +434,18 @@ impl PtSource {
         }
         let qs = &self.queues[q];
         let t = self.ns(qs.current[qs.pos].time);
-        self.heap.push(Reverse((t, q)));
+        // Ahead of every queue in the heap (ties go to the lower index, as in the
+        // heap): the next event without a heap push and pop.
+        // `hot`, when set, is before everything in the heap.
+        let next = (t, q);
+        match self.hot {
+            None if self.heap.peek().is_none_or(|r| next < r.0) => self.hot = Some(next),
+            Some(h) if next < h => {
+                self.heap.push(Reverse(h));
+                self.hot = Some(next);
+            }
+            _ => self.heap.push(Reverse(next)),
+        }
     }
 
     fn start(&mut self) {
@@ -453,9 +470,8 @@ impl PtSource {
     }
 
     /// The pipeline event for queue `q`'s event `e`, if it makes one.
-    fn convert(&mut self, q: usize, e: PtEvent) -> Option<Event> {
+    fn convert(&mut self, q: usize, e: PtEvent, time: u64) -> Option<Event> {
         let ctx = self.queues[q].ctx;
-        let time = self.ns(e.time);
         let thread = self.thread(ctx);
         let in_transaction = self.queues[q].in_tx;
         // Borrows the fields it needs, not `self`: cloning the `Arc` here, once per
@@ -601,7 +617,7 @@ impl EventSource for PtSource {
             self.start();
         }
         loop {
-            let head = self.heap.peek().map(|r| r.0);
+            let head = self.hot.or_else(|| self.heap.peek().map(|r| r.0));
             // Side band first when it is not later.
             if let Some(t) = &self.next_task {
                 if head.is_none_or(|(ht, _)| t.time <= ht) {
@@ -613,7 +629,7 @@ impl EventSource for PtSource {
                     }
                 }
             }
-            let Some(Reverse((_, q))) = self.heap.pop() else {
+            let Some((time, q)) = self.hot.take().or_else(|| self.heap.pop().map(|r| r.0)) else {
                 return Ok(None);
             };
             let e = {
@@ -622,7 +638,7 @@ impl EventSource for PtSource {
                 qs.pos += 1;
                 e
             };
-            let out = self.convert(q, e);
+            let out = self.convert(q, e, time);
             self.schedule(q);
             if let Some(ev) = out {
                 self.stats.events += 1;

@@ -106,6 +106,35 @@ const OP_TIP_PGE: u8 = 0x11;
 const OP_TIP_PGD: u8 = 0x01;
 const OP_FUP: u8 = 0x1d;
 
+/// Return targets a return may be compressed against: the youngest 64 calls' (SDM vol. 3
+/// 33.4.2.2: the decoder keeps 64, a call beyond that drops the oldest; the processor's
+/// call-depth counter saturates at the same depth, so a return deeper than that goes out
+/// as a TIP). An unbounded stack compressed returns past 64 levels that no processor
+/// compresses and that libipt and ptscope's decoder, keeping 64 as the SDM says, cannot
+/// decode (perf's decoder keeps every call, so it could).
+#[derive(Default)]
+struct RetStack(std::collections::VecDeque<u64>);
+
+impl RetStack {
+    /// Entries the processor and the SDM's decoder keep.
+    const DEPTH: usize = 64;
+
+    fn push(&mut self, a: u64) {
+        if self.0.len() == Self::DEPTH {
+            self.0.pop_front();
+        }
+        self.0.push_back(a);
+    }
+
+    fn pop(&mut self) -> Option<u64> {
+        self.0.pop_back()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 struct Enc<'a> {
     cfg: &'a PtConfig,
     out: Vec<u8>,
@@ -117,7 +146,7 @@ struct Enc<'a> {
     tnt_count: u8,
     tnt_bits: u8,
     tnt_clock: u64,
-    stack: Vec<u64>,
+    stack: RetStack,
     last_cyc: u64,
     last_psb: usize,
     enabled: bool,
@@ -343,7 +372,7 @@ pub fn encode(steps: &[Step], cfg: &PtConfig, faults: &Faults) -> Encoded {
         tnt_count: 0,
         tnt_bits: 0,
         tnt_clock: 0,
-        stack: Vec::new(),
+        stack: RetStack::default(),
         last_cyc: steps.first().map_or(0, |s| s.clock),
         last_psb: 0,
         enabled: false,
@@ -531,7 +560,7 @@ mod tests {
             tnt_count: 0,
             tnt_bits: 0,
             tnt_clock: 0,
-            stack: Vec::new(),
+            stack: RetStack::default(),
             last_cyc: 0,
             last_psb: 0,
             enabled: true,
@@ -642,6 +671,28 @@ mod tests {
         };
         let out = encode(&steps, &noret, &Faults::default()).data;
         assert_eq!(out.iter().filter(|&&b| b & 0x1f == OP_TIP).count(), 2);
+    }
+
+    /// Returns from a recursion 70 calls deep: the youngest 64 compress, the 6 oldest go
+    /// out as TIPs, as a processor (and libipt's and ptscope's 64-entry stack) has them.
+    /// With an unbounded stack all 70 compressed, and a python3 run whose parser recursed
+    /// deeper than 64 between two PSBs decoded with 43 "Return with no matching call"
+    /// errors in the builtin decoder (1 in libipt) where perf, keeping every call, did not.
+    #[test]
+    fn returns_deeper_than_64_calls_are_not_compressed() {
+        let depth = 70u64;
+        let at = |i: u64| 0x1000 + 0x10 * i;
+        let mut steps = vec![step(StepKind::Start, 0, 0, at(0))];
+        for i in 0..depth {
+            steps.push(step(StepKind::Call, i + 1, at(i), at(i + 1)));
+        }
+        for i in (0..depth).rev() {
+            steps.push(step(StepKind::Return, 2 * depth - i, at(i + 1), at(i) + 5));
+        }
+        steps.push(step(StepKind::Syscall, 2 * depth + 1, at(0) + 5, 0));
+        let out = encode(&steps, &PtConfig::default(), &Faults::default()).data;
+        let tips = out.iter().filter(|&&b| b & 0x1f == OP_TIP).count();
+        assert_eq!(tips, 6, "{out:02x?}");
     }
 
     #[test]

@@ -103,7 +103,16 @@ pub struct WriterConfig {
     /// instruction), so that time is not spread over them as it is for Intel PT's
     /// coarse packet times.
     pub exact_times: bool,
+    /// Segments writer: where frames carried across a decode error are not proven by
+    /// anything later in the trace (they may have returned in the gap, or others may have
+    /// been called there), show one [`UNKNOWN_FRAMES_MARKER`] frame in their place instead
+    /// of guessing that they survived (off by default: the guess is right more often).
+    pub mark_unknown_frames: bool,
 }
+
+/// The frame the segments writer shows, with [`WriterConfig::mark_unknown_frames`], for
+/// frames a decode error hid: any number of frames, none included, stands there.
+pub const UNKNOWN_FRAMES_MARKER: &str = "[unknown frames lost in decode error]";
 
 impl Default for WriterConfig {
     fn default() -> Self {
@@ -117,6 +126,7 @@ impl Default for WriterConfig {
             hits: Vec::new(),
             stitch: true,
             exact_times: false,
+            mark_unknown_frames: false,
         }
     }
 }

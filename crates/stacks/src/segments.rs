@@ -216,15 +216,20 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
                 add_process_entry(&mut ts, &mut self.locs, strings);
                 extend_roots_backwards(&mut ts, &self.locs, strings);
             }
-            write::ThreadWriter::new(
+            let marker = self
+                .config
+                .mark_unknown_frames
+                .then(|| frames::add_marker(&mut ts, &mut self.locs));
+            let mut w = write::ThreadWriter::new(
                 &mut self.sink,
                 &ts,
                 &self.locs,
                 strings,
                 &self.config,
                 &self.regions,
-            )
-            .write();
+            );
+            w.marker = marker;
+            w.write();
         }
         self.sink
     }

@@ -125,6 +125,11 @@ fn as_lines(branches: impl IntoIterator<Item = Branch>) -> impl Iterator<Item = 
 
 /// The transcript `ptscope decode --perf-script … --format transcript` writes.
 fn transcript(text: &str) -> String {
+    transcript_with(text, false)
+}
+
+/// [`transcript`], with [`WriterConfig::mark_unknown_frames`] as `mark`.
+fn transcript_with(text: &str, mark: bool) -> String {
     let mut d = Decoder::new(text.as_bytes());
     let mut events = Vec::new();
     while let Some(e) = d.next_event().expect("decodes") {
@@ -136,6 +141,7 @@ fn transcript(text: &str) -> String {
         WriterConfig {
             annotate_inferred_start_times: true,
             earliest_time: earliest,
+            mark_unknown_frames: mark,
             ..WriterConfig::default()
         },
     );
@@ -855,4 +861,64 @@ fn a_return_past_a_segment_lined_up_across_a_gap_keeps_the_root() {
             (75, &["_start", "main", "a", "x"]),
         ],
     );
+}
+
+/// Two gaps of a burst hide when a frame returned, and the trace cannot tell (issue 25,
+/// `storm_bursts` seeds 14 and 15 in FIDELITY.md). `_start > main > h > m`; a gap; a short
+/// segment in `f` (it calls `g`, never returns); a gap; then `h` runs and returns into
+/// `main`. Two executions give this very input: (A) `m` returned in the first gap and
+/// `h` called `f`, (B) `m` called `f` in the first gap and both returned in the second.
+/// The writer carries `m` under `f` (right for B, wrong for A: what it does when nothing
+/// lines up, right far more often than not). With `mark_unknown_frames`, the frames the
+/// burst does not prove (`m`: the last segment lines up with `_start > main > h` only)
+/// give way to the marker frame, which is right for both; frames the burst proves stay.
+#[test]
+fn frames_a_burst_does_not_prove_give_way_to_the_marker_frame() {
+    let lines = [
+        Line::Branch(START_MAIN),
+        Line::Branch((120, "call", (0x401110, "main", 0x10), (0x401200, "h", 0))),
+        Line::Branch((130, "call", (0x401210, "h", 0x10), (0x401300, "m", 0))),
+        Line::Lost {
+            ns: 140,
+            resume: (0x401410, "f", 0x10),
+        },
+        Line::Branch((150, "call", (0x401420, "f", 0x20), (0x401500, "g", 0))),
+        Line::Branch((160, "return", (0x401510, "g", 0x10), (0x401425, "f", 0x25))),
+        Line::Lost {
+            ns: 170,
+            resume: (0x401240, "h", 0x40),
+        },
+        Line::Branch((180, "call", (0x401250, "h", 0x50), (0x401600, "k", 0))),
+        Line::Branch((190, "return", (0x401610, "k", 0x10), (0x401255, "h", 0x55))),
+        Line::Branch((
+            200,
+            "return",
+            (0x401290, "h", 0x90),
+            (0x401115, "main", 0x15),
+        )),
+        Line::Branch(main_returns(210)),
+    ];
+    let text = input_text(&lines);
+    const MARKER: &str = ptscope_stacks::UNKNOWN_FRAMES_MARKER;
+    // Times after the first event (110 ns): in `m`, in `g` (the short segment), in `k`.
+    assert_stacks(
+        "carried",
+        &transcript(&text),
+        &[
+            (25, &["_start", "main", "h", "m"]),
+            (45, &["_start", "main", "h", "m", "f", "g"]),
+            (75, &["_start", "main", "h", "k"]),
+        ],
+    );
+    let marked = transcript_with(&text, true);
+    assert_stacks(
+        "marked",
+        &marked,
+        &[
+            (25, &["_start", "main", "h", "m"]),
+            (45, &["_start", "main", "h", MARKER, "f", "g"]),
+            (75, &["_start", "main", "h", "k"]),
+        ],
+    );
+    assert_eq!(marked.matches(MARKER).count(), 2, "one slice:\n{marked}");
 }

@@ -20,7 +20,8 @@
 //! placement's exact share outside the gaps, then the ones below 99.9 %.
 
 use ptscope_groundtruth::{
-    evaluate, gen, legacy_writer, reconstruct, score, segments_writer, Fidelity, Scenario,
+    evaluate, gen, legacy_writer, reconstruct, score, segments_marked_writer, segments_writer,
+    Fidelity, Scenario,
 };
 
 /// Prints a writer's first mismatching intervals on one scenario (debugging aid).
@@ -35,6 +36,7 @@ fn explain(seed: u64, name: &str, writer: &str) {
     let sc = gen::generate(&spec);
     let recon = match writer {
         "segments" => reconstruct(&sc, segments_writer),
+        "segments-marked" => reconstruct(&sc, segments_marked_writer),
         _ => reconstruct(&sc, legacy_writer),
     };
     for t in &sc.truth {
@@ -73,6 +75,7 @@ type Run = fn(&Scenario) -> Fidelity;
 const WRITERS: &[(&str, Run)] = &[
     ("legacy", |s| evaluate(s, legacy_writer)),
     ("segments", |s| evaluate(s, segments_writer)),
+    ("segments-marked", |s| evaluate(s, segments_marked_writer)),
 ];
 
 fn pct(x: f64) -> String {
@@ -189,7 +192,8 @@ fn main() {
         }
     }
     if chosen.is_empty() {
-        chosen = WRITERS.iter().map(|w| w.0.to_string()).collect();
+        // The marker writer only on request (`--writer segments-marked`).
+        chosen = WRITERS[..2].iter().map(|w| w.0.to_string()).collect();
     }
     let writers: Vec<&(&str, Run)> = chosen
         .iter()
@@ -209,9 +213,9 @@ fn main() {
     let mut rule = String::from("|---|---:|");
     for (name, _) in &writers {
         header += &format!(
-            " {name} exact % | {name} order-exact % | {name} suffix % | {name} root % | {name} exact % (no gaps) | {name} strict % | {name} phantom | {name} inferred |"
+            " {name} exact % | {name} order-exact % | {name} suffix % | {name} root % | {name} exact % (no gaps) | {name} strict % | {name} phantom | {name} inferred | {name} exact or marked % (no gaps) | {name} markers |"
         );
-        rule += "---:|---:|---:|---:|---:|---:|---:|---:|";
+        rule += "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
     }
     println!("{header}\n{rule}");
     for spec in gen::standard_specs(seed) {
@@ -220,7 +224,7 @@ fn main() {
         for (_, run) in &writers {
             let f = run(&sc);
             row += &format!(
-                " {} | {} | {} | {} | {} | {} | {} | {} |",
+                " {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 pct(f.exact),
                 pct(f.exact_order),
                 pct(f.suffix_correct),
@@ -228,7 +232,9 @@ fn main() {
                 pct(f.exact_outside_gaps),
                 pct(f.exact_strict),
                 f.phantom_frames,
-                f.inferred_frames
+                f.inferred_frames,
+                pct(f.exact_or_marked_outside_gaps),
+                f.marker_frames
             );
         }
         println!("{row}");

@@ -257,6 +257,24 @@ impl std::ops::Deref for Loc {
     }
 }
 
+/// Where the marker frame's location (`[unknown]`, at an address no code has) says it
+/// is the [`UNKNOWN_FRAMES_MARKER`](crate::UNKNOWN_FRAMES_MARKER), not a frame of the trace.
+pub(super) const MARKER_IP: u64 = u64::MAX;
+
+/// Is `loc` the marker frame's (see [`add_marker`])?
+pub(super) fn is_marker(loc: &Location) -> bool {
+    loc.ip == MARKER_IP && loc.symbol == Symbol::Unknown
+}
+
+/// Adds the frame that stands for frames a decode error hid (see
+/// [`WriterConfig::mark_unknown_frames`](crate::WriterConfig::mark_unknown_frames)); it
+/// has no parent: the write pass puts it on the open stack itself.
+pub(super) fn add_marker<T>(ts: &mut ThreadState<T>, locs: &mut Locations) -> u32 {
+    let loc = locs.own(Location::new(MARKER_IP, Symbol::Unknown, 0)).id;
+    ts.frames.push(Frame::new(loc, NONE, 0));
+    ts.frames.len() as u32 - 1
+}
+
 pub(super) fn new_segment<T>(ts: &mut ThreadState<T>, time: i64, join: Join) {
     close_segment(ts);
     let sentinel = ts.frames.len() as u32;

@@ -4,9 +4,10 @@
 //! [`stitch`](super::stitch)), or they are closed; then every stack change ends the
 //! open frames it left and begins the ones it entered.
 
+use super::bursts::is_short;
 use super::frames::{
-    frame_path, Entry, Flow, Frame, Join, Locations, Segment, ThreadState, INFERRED_START,
-    NO_HORIZON, RETURN_LABEL, SENTINEL,
+    frame_path, is_marker, Entry, Flow, Frame, Join, Locations, Segment, ThreadState,
+    INFERRED_START, MARKER_IP, NO_HORIZON, RETURN_LABEL, SENTINEL,
 };
 use super::go::Parked;
 use super::stitch::Stitch;
@@ -35,7 +36,11 @@ pub(super) struct Open {
 }
 
 fn display<'a>(locs: &Locations, strings: &'a StringTable, frame: &Frame) -> &'a str {
-    strings.display(locs.get(strings, frame.loc).symbol)
+    let loc = locs.get(strings, frame.loc);
+    if is_marker(loc) {
+        return crate::UNKNOWN_FRAMES_MARKER;
+    }
+    strings.display(loc.symbol)
 }
 
 /// Writes one thread: what the write pass knows at each point of its walk through the
@@ -83,6 +88,9 @@ pub(super) struct ThreadWriter<'a, S: TraceSink> {
     /// The current segment's first frame was entered by the jump that began it: its
     /// start is known, not inferred.
     pub(super) entered_by_jump: bool,
+    /// With [`WriterConfig::mark_unknown_frames`]: the frame shown for frames a decode
+    /// error hid (see [`ThreadWriter::mark_unproven`]).
+    pub(super) marker: Option<u32>,
 }
 
 impl<'a, S: TraceSink> ThreadWriter<'a, S> {
@@ -117,6 +125,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
             prev_end: 0,
             parked: Vec::new(),
             entered_by_jump: false,
+            marker: None,
         }
     }
 
@@ -147,11 +156,30 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         if let Some(st) = stitch.as_mut().filter(|st| st.unverified) {
             self.narrow_unverified(si, st);
         }
+        let marked = match stitch.as_mut() {
+            Some(st) if st.unverified && seg.join == Join::Any => {
+                self.mark_unproven(si, st, is_short(seg))
+            }
+            _ => false,
+        };
         let keep = match &stitch {
             Some(s) => s.base + s.matched,
             None => 0,
         };
         self.close_above(keep);
+        if let (true, Some(m), Some(st)) = (marked, self.marker, stitch.as_mut()) {
+            let t = self.prev_end.max(self.last_written);
+            self.begin(&ts.frames[m as usize], t, true);
+            self.open.push(Open {
+                frame: m,
+                shown: m,
+                at_gap: false,
+                unverified: false,
+                samples: 0,
+            });
+            self.is_open.set(m, true);
+            st.base += 1;
+        }
         if let Some(p) = resumed {
             self.reopen_parked(p.frames, &mut stitch, start);
         }
@@ -409,9 +437,9 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
             return;
         }
         let loc = *self.locs.get(self.strings, frame.loc);
-        let name = self.strings.display(loc.symbol);
+        let name = display(self.locs, self.strings, frame);
         let debug = self.config.debug_info.get(&loc.ip.wrapping_sub(loc.offset));
-        let address = (loc.ip != 0).then_some(loc.ip);
+        let address = (loc.ip != 0 && loc.ip != MARKER_IP).then_some(loc.ip);
         let annotate = self.config.annotate_inferred_start_times;
         let begin = FrameBegin::new(name, address, debug, inferred, annotate);
         self.sink
