@@ -447,6 +447,17 @@ struct EventHead {
     trailer: Option<u64>,
 }
 
+impl EventHead {
+    fn new(kind: u8, thread: ThreadId, timestamp: u64, trailer: Option<u64>) -> Self {
+        EventHead {
+            kind,
+            thread,
+            timestamp,
+            trailer,
+        }
+    }
+}
+
 /// Streaming writer of an FXT trace.
 ///
 /// Timestamps are ticks at [`TICKS_PER_SECOND`] (nanoseconds). Call
@@ -583,12 +594,7 @@ impl<W: Write> FxtWriter<W> {
         timestamp: u64,
         args: &[Arg<'_>],
     ) {
-        let head = EventHead {
-            kind: event::INSTANT,
-            thread,
-            timestamp,
-            trailer: None,
-        };
+        let head = EventHead::new(event::INSTANT, thread, timestamp, None);
         self.event(head, category, name, None, args);
     }
 
@@ -601,13 +607,7 @@ impl<W: Write> FxtWriter<W> {
         timestamp: u64,
         args: &[Arg<'_>],
     ) {
-        let head = EventHead {
-            kind: event::BEGIN,
-            thread,
-            timestamp,
-            trailer: None,
-        };
-        self.event(head, category, name, None, args);
+        self.begin_token(thread, category, name, timestamp, args);
     }
 
     /// Writes a duration-end event (viewers close the innermost open slice).
@@ -619,12 +619,7 @@ impl<W: Write> FxtWriter<W> {
         timestamp: u64,
         args: &[Arg<'_>],
     ) {
-        let head = EventHead {
-            kind: event::END,
-            thread,
-            timestamp,
-            trailer: None,
-        };
+        let head = EventHead::new(event::END, thread, timestamp, None);
         self.event(head, category, name, None, args);
     }
 
@@ -638,12 +633,7 @@ impl<W: Write> FxtWriter<W> {
         timestamp: u64,
         args: &[Arg<'_>],
     ) -> NameToken {
-        let head = EventHead {
-            kind: event::BEGIN,
-            thread,
-            timestamp,
-            trailer: None,
-        };
+        let head = EventHead::new(event::BEGIN, thread, timestamp, None);
         self.event(head, category, name, None, args)
     }
 
@@ -658,12 +648,7 @@ impl<W: Write> FxtWriter<W> {
         timestamp: u64,
         args: &[Arg<'_>],
     ) {
-        let head = EventHead {
-            kind: event::END,
-            thread,
-            timestamp,
-            trailer: None,
-        };
+        let head = EventHead::new(event::END, thread, timestamp, None);
         self.event(head, category, name, Some(token), args);
     }
 
@@ -677,12 +662,7 @@ impl<W: Write> FxtWriter<W> {
         end: u64,
         args: &[Arg<'_>],
     ) {
-        let head = EventHead {
-            kind: event::COMPLETE,
-            thread,
-            timestamp: start,
-            trailer: Some(end),
-        };
+        let head = EventHead::new(event::COMPLETE, thread, start, Some(end));
         self.event(head, category, name, None, args);
     }
 
@@ -696,12 +676,7 @@ impl<W: Write> FxtWriter<W> {
         id: u64,
         args: &[Arg<'_>],
     ) {
-        let head = EventHead {
-            kind: event::COUNTER,
-            thread,
-            timestamp,
-            trailer: Some(id),
-        };
+        let head = EventHead::new(event::COUNTER, thread, timestamp, Some(id));
         self.event(head, category, name, None, args);
     }
 
