@@ -1,5 +1,6 @@
 //! Decodes two emulate recordings of one run (an every-block log and a stack-mode log,
-//! e.g. ptsim's with `stack_log`) on the instruction clock and prints, per thread, the
+//! e.g. ptsim's with `stack_log`), or of two runs of one deterministic single-threaded
+//! program (two plugin builds), on the instruction clock and prints, per thread, the
 //! first steps where they differ: a check that stack mode loses nothing.
 //!
 //! `cargo run -p ptscope-emulate --example compare_logs -- DIR_A DIR_B [CONTEXT]`
@@ -39,7 +40,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = steps(&args[0])?;
     let b = steps(&args[1])?;
     for (tid, sa) in &a {
-        let Some((_, sb)) = b.iter().find(|x| x.0 == *tid) else {
+        // Two runs of a one-thread program: their threads have different ids.
+        let single = || (a.len() == 1 && b.len() == 1).then(|| &b[0]);
+        let Some((_, sb)) = b.iter().find(|x| x.0 == *tid).or_else(single) else {
             println!("thread {tid}: only in {}", args[0]);
             continue;
         };

@@ -167,8 +167,8 @@ pub struct Walker<'v, 'a> {
     pending_host: Option<u64>,
     syscall_entry_ns: Option<u64>,
 
-    /// The last logged block: its action and when it ended (`own`).
-    last: Option<(Action, u64)>,
+    /// The last logged block's flow and end (not its whole action: copied per block).
+    last: Option<(Flow, u64)>,
     awaiting: Option<Pending>,
     stopped: Option<Stopped>,
     /// Signal handlers running, innermost last.
@@ -664,14 +664,14 @@ impl<'v, 'a> Walker<'v, 'a> {
         let explained = immediate
             && self.stopped.is_none()
             && match self.last {
-                Some((l, _)) => match l.flow {
+                Some((flow, end)) => match flow {
                     Flow::Call { target } | Flow::Jmp { target } => target == a.vaddr,
-                    Flow::Cond { target } => target == a.vaddr || l.end == a.vaddr,
+                    Flow::Cond { target } => target == a.vaddr || end == a.vaddr,
                     // A signal delivered right after an indirect branch shows its
                     // handler as the branch's destination: taken for a delivery (a
                     // call through a pointer is undone when the handler returns).
                     Flow::IndirectCall | Flow::IndirectJmp => false,
-                    Flow::Other | Flow::Abandoned => l.end == a.vaddr,
+                    Flow::Other | Flow::Abandoned => end == a.vaddr,
                     Flow::Return | Flow::Syscall => false,
                 },
                 None => false,
@@ -760,8 +760,14 @@ impl<'v, 'a> Walker<'v, 'a> {
             return;
         }
 
-        // Tracing continues: the last block's waiting transfer went here.
-        if let Some(p) = self.awaiting.take() {
+        // Tracing continues: the last block's waiting transfer went here (tested before
+        // it is taken: taking copies it whole, and many blocks have none).
+        let waiting = if self.awaiting.is_some() {
+            self.awaiting.take()
+        } else {
+            None
+        };
+        if let Some(p) = waiting {
             if matches!(p.what, Awaiting::Return) && !immediate {
                 self.rets.pop();
             }
@@ -820,10 +826,10 @@ impl<'v, 'a> Walker<'v, 'a> {
                 let s = ExactStep::new(self.time(raw), ExactKind::Async, self.here);
                 // The instruction it stopped at, where the last block's flow says.
                 let at = match self.last {
-                    Some((l, _)) if skip == 0 => match l.flow {
-                        Flow::Other => Some(l.end),
+                    Some((flow, end)) if skip == 0 => match flow {
+                        Flow::Other => Some(end),
                         Flow::Call { target } | Flow::Jmp { target } => Some(target),
-                        Flow::Cond { target } if target == l.end => Some(target),
+                        Flow::Cond { target } if target == end => Some(target),
                         // Where its call pushed.
                         Flow::Return => self.rets.last().copied(),
                         _ => None,
@@ -933,7 +939,7 @@ impl<'v, 'a> Walker<'v, 'a> {
         let end_running = self.running.saturating_add(u64::from(a.n));
         self.running = end_running;
         self.own = self.own.saturating_add(u64::from(a.n));
-        self.last = Some((*a, self.own));
+        self.last = Some((a.flow, a.end));
         let raw = self.raw(end_running, self.own, false);
         let time = self.time(raw);
         let pending = |s: &mut Self, what| {
@@ -1032,8 +1038,8 @@ impl<'v, 'a> Walker<'v, 'a> {
 }
 
 /// The last block ended in a return.
-fn l_is_return(last: Option<(Action, u64)>) -> bool {
-    last.is_some_and(|(l, _)| matches!(l.flow, Flow::Return))
+fn l_is_return(last: Option<(Flow, u64)>) -> bool {
+    last.is_some_and(|(flow, _)| matches!(flow, Flow::Return))
 }
 
 /// A PLT stub's indirect jump goes to a function's entry.
