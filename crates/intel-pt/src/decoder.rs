@@ -1269,21 +1269,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     // (what `branch` does with it, and the next step would do).
                     let taken = (bits >> (count - 1)) & 1 == 1;
                     if b.end == End::Jcc {
-                        self.take_bit(count);
-                        self.run_block(out, &b);
-                        if taken {
-                            self.push(
-                                out,
-                                EventKind::Branch {
-                                    kind: BranchKind::Jcc,
-                                    from: b.last,
-                                    to: b.target,
-                                },
-                            );
-                            self.ip = b.target;
-                        } else {
-                            self.ip = b.next;
-                        }
+                        self.tnt_branch(out, &b, count, taken.then_some(b.target));
                     } else {
                         if !(taken && self.cfg.return_compression && self.rets.len > 0) {
                             return self.branch(out, b, p);
@@ -1291,17 +1277,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                         let Some(to) = self.rets.pop() else {
                             return self.branch(out, b, p);
                         };
-                        self.take_bit(count);
-                        self.run_block(out, &b);
-                        self.push(
-                            out,
-                            EventKind::Branch {
-                                kind: BranchKind::Ret,
-                                from: b.last,
-                                to,
-                            },
-                        );
-                        self.ip = to;
+                        self.tnt_branch(out, &b, count, Some(to));
                     }
                     if count <= 1 {
                         self.tnt_timing(out, count, p);
@@ -1337,21 +1313,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         match (b.end, p.packet) {
             (End::Jcc, Control::Tnt { bits, count }) => {
                 let taken = (bits >> (count - 1)) & 1 == 1;
-                self.take_bit(count);
-                self.run_block(out, &b);
-                if taken {
-                    self.push(
-                        out,
-                        EventKind::Branch {
-                            kind: BranchKind::Jcc,
-                            from: b.last,
-                            to: b.target,
-                        },
-                    );
-                    self.ip = b.target;
-                } else {
-                    self.ip = b.next;
-                }
+                self.tnt_branch(out, &b, count, taken.then_some(b.target));
                 self.tnt_timing(out, count, p);
                 Step::Go
             }
@@ -1368,17 +1330,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     }
                     (false, _) => return self.mismatch(out, p, Some(&b)),
                 };
-                self.take_bit(count);
-                self.run_block(out, &b);
-                self.push(
-                    out,
-                    EventKind::Branch {
-                        kind: BranchKind::Ret,
-                        from: b.last,
-                        to,
-                    },
-                );
-                self.ip = to;
+                self.tnt_branch(out, &b, count, Some(to));
                 self.tnt_timing(out, count, p);
                 Step::Go
             }
@@ -1479,6 +1431,34 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             End::Sysret => BranchKind::Sysret,
             End::Int | End::Fault => BranchKind::Int,
             End::Far | End::Cut => BranchKind::Far,
+        }
+    }
+
+    /// The block `b`, ending in a conditional branch or a compressed return, ran on a
+    /// TNT bit of a packet with `count` bits left: the branch went `to` (`None`: a
+    /// conditional branch not taken).
+    #[inline(always)]
+    fn tnt_branch(&mut self, out: &mut Vec<Event>, b: &Block, count: u64, to: Option<u64>) {
+        self.take_bit(count);
+        self.run_block(out, b);
+        match to {
+            Some(to) => {
+                let kind = if b.end == End::Jcc {
+                    BranchKind::Jcc
+                } else {
+                    BranchKind::Ret
+                };
+                self.push(
+                    out,
+                    EventKind::Branch {
+                        kind,
+                        from: b.last,
+                        to,
+                    },
+                );
+                self.ip = to;
+            }
+            None => self.ip = b.next,
         }
     }
 
