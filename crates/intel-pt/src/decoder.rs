@@ -1358,15 +1358,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 ) {
                     self.apply_mode();
                 }
-                self.push(
-                    out,
-                    EventKind::Branch {
-                        kind,
-                        from: b.last,
-                        to,
-                    },
-                );
-                self.ip = to;
+                self.branch_to(out, kind, b.last, to);
                 self.anchor(out, p.time);
                 self.commit(out);
                 Step::Go
@@ -1448,18 +1440,17 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 } else {
                     BranchKind::Ret
                 };
-                self.push(
-                    out,
-                    EventKind::Branch {
-                        kind,
-                        from: b.last,
-                        to,
-                    },
-                );
-                self.ip = to;
+                self.branch_to(out, kind, b.last, to);
             }
             None => self.ip = b.next,
         }
+    }
+
+    /// A branch of `kind` at `from` went to `to`: reported, and the walk goes on there.
+    #[inline(always)]
+    fn branch_to(&mut self, out: &mut Vec<Event>, kind: BranchKind, from: u64, to: u64) {
+        self.push(out, EventKind::Branch { kind, from, to });
+        self.ip = to;
     }
 
     /// Takes one TNT bit of `p` (consuming the packet with its last bit).
