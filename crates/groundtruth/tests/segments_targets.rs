@@ -202,6 +202,9 @@ fn issue_25_floors_hold_over_sixteen_seeds() {
 /// with the guess and 100 % exact-or-marked (a short segment's `fn_33` carried under the
 /// next one, where the truth had returned from it and `free`: which gap they returned in,
 /// the trace does not say); seed 15 99.74 -> 99.82 % (`main` carried under `fn_22`).
+/// Seed 5: 69.92 % with the guess, and 70.18 % marked while a segment of the next storm,
+/// 22 µs on, "proved" the carried `fn_35` by that one name (the function called again);
+/// past its burst a proof needs two frames, and the marker stands there (99.68 %).
 #[test]
 fn the_marker_frame_claims_nothing_false_in_bursts() {
     let mut failures = Vec::new();
@@ -228,6 +231,7 @@ fn the_marker_frame_claims_nothing_false_in_bursts() {
                 ));
             }
             let floor = match (seed, name) {
+                (5, "storm_bursts") => 0.995,
                 (14, "storm_bursts") => 0.999,
                 (15, "storm_bursts") => 0.998,
                 (16, "decode_error_gaps") => 0.999,
