@@ -58,6 +58,13 @@ pub struct DecodeArgs {
     #[arg(long, value_enum, default_value_t = WriterKind::Segments)]
     pub writer: WriterKind,
 
+    /// Where decode errors leave frames unproven (a burst of overflows: they may have
+    /// returned in a gap, others may have been called there), show one
+    /// `[unknown frames lost in decode error]` frame in their place instead of the likelier
+    /// guess that they kept running (the default). Segments writer only.
+    #[arg(long)]
+    pub mark_unknown_frames: bool,
+
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Fxt)]
     pub format: Format,
@@ -221,6 +228,7 @@ impl DecodeArgs {
                 .unwrap_or_else(ptscope_decode::perf::default_perf),
             clock: self.clock.map(Into::into),
             output_filter: self.shape.filter(),
+            mark_unknown_frames: self.mark_unknown_frames,
         }
     }
 }

@@ -262,3 +262,56 @@ fn a_jump_into_an_ancestor_unwinds_to_it_through_the_cli() {
         std::fs::read_to_string(data.join("unwind_into_ancestor.expected.txt")).expect("golden");
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
 }
+
+/// `--mark-unknown-frames`: a burst where the trace cannot say whether `m` returned in
+/// the first gap or the second (the input of `segments_unwinds::frames_a_burst_does_not_
+/// prove_give_way_to_the_marker_frame`) shows the marker frame in `m`'s place under the
+/// short segment; without the flag `m` is carried, as before.
+#[test]
+fn mark_unknown_frames_shows_the_marker_where_a_burst_proves_nothing() {
+    let input = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../stacks/tests/data/burst_unproven_frames.perf");
+    let decode = |mark: bool| {
+        let mut cmd = ptscope();
+        cmd.args(["decode", "--quiet", "--format", "transcript", "-o", "-"])
+            .arg("--perf-script")
+            .arg(&input);
+        if mark {
+            cmd.arg("--mark-unknown-frames");
+        }
+        let out = run(&mut cmd);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    const MARKER: &str = "[unknown frames lost in decode error]";
+    let carried = decode(false);
+    assert!(
+        !carried.contains(MARKER),
+        "no marker by default:\n{carried}"
+    );
+    // A transcript line without its ` [inferred start time]` note.
+    let bare = |l: &str| l.trim_end_matches(" [inferred start time]").to_string();
+    let lines = |t: &str, name: &str| t.lines().filter(|l| bare(l).ends_with(name)).count();
+    assert_eq!(lines(&carried, "BEGIN m"), 1, "{carried}");
+    let marked = decode(true);
+    assert_eq!(lines(&marked, &format!("BEGIN {MARKER}")), 1, "{marked}");
+    assert_eq!(lines(&marked, &format!("END   {MARKER}")), 1, "{marked}");
+    // The marker begins where `m` ends, and both `f` and `g` run on it.
+    let at = |t: &str, what: &str| {
+        t.lines()
+            .position(|l| bare(l).ends_with(what))
+            .unwrap_or_else(|| panic!("no {what:?} in\n{t}"))
+    };
+    assert!(
+        at(&marked, "END   m") < at(&marked, &format!("BEGIN {MARKER}")),
+        "{marked}"
+    );
+    assert!(
+        at(&marked, &format!("BEGIN {MARKER}")) < at(&marked, "BEGIN f"),
+        "{marked}"
+    );
+    assert!(
+        at(&marked, "END   f") < at(&marked, &format!("END   {MARKER}")),
+        "{marked}"
+    );
+}

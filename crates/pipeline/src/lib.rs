@@ -147,6 +147,9 @@ pub struct DecodeOptions {
     /// What of the trace to keep (a window, a depth, a shortest slice): for a trace too
     /// large to open, on every backend.
     pub output_filter: OutputFilter,
+    /// Show frames that decode errors leave unproven as one marker frame instead of
+    /// guessing they survived ([`WriterConfig::mark_unknown_frames`]; segments writer).
+    pub mark_unknown_frames: bool,
 }
 
 impl DecodeOptions {
@@ -170,6 +173,7 @@ impl DecodeOptions {
             perf: ptscope_decode::perf::default_perf(),
             clock: None,
             output_filter: OutputFilter::default(),
+            mark_unknown_frames: false,
         }
     }
 
@@ -582,6 +586,7 @@ pub fn decode(opts: &DecodeOptions, observer: &dyn Observer) -> Result<Report, E
         annotate_inferred_start_times: opts.format == Format::Transcript,
         ocaml_exception_info,
         hits,
+        mark_unknown_frames: opts.mark_unknown_frames,
         ..WriterConfig::default()
     };
     let mut totals = Totals::default();
