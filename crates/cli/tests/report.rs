@@ -36,11 +36,18 @@ fn truth(trace: &Path) -> (Truth, u64) {
                 let stack = stacks.entry((e.pid, e.tid)).or_default();
                 match e.kind {
                     EventKind::Begin => stack.push((e.name.to_string(), e.timestamp, 0)),
-                    EventKind::End => {
-                        let Some((name, start, child)) = stack.pop() else {
-                            continue;
+                    // A leaf call is one complete event: a begin and its end.
+                    EventKind::End | EventKind::Complete { .. } => {
+                        let (name, start, child, end) = match e.kind {
+                            EventKind::Complete { end } => {
+                                (e.name.to_string(), e.timestamp, 0, end)
+                            }
+                            _ => match stack.pop() {
+                                Some((name, start, child)) => (name, start, child, e.timestamp),
+                                None => continue,
+                            },
                         };
-                        let dur = e.timestamp - start;
+                        let dur = end - start;
                         let nested = stack.iter().any(|f| f.0 == name);
                         let row = t.entry(name).or_default();
                         row.0 += 1;
@@ -53,7 +60,6 @@ fn truth(trace: &Path) -> (Truth, u64) {
                             None => busy += dur,
                         }
                     }
-                    EventKind::Complete { .. } => panic!("the writers write begins and ends"),
                     _ => {}
                 }
             }

@@ -107,6 +107,16 @@ fn slices(path: &Path) -> Threads {
                         depth: stack.len(),
                     });
                 }
+                // A leaf call is one complete event.
+                EventKind::Complete { end } => {
+                    let depth = open.get(&e.tid).map_or(0, Vec::len);
+                    done.entry(e.tid).or_default().push(Slice {
+                        name: e.name.to_string(),
+                        begin: ns(e.timestamp),
+                        end: ns(end),
+                        depth,
+                    });
+                }
                 _ => {}
             },
             _ => {}

@@ -652,6 +652,50 @@ impl<W: Write> FxtWriter<W> {
         self.event(head, category, name, Some(token), args);
     }
 
+    /// The token of `name`'s string-table slot, registering it now (a string record)
+    /// if it is not resident: a caller that names an event later, from a copy of the
+    /// name, passes the token instead of having the copy looked up.
+    pub fn name_token(&mut self, name: &str) -> NameToken {
+        if self.error.is_some() {
+            return NameToken::default();
+        }
+        self.strings.new_record();
+        let index = self.string_ref(name);
+        self.strings.token(index)
+    }
+
+    /// [`FxtWriter::begin_token`] naming the slice by a [`FxtWriter::name_token`];
+    /// `name` is looked up only if the token's slot has since been reused.
+    pub fn begin_by_token(
+        &mut self,
+        thread: ThreadId,
+        category: &str,
+        token: NameToken,
+        name: &str,
+        timestamp: u64,
+        args: &[Arg<'_>],
+    ) -> NameToken {
+        let head = EventHead::new(event::BEGIN, thread, timestamp, None);
+        self.event(head, category, name, Some(token), args)
+    }
+
+    /// [`FxtWriter::complete`] naming the slice by a [`FxtWriter::name_token`];
+    /// `name` is looked up only if the token's slot has since been reused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn complete_by_token(
+        &mut self,
+        thread: ThreadId,
+        category: &str,
+        token: NameToken,
+        name: &str,
+        start: u64,
+        end: u64,
+        args: &[Arg<'_>],
+    ) {
+        let head = EventHead::new(event::COMPLETE, thread, start, Some(end));
+        self.event(head, category, name, Some(token), args);
+    }
+
     /// Writes a duration-complete event; `end` is an absolute timestamp.
     pub fn complete(
         &mut self,

@@ -194,8 +194,9 @@ pub enum EventKind {
         error: DecodeError,
         /// Offset in the trace.
         offset: u64,
-        /// Where execution was, when known.
-        ip: Option<u64>,
+        /// Where execution was (0: unknown; an `Option` would make every event 8
+        /// bytes wider).
+        ip: u64,
     },
     /// A PTWRITE's operand.
     Ptwrite {
@@ -241,19 +242,17 @@ pub enum EventKind {
     },
 }
 
-/// One decoded event: when, how many instructions had run, and what.
+/// One decoded event: when, and what. 32 bytes: the decoder writes millions of them
+/// and the source reads them on another core, so their size is memory traffic.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     /// TSC ticks (0 when the trace has no time yet).
     pub time: u64,
-    /// Instructions walked since decoding began, this event's included.
-    pub insn: u64,
     /// What happened.
     pub kind: EventKind,
 }
 
-/// A time not yet known (filled in by the next timed packet).
-const UNTIMED: u64 = u64::MAX;
+const _: () = assert!(std::mem::size_of::<Event>() == 32);
 
 /// Entries of the return stack (the processor's is 64 deep).
 const RET_STACK: usize = 64;
@@ -390,7 +389,9 @@ pub struct Decoder<'t, 'm, M: Memory> {
     insn: u64,
     /// Events of `out` up to here are confirmed by a later packet.
     committed: usize,
-    /// The first event without a time.
+    /// The first event without a time: the events from here on hold in `time` the
+    /// instructions walked (`insn`) when they happened, what times them at the next
+    /// anchor (kept in the event, not beside it: no second vector to push to).
     untimed_from: usize,
     /// The last timed event's instruction count and time.
     anchor: Option<(u64, u64)>,
@@ -499,9 +500,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         let last = self.anchor.map(|a| a.1).or(self.timer.now()).unwrap_or(0);
         let from = self.untimed_from.min(out.len());
         for e in &mut out[from..] {
-            if e.time == UNTIMED {
-                e.time = last;
-            }
+            e.time = last;
         }
     }
 
@@ -509,9 +508,9 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
 
     #[inline]
     fn push(&mut self, out: &mut Vec<Event>, kind: EventKind) {
+        // Untimed: `time` holds the instruction count until `anchor` times it.
         out.push(Event {
-            time: UNTIMED,
-            insn: self.insn,
+            time: self.insn,
             kind,
         });
     }
@@ -551,26 +550,33 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             && u128::from(t - at) << 16 > u128::from(span) * u128::from(rate);
         let unplaced = reps.is_some() && rate == 0;
         for e in &mut out[self.untimed_from..] {
-            e.time = if span == 0 || unplaced || e.insn >= insn {
+            let n = e.time;
+            e.time = if span == 0 || unplaced || n >= insn {
                 t
             } else if let (true, Some((first, last))) = (slack, reps) {
                 let per = |n: u64| ((u128::from(n) * u128::from(rate)) >> 16) as u64;
-                if e.insn < first {
-                    (at + per(e.insn - ai)).min(t)
-                } else if e.insn >= last {
-                    t.saturating_sub(per(insn - e.insn)).max(at)
+                if n < first {
+                    (at + per(n - ai)).min(t)
+                } else if n >= last {
+                    t.saturating_sub(per(insn - n)).max(at)
                 } else {
                     let a = (at + per(first - ai)).min(t);
                     let b = t.saturating_sub(per(insn - last)).max(a);
                     a + (b - a) / 2
                 }
             } else {
-                let k = e.insn.saturating_sub(ai);
+                let k = n.saturating_sub(ai);
                 at + crate::time::mul_div(t - at, k, span)
             };
         }
         if reps.is_none() && span >= 16 && t > at {
-            let r = ((u128::from(t - at) << 16) / u128::from(span)) as u64;
+            // In 64 bits where it fits (always, but for gaps of 2^48 ticks): a 128-bit
+            // division is a call, at every timed packet.
+            let r = if t - at < 1 << 48 {
+                ((t - at) << 16) / span
+            } else {
+                ((u128::from(t - at) << 16) / u128::from(span)) as u64
+            };
             self.rate = if self.rate == 0 {
                 r
             } else {
@@ -591,7 +597,11 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
     }
 
     fn error(&mut self, out: &mut Vec<Event>, error: DecodeError, offset: usize) {
-        let ip = (self.enabled && self.have_ip).then_some(self.ip);
+        let ip = if self.enabled && self.have_ip {
+            self.ip
+        } else {
+            0
+        };
         self.push(
             out,
             EventKind::Error {
@@ -1225,6 +1235,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             Control::Tnt { .. } | Control::Tip(_) | Control::Pgd(_) => {}
         }
         // Walk blocks until one needs this packet.
+        let mut p = p;
         let mut direct = 0u32;
         loop {
             let Some(b) = self.block() else {
@@ -1247,6 +1258,37 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                         }
                     }
                     self.take_direct(out, &b);
+                }
+                End::Jcc | End::Ret => {
+                    let Control::Tnt { bits, count } = p.packet else {
+                        return self.branch(out, b, p);
+                    };
+                    // A TNT bit for a conditional branch or a compressed return,
+                    // taken here: while the packet has bits left the walk goes on
+                    // with the next, not back through `run` and `peek` for each
+                    // (what `branch` does with it, and the next step would do).
+                    let taken = (bits >> (count - 1)) & 1 == 1;
+                    if b.end == End::Jcc {
+                        self.tnt_branch(out, &b, count, taken.then_some(b.target));
+                    } else {
+                        if !(taken && self.cfg.return_compression && self.rets.len > 0) {
+                            return self.branch(out, b, p);
+                        }
+                        let Some(to) = self.rets.pop() else {
+                            return self.branch(out, b, p);
+                        };
+                        self.tnt_branch(out, &b, count, Some(to));
+                    }
+                    if count <= 1 {
+                        self.tnt_timing(out, count, p);
+                        return Step::Go;
+                    }
+                    p.packet = Control::Tnt {
+                        bits,
+                        count: count - 1,
+                    };
+                    direct = 0;
+                    continue;
                 }
                 _ => return self.branch(out, b, p),
             }
@@ -1271,21 +1313,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
         match (b.end, p.packet) {
             (End::Jcc, Control::Tnt { bits, count }) => {
                 let taken = (bits >> (count - 1)) & 1 == 1;
-                self.take_bit(count);
-                self.run_block(out, &b);
-                if taken {
-                    self.push(
-                        out,
-                        EventKind::Branch {
-                            kind: BranchKind::Jcc,
-                            from: b.last,
-                            to: b.target,
-                        },
-                    );
-                    self.ip = b.target;
-                } else {
-                    self.ip = b.next;
-                }
+                self.tnt_branch(out, &b, count, taken.then_some(b.target));
                 self.tnt_timing(out, count, p);
                 Step::Go
             }
@@ -1302,17 +1330,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                     }
                     (false, _) => return self.mismatch(out, p, Some(&b)),
                 };
-                self.take_bit(count);
-                self.run_block(out, &b);
-                self.push(
-                    out,
-                    EventKind::Branch {
-                        kind: BranchKind::Ret,
-                        from: b.last,
-                        to,
-                    },
-                );
-                self.ip = to;
+                self.tnt_branch(out, &b, count, Some(to));
                 self.tnt_timing(out, count, p);
                 Step::Go
             }
@@ -1340,15 +1358,7 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
                 ) {
                     self.apply_mode();
                 }
-                self.push(
-                    out,
-                    EventKind::Branch {
-                        kind,
-                        from: b.last,
-                        to,
-                    },
-                );
-                self.ip = to;
+                self.branch_to(out, kind, b.last, to);
                 self.anchor(out, p.time);
                 self.commit(out);
                 Step::Go
@@ -1414,6 +1424,33 @@ impl<'t, 'm, M: Memory> Decoder<'t, 'm, M> {
             End::Int | End::Fault => BranchKind::Int,
             End::Far | End::Cut => BranchKind::Far,
         }
+    }
+
+    /// The block `b`, ending in a conditional branch or a compressed return, ran on a
+    /// TNT bit of a packet with `count` bits left: the branch went `to` (`None`: a
+    /// conditional branch not taken).
+    #[inline(always)]
+    fn tnt_branch(&mut self, out: &mut Vec<Event>, b: &Block, count: u64, to: Option<u64>) {
+        self.take_bit(count);
+        self.run_block(out, b);
+        match to {
+            Some(to) => {
+                let kind = if b.end == End::Jcc {
+                    BranchKind::Jcc
+                } else {
+                    BranchKind::Ret
+                };
+                self.branch_to(out, kind, b.last, to);
+            }
+            None => self.ip = b.next,
+        }
+    }
+
+    /// A branch of `kind` at `from` went to `to`: reported, and the walk goes on there.
+    #[inline(always)]
+    fn branch_to(&mut self, out: &mut Vec<Event>, kind: BranchKind, from: u64, to: u64) {
+        self.push(out, EventKind::Branch { kind, from, to });
+        self.ip = to;
     }
 
     /// Takes one TNT bit of `p` (consuming the packet with its last bit).

@@ -175,7 +175,10 @@ impl Timer {
         let Some(base) = self.base else {
             return;
         };
-        let ticks = if self.cbr != 0 && self.cfg.nonturbo_ratio != 0 {
+        let ticks = if self.cbr != 0 && self.cbr == self.cfg.nonturbo_ratio {
+            // At the TSC's own frequency a cycle is a tick: no division per packet.
+            self.cycles
+        } else if self.cbr != 0 && self.cfg.nonturbo_ratio != 0 {
             mul_div(
                 self.cycles,
                 u64::from(self.cfg.nonturbo_ratio),

@@ -1,6 +1,8 @@
 //! Decodes a perf.data with the builtin decoder and drops every event: what the
 //! benchmarks time (`BENCHMARKS.md`, "Builtin Intel PT decoder"). Prints the events and
-//! branches decoded; `THREADS` workers (default: one per core).
+//! branches decoded; `THREADS` workers (default: one per core). With `CHECK=1` set, also
+//! a digest of every event (its thread, time and what it is, names resolved): equal
+//! digests before and after a change to the decoder mean the same trace.
 //!
 //! ```sh
 //! cargo run --release -p ptscope-pt-decode --example bench_builtin -- perf.data [THREADS]
@@ -21,8 +23,26 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let t0 = std::time::Instant::now();
     let mut src = ptscope_pt_decode::open(path.as_ref(), &opts)?;
     let (mut events, mut branches, mut errors) = (0u64, 0u64, 0u64);
+    let check = std::env::var_os("CHECK").is_some();
+    let mut digest = std::collections::hash_map::DefaultHasher::new();
     while let Some(e) = src.next_event()? {
         events += 1;
+        if check {
+            use std::hash::{Hash, Hasher};
+            let strings = src.strings();
+            format!("{e:?}").hash(&mut digest);
+            if let Event::Ok {
+                data: EventData::Trace { src, dst, .. },
+                ..
+            } = &e
+            {
+                for h in [src, dst] {
+                    let l = strings.location(*h);
+                    format!("{:?} {}", l.ip, l.offset).hash(&mut digest);
+                }
+            }
+            digest.finish().hash(&mut digest);
+        }
         match e {
             Event::Ok {
                 data: EventData::Trace { change: None, .. },
@@ -36,5 +56,9 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         "{events} events, {branches} branches, {errors} errors, {:.3} s",
         t0.elapsed().as_secs_f64()
     );
+    if check {
+        use std::hash::Hasher;
+        println!("digest {:016x}", digest.finish());
+    }
     Ok(())
 }

@@ -35,15 +35,37 @@ impl Namer {
         }
     }
 
-    /// The location of `ip` in context `ctx` (`ip` 0: perf's `0 [unknown]`, the
-    /// other end of a trace start or end).
-    #[inline]
+    /// The location of `ip` in context `ctx`, whose image is `image` (`ip` 0: perf's
+    /// `0 [unknown]`, the other end of a trace start or end).
+    #[inline(always)]
     pub(crate) fn location(
         &mut self,
         space: &Space,
         strings: &mut StringTable,
         ctx: u32,
+        image: u32,
         ip: u64,
+    ) -> LocationHandle {
+        // Inlined into the source's merge: the direct-mapped hit, twice per branch.
+        // (`ip` 0 would match an empty slot: it takes the slow path.)
+        let slot = (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS)) as usize;
+        let (i, a, h) = self.cache[slot];
+        if i == image && a == ip && ip != 0 {
+            return LocationHandle(h);
+        }
+        self.location_slow(space, strings, ctx, image, ip, slot)
+    }
+
+    /// [`Namer::location`] past the direct-mapped table.
+    #[inline(never)]
+    fn location_slow(
+        &mut self,
+        space: &Space,
+        strings: &mut StringTable,
+        ctx: u32,
+        image: u32,
+        ip: u64,
+        slot: usize,
     ) -> LocationHandle {
         if ip == 0 {
             if let Some(z) = self.zero {
@@ -52,15 +74,6 @@ impl Namer {
             let z = self.unknown(strings, 0, None);
             self.zero = Some(z);
             return z;
-        }
-        let image = space
-            .contexts
-            .get(ctx as usize)
-            .map_or(u32::MAX, |c| c.image);
-        let slot = (ip.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS)) as usize;
-        let (i, a, h) = self.cache[slot];
-        if i == image && a == ip {
-            return LocationHandle(h);
         }
         let h = match self.map.get(&(image, ip)) {
             Some(&h) => h,

@@ -180,11 +180,10 @@ fn worker(
             out.clear();
             out.push(PtEvent {
                 time: 0,
-                insn: 0,
                 kind: EventKind::Error {
                     error: ptscope_intel_pt::decoder::DecodeError::Mismatch,
                     offset: job.range.start as u64,
-                    ip: None,
+                    ip: 0,
                 },
             });
             cache = BlockCache::new(shared.facts);
@@ -207,6 +206,9 @@ struct QueueState {
     current: Vec<PtEvent>,
     pos: usize,
     ctx: u32,
+    /// `ctx`'s thread and image, looked up when it changes, not at every event.
+    thread: Thread,
+    image: u32,
     in_tx: bool,
     cbr: Option<u8>,
     /// Chunks whose stream starts after lost data.
@@ -334,6 +336,8 @@ impl PtSource {
                 current: Vec::new(),
                 pos: 0,
                 ctx: u32::MAX,
+                thread: Thread::default(),
+                image: u32::MAX,
                 in_tx: false,
                 cbr: None,
                 lost_at,
@@ -385,6 +389,7 @@ impl PtSource {
     }
 
     /// Loads queue `q`'s next chunk with events; false when it has none left.
+    #[inline(never)]
     fn load(&mut self, q: usize) -> bool {
         loop {
             let Some(id) = self.queues[q].submitted.pop_front() else {
@@ -408,11 +413,10 @@ impl PtSource {
                     0,
                     PtEvent {
                         time: t,
-                        insn: 0,
                         kind: EventKind::Error {
                             error: ptscope_intel_pt::decoder::DecodeError::Truncated,
                             offset: 0,
-                            ip: None,
+                            ip: 0,
                         },
                     },
                 );
@@ -427,7 +431,9 @@ impl PtSource {
         self.shared.rec.time.tsc_to_ns(tsc)
     }
 
-    /// Puts queue `q`'s next event on the heap (loading chunks as needed).
+    /// Puts queue `q`'s next event on the heap (loading chunks as needed). Inlined
+    /// into the merge: it runs once per event.
+    #[inline(always)]
     fn schedule(&mut self, q: usize) {
         if self.queues[q].pos >= self.queues[q].current.len() && !self.load(q) {
             return;
@@ -471,15 +477,17 @@ impl PtSource {
 
     /// The pipeline event for queue `q`'s event `e`, if it makes one.
     fn convert(&mut self, q: usize, e: PtEvent, time: u64) -> Option<Event> {
-        let ctx = self.queues[q].ctx;
-        let thread = self.thread(ctx);
+        let (ctx, thread, image) = {
+            let qs = &self.queues[q];
+            (qs.ctx, qs.thread, qs.image)
+        };
         let in_transaction = self.queues[q].in_tx;
         // Borrows the fields it needs, not `self`: cloning the `Arc` here, once per
         // event, was most of this function's time (its count's cache line bounced
         // between this thread and the workers reading beside it).
         let loc = |s: &mut Self, ip: u64| {
             s.namer
-                .location(&s.shared.rec.space, &mut s.strings, ctx, ip)
+                .location(&s.shared.rec.space, &mut s.strings, ctx, image, ip)
         };
         let trace = |change, kind, src, dst| {
             Some(Event::Ok {
@@ -496,7 +504,18 @@ impl PtSource {
         };
         match e.kind {
             EventKind::Space(c) => {
-                self.queues[q].ctx = c;
+                let thread = self.thread(c);
+                let image = self
+                    .shared
+                    .rec
+                    .space
+                    .contexts
+                    .get(c as usize)
+                    .map_or(u32::MAX, |c| c.image);
+                let qs = &mut self.queues[q];
+                qs.ctx = c;
+                qs.thread = thread;
+                qs.image = image;
                 None
             }
             EventKind::Branch { kind, from, to } => {
@@ -522,7 +541,7 @@ impl PtSource {
                 Some(Event::DecodeError {
                     thread,
                     time: Some(time),
-                    ip: ip.filter(|&i| i != 0),
+                    ip: (ip != 0).then_some(ip),
                     message,
                 })
             }
