@@ -5,6 +5,17 @@ use ptscope_output::{open_trace_output, read_trace_file, AtomicFile};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+/// Held while a test spawns a child, and by the full-filesystem test throughout: a child
+/// holds a copy of every descriptor its parent has open until it execs (CLOEXEC acts only
+/// then), so a fork from a concurrent test, slowed by load, kept an unlinked temporary
+/// file's blocks on the small tmpfs and the next write found it full (CI, 2026-11-29).
+static CHILDREN: Mutex<()> = Mutex::new(());
+
+fn children() -> MutexGuard<'static, ()> {
+    CHILDREN.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Bytes gzip cannot shrink, so a compressed output is as big as a raw one.
 fn noise(n: usize) -> Vec<u8> {
@@ -92,6 +103,7 @@ fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 
 #[test]
 fn a_full_filesystem_leaves_no_output_and_the_previous_one_intact() {
+    let _children = children();
     let Some(fs) = SmallFs::mount() else {
         return;
     };
@@ -109,7 +121,8 @@ fn a_full_filesystem_leaves_no_output_and_the_previous_one_intact() {
         let e = write(&path).expect_err("1 MiB cannot fit in 256 KiB");
         assert_eq!(listing(fs.path()), Vec::<String>::new(), "{name}: {e}");
         // A previous file: still there, unchanged, and not moved to .old.
-        std::fs::write(&path, b"the previous trace").expect("previous");
+        std::fs::write(&path, b"the previous trace")
+            .unwrap_or_else(|e| panic!("{name}: writing the previous trace: {e}"));
         write(&path).expect_err("1 MiB cannot fit in 256 KiB");
         assert_eq!(listing(fs.path()), [name.to_string()], "{name}");
         assert_eq!(std::fs::read(&path).expect("read"), b"the previous trace");
@@ -195,10 +208,13 @@ fn links_fifos_and_devices_at_the_output_name_are_refused_never_opened() {
     // crates/cli/tests/root_outputs.rs).
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("pipe.fxt.gz");
-    let ok = Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = {
+        let _children = children();
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
     assert!(ok, "mkfifo failed");
     // Opening a fifo for writing would block here without a reader: the test hangs if
     // it is opened at all.
