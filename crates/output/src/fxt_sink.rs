@@ -58,17 +58,10 @@ struct SinkThread {
     /// without a lookup); entries past `depth` are kept for their capacity.
     open: Vec<(String, NameToken)>,
     depth: usize,
-    /// The innermost open begin, when it is not written yet (see [`Held`]).
-    held: Held,
-}
-
-/// A begin not written yet: the innermost of its thread's open slices (its name and
-/// token are that slice's entry in `open`). Only begins without arguments are held:
-/// copying arguments until the end cost more than the bytes it saved.
-#[derive(Default)]
-struct Held {
-    on: bool,
-    time: u64,
+    /// The time of the innermost open begin when it is not written yet (its name and
+    /// token are that slice's entry in `open`). Only begins without arguments are held:
+    /// copying arguments until the end cost more than the bytes it saved.
+    held: Option<u64>,
 }
 
 /// A [`TraceSink`] writing FXT through [`FxtWriter`]; the writers' warnings (decode
@@ -125,7 +118,7 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
             group: pid,
             open: Vec::new(),
             depth: 0,
-            held: Held::default(),
+            held: None,
         });
         handle
     }
@@ -178,7 +171,7 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
     /// Writes thread `i`'s held begin, if any: something other than its end follows.
     #[inline]
     fn release(&mut self, i: usize) {
-        if self.threads.get(i).is_some_and(|th| th.held.on) {
+        if self.threads.get(i).is_some_and(|th| th.held.is_some()) {
             self.release_held(i);
         }
     }
@@ -191,11 +184,13 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
         let Some(th) = threads.get_mut(i) else {
             return;
         };
-        th.held.on = false;
+        let Some(time) = th.held.take() else {
+            return;
+        };
         let Some((name, token)) = th.depth.checked_sub(1).and_then(|d| th.open.get_mut(d)) else {
             return;
         };
-        *token = writer.begin_by_token(th.id, "", *token, name, th.held.time, &[]);
+        *token = writer.begin_by_token(th.id, "", *token, name, time, &[]);
     }
 
     fn koid(&mut self) -> u32 {
@@ -238,7 +233,12 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
     /// Ends `thread`'s innermost open slice (its begin's name: the end names it too).
     fn end_open(&mut self, thread: FxtThread, time: u64, args: &[FxtArg<'_>]) {
         let i = thread.0 as usize;
-        if !args.is_empty() || self.threads.get(i).is_some_and(|th| time < th.held.time) {
+        if !args.is_empty()
+            || self
+                .threads
+                .get(i)
+                .is_some_and(|th| th.held.is_some_and(|h| time < h))
+        {
             // Not a plain leaf end: a complete event would lose the args or invert.
             self.release(i);
         }
@@ -257,14 +257,12 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
             return;
         };
         th.depth = depth;
-        if th.held.on {
+        if let Some(start) = th.held.take() {
             // A leaf: its begin was held, so begin and end become one complete event.
-            th.held.on = false;
             let (name, token) = th
                 .open
                 .get(depth)
                 .map_or(("", NameToken::default()), |(n, t)| (n.as_str(), *t));
-            let start = th.held.time;
             writer.complete_by_token(th.id, "", token, name, start, time, &[]);
             return;
         }
@@ -354,7 +352,7 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
             // Held: written as a begin when anything but its end comes next on the
             // thread. The name's token comes from the caller's text: the copy kept
             // here sits at an address the writer's recent-lookup cache has not seen.
-            th.held = Held { on: true, time };
+            th.held = Some(time);
             writer.name_token(name)
         } else {
             let mut buf = [EMPTY_ARG; MAX_ARGS];

@@ -89,7 +89,7 @@ const NAMES: [&str; 5] = ["main", "parse", "read", "std::vec::Vec<T>::push", "f"
 
 /// Drives `ops` (per thread: koid-order tracks 2 and 3) into a sink, and returns what
 /// the sink was told as slices (the truth) together with the FXT it wrote.
-fn run(ops: &[(usize, Op)]) -> (Vec<Slice>, Vec<u8>, u64) {
+fn run(ops: &[(usize, Op)]) -> (Vec<Slice>, Vec<u8>) {
     let mut sink = FxtSink::new(Vec::new());
     let pid = sink.allocate_pid("p");
     let threads = [
@@ -154,10 +154,9 @@ fn run(ops: &[(usize, Op)]) -> (Vec<Slice>, Vec<u8>, u64) {
             truth.push((t as u64 + 2, name, start, time, stack.len(), args));
         }
     }
-    let completes = sink.writer_stats().events;
     let bytes = sink.finish().expect("in memory");
     truth.sort();
-    (truth, bytes, completes)
+    (truth, bytes)
 }
 
 #[test]
@@ -173,7 +172,7 @@ fn a_leaf_is_one_complete_event_and_its_callers_stay_begin_and_end() {
         (0, Op::End(false)),
         (0, Op::End(false)),
     ];
-    let (truth, bytes, _) = run(&ops);
+    let (truth, bytes) = run(&ops);
     assert_eq!(slices_in(&bytes), truth);
     let kinds: Vec<_> = reader::read_events(&bytes)
         .unwrap()
@@ -215,7 +214,7 @@ fn slices_read_back_are_the_slices_given_for_any_mix_of_events() {
                 (t, op)
             })
             .collect();
-        let (truth, bytes, _) = run(&ops);
+        let (truth, bytes) = run(&ops);
         assert_eq!(slices_in(&bytes), truth, "seed {seed}: {ops:?}");
         leaves_seen += reader::read_events(&bytes)
             .unwrap()
