@@ -184,20 +184,26 @@ pub(crate) fn decode_inputs(
             if observer.stopped() && !drain {
                 break;
             }
-            match source.next_event() {
-                Ok(Some(mut e)) => {
-                    map.apply(&mut e, source.strings(), &mut strings);
-                    namer.apply(&mut e, &mut strings);
-                    batch.push(e);
-                }
-                Ok(None) => break,
+            // A batch at a time (a source may fill it in one call); a stop is seen
+            // between batches, a few thousand cheap events apart.
+            let from = batch.len();
+            let more = source.next_events(&mut batch, BATCH - from);
+            for e in &mut batch[from..] {
+                map.apply(e, source.strings(), &mut strings);
+                namer.apply(e, &mut strings);
+            }
+            let more = match more {
+                Ok(more) => more,
                 Err(e) => {
                     errors.push(format!(
                         "{}: {e} (keeping the events decoded before it)",
                         spec.name()
                     ));
-                    break;
+                    false
                 }
+            };
+            if !more {
+                break;
             }
             if batch.len() == BATCH {
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
