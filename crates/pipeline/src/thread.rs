@@ -188,8 +188,10 @@ pub(crate) fn decode_inputs(
             // between batches, a few thousand cheap events apart.
             let from = batch.len();
             let more = source.next_events(&mut batch, BATCH - from);
+            // The source's table only grows: one sync covers the batch's names.
+            map.sync(source.strings(), &mut strings);
             for e in &mut batch[from..] {
-                map.apply(e, source.strings(), &mut strings);
+                map.rewrite(e);
                 namer.apply(e, &mut strings);
             }
             let more = match more {
