@@ -188,6 +188,12 @@ fn worker(
             });
             cache = BlockCache::new(shared.facts);
         }
+        // Perf time, here rather than in the merge: the consuming thread bounds the
+        // wall time when workers run on every core.
+        let time = &shared.rec.time;
+        for e in &mut out {
+            e.time = time.tsc_to_ns(e.time);
+        }
         let (lock, cv) = &**results;
         lock.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -203,6 +209,7 @@ struct QueueState {
     /// Jobs submitted for the next chunks, in order.
     submitted: std::collections::VecDeque<usize>,
     next_submit: usize,
+    /// The chunk being merged: its events, timed in perf time (the workers convert).
     current: Vec<PtEvent>,
     pos: usize,
     ctx: u32,
@@ -430,19 +437,22 @@ impl PtSource {
         }
     }
 
-    fn ns(&self, tsc: u64) -> u64 {
-        self.shared.rec.time.tsc_to_ns(tsc)
-    }
-
     /// Puts queue `q`'s next event on the heap (loading chunks as needed). Inlined
     /// into the merge: it runs once per event.
     #[inline(always)]
     fn schedule(&mut self, q: usize) {
-        if self.queues[q].pos >= self.queues[q].current.len() && !self.load(q) {
-            return;
-        }
         let qs = &self.queues[q];
-        let t = self.ns(qs.current[qs.pos].time);
+        let t = match qs.current.get(qs.pos) {
+            Some(e) => e.time,
+            None => {
+                if !self.load(q) {
+                    return;
+                }
+                // `load` leaves a chunk with events, from its first.
+                let qs = &self.queues[q];
+                qs.current.first().map_or(0, |e| e.time)
+            }
+        };
         // Ahead of every queue in the heap (ties go to the lower index, as in the
         // heap): the next event without a heap push and pop.
         // `hot`, when set, is before everything in the heap.
