@@ -73,6 +73,20 @@ pub trait EventSource: Send {
     /// come; every event decoded before it was delivered.
     fn next_event(&mut self) -> Result<Option<Event>, SourceError>;
 
+    /// Appends up to `max` events to `out`, the same as calling
+    /// [`next_event`](EventSource::next_event) for each; `Ok(false)` once the input
+    /// has ended. On an error, the events appended before it are in `out`. A source
+    /// whose events are cheap overrides it to save a call per event.
+    fn next_events(&mut self, out: &mut Vec<Event>, max: usize) -> Result<bool, SourceError> {
+        for _ in 0..max {
+            match self.next_event()? {
+                Some(e) => out.push(e),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
     /// The table the events' names are interned in.
     fn strings(&self) -> &StringTable;
 

@@ -184,20 +184,28 @@ pub(crate) fn decode_inputs(
             if observer.stopped() && !drain {
                 break;
             }
-            match source.next_event() {
-                Ok(Some(mut e)) => {
-                    map.apply(&mut e, source.strings(), &mut strings);
-                    namer.apply(&mut e, &mut strings);
-                    batch.push(e);
-                }
-                Ok(None) => break,
+            // A batch at a time (a source may fill it in one call); a stop is seen
+            // between batches, a few thousand cheap events apart.
+            let from = batch.len();
+            let more = source.next_events(&mut batch, BATCH - from);
+            // The source's table only grows: one sync covers the batch's names.
+            map.sync(source.strings(), &mut strings);
+            for e in &mut batch[from..] {
+                map.rewrite(e);
+                namer.apply(e, &mut strings);
+            }
+            let more = match more {
+                Ok(more) => more,
                 Err(e) => {
                     errors.push(format!(
                         "{}: {e} (keeping the events decoded before it)",
                         spec.name()
                     ));
-                    break;
+                    false
                 }
+            };
+            if !more {
+                break;
             }
             if batch.len() == BATCH {
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));

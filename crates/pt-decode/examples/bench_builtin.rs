@@ -25,31 +25,40 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let (mut events, mut branches, mut errors) = (0u64, 0u64, 0u64);
     let check = std::env::var_os("CHECK").is_some();
     let mut digest = std::collections::hash_map::DefaultHasher::new();
-    while let Some(e) = src.next_event()? {
-        events += 1;
-        if check {
-            use std::hash::{Hash, Hasher};
-            let strings = src.strings();
-            format!("{e:?}").hash(&mut digest);
-            if let Event::Ok {
-                data: EventData::Trace { src, dst, .. },
-                ..
-            } = &e
-            {
-                for h in [src, dst] {
-                    let l = strings.location(*h);
-                    format!("{:?} {}", l.ip, l.offset).hash(&mut digest);
+    // Batches, as the pipeline takes them (`EventSource::next_events`).
+    let mut batch = Vec::with_capacity(4096);
+    loop {
+        batch.clear();
+        let more = src.next_events(&mut batch, 4096)?;
+        for e in &batch {
+            events += 1;
+            if check {
+                use std::hash::{Hash, Hasher};
+                let strings = src.strings();
+                format!("{e:?}").hash(&mut digest);
+                if let Event::Ok {
+                    data: EventData::Trace { src, dst, .. },
+                    ..
+                } = e
+                {
+                    for h in [src, dst] {
+                        let l = strings.location(*h);
+                        format!("{:?} {}", l.ip, l.offset).hash(&mut digest);
+                    }
                 }
+                digest.finish().hash(&mut digest);
             }
-            digest.finish().hash(&mut digest);
+            match e {
+                Event::Ok {
+                    data: EventData::Trace { change: None, .. },
+                    ..
+                } => branches += 1,
+                Event::DecodeError { .. } => errors += 1,
+                _ => {}
+            }
         }
-        match e {
-            Event::Ok {
-                data: EventData::Trace { change: None, .. },
-                ..
-            } => branches += 1,
-            Event::DecodeError { .. } => errors += 1,
-            _ => {}
+        if !more {
+            break;
         }
     }
     println!(

@@ -14,7 +14,8 @@ const CACHE_BITS: u32 = 14;
 /// Names code addresses into a [`StringTable`], caching by (context's image, address).
 pub(crate) struct Namer {
     /// (image, ip) → handle, direct-mapped in front of `map`.
-    cache: Box<[(u32, u64, u32)]>,
+    /// (A fixed-size array: the slot needs no bounds check.)
+    cache: Box<[(u32, u64, u32); 1 << CACHE_BITS]>,
     map: FxHashMap<(u32, u64), LocationHandle>,
     unknown_dso: Option<Sym>,
     zero: Option<LocationHandle>,
@@ -26,7 +27,10 @@ pub(crate) struct Namer {
 impl Namer {
     pub(crate) fn new() -> Self {
         Namer {
-            cache: vec![(u32::MAX, 0, 0); 1 << CACHE_BITS].into_boxed_slice(),
+            cache: vec![(u32::MAX, 0, 0); 1 << CACHE_BITS]
+                .into_boxed_slice()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("the vector has the array's length")),
             map: FxHashMap::default(),
             unknown_dso: None,
             zero: None,

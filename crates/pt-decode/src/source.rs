@@ -188,6 +188,12 @@ fn worker(
             });
             cache = BlockCache::new(shared.facts);
         }
+        // Perf time, here rather than in the merge: the consuming thread bounds the
+        // wall time when workers run on every core.
+        let time = &shared.rec.time;
+        for e in &mut out {
+            e.time = time.tsc_to_ns(e.time);
+        }
         let (lock, cv) = &**results;
         lock.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -203,6 +209,7 @@ struct QueueState {
     /// Jobs submitted for the next chunks, in order.
     submitted: std::collections::VecDeque<usize>,
     next_submit: usize,
+    /// The chunk being merged: its events, timed in perf time (the workers convert).
     current: Vec<PtEvent>,
     pos: usize,
     ctx: u32,
@@ -241,6 +248,8 @@ pub struct PtSource {
     errors: u64,
     /// The OCaml programs' exception handlers, from their instructions.
     ocaml: Option<ptscope_event::OcamlExceptionInfo>,
+    /// [`EventSource::next_event`]'s one event (the merge appends to a vector).
+    one: Vec<Event>,
 }
 
 impl PtSource {
@@ -374,6 +383,7 @@ impl PtSource {
             incomplete,
             errors: 0,
             ocaml,
+            one: Vec::with_capacity(1),
         })
     }
 
@@ -427,19 +437,22 @@ impl PtSource {
         }
     }
 
-    fn ns(&self, tsc: u64) -> u64 {
-        self.shared.rec.time.tsc_to_ns(tsc)
-    }
-
     /// Puts queue `q`'s next event on the heap (loading chunks as needed). Inlined
     /// into the merge: it runs once per event.
     #[inline(always)]
     fn schedule(&mut self, q: usize) {
-        if self.queues[q].pos >= self.queues[q].current.len() && !self.load(q) {
-            return;
-        }
         let qs = &self.queues[q];
-        let t = self.ns(qs.current[qs.pos].time);
+        let t = match qs.current.get(qs.pos) {
+            Some(e) => e.time,
+            None => {
+                if !self.load(q) {
+                    return;
+                }
+                // `load` leaves a chunk with events, from its first.
+                let qs = &self.queues[q];
+                qs.current.first().map_or(0, |e| e.time)
+            }
+        };
         // Ahead of every queue in the heap (ties go to the lower index, as in the
         // heap): the next event without a heap push and pop.
         // `hot`, when set, is before everything in the heap.
@@ -475,32 +488,54 @@ impl PtSource {
         }
     }
 
-    /// The pipeline event for queue `q`'s event `e`, if it makes one.
-    fn convert(&mut self, q: usize, e: PtEvent, time: u64) -> Option<Event> {
-        let (ctx, thread, image) = {
-            let qs = &self.queues[q];
-            (qs.ctx, qs.thread, qs.image)
-        };
-        let in_transaction = self.queues[q].in_tx;
+    /// The branch event of queue `q` at `time` from `from` to `to`, named. Inlined into
+    /// the merge loop for plain branches, nearly every event.
+    #[inline(always)]
+    fn trace(
+        &mut self,
+        q: usize,
+        time: u64,
+        change: Option<TraceStateChange>,
+        kind: Option<Kind>,
+        from: u64,
+        to: u64,
+    ) -> Event {
+        let qs = &self.queues[q];
+        let (ctx, thread, image, in_transaction) = (qs.ctx, qs.thread, qs.image, qs.in_tx);
         // Borrows the fields it needs, not `self`: cloning the `Arc` here, once per
-        // event, was most of this function's time (its count's cache line bounced
-        // between this thread and the workers reading beside it).
+        // event, was most of the merge's time (its count's cache line bounced between
+        // this thread and the workers reading beside it).
+        let space = &self.shared.rec.space;
+        let src = self
+            .namer
+            .location(space, &mut self.strings, ctx, image, from);
+        let dst = self
+            .namer
+            .location(space, &mut self.strings, ctx, image, to);
+        Event::Ok {
+            thread,
+            time,
+            in_transaction,
+            data: EventData::Trace {
+                change,
+                kind,
+                src,
+                dst,
+            },
+        }
+    }
+
+    /// The pipeline event for queue `q`'s event `e`, if it makes one.
+    #[inline(never)]
+    fn convert(&mut self, q: usize, e: PtEvent, time: u64) -> Option<Event> {
+        let (thread, in_transaction) = {
+            let qs = &self.queues[q];
+            (qs.thread, qs.in_tx)
+        };
+        let (ctx, image) = (self.queues[q].ctx, self.queues[q].image);
         let loc = |s: &mut Self, ip: u64| {
             s.namer
                 .location(&s.shared.rec.space, &mut s.strings, ctx, image, ip)
-        };
-        let trace = |change, kind, src, dst| {
-            Some(Event::Ok {
-                thread,
-                time,
-                in_transaction,
-                data: EventData::Trace {
-                    change,
-                    kind,
-                    src,
-                    dst,
-                },
-            })
         };
         match e.kind {
             EventKind::Space(c) => {
@@ -519,12 +554,10 @@ impl PtSource {
                 None
             }
             EventKind::Branch { kind, from, to } => {
-                let (src, dst) = (loc(self, from), loc(self, to));
-                trace(None, Some(kind_of(kind)), src, dst)
+                Some(self.trace(q, time, None, Some(kind_of(kind)), from, to))
             }
             EventKind::Start { at, .. } => {
-                let (src, dst) = (loc(self, 0), loc(self, at));
-                trace(Some(TraceStateChange::Start), None, src, dst)
+                Some(self.trace(q, time, Some(TraceStateChange::Start), None, 0, at))
             }
             EventKind::Stop { from, why } => {
                 let kind = match why {
@@ -532,8 +565,7 @@ impl PtSource {
                     StopReason::Async => Some(Kind::Async),
                     StopReason::TraceStop => None,
                 };
-                let (src, dst) = (loc(self, from), loc(self, 0));
-                trace(Some(TraceStateChange::End), kind, src, dst)
+                Some(self.trace(q, time, Some(TraceStateChange::End), kind, from, 0))
             }
             EventKind::Error { error, ip, .. } => {
                 self.errors += 1;
@@ -577,6 +609,56 @@ impl PtSource {
                 None
             }
             EventKind::Fact { .. } | EventKind::Block { .. } => None,
+        }
+    }
+
+    /// Appends the merge's next event to `out`; false at the end (once started).
+    /// Inlined into both ways of taking events; a plain branch is made in place.
+    #[inline(always)]
+    fn advance(&mut self, out: &mut Vec<Event>) -> bool {
+        loop {
+            let head = self.hot.or_else(|| self.heap.peek().map(|r| r.0));
+            // Side band first when it is not later.
+            if let Some(t) = &self.next_task {
+                if head.is_none_or(|(ht, _)| t.time <= ht) {
+                    let t = self.next_task.take();
+                    self.next_task = self.tasks.next();
+                    if let Some(t) = t {
+                        self.stats.events += 1;
+                        let e = self.task_event(t);
+                        out.push(e);
+                        return true;
+                    }
+                }
+            }
+            let Some((time, q)) = self.hot.take().or_else(|| self.heap.pop().map(|r| r.0)) else {
+                return false;
+            };
+            let e = {
+                let qs = &mut self.queues[q];
+                let e = qs.current[qs.pos];
+                qs.pos += 1;
+                e
+            };
+            let made = match e.kind {
+                EventKind::Branch { kind, from, to } => {
+                    let ev = self.trace(q, time, None, Some(kind_of(kind)), from, to);
+                    out.push(ev);
+                    true
+                }
+                _ => match self.convert(q, e, time) {
+                    Some(ev) => {
+                        out.push(ev);
+                        true
+                    }
+                    None => false,
+                },
+            };
+            self.schedule(q);
+            if made {
+                self.stats.events += 1;
+                return true;
+            }
         }
     }
 
@@ -635,35 +717,27 @@ impl EventSource for PtSource {
         if !self.started {
             self.start();
         }
-        loop {
-            let head = self.hot.or_else(|| self.heap.peek().map(|r| r.0));
-            // Side band first when it is not later.
-            if let Some(t) = &self.next_task {
-                if head.is_none_or(|(ht, _)| t.time <= ht) {
-                    let t = self.next_task.take();
-                    self.next_task = self.tasks.next();
-                    if let Some(t) = t {
-                        self.stats.events += 1;
-                        return Ok(Some(self.task_event(t)));
-                    }
-                }
-            }
-            let Some((time, q)) = self.hot.take().or_else(|| self.heap.pop().map(|r| r.0)) else {
-                return Ok(None);
-            };
-            let e = {
-                let qs = &mut self.queues[q];
-                let e = qs.current[qs.pos];
-                qs.pos += 1;
-                e
-            };
-            let out = self.convert(q, e, time);
-            self.schedule(q);
-            if let Some(ev) = out {
-                self.stats.events += 1;
-                return Ok(Some(ev));
+        let mut one = std::mem::take(&mut self.one);
+        one.clear();
+        self.advance(&mut one);
+        let e = one.pop();
+        self.one = one;
+        Ok(e)
+    }
+
+    /// One call fills a batch: the merge loop runs without returning a large `Result`
+    /// per event (that return and the call around it were a sixth of the merge's
+    /// instructions).
+    fn next_events(&mut self, out: &mut Vec<Event>, max: usize) -> Result<bool, SourceError> {
+        if !self.started {
+            self.start();
+        }
+        for _ in 0..max {
+            if !self.advance(out) {
+                return Ok(false);
             }
         }
+        Ok(true)
     }
 
     fn strings(&self) -> &StringTable {
