@@ -26,6 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+mod callers_first;
+use callers_first::{CallersFirst, Held};
+
 /// Bytes of FXT a worker gathers before handing them to the output.
 const FRAGMENT: usize = 1 << 20;
 
@@ -279,6 +282,8 @@ struct Sending<'t> {
     frag: Fragment,
     tx: &'t std::sync::mpsc::SyncSender<Vec<u8>>,
     koids: (u32, u32),
+    /// Where finished fragments wait instead ([`CallersFirst`]).
+    hold: Option<Held>,
 }
 
 impl Sending<'_> {
@@ -286,8 +291,14 @@ impl Sending<'_> {
     fn send(&mut self) {
         self.frag.cut();
         let bytes = std::mem::take(self.frag.writer_mut().inner_mut());
-        if !bytes.is_empty() {
-            let _ = self.tx.send(bytes);
+        if bytes.is_empty() {
+            return;
+        }
+        match &mut self.hold {
+            Some(h) => h.push(bytes),
+            None => {
+                let _ = self.tx.send(bytes);
+            }
         }
     }
 
@@ -417,6 +428,7 @@ fn fxt(
                             frag,
                             tx: &tx,
                             koids,
+                            hold: None,
                         };
                         let reorder_failed = |e: std::io::Error| {
                             observer.warning(&format!("cannot reorder thread {}: {e}", t.tid));
@@ -431,13 +443,13 @@ fn fxt(
                                 let r = write_one(d, i, &mut s, observer, progress);
                                 (r, Some(s.stats()))
                             }
-                            // Frames learnt late are put in order first (spooled to an
+                            // Callers learnt late go first; the rest waits for them (in an
                             // unnamed temporary file past 16 MiB).
                             (true, true) => {
-                                let mut s = OrderedSink::new(sending);
+                                let mut s = CallersFirst::new(sending, callers_first::MEMORY_LIMIT);
                                 let r = write_one(d, i, &mut s, observer, progress);
-                                if let Err(e) = s.finish() {
-                                    reorder_failed(e);
+                                if let Some(e) = s.finish() {
+                                    observer.warning(&format!("thread {}: {e}", t.tid));
                                 }
                                 (r, None)
                             }

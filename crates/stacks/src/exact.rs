@@ -39,6 +39,7 @@
 //! );
 //! ```
 
+use crate::segments::unwind::{exits_non_locally, fde_file};
 use crate::sink::{Arg, ArgValue, TraceSink};
 use ptscope_event::exact::{ExactKind, ExactStep, FuncId, Functions, Restart, UNKNOWN_FUNC};
 use std::borrow::Cow;
@@ -148,6 +149,99 @@ pub struct ExactStack {
     first_time: Option<u64>,
     /// Callers revealed below the stack by the last step, not yet written.
     revealed: Vec<FuncId>,
+    /// What each function's name says of its exits, read once per function.
+    names: NameTraits,
+}
+
+/// What a function's name tells the stack about how control leaves it.
+#[derive(Copy, Clone, Debug, Default)]
+struct Traits {
+    /// Worked out (the entry is filled).
+    known: bool,
+    /// An unwinder or `longjmp` ([`exits_non_locally`]).
+    exits: bool,
+    /// libgcc's `_Unwind_Resume` (any symbol version).
+    unwind_resume: bool,
+    /// The object of code named only by its FDE (`FILE+0xSTART`), as a number of
+    /// [`NameTraits::files`]; `None` for a name that says what the function is.
+    file: Option<u32>,
+}
+
+/// Each function's [`Traits`], worked out at its first use: the name searches ran on
+/// every jump between functions (python3's hot and `.cold` parts: ~9 % of its decode).
+/// A stack is used with one [`Functions`] table, which only grows, so a number keeps
+/// its function.
+#[derive(Debug, Default)]
+struct NameTraits {
+    by_func: Vec<Traits>,
+    /// The objects of [`Traits::file`], each once.
+    files: Vec<Box<str>>,
+}
+
+impl NameTraits {
+    /// `f`'s traits (a number the table does not hold is named `[unknown]`).
+    fn of(&mut self, f: FuncId, funcs: &Functions) -> Traits {
+        let i = f as usize;
+        if let Some(t) = self.by_func.get(i).filter(|t| t.known) {
+            return *t;
+        }
+        let name = funcs.name(f);
+        let file = fde_file(name).map(|file| match self.files.iter().position(|x| **x == *file) {
+            Some(k) => k as u32,
+            None => {
+                self.files.push(file.into());
+                (self.files.len() - 1) as u32
+            }
+        });
+        let t = Traits {
+            known: true,
+            exits: exits_non_locally(name),
+            unwind_resume: name.split('@').next() == Some("_Unwind_Resume"),
+            file,
+        };
+        if i < funcs.len() {
+            if self.by_func.len() <= i {
+                self.by_func.resize(funcs.len(), Traits::default());
+            }
+            self.by_func[i] = t;
+        }
+        t
+    }
+}
+
+/// Whether control leaving the top frame of `frames` for the middle of `to` may be a
+/// non-local exit into an ancestor (the segments writer's rule, `segments::unwind`):
+/// only code made for it (`longjmp`, the unwinders) jumps so. Ordinary code jumps into
+/// the middle of another symbol where GCC split a function into hot and `.cold` parts:
+/// stripped, each part is named after its FDE (`python3.11+0x4517d5`), and an outer
+/// call of the same function may be running in the part the inner call jumps to
+/// (python3's nested evaluation loops: taken for an unwind, ten frames vanished).
+fn may_exit_non_locally(
+    frames: &[Frame],
+    names: &mut NameTraits,
+    to: FuncId,
+    funcs: &Functions,
+) -> bool {
+    let Some((top, below)) = frames.split_last() else {
+        return true;
+    };
+    // Unnamed code called by an unwinder (`__longjmp` in a stripped libc).
+    if below.last().is_some_and(|c| names.of(c.func, funcs).exits) {
+        return true;
+    }
+    let src = names.of(top.func, funcs);
+    if src.exits {
+        return true;
+    }
+    if funcs.get(top.func).is_some() && src.file.is_none() {
+        // Named code that is no unwinder.
+        return false;
+    }
+    // Unnamed code: the parts of one function are in one object.
+    match (src.file, names.of(to, funcs).file) {
+        (Some(a), Some(b)) => a != b,
+        _ => true,
+    }
 }
 
 impl ExactStack {
@@ -230,14 +324,18 @@ impl ExactStack {
             return;
         }
         let known = funcs.get(to).is_some_and(|f| f.known);
-        if known && !at_entry && (!jump || self.may_exit_non_locally(to, funcs)) {
+        if known
+            && !at_entry
+            && (!jump || may_exit_non_locally(&self.frames, &mut self.names, to, funcs))
+        {
             // libgcc's `_Unwind_Resume` (at the end of a cleanup pad) resumes unwinding
             // past its caller, whose cleanup just ran: the pad it jumps to is a frame's
             // strictly above that caller, even of the same function (a recursion whose
             // every level has a cleanup).
-            let resumes_past_caller = self.frames.last().is_some_and(|top| {
-                top.known && funcs.name(top.func).split('@').next() == Some("_Unwind_Resume")
-            });
+            let resumes_past_caller = match self.frames.last() {
+                Some(top) => top.known && self.names.of(top.func, funcs).unwind_resume,
+                None => false,
+            };
             let below = self
                 .frames
                 .len()
@@ -251,40 +349,6 @@ impl ExactStack {
             }
         }
         self.rename_top(to, funcs);
-    }
-
-    /// Whether control leaving the top frame for the middle of `to` may be a non-local
-    /// exit into an ancestor (the segments writer's rule, `segments::unwind`): only code
-    /// made for it (`longjmp`, the unwinders) jumps so. Ordinary code jumps into the
-    /// middle of another symbol where GCC split a function into hot and `.cold` parts:
-    /// stripped, each part is named after its FDE (`python3.11+0x4517d5`), and an outer
-    /// call of the same function may be running in the part the inner call jumps to
-    /// (python3's nested evaluation loops: taken for an unwind, ten frames vanished).
-    fn may_exit_non_locally(&self, to: FuncId, funcs: &Functions) -> bool {
-        use crate::segments::unwind::{exits_non_locally, fde_file};
-        let Some((top, below)) = self.frames.split_last() else {
-            return true;
-        };
-        // Unnamed code called by an unwinder (`__longjmp` in a stripped libc).
-        if below
-            .last()
-            .is_some_and(|c| exits_non_locally(funcs.name(c.func)))
-        {
-            return true;
-        }
-        let src = funcs.name(top.func);
-        if exits_non_locally(src) {
-            return true;
-        }
-        if funcs.get(top.func).is_some() && fde_file(src).is_none() {
-            // Named code that is no unwinder.
-            return false;
-        }
-        // Unnamed code: the parts of one function are in one object.
-        match (fde_file(src), fde_file(funcs.name(to))) {
-            (Some(a), Some(b)) => a != b,
-            _ => true,
-        }
     }
 
     /// Applies one step (times must not go backwards).
@@ -428,7 +492,12 @@ impl ExactStack {
                                 && !known
                                 && s.to_addr != 0
                                 && !self.sites[top.first_site..].contains(&s.to_addr)
-                                && self.may_exit_non_locally(s.to, funcs) =>
+                                && may_exit_non_locally(
+                                    &self.frames,
+                                    &mut self.names,
+                                    s.to,
+                                    funcs,
+                                ) =>
                         {
                             (0..below.len()).rev().find(|&i| {
                                 let end = self.frames[i + 1].first_site;

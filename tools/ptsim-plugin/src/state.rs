@@ -5,7 +5,7 @@ use crate::api::{gettid, now_ns, say};
 use crate::{proc, Proc, EXITED, SHARED};
 use ptscope_blocklog::format::{chunk_header, HOST, KIND_EXEC, KIND_MAPS, KIND_RING_COPY, MARKER};
 use std::cell::{Cell, RefCell};
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 /// Header of a ring slot: `seq u64`, `used u32`, `size u32` (data bytes per slot).
@@ -284,10 +284,19 @@ impl Rec {
 }
 
 /// Writes one chunk; a failed write cannot be reported to the guest (the reader detects
-/// a cut log).
+/// a cut log). Header and payload go in one vectored write: a `BufWriter` hands a chunk
+/// at least as big as its buffer to the file without copying it.
 pub(crate) fn write_chunk<W: Write + ?Sized>(out: &mut W, kind: u8, tid: u32, payload: &[u8]) {
-    let _ = out.write_all(&chunk_header(kind, tid, payload.len() as u64));
-    let _ = out.write_all(payload);
+    let head = chunk_header(kind, tid, payload.len() as u64);
+    let n = out
+        .write_vectored(&[IoSlice::new(&head), IoSlice::new(payload)])
+        .unwrap_or(0);
+    if n < head.len() {
+        let _ = out.write_all(&head[n..]);
+        let _ = out.write_all(payload);
+    } else {
+        let _ = out.write_all(&payload[(n - head.len()).min(payload.len())..]);
+    }
 }
 
 /// Writes a maps snapshot chunk: the clock it was taken at, then `/proc/self/maps`.
