@@ -922,3 +922,58 @@ fn frames_a_burst_does_not_prove_give_way_to_the_marker_frame() {
     );
     assert_eq!(marked.matches(MARKER).count(), 2, "one slice:\n{marked}");
 }
+
+/// After a gap, a segment lines up with nothing and is carried on the open frames; its
+/// leaf then jumps into the middle of a function no frame runs (`p`'s callee `q`), and
+/// `p` jumps on into `s`, whose returns reveal `main > a` below it (sqlite3 under
+/// simulated PT: an overflow in `sqlite3_free`, then two such jumps out of frames whose
+/// callers the gap hid; `realworld_sim::sqlite3_queries_with_faults`). Neither jump's
+/// segment lines up for sure with the frames open before it, but the second's shows
+/// `_start > main > a` still running: they stay under both. Closing every open frame at
+/// each jump rooted the rest of the run at `main`, `_start` lost.
+#[test]
+fn jumps_out_of_frames_a_gap_hid_keep_the_frames_a_later_segment_shows() {
+    let mut lines: Vec<Line> = as_lines([
+        START_MAIN,
+        (120, "call", (0x401110, "main", 0x10), (0x401200, "a", 0)),
+        (130, "call", (0x401210, "a", 0x10), (0x401300, "b", 0)),
+        (135, "call", (0x401310, "b", 0x10), (0x401400, "c", 0)),
+    ])
+    .collect();
+    lines.push(Line::Lost {
+        ns: 140,
+        resume: (0x401810, "f", 0x10),
+    });
+    lines.extend(as_lines([
+        (150, "call", (0x401820, "f", 0x20), (0x401900, "g", 0)),
+        // Into the middle of `q`, which no open frame runs; `q` returns into `p`.
+        (160, "jmp", (0x401910, "g", 0x10), (0x401b40, "q", 0x40)),
+        (170, "return", (0x401b50, "q", 0x50), (0x401a25, "p", 0x25)),
+        // Into the middle of `s`, whose returns reveal `t`, `a` and `main` below it.
+        (180, "jmp", (0x401a30, "p", 0x30), (0x401c30, "s", 0x30)),
+        (190, "return", (0x401c40, "s", 0x40), (0x401d15, "t", 0x15)),
+        (200, "return", (0x401d20, "t", 0x20), (0x401225, "a", 0x25)),
+        (
+            210,
+            "return",
+            (0x401230, "a", 0x30),
+            (0x401135, "main", 0x35),
+        ),
+        (220, "call", (0x401140, "main", 0x40), (0x401600, "e", 0)),
+    ]));
+    let got = transcript(&input_text(&lines));
+    assert_stacks(
+        "jumps out of frames a gap hid",
+        &got,
+        &[
+            (27, &["_start", "main", "a", "b", "c"]),
+            (45, &["_start", "main", "a", "b", "c", "f", "g"]),
+            (55, &["_start", "main", "a", "p", "q"]),
+            (65, &["_start", "main", "a", "p"]),
+            (75, &["_start", "main", "a", "t", "s"]),
+            (85, &["_start", "main", "a", "t"]),
+            (95, &["_start", "main", "a"]),
+            (105, &["_start", "main"]),
+        ],
+    );
+}
