@@ -752,7 +752,11 @@ impl<'v, 'a> Walker<'v, 'a> {
                         }
                         _ => self.settle_pending(p, UNKNOWN_FUNC, None),
                     },
-                    _ => self.settle_pending(p, a.start_fn, None),
+                    // An indirect branch went to the block that runs now, unless
+                    // unlogged instructions ran before it. Settled without its address,
+                    // a jump into the middle of a function (`longjmp`, Go's `gogo`)
+                    // read as a tail call to its entry.
+                    _ => self.settle_pending(p, a.start_fn, (skip == 0).then_some(a.vaddr)),
                 }
             }
             self.here = a.start_fn;

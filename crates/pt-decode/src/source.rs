@@ -57,12 +57,21 @@ struct Job {
 /// Decoded chunks by job id, and the workers waiting.
 type Results = Arc<(Mutex<FxHashMap<usize, Vec<PtEvent>>>, Condvar)>;
 
+/// Merged chunks' vectors, emptied, for the workers to fill again: a fresh vector per
+/// chunk grew by doubling (copies) into newly mapped memory (page faults), twice as
+/// many with two workers.
+type Spare = Arc<Mutex<Vec<Vec<PtEvent>>>>;
+
+/// At most this many spare vectors are kept (one per chunk in flight is enough).
+const MAX_SPARE: usize = 16;
+
 /// The worker threads.
 struct Pool {
     jobs: Option<mpsc::Sender<Job>>,
     /// Set when the source ends early: workers drop the jobs left.
     stopping: Arc<std::sync::atomic::AtomicBool>,
     results: Results,
+    spare: Spare,
     threads: Vec<std::thread::JoinHandle<()>>,
     next_id: usize,
 }
@@ -73,22 +82,25 @@ impl Pool {
         let rx = Arc::new(Mutex::new(rx));
         let results: Results = Arc::new((Mutex::new(FxHashMap::default()), Condvar::new()));
         let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spare: Spare = Arc::default();
         let mut handles = Vec::new();
         for i in 0..threads.max(1) {
             let rx = Arc::clone(&rx);
             let shared = Arc::clone(shared);
             let results = Arc::clone(&results);
             let stopping = Arc::clone(&stopping);
+            let spare = Arc::clone(&spare);
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("ptscope-pt-{i}"))
-                    .spawn(move || worker(&shared, &rx, &results, &stopping))?,
+                    .spawn(move || worker(&shared, &rx, &results, &spare, &stopping))?,
             );
         }
         Ok(Pool {
             jobs: Some(tx),
             stopping,
             results,
+            spare,
             threads: handles,
             next_id: 0,
         })
@@ -141,6 +153,7 @@ fn worker(
     shared: &Shared,
     rx: &Mutex<mpsc::Receiver<Job>>,
     results: &Results,
+    spare: &Mutex<Vec<Vec<PtEvent>>>,
     stopping: &std::sync::atomic::AtomicBool,
 ) {
     let mut cache = BlockCache::new(shared.facts);
@@ -163,7 +176,12 @@ fn worker(
             .pieces
             .first()
             .map_or(0, |p| p.reference);
-        let mut out = Vec::new();
+        let mut out = spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default();
+        out.clear();
         let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             ptscope_intel_pt::decode_chunk(
                 bytes,
@@ -414,8 +432,14 @@ impl PtSource {
                 self.stats.bytes += (r.end - r.start) as u64;
                 let _ = s;
             }
-            qs.current = events;
+            let done = std::mem::replace(&mut qs.current, events);
             qs.pos = 0;
+            if done.capacity() > 0 {
+                let mut spare = self.pool.spare.lock().unwrap_or_else(|e| e.into_inner());
+                if spare.len() < MAX_SPARE {
+                    spare.push(done);
+                }
+            }
             if qs.lost_at.contains(&index) {
                 // Data was lost before this stream: said where it resumes.
                 let t = qs.current.first().map_or(0, |e| e.time);
