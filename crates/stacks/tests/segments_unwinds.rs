@@ -977,3 +977,80 @@ fn jumps_out_of_frames_a_gap_hid_keep_the_frames_a_later_segment_shows() {
         ],
     );
 }
+
+/// In a direct recursion (`r > r`) a short segment of a burst that lines up by the one
+/// name `r` may continue either level: the inner one (as the writer guesses) or the outer
+/// one, the inner having returned in the gap (`storm_bursts` seed 4 in FIDELITY.md). With
+/// `mark_unknown_frames` both levels give way to the marker frame (the outer level or
+/// nothing) under the segment's `r`, unless a later segment lines up with both levels.
+#[test]
+fn a_burst_lined_up_inside_a_recursion_marks_the_level_it_does_not_know() {
+    let burst = |then: &[Line]| {
+        let mut lines = vec![
+            Line::Branch(START_MAIN),
+            Line::Branch((120, "call", (0x401110, "main", 0x10), (0x401200, "h", 0))),
+            Line::Branch((130, "call", (0x401210, "h", 0x10), (0x401300, "r", 0))),
+            Line::Branch((135, "call", (0x401310, "r", 0x10), (0x401300, "r", 0))),
+            Line::Branch((138, "call", (0x401320, "r", 0x20), (0x401400, "k", 0))),
+            Line::Lost {
+                ns: 140,
+                resume: (0x401330, "r", 0x30),
+            },
+            Line::Branch((150, "call", (0x401340, "r", 0x40), (0x401500, "g", 0))),
+            Line::Branch((160, "return", (0x401510, "g", 0x10), (0x401345, "r", 0x45))),
+        ];
+        lines.extend_from_slice(then);
+        input_text(&lines)
+    };
+    const MARKER: &str = ptscope_stacks::UNKNOWN_FRAMES_MARKER;
+    // The next segment runs in `h` and returns into `main`: nothing says which `r` ran `g`.
+    let in_h = burst(&[
+        Line::Lost {
+            ns: 170,
+            resume: (0x401240, "h", 0x40),
+        },
+        Line::Branch((180, "call", (0x401250, "h", 0x50), (0x401600, "k", 0))),
+        Line::Branch((190, "return", (0x401610, "k", 0x10), (0x401255, "h", 0x55))),
+        Line::Branch((
+            200,
+            "return",
+            (0x401290, "h", 0x90),
+            (0x401115, "main", 0x15),
+        )),
+        Line::Branch(main_returns(210)),
+    ]);
+    let carried = &["_start", "main", "h", "r", "r", "g"];
+    assert_stacks("carried", &transcript(&in_h), &[(45, carried)]);
+    let marked = transcript_with(&in_h, true);
+    assert_stacks(
+        "marked",
+        &marked,
+        &[
+            (26, &["_start", "main", "h", "r", "r"]),
+            (45, &["_start", "main", "h", MARKER, "r", "g"]),
+            (75, &["_start", "main", "h", "k"]),
+        ],
+    );
+    // A later segment returns from the inner `r` into the outer one, then into `h`: both
+    // levels were still running under `g`.
+    let both = burst(&[
+        Line::Lost {
+            ns: 164,
+            resume: (0x401710, "q", 0x10),
+        },
+        Line::Lost {
+            ns: 170,
+            resume: (0x401350, "r", 0x50),
+        },
+        Line::Branch((180, "return", (0x401360, "r", 0x60), (0x401315, "r", 0x15))),
+        Line::Branch((190, "return", (0x401360, "r", 0x60), (0x401215, "h", 0x15))),
+        Line::Branch((
+            200,
+            "return",
+            (0x401290, "h", 0x90),
+            (0x401115, "main", 0x15),
+        )),
+        Line::Branch(main_returns(210)),
+    ]);
+    assert_stacks("proven", &transcript_with(&both, true), &[(45, carried)]);
+}

@@ -55,6 +55,39 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         }
     }
 
+    /// With [`WriterConfig::mark_unknown_frames`](crate::WriterConfig::mark_unknown_frames):
+    /// a short segment of a burst lined up by one name with an open frame whose caller
+    /// runs the same function (a direct recursion). Which of the two levels it continues
+    /// the trace does not say: the inner one (the fewest returns in the gap, what the
+    /// line-up chose), or the outer one, the inner having returned in the gap. Both give
+    /// way to the marker frame, which stands for the outer level or for nothing, and the
+    /// segment's frames go above it. Returns whether the marker is to be opened at
+    /// `st.base`.
+    pub(super) fn mark_recursion_level(&self, si: usize, st: &mut Stitch) -> bool {
+        if self.marker.is_none() || st.unverified || st.matched != 1 || st.base == 0 {
+            return false;
+        }
+        let (ts, locs, strings) = (self.ts, self.locs, self.strings);
+        let sym = |i: usize| {
+            let f = self.open[i].frame;
+            locs.get(strings, ts.frames[f as usize].loc).symbol
+        };
+        if sym(st.base - 1) != sym(st.base) {
+            return false;
+        }
+        // A later segment lined up with both levels shows them both still running.
+        let both = |f: &Stitch| !f.unverified && f.base < st.base && f.base + f.matched > st.base;
+        if self
+            .later_line_ups(si)
+            .any(|(_, found)| found.as_ref().is_some_and(both))
+        {
+            return false;
+        }
+        st.base -= 1;
+        st.matched = 0;
+        true
+    }
+
     /// How many of the open frames (outermost first) the rest of the burst after
     /// segment `si` shows still open: the most that a later segment, each one after a
     /// decode error, lines up with by at least two frames (one name alone is often a

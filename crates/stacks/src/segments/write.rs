@@ -160,6 +160,7 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
             Some(st) if st.unverified && seg.join == Join::Any => {
                 self.mark_unproven(si, st, is_short(seg))
             }
+            Some(st) if seg.join == Join::Any && is_short(seg) => self.mark_recursion_level(si, st),
             _ => false,
         };
         let keep = match &stitch {
