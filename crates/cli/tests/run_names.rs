@@ -362,7 +362,8 @@ fn attach_names_the_threads_that_were_already_running() {
     }
     let d = tempfile::tempdir().unwrap();
     let exe = build_c(d.path(), "threads", THREADS, &[]);
-    let mut prog = Command::new(&exe).arg("forever").spawn().unwrap();
+    // Killed however the test ends: it would run forever.
+    let prog = KillOnDrop(Command::new(&exe).arg("forever").spawn().unwrap());
     // The workers start and name themselves before perf attaches (waited for: a fixed
     // pause raced a loaded machine).
     let names = |pid: u32| -> BTreeSet<String> {
@@ -375,15 +376,40 @@ fn attach_names_the_threads_that_were_already_running() {
             .collect()
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !(0..4).all(|i| names(prog.id()).contains(&format!("worker-{i}"))) {
+    while !(0..4).all(|i| names(prog.0.id()).contains(&format!("worker-{i}"))) {
         assert!(
             std::time::Instant::now() < deadline,
             "the workers never named themselves: {:?}",
-            names(prog.id())
+            names(prog.0.id())
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let out = d.path().join("attach.fxt");
+    // A loaded machine may starve workers, or start perf late in the 2 s: a recording
+    // that shows fewer than two workers is made again (twice at most).
+    for attempt in 1..=3 {
+        let (t, seen) = attach_once(d.path(), &prog.0, attempt);
+        if seen >= 2 || attempt == 3 {
+            assert!(seen >= 2, "{t:#?}");
+            return;
+        }
+        eprintln!("attach, run {attempt}: {seen} workers seen, recording again");
+    }
+}
+
+/// A child process killed and reaped when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Attaches to `prog` for 2 s once perf runs; the trace's tree and how many of the
+/// workers' functions it shows, each on its own worker's track.
+fn attach_once(dir: &Path, prog: &std::process::Child, attempt: u32) -> (Tree, usize) {
+    let out = dir.join(format!("attach-{attempt}.fxt"));
     let p = Command::new(ptscope())
         .args(["attach", "--quiet", "--timer-resolution", "low", "-p"])
         .arg(prog.id().to_string())
@@ -420,8 +446,6 @@ fn attach_names_the_threads_that_were_already_running() {
         .args(["-INT", &p.id().to_string()])
         .status();
     let done = p.wait_with_output().unwrap();
-    let _ = prog.kill();
-    let _ = prog.wait();
     assert!(
         done.status.success(),
         "{}",
@@ -437,8 +461,7 @@ fn attach_names_the_threads_that_were_already_running() {
             seen += 1;
         }
     }
-    // A loaded machine may starve a worker, not all of them.
-    assert!(seen >= 2, "{t:#?}");
+    (t, seen)
 }
 
 fn which(name: &str) -> Result<PathBuf, ()> {
