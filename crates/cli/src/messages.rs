@@ -87,6 +87,8 @@ pub fn report(report: &ptscope_pipeline::Report, output: &std::path::Path) {
         warn(format!("the trace is incomplete: {e}"));
     }
     if report.interrupted {
+        // The press's own message first (its watcher thread may not have run yet).
+        ptscope_interrupt::catch_up();
         warn(format!(
             "decoding was interrupted; the trace holds the {} events decoded before",
             report.events

@@ -326,7 +326,7 @@ fn emulate_quits_at_the_third_press_keeping_the_recording() {
 /// The second press under the emulate backend, once the program has stopped, stops the
 /// decode: the trace holds what was decoded (or nothing was, and that is said) and the
 /// recording is kept and named (the README's three presses; before, no press reached
-/// the emulate backend at all). A 16 MiB ring decodes for seconds even unloaded.
+/// the emulate backend at all). A 16 MiB ring decodes for a second or more unloaded.
 #[test]
 fn emulate_second_press_stops_decoding_and_keeps_the_recording() {
     let Some(plugin) = emulate::plugin() else {
@@ -349,7 +349,9 @@ fn emulate_second_press_stops_decoding_and_keeps_the_recording() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(1000));
+    // At once: the decode got fast enough (1.5 CPU-s for a 20 MiB ring) to end within
+    // the second this test used to wait, and CI saw the trace written in full. Either
+    // outcome below is the second press's, however far the decode got.
     press(p.id());
     let (code, err) = wait_exit(p, "two SIGINTs");
     assert!(err.contains("writing what was decoded so far"), "{err}");

@@ -49,6 +49,8 @@ static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
 
 /// What the watcher does at each press; set by the program for its current stage.
 struct Policy {
+    /// Presses handled (their message printed), by the watcher or by [`catch_up`].
+    seen: usize,
     quit_at: usize,
     quit_message: String,
     on_press: Vec<(usize, String)>,
@@ -60,6 +62,7 @@ fn policy() -> &'static Mutex<Policy> {
     static P: OnceLock<Mutex<Policy>> = OnceLock::new();
     P.get_or_init(|| {
         Mutex::new(Policy {
+            seen: 0,
             quit_at: 0,
             quit_message: String::new(),
             on_press: Vec::new(),
@@ -137,7 +140,6 @@ pub fn install() -> std::io::Result<()> {
 /// The watcher: prints the message the program set for each press, and quits at the
 /// quitting press after removing what was registered with [`remove_on_quit`].
 fn watch(read_fd: i32) {
-    let mut seen = 0usize;
     loop {
         let mut buf = [0u8; 64];
         // SAFETY: reading into a local buffer from our own pipe.
@@ -145,21 +147,30 @@ fn watch(read_fd: i32) {
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return;
         }
-        let now = PRESSES.load(Ordering::SeqCst);
-        while seen < now {
-            seen += 1;
-            let p = lock();
-            if p.quit_at != 0 && seen >= p.quit_at {
-                for (_, path) in &p.cleanup {
-                    remove(path);
-                }
-                say(&p.quit_message);
-                // 130 = 128 + SIGINT, what shells report for a Ctrl-C'd program.
-                std::process::exit(130);
+        catch_up();
+    }
+}
+
+/// Handles the presses not handled yet, on the calling thread: prints each one's message
+/// and quits at the quitting one. The watcher thread does this at every press; a stage
+/// that ends because of a press calls it before saying so, or the program could print
+/// its last words and exit before the watcher printed the press's message.
+pub fn catch_up() {
+    let now = PRESSES.load(Ordering::SeqCst);
+    let mut p = lock();
+    while p.seen < now {
+        p.seen += 1;
+        let seen = p.seen;
+        if p.quit_at != 0 && seen >= p.quit_at {
+            for (_, path) in &p.cleanup {
+                remove(path);
             }
-            if let Some((_, m)) = p.on_press.iter().find(|(at, _)| *at == seen) {
-                say(m);
-            }
+            say(&p.quit_message);
+            // 130 = 128 + SIGINT, what shells report for a Ctrl-C'd program.
+            std::process::exit(130);
+        }
+        if let Some((_, m)) = p.on_press.iter().find(|(at, _)| *at == seen) {
+            say(m);
         }
     }
 }
@@ -199,10 +210,15 @@ pub fn set_quit(at: usize, message: impl Into<String>) {
     p.quit_message = message.into();
 }
 
-/// Prints `message` when the `at`-th press arrives (unless it quits).
+/// Prints `message` when the `at`-th press arrives (unless it quits), or now if that
+/// press was already handled: a press can come while the program is still getting to the
+/// stage the message is for.
 pub fn say_at(at: usize, message: impl Into<String>) {
     let message = message.into();
     let mut p = lock();
+    if p.seen >= at {
+        say(&message);
+    }
     p.on_press.retain(|(a, _)| *a != at);
     p.on_press.push((at, message));
 }
