@@ -17,7 +17,7 @@ use crate::names::{Names, StackBuilder, StackId};
 use crate::score::{score_interned, Fidelity, Truth};
 use crate::sink::{Recon, ReconThread, TimelineSink};
 use anyhow::{bail, Context, Result};
-use ptscope_event::{Event, EventData, Kind, StringTable, Symbol, Thread};
+use ptscope_event::{Event, EventData, Kind, LocationHandle, StringTable, Symbol, Thread};
 use ptscope_pipeline::{DecodeOptions, DecoderKind, Input, Quiet};
 use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::segments::SegmentsWriter;
@@ -68,8 +68,19 @@ pub fn decode(perf_data: &Path, path: DecodePath) -> Result<Decoded> {
 pub fn decode_each(
     perf_data: &Path,
     path: DecodePath,
-    mut f: impl FnMut(Event, &StringTable),
+    f: impl FnMut(Event, &StringTable),
 ) -> Result<StringTable> {
+    decode_each_with_entries(perf_data, path, f).map(|(strings, _)| strings)
+}
+
+/// [`decode_each`], also returning where each process entered its program (the
+/// pipeline's [`ptscope_pipeline::Report::process_entries`], for the writers as
+/// `ptscope decode` gives them).
+fn decode_each_with_entries(
+    perf_data: &Path,
+    path: DecodePath,
+    mut f: impl FnMut(Event, &StringTable),
+) -> Result<(StringTable, Vec<(u32, LocationHandle)>)> {
     let mut options = DecodeOptions::new(Input::Recording(perf_data.to_path_buf()));
     options.decoder = match path {
         DecodePath::Text => DecoderKind::Text,
@@ -82,7 +93,7 @@ pub fn decode_each(
     if let Some(why) = report.incomplete.first() {
         bail!("decoding {} failed: {why}", perf_data.display());
     }
-    Ok(strings)
+    Ok((strings, report.process_entries))
 }
 
 /// The naming step `ptscope decode` runs between decoding and its writers, for the
@@ -895,11 +906,19 @@ impl Writers {
 
     /// Both writers' finished sinks (legacy, segments), and the time their relative
     /// times count from.
-    fn finish(mut self, strings: &StringTable) -> Option<(TimelineSink, TimelineSink, u64)> {
+    fn finish(
+        mut self,
+        strings: &StringTable,
+        entries: &[(u32, LocationHandle)],
+    ) -> Option<(TimelineSink, TimelineSink, u64)> {
         if self.both.is_none() {
             self.start(0, strings);
         }
-        let (l, s) = self.both?;
+        let (mut l, mut s) = self.both?;
+        for &(pid, entry) in entries {
+            l.set_process_entry(pid, entry);
+            s.set_process_entry(pid, entry);
+        }
         Some((l.finish(strings), s.finish(strings), self.earliest))
     }
 }
@@ -967,7 +986,7 @@ fn score_path(
             .ok()
             .map(std::io::BufWriter::new)
     });
-    let strings = decode_each(data, path, |e, strings| {
+    let (strings, entries) = decode_each_with_entries(data, path, |e, strings| {
         events += 1;
         errors += usize::from(matches!(e, Event::DecodeError { .. }));
         if let Some(k) = event_key(&e, strings) {
@@ -1000,7 +1019,7 @@ fn score_path(
         },
     );
     let (l, s, earliest) = writers
-        .finish(&strings)
+        .finish(&strings, &entries)
         .context("the writers were never started")?;
     let s = score_writer(s, earliest, &truth, names, keep);
     let l = score_writer(l, earliest, &truth, names, keep);
@@ -1139,6 +1158,10 @@ pub struct SimProgram {
     /// it land in the program's own work at the same place whatever the start-up's
     /// length (the loader's work grows with the environment's size).
     pub main_entry_step: usize,
+    /// The main thread's step that jumps into the program's entry (ld.so's jump to
+    /// `_start`; 0 if none is found): the one just before the entry's call of
+    /// `__libc_start_main`, `_start` having no branch of its own before it.
+    pub program_entry_step: usize,
 }
 
 impl SimProgram {
@@ -1168,6 +1191,17 @@ impl SimProgram {
                     .position(|s| syms.function(s.to) == Some(("main", s.to)))
             })
             .unwrap_or(0);
+        let program_entry_step = out
+            .sim
+            .traces
+            .first()
+            .and_then(|t| {
+                t.steps.iter().position(|s| {
+                    syms.function(s.to)
+                        .is_some_and(|(f, at)| f.starts_with("__libc_start_main") && at == s.to)
+                })
+            })
+            .map_or(0, |i| i.saturating_sub(1));
         Ok(SimProgram {
             name: name.to_string(),
             dir: dir.to_path_buf(),
@@ -1176,6 +1210,7 @@ impl SimProgram {
             comm: out.sim.recording.comm.clone(),
             main_steps: out.sim.traces.first().map_or(0, |t| t.steps.len()),
             main_entry_step,
+            program_entry_step,
         })
     }
 

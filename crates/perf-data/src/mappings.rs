@@ -153,6 +153,31 @@ impl Mappings {
         self.len() == 0
     }
 
+    /// The files process `pid` mapped executable, each once, in the order it mapped them
+    /// (the kernel maps a program before its interpreter and libraries; perf lists the
+    /// mappings of a process already running in address order, the program's first too).
+    pub fn files_of(&self, pid: u32) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for m in self.by_pid.get(&pid).into_iter().flatten() {
+            if !out.contains(&&*m.path) {
+                out.push(&m.path);
+            }
+        }
+        out
+    }
+
+    /// The address where process `pid` mapped file offset `offset` of the file `path`
+    /// (the inverse of [`Mappings::file_offset`]), if an executable mapping holds it.
+    pub fn address_of_offset(&self, pid: u32, path: &str, offset: u64) -> Option<u64> {
+        let m = self
+            .by_pid
+            .get(&pid)?
+            .iter()
+            .rev()
+            .find(|m| &*m.path == path && offset >= m.pgoff && offset - m.pgoff < m.len)?;
+        Some(m.start + (offset - m.pgoff))
+    }
+
     /// The file offset of `ip` in the file `path` as process `pid` mapped it. A process
     /// that forked without exec has no mappings of its own in the recording: the
     /// mappings of other processes of the same file are used when they agree.

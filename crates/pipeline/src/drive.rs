@@ -34,6 +34,8 @@ pub(crate) struct Totals {
     /// The FXT trace's size before compression.
     pub trace_bytes: u64,
     pub interrupted: bool,
+    /// Where each process entered its program, by pid (the last input's say).
+    pub entries: Vec<(u32, ptscope_event::LocationHandle)>,
 }
 
 impl Totals {
@@ -86,11 +88,13 @@ impl Totals {
             errors,
             notices,
             markers,
+            entries,
         } = msg
         else {
             return;
         };
         self.notes.extend(notices.into_iter().map(Notice::Source));
+        self.entries.extend(entries);
         // Several snapshots each name the clock: it is shown once.
         for m in markers {
             if !self.markers.iter().any(|x| x.1 == m.1) {
@@ -548,6 +552,9 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     match writer {
         Some(mut w) => {
             w.end_of_input();
+            for &(pid, entry) in &totals.entries {
+                w.set_process_entry(pid, entry);
+            }
             let sink = w.finish(&strings);
             Ok((sink, strings))
         }

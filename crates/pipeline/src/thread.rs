@@ -28,6 +28,9 @@ pub(crate) enum Msg {
         /// Instants for the trace's own info track (`(time from the trace's start,
         /// text)`): an emulate trace's clock, its execs.
         markers: Vec<(u64, String)>,
+        /// Where each process entered its program (`Namer::process_entries`), interned
+        /// in the table the batches sent so far carry.
+        entries: Vec<(u32, ptscope_event::LocationHandle)>,
     },
 }
 
@@ -40,6 +43,7 @@ impl Msg {
             errors: vec![error],
             notices: Vec::new(),
             markers: Vec::new(),
+            entries: Vec::new(),
         }
     }
 }
@@ -219,7 +223,11 @@ pub(crate) fn decode_inputs(
                 }
             }
         }
-        if !batch.is_empty() && tx.send(flush(&strings, &mut sent, batch)).is_err() {
+        // The processes' entries are interned last: the final batch carries them.
+        let entries = namer.process_entries(&mut strings);
+        if (!batch.is_empty() || !entries.is_empty())
+            && tx.send(flush(&strings, &mut sent, batch)).is_err()
+        {
             return;
         }
         observer.finished();
@@ -242,6 +250,7 @@ pub(crate) fn decode_inputs(
                 errors,
                 notices,
                 markers: end.markers,
+                entries,
             })
             .is_err()
         {

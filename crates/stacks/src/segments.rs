@@ -57,7 +57,7 @@
 use crate::sink::TraceSink;
 use crate::transaction::Transaction;
 use crate::{StackWriter, WriterConfig};
-use ptscope_event::{Event, EventData, StringTable, Thread};
+use ptscope_event::{Event, EventData, LocationHandle, StringTable, Thread};
 use rustc_hash::FxHashMap;
 
 mod bursts;
@@ -97,6 +97,9 @@ pub struct SegmentsWriter<S: TraceSink> {
     /// The recording has context switches ([`EventData::Switch`]): gaps between
     /// samples are then not taken as time off CPU, switches say exactly when it was.
     switches: bool,
+    /// Where each process entered its program, by pid
+    /// ([`StackWriter::set_process_entry`]).
+    entries: FxHashMap<u32, LocationHandle>,
 }
 
 impl<S: TraceSink> SegmentsWriter<S> {
@@ -120,6 +123,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             in_region: true,
             tracks: crate::tracks::Tracks::default(),
             switches: false,
+            entries: FxHashMap::default(),
         };
         w.write_hits();
         w
@@ -203,6 +207,10 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
         }
     }
 
+    fn set_process_entry(&mut self, pid: u32, entry: LocationHandle) {
+        self.entries.insert(pid, entry);
+    }
+
     /// Writes everything and returns the sink.
     fn finish(mut self, strings: &StringTable) -> S {
         for (e, ()) in self.transaction.take() {
@@ -213,7 +221,8 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
             flush_off_cpu_at_end(&mut ts, &mut self.locs, strings, &self.config);
             close_segment(&mut ts);
             if self.config.stitch {
-                add_process_entry(&mut ts, &mut self.locs, strings);
+                let entry = ts.thread.pid.and_then(|p| self.entries.get(&p).copied());
+                add_process_entry(&mut ts, &mut self.locs, strings, entry);
                 extend_roots_backwards(&mut ts, &self.locs, strings);
             }
             let marker = self

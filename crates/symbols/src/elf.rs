@@ -139,6 +139,30 @@ impl<'a> Elf<'a> {
         self.file.kind() == ObjectKind::Dynamic
     }
 
+    /// The link-time address where the program starts (`e_entry`), if the file is a
+    /// program: `ET_EXEC`, or `ET_DYN` with an interpreter (a PIE). Shared libraries
+    /// have an `e_entry` too, which nothing runs; glibc's `libc.so.6`, which has an
+    /// interpreter to print its version when run, is the one exception a caller must
+    /// tell apart (by which file a process mapped first).
+    pub fn program_entry(&self) -> Option<u64> {
+        let program = match self.file.kind() {
+            ObjectKind::Executable => true,
+            ObjectKind::Dynamic => self.file.section_by_name(".interp").is_some(),
+            _ => false,
+        };
+        (program && self.file.entry() != 0).then(|| self.file.entry())
+    }
+
+    /// The file offset of the link-time address `vaddr`, if an executable load segment
+    /// holds it in the file.
+    pub fn offset_of_address(&self, vaddr: u64) -> Option<u64> {
+        let seg = self
+            .load_segments()
+            .into_iter()
+            .find(|s| s.executable && vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)?;
+        Some(seg.offset + (vaddr - seg.vaddr))
+    }
+
     /// The file named by `.gnu_debuglink`, where a stripped binary's symbols and DWARF live.
     pub fn debuglink(&self) -> Option<String> {
         let (name, _crc) = self.file.gnu_debuglink().ok().flatten()?;

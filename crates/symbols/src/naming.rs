@@ -35,7 +35,7 @@ use std::path::Path;
 use ptscope_event::{
     Event, EventData, Location, LocationHandle, StackHandle, StringTable, Sym, Symbol,
 };
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::functions::FunctionRanges;
 use crate::inline::InlineInfo;
@@ -196,6 +196,10 @@ pub struct Namer {
     inline_files: FxHashMap<Sym, Option<InlineInfo>>,
     /// (DSO, file offset looked up) → the calls inlined there (`None`: none).
     inlined: FxHashMap<(Sym, u64), Option<InlinedCalls>>,
+    /// Processes whose events were named since the mappings were set (for
+    /// [`Namer::process_entries`]), and the last one seen (most events repeat it).
+    pids: FxHashSet<u32>,
+    last_pid: Option<u32>,
 }
 
 /// log2 of [`Namer`]'s branch-end cache's slots.
@@ -229,6 +233,8 @@ impl Namer {
             inline: false,
             inline_files: FxHashMap::default(),
             inlined: FxHashMap::default(),
+            pids: FxHashSet::default(),
+            last_pid: None,
         }
     }
 
@@ -247,6 +253,8 @@ impl Namer {
     /// are not named either.
     pub fn set_mappings(&mut self, mappings: Option<Mappings>) {
         self.mappings = mappings;
+        self.pids.clear();
+        self.last_pid = None;
         self.found_abs.clear();
         self.branch_ends.fill((None, u32::MAX, 0));
     }
@@ -287,6 +295,10 @@ impl Namer {
             return;
         };
         let pid = thread.pid;
+        if pid != self.last_pid {
+            self.last_pid = pid;
+            self.pids.extend(pid);
+        }
         let switch_out = matches!(data, EventData::SwitchOutStack { .. });
         let handle = match data {
             EventData::StackSample { callstack } | EventData::SwitchOutStack { callstack } => {
@@ -790,6 +802,74 @@ impl Namer {
         });
         self.found_abs.insert(key, f);
         f
+    }
+
+    /// Where each process whose events this step named (since the mappings were set)
+    /// entered its program, by pid: see [`Namer::process_entry`].
+    pub fn process_entries(&mut self, strings: &mut impl NameTable) -> Vec<(u32, LocationHandle)> {
+        let mut pids: Vec<u32> = self.pids.iter().copied().collect();
+        pids.sort_unstable();
+        pids.into_iter()
+            .filter_map(|pid| Some((pid, self.process_entry(pid, strings)?)))
+            .collect()
+    }
+
+    /// The location where process `pid`'s program starts (its ELF header's `e_entry`, at
+    /// the address the process mapped it), named as a branch there is named: the file's
+    /// own symbol (`_start`), else this step's name for the function (`sqlite3+0xa780`
+    /// in a stripped program). The trace shows it only in ld.so's jump to it; a stack
+    /// writer that lost that jump to a decode error but sees `__libc_start_main` knows
+    /// the program's entry called it, and with this can name that frame as the trace
+    /// would have. `None` without mappings, or when the program's file cannot be read
+    /// or is not the one recorded.
+    pub fn process_entry(
+        &mut self,
+        pid: u32,
+        strings: &mut impl NameTable,
+    ) -> Option<LocationHandle> {
+        if !self.grouping() {
+            return None;
+        }
+        let maps = self.mappings.as_ref()?;
+        // The first file the process mapped that is a program: after an interpreter run
+        // by hand (`ld.so ./prog`), before `libc.so.6` (a program too, see
+        // `Elf::program_entry`). A file that cannot be read ends the search: what
+        // follows it may be a library.
+        let mut found = None;
+        for path in maps.files_of(pid) {
+            let file = crate::MappedFile::open_regular(path).ok()?;
+            let elf = file.elf().ok()?;
+            let Some(entry) = elf.program_entry() else {
+                continue;
+            };
+            let recorded = maps.build_id(path);
+            if recorded.is_some() && elf.build_id() != recorded {
+                return None;
+            }
+            let offset = elf.offset_of_address(entry)?;
+            let own = elf.symbols().ok().and_then(|t| {
+                let f = t.containing(entry)?;
+                Some((f.name().to_owned(), entry.wrapping_sub(f.address())))
+            });
+            let ip = maps.address_of_offset(pid, path, offset)?;
+            found = Some((path.to_owned(), offset, ip, own));
+            break;
+        }
+        let (path, offset, ip, own) = found?;
+        let dso = strings.intern(&path);
+        let (name, off) = match own {
+            Some((name, off)) => (strings.intern(&name), off),
+            None => {
+                let (name, start) = self.lookup(dso, offset, strings)?;
+                (name, offset.wrapping_sub(start))
+            }
+        };
+        Some(strings.intern_location(Location {
+            ip,
+            symbol: Symbol::FromPerf(name),
+            offset: off,
+            dso: Some(dso),
+        }))
     }
 
     /// The function holding file offset `offset` of the DSO `dso`: its interned name and

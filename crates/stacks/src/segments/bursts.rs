@@ -4,8 +4,8 @@
 //! before its gap is a guess on one name; the segments after it, up to the first long one,
 //! say which of those frames were still running.
 
-use super::frames::{plain_name, Segment};
-use super::stitch::{find_stitch, is_thread_root, Stitch};
+use super::frames::Segment;
+use super::stitch::{find_stitch, is_root_frame, Stitch};
 use super::write::ThreadWriter;
 use crate::sink::TraceSink;
 
@@ -29,11 +29,7 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
         // Only a line-up by a single frame is that weak; a thread's first function has
         // nothing below it.
         let (ts, locs, strings) = (self.ts, self.locs, self.strings);
-        let first = self
-            .path
-            .first()
-            .map(|&f| locs.get(strings, ts.frames[f as usize].loc));
-        let root = first.is_some_and(|l| plain_name(strings, l.symbol).is_some_and(is_thread_root));
+        let root = (self.path.first()).is_some_and(|&f| is_root_frame(ts, locs, strings, f));
         if st.matched > 1 || root {
             return st;
         }

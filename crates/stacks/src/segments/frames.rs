@@ -17,6 +17,10 @@ pub(super) const RETURN_LABEL: u8 = 8;
 /// A signal handler's frame (and the trampoline that replaces it when it returns): its
 /// parent is the frame the signal interrupted (see [`signals`]).
 pub(super) const SIGNAL: u8 = 16;
+/// The program's entry, inferred below `__libc_start_main` (see
+/// [`add_process_entry`](super::stitch::add_process_entry)): a thread's first function
+/// whatever its name (a stripped program's is `prog+0x…`, not `_start`).
+pub(super) const PROCESS_ENTRY: u8 = 32;
 pub(super) const NONE: u32 = u32::MAX;
 
 /// One stack frame: 16 bytes, so millions of calls stay cheap.

@@ -6,12 +6,12 @@ use super::bursts::is_short;
 use super::frames::Segment;
 use super::frames::{
     frame_path, plain_name, unversioned, Frame, Join, Locations, ThreadState, INFERRED_START, NONE,
-    RETURN_LABEL, SENTINEL,
+    PROCESS_ENTRY, RETURN_LABEL, SENTINEL,
 };
 use super::go::Parked;
 use super::write::{Open, ThreadWriter};
 use crate::sink::TraceSink;
-use ptscope_event::{Location, StringTable, Symbol};
+use ptscope_event::{Location, LocationHandle, StringTable, Symbol};
 
 /// Functions at the very bottom of a thread's stack (C's; Go's are
 /// [`GO_THREAD_ROOTS`](super::go::GO_THREAD_ROOTS)): a stack known down to one of these
@@ -23,6 +23,20 @@ pub(super) const THREAD_ROOTS: &[&str] = &["_start", "start_thread", "clone", "c
 pub(super) fn is_thread_root(name: &str) -> bool {
     let name = unversioned(name);
     THREAD_ROOTS.contains(&name) || super::go::is_go_root(name)
+}
+
+/// Is frame `f` at the very bottom of its thread's stack: named as a thread's first
+/// function ([`is_thread_root`]), or the program's entry inferred below
+/// `__libc_start_main` ([`PROCESS_ENTRY`], whatever its name)?
+pub(super) fn is_root_frame<T>(
+    ts: &ThreadState<T>,
+    locs: &Locations,
+    strings: &StringTable,
+    f: u32,
+) -> bool {
+    let fr = &ts.frames[f as usize];
+    fr.flags & PROCESS_ENTRY != 0
+        || plain_name(strings, locs.get(strings, fr.loc).symbol).is_some_and(is_thread_root)
 }
 /// glibc's process start-up, whose callers are fixed by the ABI: the program's `_start`
 /// calls `__libc_start_main`, which calls `__libc_start_call_main`, which calls `main`.
@@ -36,19 +50,27 @@ pub(super) const LIBC_START_CALL_MAIN: &str = "__libc_start_call_main";
 pub(super) const MAX_LOOKAHEAD: usize = 64;
 
 /// A segment whose outermost frame is `__libc_start_main` lost its caller to a gap or
-/// the start of a snapshot, but the ABI names it: the program's `_start`, put below it
+/// the start of a snapshot, but the ABI names it: the program's entry, put below it
 /// as an inferred frame. Without it, a decode error across the loader's jump to the
 /// program left the rest of the run rooted one level short, and carried the loader's
-/// open frames under it.
+/// open frames under it. `entry` is where the process entered its program, as the
+/// trace names it (`sqlite3+0xa780` in a stripped program, whose entry has no symbol);
+/// without it the frame is named `_start`, the entry's usual symbol.
 pub(super) fn add_process_entry<T>(
     ts: &mut ThreadState<T>,
     locs: &mut Locations,
     strings: &StringTable,
+    entry: Option<LocationHandle>,
 ) {
-    let Some(start) = strings.lookup("_start") else {
-        return;
+    let l = match entry {
+        Some(h) => h.0,
+        None => {
+            let Some(start) = strings.lookup("_start") else {
+                return;
+            };
+            locs.own(Location::new(0, Symbol::FromPerf(start), 0)).id
+        }
     };
-    let mut start_loc = None;
     for f in 0..ts.frames.len() {
         let Frame {
             loc, parent, flags, ..
@@ -63,10 +85,9 @@ pub(super) fn add_process_entry<T>(
         if !name.is_some_and(|n| LIBC_START_MAIN.contains(&n)) {
             continue;
         }
-        let l = *start_loc
-            .get_or_insert_with(|| locs.own(Location::new(0, Symbol::FromPerf(start), 0)).id);
         let entry = ts.frames.len() as u32;
-        ts.frames.push(Frame::new(l, parent, INFERRED_START));
+        ts.frames
+            .push(Frame::new(l, parent, INFERRED_START | PROCESS_ENTRY));
         ts.frames[f].parent = entry;
     }
 }
@@ -165,7 +186,7 @@ pub(super) fn find_stitch<T>(
     let label = ts.frames[first as usize].flags & RETURN_LABEL != 0;
     let dso = |f: u32| locs.get(strings, ts.frames[f as usize].loc).dso;
     let name = |f: u32| plain_name(strings, sym(f));
-    let is_root = |f: u32| name(f).is_some_and(is_thread_root);
+    let is_root = |f: u32| is_root_frame(ts, locs, strings, f);
     let mut best: Option<(usize, usize, usize)> = None; // (cost, run, i)
     for i in 0..open.len() {
         // A label root continues the open frame that called what returned to it. That
@@ -369,10 +390,7 @@ impl<S: TraceSink> ThreadWriter<'_, S> {
             }
         }
         let (ts, locs, strings) = (self.ts, self.locs, self.strings);
-        let root = self.open.first().is_some_and(|o| {
-            let sym = locs.get(strings, ts.frames[o.frame as usize].loc).symbol;
-            plain_name(strings, sym).is_some_and(is_thread_root)
-        });
+        let root = (self.open.first()).is_some_and(|o| is_root_frame(ts, locs, strings, o.frame));
         let mut proven = usize::from(root);
         // Past the burst (its first long segment included) the stack has run on for a
         // while: a later line-up by one name is most often that function called again,
