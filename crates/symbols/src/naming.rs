@@ -847,10 +847,12 @@ impl Namer {
                 return None;
             }
             let offset = elf.offset_of_address(entry)?;
-            let own = elf.symbols().ok().and_then(|t| {
-                let f = t.containing(entry)?;
-                Some((f.name().to_owned(), entry.wrapping_sub(f.address())))
-            });
+            // The symbol starting at the entry (`_start`), by raw name as perf shows it:
+            // not `Elf::symbols`, which demangles the whole table (seconds for a large
+            // program, on every decode).
+            let own = (elf.function_starts().into_iter())
+                .find(|&(_, at)| at == entry)
+                .map(|(name, _)| name.to_owned());
             let ip = maps.address_of_offset(pid, path, offset)?;
             found = Some((path.to_owned(), offset, ip, own));
             break;
@@ -858,7 +860,7 @@ impl Namer {
         let (path, offset, ip, own) = found?;
         let dso = strings.intern(&path);
         let (name, off) = match own {
-            Some((name, off)) => (strings.intern(&name), off),
+            Some(name) => (strings.intern(&name), 0),
             None => {
                 let (name, start) = self.lookup(dso, offset, strings)?;
                 (name, offset.wrapping_sub(start))

@@ -272,3 +272,57 @@ fn debian_sort_branches_are_named_per_function() {
         assert_eq!(a_first.0, format!("sort+{a:#x}"));
     }
 }
+
+/// Where a process entered its program (`Namer::process_entry`), for a writer that lost
+/// ld.so's jump there to a decode error: Debian's stripped `sort` has no `_start`, so
+/// the entry is named as a branch there is (`sort+0x…`, its `.eh_frame` function), at
+/// `e_entry` moved to where the process mapped the file; nothing without the mappings.
+#[test]
+fn a_stripped_programs_entry_is_named_as_a_branch_there() {
+    let Some(sort) = tool("sort") else { return };
+    let sort = std::fs::canonicalize(sort).unwrap();
+    let path = sort.to_str().unwrap();
+    let bytes = std::fs::read(&sort).unwrap();
+    let e_entry = u64::from_le_bytes(bytes[0x18..0x20].try_into().unwrap());
+    let file = MappedFile::open(&sort).unwrap();
+    let elf = file.elf().unwrap();
+    let text = elf
+        .load_segments()
+        .into_iter()
+        .find(|s| s.executable && s.contains(e_entry))
+        .expect("sort's entry is in an executable segment");
+    let (pid, base) = (4243, 0x5555_0000_0000u64);
+    let data = pipe_perf_data_with_mmap(pid, base + text.vaddr, text.memsz, text.offset, path);
+    let mut strings = StringTable::new();
+    let mut namer = Namer::new(true, true);
+    assert_eq!(
+        namer.process_entry(pid, &mut strings),
+        None,
+        "no mappings, no entry"
+    );
+    namer.set_mappings(Mappings::parse(&data));
+    assert_eq!(
+        namer.process_entry(pid + 1, &mut strings),
+        None,
+        "another process"
+    );
+    let h = namer
+        .process_entry(pid, &mut strings)
+        .expect("sort's entry is found");
+    let loc = *strings.location(h);
+    assert_eq!(loc.ip, base + e_entry);
+    let dso = strings.intern(path);
+    assert_eq!(loc.dso, Some(dso));
+    let (name, start) = namer
+        .function_at_address(Some(pid), dso, base + e_entry, &mut strings)
+        .expect("a branch to the entry is named");
+    assert_eq!(loc.symbol, ptscope_event::Symbol::FromPerf(name));
+    assert_eq!(loc.offset, base + e_entry - start);
+    if FunctionRanges::load(&sort).unwrap().source() == &NameSource::EhFrame {
+        assert!(
+            strings.get(name).starts_with("sort+0x"),
+            "{}",
+            strings.get(name)
+        );
+    }
+}
