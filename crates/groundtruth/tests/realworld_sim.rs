@@ -645,7 +645,7 @@ fn sqlite3_queries() {
 
 /// sqlite3 under simulated PT with eight overflows.
 #[test]
-#[ignore = "intermittent, where the faults fall depends on the environment's size (FIDELITY.md, issue 25): two failing placements are fixed (a root closed by two jumps after an overflow, 8804a55; the stripped entry named _start instead of sqlite3+0xa780, now read from the ELF header), but an overflow that begins inside __libc_start_main's lazy binding (_dl_runtime_resolve_xsave > _dl_fixup) and ends inside main still gives 67 %: nothing after it shows __libc_start_call_main (main never returns in the trace), so main is carried on the binder's frames for the rest of the run; the floor is 95 %"]
+#[ignore = "intermittent, where the faults fall depends on the environment's size (FIDELITY.md, issue 25): a root closed by two jumps after an overflow is fixed (8804a55), and at placement k=36/37 the entry inferred below __libc_start_main is now named as perf names the stripped entry (sqlite3+0xa780, from the ELF header: root 67 -> 100 %), but there the overflow begins inside __libc_start_main's lazy binding (_dl_runtime_resolve_xsave > _dl_fixup) and ends inside main, which still gives 67 % exact: nothing after it shows __libc_start_call_main (main never returns in the trace), so main is carried on the binder's frames for the rest of the run; the floor is 95 %"]
 fn sqlite3_queries_with_faults() {
     let Some((_d, prog)) = sqlite3_recording() else {
         return;
