@@ -76,6 +76,7 @@ impl<T: Copy> Store<T> {
                 self.as_mut_slice()[len] = value;
                 self.since_release += size_of::<T>();
                 if self.since_release >= self.limit {
+                    self.since_release = 0;
                     self.release();
                 }
             }
