@@ -8,7 +8,9 @@ use crate::recording::{Recording, View};
 use crate::walk::Walker;
 use crate::{ClockKind, TimeBase};
 use anyhow::Result;
-use ptscope_event::exact::{ExactKind, ExactStep, Functions, Restart, UNKNOWN_FUNC};
+use ptscope_event::exact::{
+    exits_non_locally, ExactKind, ExactStep, Functions, Restart, UNKNOWN_FUNC,
+};
 use ptscope_event::source::{EventSource, Finished, SourceError, Stats};
 use ptscope_event::{
     Event, EventData, Kind, Location, LocationHandle, StringTable, Symbol, Thread, TraceStateChange,
@@ -32,6 +34,8 @@ struct Part {
     /// Return addresses of the calls made, and their functions: a return whose
     /// destination the walker knows only by function goes to the innermost one there.
     returns: Vec<(u64, u32)>,
+    /// The function running: the last step's destination.
+    current: u32,
 }
 
 /// The recording kept alive for the walkers borrowing it: the view is dropped before
@@ -105,6 +109,7 @@ impl Events {
                 here: null,
                 entries: FxHashMap::default(),
                 returns: Vec::new(),
+                current: UNKNOWN_FUNC,
             });
         }
         let mut notices = v.notices.clone();
@@ -172,6 +177,14 @@ impl Events {
         ))
     }
 
+    /// Whether the running function, or the one that called it, is code made for
+    /// non-local exits (a stripped libc's `__longjmp` is unnamed, called by `longjmp`).
+    fn exiting(part: &Part) -> bool {
+        let funcs = part.walker.functions();
+        let exits = |f: u32| f != UNKNOWN_FUNC && exits_non_locally(funcs.name(f));
+        exits(part.current) || part.returns.last().is_some_and(|r| exits(r.1))
+    }
+
     /// The next event, in time order (threads in log order at equal times).
     pub fn next_event(&mut self) -> Option<Event> {
         let std::cmp::Reverse((time, i)) = self.heap.pop()?;
@@ -214,6 +227,22 @@ impl Events {
                     p.returns.truncate(i);
                 }
             }
+            // An indirect jump settled by function only (stack-mode logs do not log the
+            // block it landed in). From code made for non-local exits (`longjmp`, or
+            // unnamed code it called) into a function an open frame runs, it lands
+            // somewhere in that frame's body. Given the entry, the writers would take it
+            // for a tail call and open the frame again on top of the unwound ones, at
+            // every later jump. The innermost open call made from that function gives an
+            // address in its body; what it called is gone. From ordinary code it stays a
+            // jump to the entry (an indirect tail call), as the exact writer reads it.
+            ExactKind::Jump { indirect: true }
+                if s.to_addr == 0 && s.to != UNKNOWN_FUNC && Self::exiting(p) =>
+            {
+                if let Some(i) = p.returns.iter().rposition(|r| r.1 == s.to) {
+                    s.to_addr = p.returns[i].0;
+                    p.returns.truncate(i);
+                }
+            }
             _ => {}
         }
         let to = Self::location(p, strings, &s);
@@ -242,6 +271,7 @@ impl Events {
         };
         if !matches!(s.kind, ExactKind::Syscall { .. } | ExactKind::Async) {
             p.here = to;
+            p.current = s.to;
         }
         self.refill(i);
         self.produced += 1;

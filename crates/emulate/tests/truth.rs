@@ -763,3 +763,65 @@ fn signals_right_after_a_non_local_jump_are_exact() {
     }
     panic!("in three runs, no delivery landed right after the jump");
 }
+
+/// `_longjmp` back into `main`, on the program's only thread: the stack-mode log (scored
+/// here, as for every single-threaded program) does not log the block the jump lands in,
+/// so the walker knows its function, not its address. As a jump to `main`'s entry the
+/// segments writer took every `_longjmp` for a tail call: `main` opened again on top of
+/// the unwound `deep` frames, one more at each round (7 859 frames after 20 000 events of
+/// a longer loop). The event now lands in `main`'s body, as the exact writer reads it.
+#[test]
+fn longjmp_on_the_only_thread_is_exact() {
+    if !ptsim::testing::tools_available(&["gcc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let src = r#"
+        #include <setjmp.h>
+        #include <stdio.h>
+        static jmp_buf env;
+        __attribute__((noinline)) void deep(int d) {
+            if (d == 0) _longjmp(env, 1);
+            deep(d - 1);
+            __asm__ volatile("");
+        }
+        int main(void) {
+            int n = 0;
+            for (int i = 0; i < 300; i++)
+                if (!_setjmp(env)) deep(3); else n++;
+            printf("%d\n", n);
+            return 0;
+        }
+    "#;
+    // No PLT stubs: the truth names them after `_init`.
+    let exe = ptsim::testing::compile(
+        dir.path(),
+        "lj1",
+        "lj1.c",
+        src,
+        &["gcc", "-O2", "-g", "-fno-plt"],
+    )
+    .expect("compiling");
+    let Some(run) = score_program("lj1", &[&exe]) else {
+        return;
+    };
+    assert_eq!(
+        run.recon.len(),
+        1,
+        "one thread: the stack-mode log is scored"
+    );
+    assert_run_exact(&run);
+    for (way, recon) in [
+        ("exact writer", &run.recon),
+        ("segments writer", &run.events_recon),
+    ] {
+        let mains = recon
+            .iter()
+            .flat_map(|t| &t.slices)
+            .filter(|s| s.name == "main")
+            .count();
+        assert_eq!(mains, 1, "{way}: main opened {mains} times");
+        assert_eq!(slices_under(recon, "main", "deep"), 300, "{way}");
+        assert_eq!(slices_under(recon, "deep", "deep"), 3 * 300, "{way}");
+    }
+}

@@ -27,6 +27,24 @@ pub type FuncId = u32;
 /// after an indirect branch).
 pub const UNKNOWN_FUNC: FuncId = u32::MAX;
 
+/// Code whose jumps leave frames behind: glibc's and musl's `longjmp` family
+/// (`__longjmp`, `____longjmp_chk`, `__libc_siglongjmp`, …), libgcc's and LLVM's
+/// unwinders, OCaml's raise functions and Go's `gogo`. Shared by the stack writers and
+/// the decoders that must tell an unwind from a tail call before the writers see it.
+pub fn exits_non_locally(name: &str) -> bool {
+    // `_Unwind_Resume@plt` is its caller's stub, which only jumps to the unwinder.
+    if name.ends_with("@plt") {
+        return false;
+    }
+    // Without a symbol version (`longjmp@@GLIBC_2.2.5`).
+    let name = name.split('@').next().unwrap_or(name);
+    name.contains("longjmp")
+        || name.starts_with("_Unwind_")
+        || name.starts_with("caml_raise")
+        || name.contains("libunwind")
+        || matches!(name, "gogo" | "runtime.gogo")
+}
+
 /// What the stack writer needs to know of a function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Function {

@@ -79,21 +79,7 @@ fn landing(name: &str) -> Option<Landing> {
     }
 }
 
-/// Code whose jumps leave frames behind: glibc's and musl's `longjmp` family
-/// (`__longjmp`, `____longjmp_chk`, `__libc_siglongjmp`, …), libgcc's and LLVM's
-/// unwinders, OCaml's raise functions and Go's `gogo`.
-pub(crate) fn exits_non_locally(name: &str) -> bool {
-    // `_Unwind_Resume@plt` is its caller's stub, which only jumps to the unwinder.
-    if name.ends_with("@plt") {
-        return false;
-    }
-    let name = unversioned(name);
-    name.contains("longjmp")
-        || name.starts_with("_Unwind_")
-        || name.starts_with("caml_raise")
-        || name.contains("libunwind")
-        || matches!(name, "gogo" | "runtime.gogo")
-}
+pub(crate) use ptscope_event::exact::exits_non_locally;
 
 /// The file an unnamed function is in, from the naming step's `FILE+0xSTART` (a function
 /// only `.eh_frame` knows); `None` for a name that says what the function is.
