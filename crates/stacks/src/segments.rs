@@ -130,7 +130,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
         w
     }
 
-    /// Holds each thread's frames and stack changes in memory up to `bytes` each (8
+    /// Holds each thread's frames and stack changes in memory up to `bytes` each (2
     /// MiB by default), then in a temporary file whose pages the kernel keeps or writes
     /// out: the writer's memory stays bounded however long the trace (`usize::MAX`:
     /// always in memory). Applies to threads seen from now on.
