@@ -89,7 +89,7 @@ impl<T: Copy> Store<T> {
             }
             None => {
                 self.mem.push(value);
-                if self.mem.len() * size_of::<T>() >= self.limit && self.to_file().is_err() {
+                if self.mem.len() * size_of::<T>() >= self.limit && self.move_to_file().is_err() {
                     // Stay in memory from now on: trying again would copy it all again.
                     self.limit = usize::MAX;
                 }
@@ -127,7 +127,7 @@ impl<T: Copy> Store<T> {
     }
 
     /// Moves the values to a new temporary file.
-    fn to_file(&mut self) -> std::io::Result<()> {
+    fn move_to_file(&mut self) -> std::io::Result<()> {
         let cap = (self.mem.len() * 2).max(PAGE / size_of::<T>().max(1));
         let mut m = Mapped::new(tempfile::tempfile()?, cap * size_of::<T>())?;
         m.cap = cap;
