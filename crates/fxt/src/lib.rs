@@ -45,4 +45,6 @@ pub mod reader;
 pub mod stream;
 pub mod writer;
 
-pub use writer::{truncate_utf8, Arg, ArgValue, FxtWriter, NameToken, ThreadId, WriterStats};
+pub use writer::{
+    same_text, truncate_utf8, Arg, ArgValue, FxtWriter, NameToken, ThreadId, WriterStats,
+};

@@ -165,7 +165,7 @@ struct StringTable {
 /// Whether two names are the same text: most are short, and a libc `memcmp` call
 /// cost more than the comparison on the writer's hottest path.
 #[inline]
-fn same_text(a: &str, b: &str) -> bool {
+pub fn same_text(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return false;
@@ -638,7 +638,8 @@ impl<W: Write> FxtWriter<W> {
     }
 
     /// Writes a duration-end event named as the begin that gave `token`; `name` is
-    /// that begin's name, looked up only if its slot has since been reused.
+    /// that begin's name, looked up only if its slot has since been reused. Returns the
+    /// name's token as it now stands.
     pub fn end_token(
         &mut self,
         thread: ThreadId,
@@ -647,9 +648,9 @@ impl<W: Write> FxtWriter<W> {
         name: &str,
         timestamp: u64,
         args: &[Arg<'_>],
-    ) {
+    ) -> NameToken {
         let head = EventHead::new(event::END, thread, timestamp, None);
-        self.event(head, category, name, Some(token), args);
+        self.event(head, category, name, Some(token), args)
     }
 
     /// The token of `name`'s string-table slot, registering it now (a string record)
@@ -661,6 +662,21 @@ impl<W: Write> FxtWriter<W> {
         }
         self.strings.new_record();
         let index = self.string_ref(name);
+        self.strings.token(index)
+    }
+
+    /// [`FxtWriter::name_token`] of a name whose token the caller kept from an earlier
+    /// use: `name` (the token's text) is looked up only if the token's slot has since
+    /// been reused, so a caller that numbers its names looks each up once per table.
+    pub fn name_token_again(&mut self, token: NameToken, name: &str) -> NameToken {
+        if self.error.is_some() {
+            return NameToken::default();
+        }
+        self.strings.new_record();
+        let index = match self.strings.by_token(token) {
+            Some(index) => index,
+            None => self.string_ref(name),
+        };
         self.strings.token(index)
     }
 
@@ -680,7 +696,8 @@ impl<W: Write> FxtWriter<W> {
     }
 
     /// [`FxtWriter::complete`] naming the slice by a [`FxtWriter::name_token`];
-    /// `name` is looked up only if the token's slot has since been reused.
+    /// `name` is looked up only if the token's slot has since been reused. Returns the
+    /// name's token as it now stands.
     #[allow(clippy::too_many_arguments)]
     pub fn complete_by_token(
         &mut self,
@@ -691,9 +708,9 @@ impl<W: Write> FxtWriter<W> {
         start: u64,
         end: u64,
         args: &[Arg<'_>],
-    ) {
+    ) -> NameToken {
         let head = EventHead::new(event::COMPLETE, thread, start, Some(end));
-        self.event(head, category, name, Some(token), args);
+        self.event(head, category, name, Some(token), args)
     }
 
     /// Writes a duration-complete event; `end` is an absolute timestamp.

@@ -18,12 +18,17 @@
 //!   are what gzip and the reader would pay for.
 //! - A rename writes the process's or thread's kernel object record again with the
 //!   same koid; Perfetto and the `fxt` checker keep the last name.
+//! - A numbered name ([`TraceSink::duration_begin_name`]) keeps its text, copied at its
+//!   first use, and its string-table token by number: its slices are named without
+//!   looking the text up (once per fragment, when the table was cut), and its open
+//!   slices hold the number, not a copy of the text.
 
 use crate::TraceOutput;
 use ptscope_fxt::{
-    format::MAX_ARGS, Arg as FxtArg, ArgValue as FxtValue, FxtWriter, NameToken, ThreadId,
+    format::MAX_ARGS, same_text, Arg as FxtArg, ArgValue as FxtValue, FxtWriter, NameToken,
+    ThreadId,
 };
-use ptscope_stacks::{Arg, ArgValue, TraceSink};
+use ptscope_stacks::{Arg, ArgValue, Name, TraceSink};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -48,6 +53,54 @@ pub struct SinkStats {
     pub koid_overflows: u64,
 }
 
+/// Numbers of [`Name`]s the sink keeps an entry for; a larger one goes by its text
+/// (the entries are a vector indexed by number).
+const MAX_KEYS: u32 = 1 << 20;
+/// An open slice named by its text, not by a numbered name.
+const NO_KEY: u32 = u32::MAX;
+
+/// A numbered name: its text, copied at its first use, and its string-table token as
+/// last used (stale once the table has been cut or the slot reused: then the text is
+/// looked up again).
+struct Keyed {
+    text: Box<str>,
+    /// Where the caller's text was when last compared: the same place and length is
+    /// the same name (its text is compared only when it moved, or another text comes).
+    at: usize,
+    token: NameToken,
+}
+
+/// The name of an open slice.
+struct OpenName {
+    /// The number of the [`Keyed`] entry naming it, or [`NO_KEY`]: then `text` and `token`.
+    key: u32,
+    /// The name (kept for its capacity when the slice is keyed).
+    text: String,
+    token: NameToken,
+}
+
+impl OpenName {
+    /// The slice's text and token.
+    #[inline]
+    fn get<'a>(&'a self, names: &'a [Option<Keyed>]) -> (&'a str, NameToken) {
+        if self.key != NO_KEY {
+            if let Some(Some(k)) = names.get(self.key as usize) {
+                return (&k.text, k.token);
+            }
+        }
+        (&self.text, self.token)
+    }
+
+    /// Keeps `token`, the name's token as the writer now has it.
+    #[inline]
+    fn set_token(&mut self, names: &mut [Option<Keyed>], token: NameToken) {
+        match names.get_mut(self.key as usize) {
+            Some(Some(k)) => k.token = token,
+            _ => self.token = token,
+        }
+    }
+}
+
 /// A thread track and the names of its open slices.
 struct SinkThread {
     id: ThreadId,
@@ -56,7 +109,7 @@ struct SinkThread {
     group: u32,
     /// Names of open begins and their string-table tokens (the end reuses the slot
     /// without a lookup); entries past `depth` are kept for their capacity.
-    open: Vec<(String, NameToken)>,
+    open: Vec<OpenName>,
     depth: usize,
     /// The time of the innermost open begin when it is not written yet (its name and
     /// token are that slice's entry in `open`). Only begins without arguments are held:
@@ -71,6 +124,8 @@ pub struct FxtSink<W: Write, H: FnMut(&str) = fn(&str)> {
     next_koid: u32,
     threads: Vec<SinkThread>,
     counter_ids: HashMap<String, u64>,
+    /// Numbered names by number ([`TraceSink::duration_begin_name`]).
+    names: Vec<Option<Keyed>>,
     stats: SinkStats,
     on_warning: H,
 }
@@ -102,6 +157,7 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
             next_koid,
             threads: Vec::new(),
             counter_ids: HashMap::new(),
+            names: Vec::new(),
             stats: SinkStats::default(),
             on_warning,
         }
@@ -179,7 +235,10 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
     #[inline(never)]
     fn release_held(&mut self, i: usize) {
         let FxtSink {
-            writer, threads, ..
+            writer,
+            threads,
+            names,
+            ..
         } = self;
         let Some(th) = threads.get_mut(i) else {
             return;
@@ -187,10 +246,12 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
         let Some(time) = th.held.take() else {
             return;
         };
-        let Some((name, token)) = th.depth.checked_sub(1).and_then(|d| th.open.get_mut(d)) else {
+        let Some(open) = th.depth.checked_sub(1).and_then(|d| th.open.get_mut(d)) else {
             return;
         };
-        *token = writer.begin_by_token(th.id, "", *token, name, time, &[]);
+        let (name, token) = open.get(names);
+        let token = writer.begin_by_token(th.id, "", token, name, time, &[]);
+        open.set_token(names, token);
     }
 
     fn koid(&mut self) -> u32 {
@@ -246,6 +307,7 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
             writer,
             threads,
             stats,
+            names,
             ..
         } = self;
         let Some(th) = threads.get_mut(thread.0 as usize) else {
@@ -257,18 +319,72 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
             return;
         };
         th.depth = depth;
-        if let Some(start) = th.held.take() {
-            // A leaf: its begin was held, so begin and end become one complete event.
-            let (name, token) = th
-                .open
-                .get(depth)
-                .map_or(("", NameToken::default()), |(n, t)| (n.as_str(), *t));
-            writer.complete_by_token(th.id, "", token, name, start, time, &[]);
+        let held = th.held.take();
+        let Some(open) = th.open.get_mut(depth) else {
+            match held {
+                Some(start) => writer.complete(th.id, "", "", start, time, &[]),
+                None => writer.end(th.id, "", "", time, args),
+            }
             return;
+        };
+        let (name, token) = open.get(names);
+        let token = match held {
+            // A leaf: its begin was held, so begin and end become one complete event.
+            Some(start) => writer.complete_by_token(th.id, "", token, name, start, time, &[]),
+            None => writer.end_token(th.id, "", token, name, time, args),
+        };
+        open.set_token(names, token);
+    }
+
+    /// Pushes an open slice on thread `th`: numbered `key`, or named `text`.
+    fn push_open(th: &mut SinkThread, key: u32, text: &str, token: NameToken) {
+        if let Some(o) = th.open.get_mut(th.depth) {
+            o.key = key;
+            o.token = token;
+            if key == NO_KEY {
+                o.text.clear();
+                o.text.push_str(text);
+            }
+        } else {
+            let text = if key == NO_KEY {
+                text.to_string()
+            } else {
+                String::new()
+            };
+            th.open.push(OpenName { key, text, token });
         }
-        match th.open.get(depth) {
-            Some((name, token)) => writer.end_token(th.id, "", *token, name, time, args),
-            None => writer.end(th.id, "", "", time, args),
+        th.depth += 1;
+    }
+
+    /// Whether numbered name `name` has its entry (made at its first use): not when its
+    /// number is too large or already names another text (the text then names the slice).
+    fn keyed(names: &mut Vec<Option<Keyed>>, name: Name<'_>) -> bool {
+        if name.key >= MAX_KEYS {
+            return false;
+        }
+        let k = name.key as usize;
+        if names.len() <= k {
+            names.resize_with(k + 1, || None);
+        }
+        let at = name.text.as_ptr() as usize;
+        match names.get_mut(k) {
+            Some(Some(e)) if e.at == at && e.text.len() == name.text.len() => true,
+            Some(Some(e)) => {
+                let same = same_text(&e.text, name.text);
+                if same {
+                    e.at = at;
+                }
+                same
+            }
+            Some(slot) => {
+                *slot = Some(Keyed {
+                    text: name.text.into(),
+                    at,
+                    token: NameToken::default(),
+                });
+                true
+            }
+            None => false,
         }
     }
 
@@ -359,14 +475,46 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
             let n = Self::convert(stats, args, &mut buf);
             writer.begin_token(th.id, "", name, time, &buf[..n])
         };
-        if let Some((slot, slot_token)) = th.open.get_mut(th.depth) {
-            slot.clear();
-            slot.push_str(name);
-            *slot_token = token;
-        } else {
-            th.open.push((name.to_string(), token));
+        Self::push_open(th, NO_KEY, name, token);
+    }
+
+    fn duration_begin_name(
+        &mut self,
+        thread: FxtThread,
+        name: Name<'_>,
+        time: i64,
+        args: &[Arg<'_>],
+    ) {
+        if !Self::keyed(&mut self.names, name) {
+            return self.duration_begin(thread, name.text, time, args);
         }
-        th.depth += 1;
+        let i = thread.0 as usize;
+        self.release(i);
+        let time = self.time(time);
+        let FxtSink {
+            writer,
+            threads,
+            stats,
+            names,
+            ..
+        } = self;
+        let Some(th) = threads.get_mut(i) else {
+            stats.invalid_threads += 1;
+            return;
+        };
+        let Some(Some(entry)) = names.get_mut(name.key as usize) else {
+            return;
+        };
+        entry.token = if args.is_empty() {
+            // Held, as a begin by text is.
+            th.held = Some(time);
+            writer.name_token_again(entry.token, &entry.text)
+        } else {
+            let mut buf = [EMPTY_ARG; MAX_ARGS];
+            let n = Self::convert(stats, args, &mut buf);
+            writer.begin_by_token(th.id, "", entry.token, &entry.text, time, &buf[..n])
+        };
+        Self::push_open(th, name.key, "", entry.token);
     }
 
     fn duration_end(&mut self, thread: FxtThread, _name: &str, time: i64, args: &[Arg<'_>]) {

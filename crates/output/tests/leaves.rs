@@ -1,10 +1,11 @@
 //! The sink writes a leaf call (a begin without arguments whose thread's next event is
 //! its end) as one complete event. These tests check that the slices a reader rebuilds are exactly the
-//! ones the sink was given, whatever mix of events surrounds them.
+//! ones the sink was given, whatever mix of events surrounds them; and that begins named
+//! by number write what begins named by text write.
 
 use ptscope_fxt::reader::{self, ArgValue as R, EventKind};
 use ptscope_output::FxtSink;
-use ptscope_stacks::{Arg, ArgValue, TraceSink};
+use ptscope_stacks::{Arg, ArgValue, Name, TraceSink};
 
 /// A slice as a person sees it: thread, name, start, end, depth, and its args as text.
 type Slice = (u64, String, u64, u64, usize, String);
@@ -270,4 +271,121 @@ fn a_held_begin_survives_a_cut_and_a_full_string_table() {
             &(2, "outer".to_string(), 1, 50_003, 0, String::new()),
         ]
     );
+}
+
+/// One step of [`numbered_names_write_the_bytes_names_by_text_write`]'s threads.
+#[derive(Clone, Debug)]
+enum Step {
+    /// A begin of name `name` of table `table` (numbered by its place there, or
+    /// `u32::MAX`: too large to keep), from the table or `moved` to a new copy.
+    Begin {
+        table: usize,
+        name: usize,
+        large: bool,
+        moved: bool,
+        args: bool,
+    },
+    End,
+    Instant,
+    /// A cut: the string table is forgotten, every token goes stale.
+    Cut,
+    /// So many other names that the table evicts (the begins' names among them).
+    Flood,
+}
+
+/// Drives `steps` into a sink, naming begins by text or by number.
+fn drive(steps: &[(usize, Step)], numbered: bool) -> Vec<u8> {
+    let mut sink = FxtSink::new(Vec::new());
+    let pid = sink.allocate_pid("p");
+    let threads = [
+        sink.allocate_thread(pid, "a"),
+        sink.allocate_thread(pid, "b"),
+    ];
+    let mut depth = [0usize; 2];
+    let flood: Vec<String> = (0..33_000).map(|i| format!("flood{i}")).collect();
+    // Two callers' tables at once (two processes' functions): one number, two texts.
+    let tables: [Vec<String>; 2] = [
+        NAMES.iter().map(|n| n.to_string()).collect(),
+        NAMES.iter().rev().map(|n| n.to_string()).collect(),
+    ];
+    for (time, (t, step)) in steps.iter().enumerate() {
+        let (th, time) = (threads[*t], time as i64 * 10);
+        match *step {
+            Step::Begin {
+                table,
+                name,
+                large,
+                moved,
+                args,
+            } => {
+                let text = &tables[table][name];
+                let a = [Arg::new("symbol", ArgValue::Interned(text))];
+                let a: &[Arg<'_>] = if args { &a } else { &[] };
+                // A table that grew has its names elsewhere.
+                let copy = text.clone();
+                let text = if moved { &copy } else { text };
+                let key = if large { u32::MAX } else { name as u32 };
+                if numbered {
+                    sink.duration_begin_name(th, Name::new(key, text), time, a);
+                } else {
+                    sink.duration_begin(th, text, time, a);
+                }
+                depth[*t] += 1;
+            }
+            Step::End if depth[*t] > 0 => {
+                depth[*t] -= 1;
+                sink.duration_end(th, "", time, &[]);
+            }
+            Step::End => {}
+            Step::Instant => sink.duration_instant(th, "mark", time, &[]),
+            Step::Cut => sink.cut(),
+            Step::Flood => {
+                for f in &flood {
+                    sink.duration_complete(threads[1 - *t], f, time, time, &[]);
+                }
+            }
+        }
+    }
+    for (t, d) in depth.iter().enumerate() {
+        for _ in 0..*d {
+            sink.duration_end(threads[t], "", 1 << 40, &[]);
+        }
+    }
+    sink.finish().expect("in memory")
+}
+
+#[test]
+fn numbered_names_write_the_bytes_names_by_text_write() {
+    for seed in 1..=200u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let n = 1 + rng.below(80) as usize;
+        let steps: Vec<(usize, Step)> = (0..n)
+            .map(|_| {
+                let t = rng.below(2) as usize;
+                let step = match rng.below(20) {
+                    0..=8 => Step::Begin {
+                        table: usize::from(rng.below(4) == 0),
+                        name: rng.below(5) as usize,
+                        large: rng.below(8) == 0,
+                        moved: rng.below(4) == 0,
+                        args: rng.below(4) == 0,
+                    },
+                    9..=16 => Step::End,
+                    17 => Step::Instant,
+                    18 => Step::Cut,
+                    _ if seed % 20 == 0 => Step::Flood,
+                    _ => Step::End,
+                };
+                (t, step)
+            })
+            .collect();
+        let by_text = drive(&steps, false);
+        let by_number = drive(&steps, true);
+        assert!(
+            by_text == by_number,
+            "seed {seed}: the bytes differ; slices by text {:?}, by number {:?}; {steps:?}",
+            slices_in(&by_text),
+            slices_in(&by_number)
+        );
+    }
 }

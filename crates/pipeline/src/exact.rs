@@ -18,7 +18,7 @@ use ptscope_output::{FxtSink, FxtThread};
 use ptscope_stacks::exact::ExactStack;
 use ptscope_stacks::ordered::OrderedSink;
 use ptscope_stacks::transcript::TranscriptSink;
-use ptscope_stacks::{Arg, TraceSink};
+use ptscope_stacks::{Arg, Name, TraceSink};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -330,6 +330,10 @@ impl TraceSink for Sending<'_> {
     }
     fn duration_begin(&mut self, t: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
         self.frag.duration_begin(t, name, time, args);
+        self.maybe_send();
+    }
+    fn duration_begin_name(&mut self, t: FxtThread, name: Name<'_>, time: i64, args: &[Arg<'_>]) {
+        self.frag.duration_begin_name(t, name, time, args);
         self.maybe_send();
     }
     fn duration_end(&mut self, t: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {

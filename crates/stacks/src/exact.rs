@@ -40,7 +40,7 @@
 //! ```
 
 use crate::segments::unwind::{exits_non_locally, fde_file};
-use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::sink::{Arg, ArgValue, Name, TraceSink};
 use ptscope_event::exact::{ExactKind, ExactStep, FuncId, Functions, Restart, UNKNOWN_FUNC};
 use std::borrow::Cow;
 
@@ -574,10 +574,13 @@ impl ExactStack {
             let i = self.shown.len();
             let inferred = self.frames.get(i).is_some_and(|f| f.inferred);
             let name = w.name(funcs);
-            if inferred {
-                sink.duration_begin(track, &self.inferred_name(name), t, &INFERRED_ARGS);
-            } else {
-                sink.duration_begin(track, name, t, &[]);
+            match w {
+                _ if inferred => {
+                    sink.duration_begin(track, &self.inferred_name(name), t, &INFERRED_ARGS)
+                }
+                // By the function's number: the sink need not look its name up.
+                Shown::Func(f) => sink.duration_begin_name(track, Name::new(f, name), t, &[]),
+                Shown::Overlay(_) => sink.duration_begin(track, name, t, &[]),
             }
             self.shown.push(w);
         }

@@ -67,7 +67,7 @@ mod tracks;
 mod transaction;
 pub mod transcript;
 
-pub use sink::{Arg, ArgValue, TraceSink};
+pub use sink::{Arg, ArgValue, Name, TraceSink};
 
 use ptscope_event::{Event, Hit, OcamlExceptionInfo, SourcePosition, StringTable, TraceScope};
 use rustc_hash::FxHashMap;

@@ -36,6 +36,28 @@ impl<'a> Arg<'a> {
     }
 }
 
+/// A slice's name with the caller's number for it: `key` stands for `text` wherever the
+/// caller uses it (a function's number in its table), so a sink can keep what it
+/// worked out for the text (its string-table slot) by number instead of looking the
+/// text up at every slice. A key names one text for the sink's whole life; a sink that
+/// meets one key with two texts held at once (two callers' tables) goes by the text,
+/// but may take a text at the address and of the length of the one it last met under
+/// the key for that one (it need not compare them).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Name<'a> {
+    /// The caller's number for the name.
+    pub key: u32,
+    /// The name.
+    pub text: &'a str,
+}
+
+impl<'a> Name<'a> {
+    /// Shorthand constructor.
+    pub fn new(key: u32, text: &'a str) -> Self {
+        Name { key, text }
+    }
+}
+
 /// A receiver of reconstructed trace data.
 ///
 /// Sinks must not fail the stack writer: an I/O error is remembered by the sink and
@@ -60,6 +82,18 @@ pub trait TraceSink {
     }
     /// Opens a slice.
     fn duration_begin(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
+    /// Opens a slice named by a numbered [`Name`]: the same slice as
+    /// [`duration_begin`](Self::duration_begin) of its text, which is what sinks that
+    /// keep nothing per name do.
+    fn duration_begin_name(
+        &mut self,
+        thread: Self::Thread,
+        name: Name<'_>,
+        time: i64,
+        args: &[Arg<'_>],
+    ) {
+        self.duration_begin(thread, name.text, time, args)
+    }
     /// Closes the innermost open slice on the track (`name` is informative).
     fn duration_end(&mut self, thread: Self::Thread, name: &str, time: i64, args: &[Arg<'_>]);
     /// A slice whose start and end are both known.

@@ -16,7 +16,7 @@
 use super::{no_warning, Fragment, Sending};
 use ptscope_fxt::ThreadId;
 use ptscope_output::{FxtSink, FxtThread};
-use ptscope_stacks::{Arg, ArgValue, TraceSink};
+use ptscope_stacks::{Arg, ArgValue, Name, TraceSink};
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};
 
@@ -241,6 +241,10 @@ impl TraceSink for CallersFirst<'_> {
     fn duration_begin(&mut self, t: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
         self.depth += 1;
         self.out.duration_begin(t, name, time, args);
+    }
+    fn duration_begin_name(&mut self, t: FxtThread, name: Name<'_>, time: i64, args: &[Arg<'_>]) {
+        self.depth += 1;
+        self.out.duration_begin_name(t, name, time, args);
     }
     fn duration_end(&mut self, t: FxtThread, name: &str, time: i64, args: &[Arg<'_>]) {
         if self.depth > 0 || self.ended == self.callers.len() {
