@@ -67,6 +67,7 @@ mod ingest;
 mod samples;
 mod signals;
 mod stitch;
+mod store;
 pub(crate) mod unwind;
 mod write;
 
@@ -97,6 +98,9 @@ pub struct SegmentsWriter<S: TraceSink> {
     /// The recording has context switches ([`EventData::Switch`]): gaps between
     /// samples are then not taken as time off CPU, switches say exactly when it was.
     switches: bool,
+    /// Bytes of a thread's frames (and of its stack changes) held in memory before
+    /// they go to a temporary file (see [`store`]).
+    spill_after: usize,
 }
 
 impl<S: TraceSink> SegmentsWriter<S> {
@@ -120,9 +124,28 @@ impl<S: TraceSink> SegmentsWriter<S> {
             in_region: true,
             tracks: crate::tracks::Tracks::default(),
             switches: false,
+            spill_after: store::SPILL_AFTER,
         };
         w.write_hits();
         w
+    }
+
+    /// Holds each thread's frames and stack changes in memory up to `bytes` each (2
+    /// MiB by default), then in a temporary file whose pages the kernel keeps or writes
+    /// out: the writer's memory stays bounded however long the trace (`usize::MAX`:
+    /// always in memory). Applies to threads seen from now on.
+    pub fn spill_after(mut self, bytes: usize) -> Self {
+        self.spill_after = bytes;
+        self
+    }
+
+    /// Bytes of the threads' frames and stack changes held in the writer's own memory
+    /// (what grows with the trace until it goes to a file).
+    pub fn trace_memory(&self) -> usize {
+        self.threads
+            .iter()
+            .map(|t| t.frames.memory_bytes() + t.entries.memory_bytes())
+            .sum()
     }
 
     fn write_hits(&mut self) {
@@ -232,5 +255,136 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
             w.write();
         }
         self.sink
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transcript::TranscriptSink;
+    use ptscope_event::{Kind, Location, Symbol, TraceStateChange};
+
+    const THREAD: Thread = Thread {
+        pid: Some(1),
+        tid: Some(1),
+    };
+
+    /// A pseudo-random run of `n` branches on one thread: calls and returns among 40
+    /// functions, returns above the known root (each gives every earlier stack a new
+    /// caller), equal timestamps, and now and then a decode error.
+    fn run(n: usize) -> (Vec<Event>, StringTable) {
+        let mut s = StringTable::new();
+        let names: Vec<_> = (0..40).map(|i| s.intern(&format!("f{i}"))).collect();
+        let at = |s: &mut StringTable, f: usize, off: u64| {
+            let loc = Location::new(
+                0x1000 * (f as u64 + 1) + off,
+                Symbol::FromPerf(names[f]),
+                off,
+            );
+            s.intern_location(loc)
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        let mut stack = vec![0usize];
+        let mut time = 1_000u64;
+        let mut events = Vec::with_capacity(n + n / 1000);
+        for _ in 0..n {
+            time += rand(3);
+            let cur = *stack.last().unwrap_or(&0);
+            let event = |kind, src, dst| Event::Ok {
+                thread: THREAD,
+                time,
+                in_transaction: false,
+                data: EventData::Trace {
+                    change: None,
+                    kind: Some(kind),
+                    src,
+                    dst,
+                },
+            };
+            match rand(1000) {
+                0 => {
+                    let unknown = s.intern_location(Location::new(0, Symbol::Unknown, 0));
+                    let resume = at(&mut s, cur, 0x18);
+                    events.push(Event::DecodeError {
+                        thread: THREAD,
+                        time: Some(time),
+                        ip: None,
+                        message: s.intern("Overflow packet"),
+                    });
+                    events.push(Event::Ok {
+                        thread: THREAD,
+                        time,
+                        in_transaction: false,
+                        data: EventData::Trace {
+                            change: Some(TraceStateChange::Start),
+                            kind: None,
+                            src: unknown,
+                            dst: resume,
+                        },
+                    });
+                }
+                r if r < 520 && stack.len() < 30 => {
+                    let callee = rand(40) as usize;
+                    let (src, dst) = (at(&mut s, cur, 0x10), at(&mut s, callee, 0));
+                    events.push(event(Kind::Call, src, dst));
+                    stack.push(callee);
+                }
+                _ => {
+                    stack.pop();
+                    if stack.is_empty() {
+                        // Above the known root: a caller no event showed yet.
+                        stack.push(rand(40) as usize);
+                    }
+                    let caller = *stack.last().unwrap_or(&0);
+                    let (src, dst) = (at(&mut s, cur, 0x20), at(&mut s, caller, 0x15));
+                    events.push(event(Kind::Return, src, dst));
+                }
+            }
+        }
+        (events, s)
+    }
+
+    fn write(events: &[Event], s: &StringTable, spill_after: usize) -> (Vec<String>, usize) {
+        let mut w = SegmentsWriter::new(TranscriptSink::default(), WriterConfig::default())
+            .spill_after(spill_after);
+        let mut held = 0;
+        for e in events {
+            w.write_event(e, s);
+            held = held.max(w.trace_memory());
+        }
+        (w.finish(s).lines, held)
+    }
+
+    /// The writer's own memory for a thread's trace stops growing with the trace: past
+    /// the limit it is held in a file (a 4× longer run holds no more).
+    #[test]
+    fn memory_held_is_bounded_by_the_limit_not_the_trace() {
+        let limit = 64 << 10;
+        let (short, s) = run(50_000);
+        let (_, held_short) = write(&short, &s, limit);
+        let (long, s) = run(200_000);
+        let (_, held_long) = write(&long, &s, limit);
+        // Two stores a thread, each at most twice its limit before it moves.
+        assert!(held_short <= 4 * limit, "{held_short}");
+        assert!(held_long <= 4 * limit, "{held_long}");
+    }
+
+    /// A trace held in files (moved early, grown, its pages given back again and again)
+    /// is written exactly as one held in memory.
+    #[test]
+    fn a_trace_held_in_a_file_is_written_as_in_memory() {
+        let (events, s) = run(200_000);
+        let (in_memory, _) = write(&events, &s, usize::MAX);
+        let (in_file, _) = write(&events, &s, 4096);
+        assert!(in_memory.len() > 100_000, "{}", in_memory.len());
+        assert!(in_memory.iter().any(|l| l.contains("Overflow")));
+        assert_eq!(in_memory.len(), in_file.len());
+        assert!(in_memory == in_file, "the transcripts differ");
     }
 }

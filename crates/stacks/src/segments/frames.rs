@@ -2,6 +2,7 @@
 //! the stack changes that point into them, and the segments those fall into.
 
 use super::signals;
+use super::store::Store;
 use crate::tracks::ExtraTracks;
 use ptscope_event::{Location, LocationHandle, StringTable, Symbol, Thread};
 use rustc_hash::FxHashMap;
@@ -130,8 +131,10 @@ pub(super) struct ThreadState<T> {
     pub(super) thread: Thread,
     /// Tracks of extra events' samples.
     pub(super) extra_tracks: ExtraTracks<T>,
-    pub(super) frames: Vec<Frame>,
-    pub(super) entries: Vec<Entry>,
+    /// Every frame the thread's stacks went through (see [`Store`]).
+    pub(super) frames: Store<Frame>,
+    /// Every stack change (see [`Store`]).
+    pub(super) entries: Store<Entry>,
     pub(super) segments: Vec<Segment>,
     /// The current leaf (a sentinel when nothing is known).
     pub(super) leaf: u32,

@@ -5,6 +5,7 @@ use super::frames::{
     new_segment, Entry, Flow, Frame, Join, Loc, Locations, ThreadState, GAPS, INFERRED_START,
     KERNEL_ENTRY, NONE, NO_HORIZON, RETURN_LABEL, SENTINEL, SIGNAL,
 };
+use super::store::Store;
 use super::unwind::Exit;
 use super::{signals, SegmentsWriter};
 use crate::sink::TraceSink;
@@ -43,8 +44,8 @@ impl<S: TraceSink> SegmentsWriter<S> {
             track,
             thread,
             extra_tracks: ExtraTracks::new(track_group_id),
-            frames: Vec::new(),
-            entries: Vec::new(),
+            frames: Store::with_limit(self.spill_after),
+            entries: Store::with_limit(self.spill_after),
             segments: Vec::new(),
             leaf: NONE,
             sentinel: NONE,

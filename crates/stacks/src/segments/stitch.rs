@@ -50,6 +50,10 @@ pub(super) fn add_process_entry<T>(
     };
     let mut start_loc = None;
     for f in 0..ts.frames.len() {
+        if f % (1 << 16) == 0 {
+            // The scan reads every frame: pages read stay mapped until given back.
+            ts.frames.release();
+        }
         let Frame {
             loc, parent, flags, ..
         } = ts.frames[f];

@@ -18,6 +18,9 @@ use ptscope_event::{Location, StringTable, Symbol};
 use std::iter::Peekable;
 use std::slice;
 
+/// Stack changes written between two releases of the thread's pages read so far.
+const RELEASE_EVERY: usize = 1 << 16;
+
 /// A frame open in the output, with what its end needs.
 #[derive(Clone, Copy)]
 pub(super) struct Open {
@@ -195,6 +198,11 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         };
         for (k, e) in entries.iter().enumerate() {
             self.entry(si, seg, k, e, base);
+            if k % RELEASE_EVERY == RELEASE_EVERY - 1 {
+                // Pages read stay mapped until given back (see `store`).
+                ts.entries.release();
+                ts.frames.release();
+            }
         }
         // Frames still open at a segment's end may have ended anywhere in the gap.
         for o in self.open.iter_mut() {
