@@ -227,19 +227,20 @@ impl Events {
                     p.returns.truncate(i);
                 }
             }
-            // An indirect jump settled by function only (stack-mode logs do not log the
-            // block it landed in). From code made for non-local exits (`longjmp`, or
-            // unnamed code it called) into a function an open frame runs, it lands
-            // somewhere in that frame's body. Given the entry, the writers would take it
-            // for a tail call and open the frame again on top of the unwound ones, at
-            // every later jump. The innermost open call made from that function gives an
-            // address in its body; what it called is gone. From ordinary code it stays a
-            // jump to the entry (an indirect tail call), as the exact writer reads it.
-            ExactKind::Jump { indirect: true }
-                if s.to_addr == 0 && s.to != UNKNOWN_FUNC && Self::exiting(p) =>
-            {
+            // A jump from code made for non-local exits (`longjmp`, or unnamed code it
+            // called) into a function an open frame runs lands in that frame: the calls
+            // it made since are gone. Settled by function only (stack-mode logs do not
+            // log the block it landed in), it lands somewhere in that frame's body: given
+            // the entry, the writers would take it for a tail call and open the frame
+            // again on top of the unwound ones, at every later jump. The innermost open
+            // call made from that function gives an address in its body. From ordinary
+            // code it stays a jump to the entry (an indirect tail call), as the exact
+            // writer reads it.
+            ExactKind::Jump { indirect: true } if s.to != UNKNOWN_FUNC && Self::exiting(p) => {
                 if let Some(i) = p.returns.iter().rposition(|r| r.1 == s.to) {
-                    s.to_addr = p.returns[i].0;
+                    if s.to_addr == 0 {
+                        s.to_addr = p.returns[i].0;
+                    }
                     p.returns.truncate(i);
                 }
             }

@@ -23,7 +23,9 @@ use crate::{KERNEL_INSNS, NS_PER_INSN};
 use ptscope_blocklog::classify::{classify, Flow};
 use ptscope_blocklog::format::TB_HANDLER_ENTRY;
 use ptscope_blocklog::{Word, Words};
-use ptscope_event::exact::{ExactKind, ExactStep, FuncId, Functions, Restart, UNKNOWN_FUNC};
+use ptscope_event::exact::{
+    exits_non_locally, ExactKind, ExactStep, FuncId, Functions, Restart, UNKNOWN_FUNC,
+};
 use std::collections::VecDeque;
 
 /// `rt_sigreturn` on x86-64.
@@ -431,6 +433,7 @@ impl<'v, 'a> Walker<'v, 'a> {
                     self.settle_nothing(&p);
                     return;
                 }
+                self.abandon_calls(p.from_fn, to);
                 let s = ExactStep::new(time, ExactKind::Jump { indirect: true }, to);
                 // A PLT stub jumps to a function's entry.
                 let addr = addr.or_else(|| plt_entry(plt, self.namer.entry_of(to)));
@@ -698,7 +701,7 @@ impl<'v, 'a> Walker<'v, 'a> {
                 Restart::Resume
             };
             // rt_sigreturn resumes the interrupted code: where, if the delivery said.
-            let context = if sigreturn { self.contexts.pop() } else { None };
+            let mut context = if sigreturn { self.contexts.pop() } else { None };
             let addr = if sigreturn {
                 context
                     .and_then(|c| c.resume)
@@ -706,6 +709,9 @@ impl<'v, 'a> Walker<'v, 'a> {
             } else {
                 Some(st.resume)
             };
+            if let (Some(c), Some(at)) = (context.as_mut(), addr) {
+                self.return_resumed_at(c, at);
+            }
             let to = if sigreturn { a.start_fn } else { st.resume_fn };
             self.emit(
                 ExactStep::new(self.time(raw), ExactKind::Start(kind), to).at(addr.unwrap_or(0)),
@@ -887,6 +893,48 @@ impl<'v, 'a> Walker<'v, 'a> {
         self.traced = true;
         self.here = a.start_fn;
         self.run(a);
+    }
+
+    /// A signal delivered right after a return stopped the code where the innermost
+    /// call pushed, the return's usual destination. A non-local exit (`longjmp`) leaves
+    /// the calls it abandoned pushed, so that guess can be one of theirs: where
+    /// `rt_sigreturn` resumes, `at`, when a call pushed it, is where the return went.
+    /// Elsewhere the handler moved the code (Go's `asyncPreempt` returns to the
+    /// interrupted pc later) and the guess stands.
+    fn return_resumed_at(&mut self, c: &mut Context, at: u64) {
+        let Some(Pending {
+            what: Awaiting::Return,
+            ..
+        }) = c.waiting
+        else {
+            return;
+        };
+        if let Some((_, s, _)) = c.stop.as_mut() {
+            if s.to_addr != at && self.rets.contains(&at) {
+                s.to = self.namer.function(at);
+                s.to_addr = at;
+            }
+        }
+    }
+
+    /// A jump from code made for non-local exits (`longjmp`, an unwinder, or unnamed
+    /// code one called) into `to`, a function with an open call: that call and the ones
+    /// made since are abandoned. Left pushed, each round of a `setjmp`/`longjmp` loop
+    /// added its calls until trimming dropped the oldest, the thread's real callers with
+    /// them, and a return's destination guessed from the top was one of the abandoned.
+    fn abandon_calls(&mut self, from: FuncId, to: FuncId) {
+        let caller = self.rets.last().map(|&r| self.namer.function(r));
+        let funcs = &self.namer.funcs;
+        let exits = |f: FuncId| f != UNKNOWN_FUNC && exits_non_locally(funcs.name(f));
+        if !exits(from) && !caller.is_some_and(exits) {
+            return;
+        }
+        for i in (0..self.rets.len()).rev() {
+            if self.namer.function(self.rets[i]) == to {
+                self.rets.truncate(i);
+                return;
+            }
+        }
     }
 
     fn push_return(&mut self, ret: u64) {

@@ -256,7 +256,16 @@ fn derive_inner(
                                 && (hidden.contains_key(&i)
                                     || signalled_after(log, &flows, t, i, r)) =>
                         {
-                            Some(r)
+                            // Where the handler's `rt_sigreturn` resumed, when a call
+                            // pushed it: a non-local exit (`longjmp`) left the calls it
+                            // abandoned on `returns`, so the top is stale (the thread
+                            // "returned" into `__longjmp`'s caller). Else the top: a
+                            // handler may resume elsewhere (Go's `asyncPreempt`, which
+                            // returns to the interrupted pc later).
+                            match hidden.get(&i) {
+                                Some(&h) if returns.contains(&h) => Some(h),
+                                _ => Some(r),
+                            }
                         }
                         _ => next,
                     };
@@ -674,6 +683,30 @@ mod tests {
                 (StepKind::Return, 0x5000, 0x1005),
             ]
         );
+    }
+
+    /// A signal delivered right after a return that follows a `longjmp`: the call the
+    /// jump abandoned (0x2005) is still the last one pushed, but the return went where
+    /// `rt_sigreturn` resumes, 0x1005, which a live call pushed. Before, the stale 0x2005
+    /// passed for its destination (a thread "returning" into `__longjmp`'s caller, which
+    /// the shadow stack refused: the lj test's recordings, about one in ten).
+    #[test]
+    fn signal_after_a_return_past_calls_a_longjmp_abandoned() {
+        let blocks = [
+            call_0x2000(),                         // 0: main calls worker
+            tb(0x2000, &[0xe8, 0xfb, 0x3f, 0, 0]), // 1: worker calls 0x6000 (lj)
+            tb(0x6000, &[0xff, 0xe0]),             // 2: lj jumps back into worker
+            tb(0x2010, RET),                       // 3: worker returns to 0x1005
+            tb(0x3000, RET),                       // 4: the handler returns into the trampoline
+            tb(0x4000, SYSCALL),                   // 5: rt_sigreturn
+            tb(0x1005, NOP),                       // 6: main goes on
+        ];
+        let returns: Vec<(u64, u64)> = steps_of(&blocks)
+            .into_iter()
+            .filter(|s| s.0 == StepKind::Return)
+            .map(|s| (s.1, s.2))
+            .collect();
+        assert_eq!(returns, [(0x2010, 0x1005), (0x3000, 0x4000)]);
     }
 
     /// A handler that returns into its trampoline is not a signal after a return, even

@@ -101,6 +101,8 @@ pub struct SegmentsWriter<S: TraceSink> {
     /// Bytes of a thread's frames (and of its stack changes) held in memory before
     /// they go to a temporary file (see [`store`]).
     spill_after: usize,
+    /// Where those files are made (`None`: the system's temporary directory).
+    spill_dir: Option<std::path::PathBuf>,
 }
 
 impl<S: TraceSink> SegmentsWriter<S> {
@@ -125,6 +127,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             tracks: crate::tracks::Tracks::default(),
             switches: false,
             spill_after: store::SPILL_AFTER,
+            spill_dir: None,
         };
         w.write_hits();
         w
@@ -136,6 +139,13 @@ impl<S: TraceSink> SegmentsWriter<S> {
     /// always in memory). Applies to threads seen from now on.
     pub fn spill_after(mut self, bytes: usize) -> Self {
         self.spill_after = bytes;
+        self
+    }
+
+    /// Makes the temporary files in `dir` (a test's missing directory).
+    #[cfg(test)]
+    fn spill_in(mut self, dir: &str) -> Self {
+        self.spill_dir = Some(dir.into());
         self
     }
 
@@ -231,7 +241,22 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
         for (e, ()) in self.transaction.take() {
             self.ingest(&e, strings);
         }
-        let threads = std::mem::take(&mut self.threads);
+        let mut threads = std::mem::take(&mut self.threads);
+        let problem = threads
+            .iter_mut()
+            .filter_map(|ts| ts.frames.take_problem().or(ts.entries.take_problem()))
+            .next();
+        if let Some(e) = problem {
+            self.sink.warning(&format!(
+                "Warning: cannot hold the call stacks in a temporary file in {} ({e}): they \
+                 were held in memory instead, which a long trace may exhaust (set TMPDIR to \
+                 a directory with space)",
+                self.spill_dir
+                    .clone()
+                    .unwrap_or_else(std::env::temp_dir)
+                    .display()
+            ));
+        }
         for mut ts in threads {
             flush_off_cpu_at_end(&mut ts, &mut self.locs, strings, &self.config);
             close_segment(&mut ts);
@@ -386,5 +411,33 @@ mod tests {
         assert!(in_memory.iter().any(|l| l.contains("Overflow")));
         assert_eq!(in_memory.len(), in_file.len());
         assert!(in_memory == in_file, "the transcripts differ");
+    }
+
+    /// Where no temporary file can be made the trace is written all the same, held in
+    /// memory, and the user is told why and what to do.
+    #[test]
+    fn without_a_temporary_file_the_trace_is_written_and_the_user_told() {
+        let (events, s) = run(20_000);
+        let (in_memory, _) = write(&events, &s, usize::MAX);
+        let mut w = SegmentsWriter::new(TranscriptSink::default(), WriterConfig::default())
+            .spill_after(4096)
+            .spill_in("/nonexistent/ptscope-spill-test");
+        for e in &events {
+            w.write_event(e, &s);
+        }
+        let t = w.finish(&s);
+        assert!(t.lines == in_memory, "the transcripts differ");
+        let said: Vec<_> = t
+            .warnings
+            .iter()
+            .filter(|w| w.contains("temporary file"))
+            .collect();
+        assert_eq!(said.len(), 1, "{:?}", t.warnings);
+        assert!(
+            said[0].contains("/nonexistent/ptscope-spill-test"),
+            "{}",
+            said[0]
+        );
+        assert!(said[0].contains("TMPDIR"), "{}", said[0]);
     }
 }

@@ -12,7 +12,8 @@
 //! (the mapping is the slice), so the code that builds and reads stacks is unchanged.
 //!
 //! If the file cannot be made or grown (no space in `TMPDIR`), the store stays in, or
-//! goes back to, memory: nothing is lost, it only costs the memory it always did.
+//! goes back to, memory: nothing is lost, it only costs the memory it always did, and
+//! the writer says so once (a warning naming the directory and `TMPDIR`).
 
 use memmap2::{MmapMut, UncheckedAdvice};
 use std::fs::File;
@@ -40,6 +41,10 @@ pub(super) struct Store<T: Copy> {
     limit: usize,
     /// Bytes pushed since the last release.
     since_release: usize,
+    /// Where the file is made (`None`: the system's temporary directory, `TMPDIR`).
+    dir: Option<std::path::PathBuf>,
+    /// Why the store is in memory past its limit (the file could not be made or grown).
+    problem: Option<std::io::Error>,
 }
 
 /// The temporary file and its shared mapping, `cap` values long.
@@ -64,7 +69,20 @@ impl<T: Copy> Store<T> {
             len: 0,
             limit: limit.max(PAGE),
             since_release: 0,
+            dir: None,
+            problem: None,
         }
+    }
+
+    /// Makes its file in `dir` (`None`: the system's temporary directory).
+    pub(super) fn in_dir(mut self, dir: Option<&std::path::Path>) -> Self {
+        self.dir = dir.map(Into::into);
+        self
+    }
+
+    /// Why the store stayed in memory past its limit, once (then `None`).
+    pub(super) fn take_problem(&mut self) -> Option<std::io::Error> {
+        self.problem.take()
     }
 
     /// Appends `value`.
@@ -82,16 +100,20 @@ impl<T: Copy> Store<T> {
                 }
             }
             Some(_) => {
-                if self.grow().is_err() {
+                if let Err(e) = self.grow() {
+                    self.problem = Some(e);
                     self.back_to_memory();
                 }
                 self.push(value)
             }
             None => {
                 self.mem.push(value);
-                if self.mem.len() * size_of::<T>() >= self.limit && self.move_to_file().is_err() {
-                    // Stay in memory from now on: trying again would copy it all again.
-                    self.limit = usize::MAX;
+                if self.mem.len() * size_of::<T>() >= self.limit {
+                    if let Err(e) = self.move_to_file() {
+                        // Stay in memory from now on: trying again would copy it all again.
+                        self.problem = Some(e);
+                        self.limit = usize::MAX;
+                    }
                 }
             }
         }
@@ -129,7 +151,11 @@ impl<T: Copy> Store<T> {
     /// Moves the values to a new temporary file.
     fn move_to_file(&mut self) -> std::io::Result<()> {
         let cap = (self.mem.len() * 2).max(PAGE / size_of::<T>().max(1));
-        let mut m = Mapped::new(tempfile::tempfile()?, cap * size_of::<T>())?;
+        let file = match &self.dir {
+            Some(dir) => tempfile::tempfile_in(dir)?,
+            None => tempfile::tempfile()?,
+        };
+        let mut m = Mapped::new(file, cap * size_of::<T>())?;
         m.cap = cap;
         self.len = self.mem.len();
         self.file = Some(m);
@@ -226,6 +252,21 @@ impl<T: Copy> DerefMut for Store<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No file can be made (its directory does not exist): the values stay in memory,
+    /// all of them, and the store says why.
+    #[test]
+    fn without_a_file_the_store_stays_in_memory_and_says_why() {
+        let mut s: Store<u64> = Store::with_limit(PAGE);
+        s.dir = Some("/nonexistent/ptscope-store-test".into());
+        for i in 0..10_000u64 {
+            s.push(i);
+        }
+        assert!(!s.in_file());
+        assert!(s.iter().copied().eq(0..10_000u64));
+        assert!(s.take_problem().is_some());
+        assert!(s.take_problem().is_none());
+    }
 
     #[test]
     fn values_survive_the_move_to_a_file_growth_and_release() {
