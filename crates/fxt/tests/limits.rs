@@ -254,3 +254,53 @@ fn an_end_by_a_stale_token_still_names_its_begin() {
         ]
     );
 }
+
+/// An interned argument that is the event's name itself (the same text at the same
+/// address: a frame's `symbol`) takes the name's index without a lookup; the bytes are
+/// those of the same argument given as a copy of the text (looked up), whether the
+/// name came by text or by a token, fresh, stale or cut, and another text of the same
+/// length at another address is still its own string.
+#[test]
+fn an_argument_that_is_the_name_writes_what_a_copy_of_it_writes() {
+    let write = |same_place: bool| {
+        let mut w = FxtWriter::new(Vec::new());
+        let t = w.thread(1, 2);
+        let names: Vec<String> = (0..40_000).map(|i| format!("function_{i}")).collect();
+        let mut tokens = vec![ptscope_fxt::NameToken::default(); names.len()];
+        for round in 0..3u64 {
+            for (i, name) in names.iter().enumerate() {
+                let copy = name.clone();
+                let value = if same_place { name.as_str() } else { &copy };
+                // Same length, other text, other place: never the name's index.
+                let other = format!("{:>width$}", "x", width = name.len());
+                let args = [
+                    Arg::new("symbol", W::Str(value)),
+                    Arg::new("other", W::Str(&other)),
+                ];
+                let time = round * 100_000 + i as u64;
+                tokens[i] = if i % 3 == 0 {
+                    w.begin_token(t, "", name, time, &args)
+                } else {
+                    w.begin_by_token(t, "", tokens[i], name, time, &args)
+                };
+                w.end(t, "", name, time, &[]);
+                if i % 10_000 == 0 {
+                    w.cut();
+                }
+            }
+        }
+        w.finish().unwrap()
+    };
+    let (same, copied) = (write(true), write(false));
+    assert!(same == copied, "the bytes differ");
+    let events = reader::read_events(&same).unwrap();
+    assert_eq!(events.len(), 6 * 40_000);
+    for e in events.iter().filter(|e| e.kind == reader::EventKind::Begin) {
+        let args: Vec<_> = e.args.iter().map(|a| (a.name, a.value)).collect();
+        assert_eq!(args[0], ("symbol", R::Str(e.name)), "{e:?}");
+        assert!(
+            matches!(args[1], ("other", R::Str(s)) if s.trim() == "x"),
+            "{e:?}"
+        );
+    }
+}

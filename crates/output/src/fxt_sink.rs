@@ -512,7 +512,9 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
         } else {
             let mut buf = [EMPTY_ARG; MAX_ARGS];
             let n = Self::convert(stats, args, &mut buf);
-            writer.begin_by_token(th.id, "", entry.token, &entry.text, time, &buf[..n])
+            // The caller's text, not the copy: an argument naming the same text (a
+            // frame's `symbol`) is then known to be the name without a lookup.
+            writer.begin_by_token(th.id, "", entry.token, name.text, time, &buf[..n])
         };
         Self::push_open(th, name.key, "", entry.token);
     }

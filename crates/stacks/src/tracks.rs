@@ -344,6 +344,11 @@ impl<'a> FrameBegin<'a> {
         &self.name
     }
 
+    /// Whether the slice is named by the frame's name as given (not annotated).
+    pub(crate) fn plain(&self) -> bool {
+        matches!(self.name, Cow::Borrowed(_))
+    }
+
     /// The slice's args.
     pub(crate) fn args(&self) -> &[Arg<'a>] {
         &self.args[..self.n]

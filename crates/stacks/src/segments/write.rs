@@ -11,10 +11,10 @@ use super::frames::{
 };
 use super::go::Parked;
 use super::stitch::Stitch;
-use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::sink::{Arg, ArgValue, Name, TraceSink};
 use crate::tracks::{FrameBegin, Mark};
 use crate::WriterConfig;
-use ptscope_event::{Location, StringTable};
+use ptscope_event::{Location, StringTable, Symbol};
 use std::iter::Peekable;
 use std::slice;
 
@@ -451,8 +451,17 @@ impl<'a, S: TraceSink> ThreadWriter<'a, S> {
         let address = (loc.ip != 0 && loc.ip != MARKER_IP).then_some(loc.ip);
         let annotate = self.config.annotate_inferred_start_times;
         let begin = FrameBegin::new(name, address, debug, inferred, annotate);
-        self.sink
-            .duration_begin(self.track, begin.name(), time, begin.args());
+        match loc.symbol {
+            // By the symbol's number: the sink need not look its name up.
+            Symbol::FromPerf(sym) if begin.plain() && !is_marker(&loc) => {
+                let name = Name::new(sym.0, begin.name());
+                self.sink
+                    .duration_begin_name(self.track, name, time, begin.args());
+            }
+            _ => self
+                .sink
+                .duration_begin(self.track, begin.name(), time, begin.args()),
+        }
     }
 
     /// Ends `frame`'s slice; `samples` (leaf samples it held) goes on the end event,
