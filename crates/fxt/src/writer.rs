@@ -565,8 +565,7 @@ impl<W: Write> FxtWriter<W> {
         let name_words = stream_words(name.len());
         let budget = format::MAX_RECORD_WORDS - 2 - name_words;
         let mut planned = [PlannedArg::default(); format::MAX_ARGS];
-        let (nargs, arg_words) =
-            self.plan_args(args, budget, &mut planned, (std::ptr::null(), 0, 0));
+        let (nargs, arg_words) = self.plan_args(args, budget, &mut planned, None);
         let size = 2 + name_words + arg_words;
         let name_ref = if name.is_empty() {
             0
@@ -799,7 +798,7 @@ impl<W: Write> FxtWriter<W> {
             self.event_words(&head, refs, fixed, &[]);
         } else {
             let mut planned = [PlannedArg::default(); format::MAX_ARGS];
-            let name_at = (name.as_ptr(), name.len(), name_ref);
+            let name_at = (name_ref != 0).then_some((name, name_ref));
             let (nargs, arg_words) = self.plan_args(
                 args,
                 format::MAX_RECORD_WORDS - fixed,
@@ -843,14 +842,15 @@ impl<W: Write> FxtWriter<W> {
 
     /// Resolves argument strings (emitting string records) and sizes each argument;
     /// inline strings that would overflow `budget` words are interned instead. An
-    /// interned value that is the event's name itself (`name`: its address, length and
-    /// index) takes the name's index without a lookup (a frame's `symbol` argument).
+    /// interned value that is the event's name itself (`name`: the name and its index;
+    /// the same text at the same address) takes the name's index without a lookup (a
+    /// frame's `symbol` argument).
     fn plan_args<'a>(
         &mut self,
         args: &[Arg<'a>],
         budget: usize,
         out: &mut [PlannedArg<'a>; format::MAX_ARGS],
-        name: (*const u8, usize, u16),
+        name: Option<(&str, u16)>,
     ) -> (usize, usize) {
         let n = args.len().min(format::MAX_ARGS);
         self.stats.dropped_args += (args.len() - n) as u64;
@@ -892,10 +892,9 @@ impl<W: Write> FxtWriter<W> {
                 }
                 ArgValue::Str(s) => {
                     plan.kind = arg::STRING;
-                    let index = if (s.as_ptr(), s.len()) == (name.0, name.1) && name.2 != 0 {
-                        name.2
-                    } else {
-                        self.string_ref(s)
+                    let index = match name {
+                        Some((n, index)) if std::ptr::eq(s.as_bytes(), n.as_bytes()) => index,
+                        _ => self.string_ref(s),
                     };
                     plan.header_value = u32::from(index);
                 }
