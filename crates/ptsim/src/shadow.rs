@@ -10,7 +10,9 @@
 //!   nothing when no call pushed that address;
 //! - after a `Syscall` at `a` (resume address `a + len`) or an `Async` stop at `a` (resume
 //!   address `a`), a `Start` at the resume address changes nothing;
-//! - a `Start` after a syscall at the resume address of a signal entry (else at the return
+//! - a `Start` after a syscall at the resume address of a signal entry, or at the syscall
+//!   instruction a signal entry was delivered at the return of (the kernel restarts a
+//!   syscall the signal interrupted), (else at the return
 //!   address of any entry: a signal delivered between a return and its destination is
 //!   invisible in the block log, so its handler seems to be that return's destination) is
 //!   `rt_sigreturn`: it pops down to that entry, included;
@@ -95,6 +97,8 @@ pub struct ShadowMismatch {
 struct Entry {
     ret: u64,
     signal: bool,
+    /// A signal delivered at a syscall's return: the syscall instruction (else 0).
+    restart: u64,
     dead: bool,
 }
 
@@ -118,16 +122,17 @@ pub fn check(
 ) -> Result<ShadowStats, Box<ShadowMismatch>> {
     let mut replay = Replay::new(syms, dso);
     let mut shadow: Vec<Entry> = Vec::new();
-    // (after a syscall, resume address) while tracing is stopped.
-    let mut stop: Option<(bool, u64)> = None;
+    // (after a syscall, resume address, the stopping instruction) while tracing is stopped.
+    let mut stop: Option<(bool, u64, u64)> = None;
     let mut stats = ShadowStats::default();
     let mut got: Vec<u64> = Vec::new();
     let mut live: Vec<u64> = Vec::new();
     let mut last_cut: Option<usize> = None;
-    let push = |shadow: &mut Vec<Entry>, ret: u64, signal: bool| {
+    let push = |shadow: &mut Vec<Entry>, ret: u64, signal: bool, restart: u64| {
         shadow.push(Entry {
             ret,
             signal,
+            restart,
             dead: false,
         })
     };
@@ -150,14 +155,14 @@ pub fn check(
             StepKind::Start => match stop.take() {
                 None => {
                     if shadow.is_empty() {
-                        push(&mut shadow, 0, false);
+                        push(&mut shadow, 0, false, 0);
                     }
                 }
-                Some((_, resume)) if s.to == resume => {}
-                Some((syscall, resume)) => {
+                Some((_, resume, _)) if s.to == resume => {}
+                Some((syscall, resume, at)) => {
                     let back = shadow
                         .iter()
-                        .rposition(|e| !e.dead && e.signal && e.ret == s.to)
+                        .rposition(|e| !e.dead && e.signal && (e.ret == s.to || e.restart == s.to))
                         .or_else(|| shadow.iter().rposition(|e| !e.dead && e.ret == s.to))
                         .filter(|_| syscall);
                     match back {
@@ -177,14 +182,14 @@ pub fn check(
                                 // The rt_sigreturn of a handler whose delivery the block log
                                 // hid: the entry it ran in continues.
                                 Some(_) if syscall && trampoline => stats.hidden += 1,
-                                _ => push(&mut shadow, resume, true),
+                                _ => push(&mut shadow, resume, true, if syscall { at } else { 0 }),
                             }
                         }
                     }
                 }
             },
             StepKind::Call | StepKind::IndirectCall => {
-                push(&mut shadow, s.from + s.len as u64, false);
+                push(&mut shadow, s.from + s.len as u64, false, 0);
             }
             StepKind::Return => match shadow.iter().rposition(|e| !e.dead && e.ret == s.to) {
                 Some(k) => shadow.truncate(k),
@@ -204,10 +209,10 @@ pub fn check(
             }
             StepKind::Jcc { taken: false } => {}
             StepKind::Syscall => {
-                stop = Some((true, s.from + s.len as u64));
+                stop = Some((true, s.from + s.len as u64, s.from));
                 after_unmatched = trampoline;
             }
-            StepKind::Async { .. } => stop = Some((false, s.from)),
+            StepKind::Async { .. } => stop = Some((false, s.from, s.from)),
         }
         got.clear();
         got.extend(replay.rets());

@@ -339,8 +339,13 @@ fn derive_inner(
         // it had finished. The decoder cannot stop on a conditional branch, so decide: by
         // where the thread resumes after `rt_sigreturn` if that is one of the candidates,
         // otherwise as not taken / not finished (counted in `guessed_outcomes`).
+        // A handler can make the code resume elsewhere (Go's asynchronous preemption:
+        // `rt_sigreturn` enters `runtime.asyncPreempt`, which returns to the interrupted
+        // pc later, maybe after the goroutine ran on other threads). That return goes to
+        // an address no call since pushed: the first such return to a candidate decides.
         let resumed_at = |steps: &[Step], at: usize, a: u64, b: u64| {
-            steps[at + 1..]
+            let after = &steps[at + 1..];
+            after
                 .windows(2)
                 .take(1_000_000)
                 .find(|w| {
@@ -349,6 +354,19 @@ fn derive_inner(
                         && (w[1].to == a || w[1].to == b)
                 })
                 .map(|w| w[1].to)
+                .or_else(|| {
+                    let mut pushed = Vec::new();
+                    after.iter().take(1_000_000).find_map(|s| match s.kind {
+                        StepKind::Call | StepKind::IndirectCall => {
+                            pushed.push(s.from + u64::from(s.len));
+                            None
+                        }
+                        StepKind::Return if (s.to == a || s.to == b) && !pushed.contains(&s.to) => {
+                            Some(s.to)
+                        }
+                        _ => None,
+                    })
+                })
         };
         for p in pending.iter().rev() {
             match *p {
@@ -726,6 +744,33 @@ mod tests {
             .map(|s| (s.1, s.2))
             .collect();
         assert_eq!(returns, [(0x3000, 0x4000)]);
+    }
+
+    /// A signal delivered right after a conditional branch, whose handler makes the code
+    /// resume elsewhere (Go's asynchronous preemption): the injected call's return says
+    /// where the branch went (taken, 0x1010). Before, the outcome was guessed (not
+    /// taken), so the truth's handler frame returned to an address it did not expect and
+    /// stayed on the stack under the interrupted function's name (`os.newFile >
+    /// os.newFile` in the Go test, about one run in forty).
+    #[test]
+    fn signal_after_a_branch_whose_handler_redirects_the_resumption() {
+        let blocks = [
+            tb(0x1000, &[0x74, 0x0e]), // 0: je 0x1010
+            tb(0x3000, RET),           // 1: the handler returns into the trampoline
+            tb(0x4000, SYSCALL),       // 2: rt_sigreturn, resuming at 0x5000
+            tb(0x5000, RET),           // 3: the injected call returns to 0x1010
+            tb(0x1010, NOP),           // 4: the branch's target goes on
+        ];
+        let steps = steps_of(&blocks);
+        assert_eq!(
+            steps[..3],
+            [
+                (StepKind::Start, 0, 0x1000),
+                (StepKind::Jcc { taken: true }, 0x1000, 0x1010),
+                (ASYNC_STOP, 0x1010, 0),
+            ]
+        );
+        assert_eq!(steps.last(), Some(&(StepKind::Return, 0x5000, 0x1010)));
     }
 
     /// A signal delivered right after an indirect jump (Go's `gogo` entering a new
