@@ -132,8 +132,9 @@ fn proc() -> Option<&'static Proc> {
 
 /// Every-block mode's clock: instructions over all threads, one atomic add per block.
 static CLOCK: AtomicU64 = AtomicU64::new(0);
-/// Stack mode's clock: the inline counter every block adds its instructions to
-/// (generated code does a plain add: exact while one thread runs).
+/// Stack mode's clock: the instructions run so far. An unlogged block adds its count by
+/// an inline op (generated code does a plain add: exact while one thread runs); a logged
+/// block's callback adds its own ([`set_icount`]): one op less per logged block.
 static mut ICOUNT: u64 = 0;
 /// The logging mode now (`MODE_STACK` switches to `MODE_EVERY_BLOCK` once, for good).
 static MODE: AtomicU32 = AtomicU32::new(MODE_EVERY_BLOCK);
@@ -168,9 +169,19 @@ fn icount_ptr() -> *mut c_void {
 /// The inline counter's value.
 #[inline(always)]
 fn icount() -> u64 {
-    // SAFETY: a plain read of a static only generated code writes; a torn or stale
-    // read is impossible for an aligned u64 on x86-64.
+    // SAFETY: a plain read of a static that generated code and the stack-mode callback
+    // write; a torn or stale read is impossible for an aligned u64 on x86-64.
     unsafe { std::ptr::read_volatile(std::ptr::addr_of!(ICOUNT)) }
+}
+
+/// Sets the inline counter: a logged block's callback counts its own instructions (its
+/// block has no inline add), so the next block sees the count at its start.
+#[inline(always)]
+fn set_icount(v: u64) {
+    // SAFETY: a plain store to an aligned static; in stack mode one thread runs guest
+    // code (a second thread switches the process to every-block mode), as for the adds
+    // of generated code.
+    unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!(ICOUNT), v) }
 }
 
 /// The clock of the current mode (for chunks dated by it).

@@ -219,8 +219,8 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             qemu_plugin_register_vcpu_tb_exec_cb(tb, cb, CB_NO_REGS, ud as usize as *mut c_void)
         };
     }
-    if stack {
-        // After the callback: a logged block's callback sees the count at its start.
+    if stack && !logged {
+        // A logged block's callback counts its instructions itself.
         // SAFETY: the counter is a static that lives as long as the process.
         unsafe {
             qemu_plugin_register_vcpu_tb_exec_inline(tb, INLINE_ADD_U64, icount_ptr(), n as u64)
