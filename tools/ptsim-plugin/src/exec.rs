@@ -34,10 +34,10 @@ pub(crate) extern "C" fn on_exec(vcpu: c_uint, userdata: *mut c_void) {
     let (_, id, n) = unpack(userdata);
     let start = CLOCK.fetch_add(n, Ordering::Relaxed);
     if let Some(st) = fast_state(vcpu) {
-        if start == st.expected && st.countdown != 0 && st.used + 4 <= st.cap {
+        if start == st.expected && st.room != 0 {
             st.put_id(id);
             st.expected = start + n;
-            st.countdown -= 1;
+            st.room -= 1;
             return;
         }
     }
@@ -57,12 +57,7 @@ pub(crate) extern "C" fn on_exec_stack(vcpu: c_uint, userdata: *mut c_void) {
     if let Some(st) = fast_state(vcpu) {
         // A few unlogged instructions since the last logged block go in the id's word.
         let gap = start.wrapping_sub(st.expected);
-        if gap <= u64::from(PACKED_SKIP_MAX)
-            && st.countdown != 0
-            && st.used != 0
-            && st.used + 4 <= st.cap
-            && id < PACKED_ID_LIMIT
-        {
+        if gap <= u64::from(PACKED_SKIP_MAX) && st.room != 0 && id < PACKED_ID_LIMIT {
             let word = if gap == 0 {
                 id
             } else {
@@ -70,7 +65,7 @@ pub(crate) extern "C" fn on_exec_stack(vcpu: c_uint, userdata: *mut c_void) {
             };
             st.put_id(word);
             st.expected = start + n;
-            st.countdown -= 1;
+            st.room -= 1;
             return;
         }
     }
@@ -82,6 +77,7 @@ pub(crate) extern "C" fn on_exec_stack(vcpu: c_uint, userdata: *mut c_void) {
 #[inline(never)]
 fn exec_slow(vcpu: c_uint, id: u32, start: u64, n: u64, stack: bool) {
     let Some(st) = state(vcpu) else { return };
+    st.settle();
     let mut rec = Rec::default();
     // In stack mode the counter only moves with this thread (a second thread switches
     // the process to every-block logging): a gap is its own unlogged instructions.
@@ -104,6 +100,7 @@ fn exec_slow(vcpu: c_uint, id: u32, start: u64, n: u64, stack: bool) {
     st.append(rec.bytes(), start);
     st.expected = start + n;
     st.countdown -= 1;
+    st.arm();
 }
 
 /// The exec callback of a trigger's block (every-block mode): logs it, then the hit.
