@@ -119,6 +119,15 @@ struct Proc {
     hits: AtomicU32,
     /// Open descriptors of threads' `comm` files: `(fd, thread)`.
     comm_fds: Mutex<Vec<(i64, u32)>>,
+    /// Flight recorder: where block descriptions go (`None`: to the log, each flushed).
+    blocks: Mutex<Option<state::BlocksFile>>,
+}
+
+/// The blocks file of process `pid` when there is a ring (its directory); `None` without
+/// one, or when it cannot be made (descriptions then go to the log).
+fn blocks_file(shared: &Shared, pid: u32) -> Option<state::BlocksFile> {
+    let (dir, _) = shared.ring.as_ref()?;
+    state::BlocksFile::create(dir, pid)
 }
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -367,6 +376,8 @@ extern "C" fn in_child() {
         threads: Mutex::new(Vec::new()),
         hits: AtomicU32::new(0),
         comm_fds: Mutex::new(Vec::new()),
+        // Its own: the parent's mapping is shared with the parent.
+        blocks: Mutex::new(blocks_file(shared, pid)),
     };
     // The child's log names its own mappings (the same as the parent's at the fork).
     if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
@@ -497,6 +508,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
         threads: Mutex::new(Vec::new()),
         hits: AtomicU32::new(0),
         comm_fds: Mutex::new(Vec::new()),
+        blocks: Mutex::new(SHARED.get().and_then(|s| blocks_file(s, pid))),
     };
     PROC.store(Box::into_raw(Box::new(p)), Ordering::Release);
     // SAFETY: registering a fork handler with no preconditions.

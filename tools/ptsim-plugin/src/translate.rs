@@ -142,6 +142,10 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
                 regions.set_maps(parse_maps(&maps));
                 if let Ok(mut out) = p.out.lock() {
                     write_maps(&mut *out, current_clock(), &maps);
+                    // With a ring, at once: however qemu ends, the log names the code.
+                    if shared.ring.is_some() {
+                        let _ = out.flush();
+                    }
                 }
             }
         }
@@ -164,12 +168,19 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             );
         (trigger, logged)
     };
-    if let Ok(mut out) = p.out.lock() {
-        write_chunk(&mut *out, KIND_TBS, 0, &rec);
-        // With a ring, the log must be complete however qemu ends (no exit callback runs
-        // when a signal kills the program): every block description goes out at once.
-        if shared.ring.is_some() {
-            let _ = out.flush();
+    // With a ring, the recording must be complete however qemu ends (no exit callback
+    // runs when a signal kills the program): every block description goes out at once,
+    // into the mapped blocks file, else to the log, flushed.
+    let mapped = p
+        .blocks
+        .lock()
+        .is_ok_and(|mut b| b.as_mut().is_some_and(|b| b.push(KIND_TBS, 0, &rec)));
+    if !mapped {
+        if let Ok(mut out) = p.out.lock() {
+            write_chunk(&mut *out, KIND_TBS, 0, &rec);
+            if shared.ring.is_some() {
+                let _ = out.flush();
+            }
         }
     }
     // The block id and instruction count travel in the callback's user-data word (and a
