@@ -11,7 +11,7 @@ use super::frames::{
 use super::go::Parked;
 use super::write::{Open, ThreadWriter};
 use crate::sink::TraceSink;
-use ptscope_event::{Location, LocationHandle, StringTable, Symbol};
+use ptscope_event::{Location, LocationHandle, ProcessStart, StringTable, Symbol};
 
 /// Functions at the very bottom of a thread's stack (C's; Go's are
 /// [`GO_THREAD_ROOTS`](super::go::GO_THREAD_ROOTS)): a stack known down to one of these
@@ -93,6 +93,49 @@ pub(super) fn add_process_entry<T>(
         ts.frames
             .push(Frame::new(l, parent, INFERRED_START | PROCESS_ENTRY));
         ts.frames[f].parent = entry;
+    }
+}
+
+/// A segment whose outermost frame is the program's `main` (known from the program's
+/// code: glibc's `_start` passes it to `__libc_start_main`) lost its callers to a gap or
+/// the start of a snapshot, but the C library names the one that calls `main`
+/// (`__libc_start_call_main`): it is put below `main` as an inferred frame, and so lines
+/// up after a gap with that frame, or (called by `__libc_start_main` alone) with
+/// `__libc_start_main`. Without it, a gap from inside `__libc_start_main`'s lazy binding
+/// (`_dl_runtime_resolve_xsave > _dl_fixup` open) into `main`, which never returns in
+/// the trace, carried `main` on the binder's frames for the rest of the run. Run before
+/// [`add_process_entry`]; `main`'s frame is told by its name and object.
+pub(super) fn add_main_caller<T>(
+    ts: &mut ThreadState<T>,
+    locs: &Locations,
+    strings: &StringTable,
+    start: ProcessStart,
+) {
+    let (Some(main), Some(caller)) = (start.main, start.main_caller) else {
+        return;
+    };
+    let main = strings.location(main);
+    for f in 0..ts.frames.len() {
+        if f % (1 << 16) == 0 {
+            // The scan reads every frame: pages read stay mapped until given back.
+            ts.frames.release();
+        }
+        let Frame {
+            loc, parent, flags, ..
+        } = ts.frames[f];
+        if flags & SENTINEL != 0 || parent == NONE {
+            continue;
+        }
+        if ts.frames[parent as usize].flags & SENTINEL == 0 {
+            continue;
+        }
+        let at = locs.get(strings, loc);
+        if at.symbol != main.symbol || at.dso != main.dso {
+            continue;
+        }
+        let new = ts.frames.len() as u32;
+        ts.frames.push(Frame::new(caller.0, parent, INFERRED_START));
+        ts.frames[f].parent = new;
     }
 }
 
