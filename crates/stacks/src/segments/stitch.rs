@@ -103,7 +103,9 @@ pub(super) fn add_process_entry<T>(
 /// up after a gap with that frame, or (called by `__libc_start_main` alone) with
 /// `__libc_start_main`. Without it, a gap from inside `__libc_start_main`'s lazy binding
 /// (`_dl_runtime_resolve_xsave > _dl_fixup` open) into `main`, which never returns in
-/// the trace, carried `main` on the binder's frames for the rest of the run. Run before
+/// the trace, carried `main` on the binder's frames for the rest of the run. Only
+/// segments begun by a decode error or a snapshot's start: one begun by a jump into
+/// `main` (the unwinder landing in its handler) is placed by that jump. Run before
 /// [`add_process_entry`]; `main`'s frame is told by its name and object.
 pub(super) fn add_main_caller<T>(
     ts: &mut ThreadState<T>,
@@ -115,6 +117,10 @@ pub(super) fn add_main_caller<T>(
         return;
     };
     let main = strings.location(main);
+    let after_gaps: rustc_hash::FxHashSet<u32> = (ts.segments.iter())
+        .filter(|s| matches!(s.join, Join::Any | Join::Never))
+        .map(|s| s.sentinel)
+        .collect();
     for f in 0..ts.frames.len() {
         if f % (1 << 16) == 0 {
             // The scan reads every frame: pages read stay mapped until given back.
@@ -126,7 +132,7 @@ pub(super) fn add_main_caller<T>(
         if flags & SENTINEL != 0 || parent == NONE {
             continue;
         }
-        if ts.frames[parent as usize].flags & SENTINEL == 0 {
+        if ts.frames[parent as usize].flags & SENTINEL == 0 || !after_gaps.contains(&parent) {
             continue;
         }
         let at = locs.get(strings, loc);
