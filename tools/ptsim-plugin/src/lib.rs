@@ -15,8 +15,9 @@
 //!   translation from the functions of the ELF files, [`regions`]), any block of code no
 //!   function covers, the entries of installed signal handlers (`rt_sigaction` is
 //!   watched; a handler's block translated before it was installed is retranslated).
-//!   Every other block only adds its instructions to an inline counter, so time stays
-//!   exact: a `SKIP` word tells the instructions run between two logged blocks. The
+//!   Every other block only adds its instructions to an inline counter (a logged
+//!   block's callback adds its own), so time stays exact: a `SKIP` word tells the
+//!   instructions run between two logged blocks. The
 //!   counter cannot tell threads apart, so a process that starts its second thread
 //!   switches to every-block logging (the translation cache is flushed; what is logged
 //!   from then on is every block, as in the other mode).

@@ -195,10 +195,13 @@ impl ThreadState {
     #[inline(always)]
     pub(crate) fn put_id(&mut self, id: u32) {
         // SAFETY: the caller checked the room; `data` holds `cap` bytes.
+        // `used` is read once: the store through `data` could alias it for the compiler,
+        // which then read it again after the store.
+        let used = self.used;
         unsafe {
-            std::ptr::write_unaligned(self.data.add(self.used) as *mut u32, id.to_le());
-            self.used += 4;
-            (*self.published).store(self.used as u32, Ordering::Release);
+            std::ptr::write_unaligned(self.data.add(used) as *mut u32, id.to_le());
+            self.used = used + 4;
+            (*self.published).store((used + 4) as u32, Ordering::Release);
         }
     }
 
