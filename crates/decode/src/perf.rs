@@ -496,6 +496,37 @@ fn kill_group(pid: u32) {
     signal_group(pid, libc::SIGKILL);
 }
 
+/// How long a perf the watchdog asked to end may take before it is killed.
+const END_GRACE: Duration = Duration::from_secs(2);
+
+/// Ends a stalled perf so that it cleans up after itself, else kills it. perf removes
+/// its copy of the vDSO (`/tmp/perf-vdso.so-XXXXXX`, a path perf fixes, beyond
+/// TMPDIR's reach) only when it ends by itself: a SIGKILL leaves one behind per run.
+/// SIGCONT first, as a stopped perf acts on nothing else; the SIGINT then ends perf
+/// script after the sample at hand, and kills an `addr2line` it waits on, which ends
+/// the read perf is blocked in. A perf still there after [`END_GRACE`] (a hung file
+/// system) is killed, with its children.
+fn end_group(pid: u32) {
+    signal_group(pid, libc::SIGCONT);
+    signal_group(pid, libc::SIGINT);
+    let deadline = Instant::now() + END_GRACE;
+    while Instant::now() < deadline {
+        if has_ended(pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill_group(pid);
+}
+
+/// Whether our child `pid` has ended (a zombie, not reaped yet, or gone).
+fn has_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat_fields(&stat).and_then(|f| f.first().copied()) == Some("Z"),
+        Err(_) => true,
+    }
+}
+
 /// Sends `signal` to the process group our child `pid` leads.
 fn signal_group(pid: u32, signal: libc::c_int) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {
@@ -561,7 +592,7 @@ fn children_of(pid: u32) -> Vec<(String, Duration)> {
 
 /// Watches one perf until it is waited for: when ptscope has waited in a read of its
 /// output for `limit` while perf used under 5 % of that in CPU time, perf (and its
-/// children) are killed and the reason kept, for [`PerfProcess::stall`]. What a child
+/// children) are ended ([`end_group`]) and the reason kept, for [`PerfProcess::stall`]. What a child
 /// does is not progress: perf 6.1's `addr2line` on node's binary took about a second
 /// of CPU per address, so perf printed a few bytes a minute (the decode would have
 /// taken hours). Time is counted in the watchdog's own ticks, so a ptscope stopped by
@@ -614,7 +645,7 @@ fn watchdog(pid: u32, watch: Arc<Watch>, limit: Duration) {
                     let waiting_for = children_of(pid).into_iter().next();
                     *watch.stalled.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some((window, waiting_for));
-                    kill_group(pid);
+                    end_group(pid);
                     return;
                 }
             }

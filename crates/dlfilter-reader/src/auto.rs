@@ -208,7 +208,12 @@ impl AnyScript {
                         self.delivered += 1;
                         return Ok(Some(e));
                     }
-                    Ok(None) => return Ok(None),
+                    // The end of the stream: perf ended by itself, or the watchdog
+                    // ended it (a stall, which perf's clean end does not show).
+                    Ok(None) => match script.stall() {
+                        Some(stall) => stall,
+                        None => return Ok(None),
+                    },
                     // Asked to stop by an interrupt: what came is all there is.
                     Err(_) if script.interrupted() => return Ok(None),
                     Err(e) => match script.stall() {

@@ -725,7 +725,7 @@ pub fn for_each_event(
         &mut totals,
         |step, strings, _| {
             if let drive::Step::Event(e) = step {
-                f(e, strings);
+                f(e.clone(), strings);
             }
         },
     )?;

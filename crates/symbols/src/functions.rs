@@ -289,6 +289,13 @@ impl FunctionRanges {
         Some(seg.offset + (start - seg.vaddr))
     }
 
+    /// Whether a function contains the link-time address `addr`: [`Self::function_at`]
+    /// without making the name (a range without a symbol formats one).
+    pub fn contains(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.start <= addr);
+        self.ranges[..i].iter().rev().take(64).any(|r| addr < r.end)
+    }
+
     /// The innermost function containing the link-time address `addr`.
     pub fn function_at(&self, addr: u64) -> Option<FoundFunction<'_>> {
         let i = self.ranges.partition_point(|r| r.start <= addr);

@@ -331,6 +331,41 @@ fn gzip_recording(test: &str) -> Option<(tempfile::TempDir, PathBuf, Finished)> 
     Some((tmp, work, run))
 }
 
+/// perf's copies of the vDSO in `/tmp` (`perf-vdso.so-XXXXXX`: perf fixes the path, so
+/// TMPDIR does not move them), which perf removes when it ends by itself.
+fn perf_vdso_copies() -> BTreeSet<PathBuf> {
+    std::fs::read_dir("/tmp")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("perf-vdso.so-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Checks that no copy of the vDSO made since `before` stays behind: a perf the watchdog
+/// stopped left one per run when it was killed outright. Copies other perfs (tests
+/// running beside this one) still hold are waited for, as they go when those end.
+fn assert_no_vdso_copy_left(before: &BTreeSet<PathBuf>) {
+    let mut left = Vec::new();
+    for _ in 0..120 {
+        left = perf_vdso_copies()
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("perf's copies of the vDSO were left behind after 60 s: {left:?}");
+}
+
 /// Checks that the message `err` says each of `said`.
 fn assert_says(err: &str, said: &[&str]) {
     for said in said {
@@ -361,6 +396,7 @@ fn a_stuck_inline_lookup_is_stopped_and_the_rest_decoded_without_it() {
     let out = dir.path().join("stall.fxt.gz");
     let mut p = Ptscope::new(args(&[&"decode", &work, &"--perf-inline", &"-o", &out]));
     p.cmd().env("PATH", &path).env("PTSCOPE_PERF_STALL", "2");
+    let copies = perf_vdso_copies();
     let done = run_within(p);
     let err = done.stderr();
     assert!(
@@ -384,12 +420,14 @@ fn a_stuck_inline_lookup_is_stopped_and_the_rest_decoded_without_it() {
         "perf's stuck addr2line outlived the decode: {:?}",
         running_with(&marker)
     );
+    assert_no_vdso_copy_left(&copies);
 }
 
 /// A perf that stops making progress mid-stream for another reason (here: stopped by a
 /// signal, through a stand-in `perf` that passes real perf's output on, then stops its
 /// process group): the watchdog ends it, the error says what happened and what to do,
-/// and the trace holds what was decoded before (exit status 1: incomplete).
+/// and the trace holds what was decoded before (exit status 1: incomplete). perf ends
+/// cleanly, so its copy of the vDSO goes with it.
 #[test]
 fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
     let Some((dir, work, run)) =
@@ -423,6 +461,7 @@ fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
         &out,
     ]));
     p.cmd().env("PTSCOPE_PERF_STALL", "2");
+    let copies = perf_vdso_copies();
     let done = run_within(p);
     let err = done.stderr();
     assert_eq!(
@@ -436,6 +475,7 @@ fn a_perf_that_stops_mid_stream_is_reported_and_what_was_decoded_kept() {
     );
     let t = load_checked(&out, &run);
     t.assert_process_named("gzip");
+    assert_no_vdso_copy_left(&copies);
 }
 
 /// An `addr2line` that quits mid-conversation (as one that crashes on odd debug info
