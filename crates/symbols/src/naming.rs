@@ -197,7 +197,7 @@ pub struct Namer {
     /// (DSO, file offset looked up) → the calls inlined there (`None`: none).
     inlined: FxHashMap<(Sym, u64), Option<InlinedCalls>>,
     /// Processes whose events were named since the mappings were set (for
-    /// [`Namer::process_entries`]), and the last one seen (most events repeat it).
+    /// [`Namer::process_starts`]), and the last one seen (most events repeat it).
     pids: FxHashSet<u32>,
     last_pid: Option<u32>,
 }
