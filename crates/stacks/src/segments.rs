@@ -198,6 +198,9 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
             }
         }
         // TSX: events inside a transaction count only if it commits.
+        if self.transaction.passes(event) {
+            return self.ingest(event, strings);
+        }
         let Some(admitted) = self.transaction.admit(event, ()) else {
             return;
         };
