@@ -34,8 +34,8 @@ pub(crate) struct Totals {
     /// The FXT trace's size before compression.
     pub trace_bytes: u64,
     pub interrupted: bool,
-    /// Where each process entered its program, by pid (the last input's say).
-    pub entries: Vec<(u32, ptscope_event::LocationHandle)>,
+    /// How each process started its program, by pid (the last input's say).
+    pub entries: Vec<(u32, ptscope_event::ProcessStart)>,
 }
 
 impl Totals {
@@ -579,8 +579,8 @@ fn drive<S: TraceSink, W: StackWriter<S>, F: FnOnce(S, u64, Extras) -> W>(
     match writer {
         Some(mut w) => {
             w.end_of_input();
-            for &(pid, entry) in &totals.entries {
-                w.set_process_entry(pid, entry);
+            for &(pid, start) in &totals.entries {
+                w.set_process_start(pid, start);
             }
             let sink = w.finish(&strings);
             Ok((sink, strings))
