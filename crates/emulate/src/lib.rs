@@ -227,7 +227,8 @@ pub fn record_with(
         .flatten()
     {
         let name = e.file_name().to_string_lossy().into_owned();
-        let ours = (name.starts_with("ring-") && name.ends_with(".bin"))
+        let ours = ((name.starts_with("ring-") || name.starts_with("blocks-"))
+            && name.ends_with(".bin"))
             || recording::process_logs(dir)
                 .map(|l| l.iter().skip(1).any(|(_, p)| *p == e.path()))
                 .unwrap_or(false);
@@ -315,6 +316,34 @@ fn ring_slots(path: &Path) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
 /// every thread's ring file (`ring-PID-TID.bin`) into its process's block log: the first
 /// process's is `log`, a forked child's is beside it.
 fn append_rings(dir: &Path, log: &Path) -> Result<()> {
+    let main_pid = std::fs::read(log).ok().and_then(|d| {
+        d.get(16..20)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    });
+    let target = |pid: u32| {
+        if Some(pid) == main_pid {
+            log.to_path_buf()
+        } else {
+            dir.join(recording::child_log_name(pid))
+        }
+    };
+    // First each process's block descriptions, which its rings' blocks refer to.
+    let blocks: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let pid = name.strip_prefix("blocks-")?.strip_suffix(".bin")?;
+            Some((pid.parse().ok()?, e.path()))
+        })
+        .collect();
+    for (pid, path) in blocks {
+        let to = target(pid);
+        if to.is_file() {
+            append_blocks(&to, &path)?;
+        }
+        let _ = std::fs::remove_file(path);
+    }
     let mut rings: Vec<(u32, u32, PathBuf)> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
         .flatten()
@@ -328,19 +357,11 @@ fn append_rings(dir: &Path, log: &Path) -> Result<()> {
         })
         .collect();
     rings.sort();
-    let main_pid = std::fs::read(log).ok().and_then(|d| {
-        d.get(16..20)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    });
     let mut at = 0;
     while at < rings.len() {
         let pid = rings[at].0;
         let n = rings[at..].iter().take_while(|r| r.0 == pid).count();
-        let target = if Some(pid) == main_pid {
-            log.to_path_buf()
-        } else {
-            dir.join(recording::child_log_name(pid))
-        };
+        let target = target(pid);
         let these: Vec<(u32, PathBuf)> = rings[at..at + n]
             .iter()
             .map(|(_, tid, p)| (*tid, p.clone()))
@@ -355,6 +376,39 @@ fn append_rings(dir: &Path, log: &Path) -> Result<()> {
         }
         at += n;
     }
+    Ok(())
+}
+
+/// Appends a process's blocks file (`blocks-PID.bin`: `used u64`, then whole chunks the
+/// plugin wrote there instead of to the log) to its log, after cutting the log back to
+/// its last whole chunk; what the file holds past its last whole chunk is left out.
+fn append_blocks(log: &Path, blocks: &Path) -> Result<()> {
+    use ptscope_blocklog::whole_chunks_len;
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f =
+        std::fs::File::open(blocks).with_context(|| format!("cannot open {}", blocks.display()))?;
+    let len = f.metadata()?.len();
+    let mut head = [0u8; 8];
+    if f.read_exact_at(&mut head, 0).is_err() {
+        return Ok(());
+    }
+    let used = u64::from_le_bytes(head).min(len.saturating_sub(8));
+    let mut data = vec![0u8; used as usize];
+    f.read_exact_at(&mut data, 8)
+        .with_context(|| format!("cannot read {}", blocks.display()))?;
+    data.truncate(whole_chunks_len(&data));
+    let mut out = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(log)
+        .with_context(|| format!("cannot open the block log {}", log.display()))?;
+    let old = std::fs::read(log).with_context(|| format!("cannot read {}", log.display()))?;
+    out.set_len(whole_chunks_len(&old) as u64)
+        .and_then(|_| out.seek(SeekFrom::End(0)))
+        .and_then(|_| out.write_all(&data))
+        .with_context(|| format!("cannot write {}", log.display()))?;
     Ok(())
 }
 
@@ -401,4 +455,77 @@ fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ptscope_blocklog::format::{
+        chunk_header, header_payload, KIND_EXEC, KIND_HEADER, KIND_TBS, MODE_STACK,
+    };
+    use ptscope_blocklog::Chunks;
+
+    fn chunk(kind: u8, tid: u32, payload: &[u8]) -> Vec<u8> {
+        let mut c = chunk_header(kind, tid, payload.len() as u64).to_vec();
+        c.extend_from_slice(payload);
+        c
+    }
+
+    /// After a flight recording, the process's blocks file (whole chunks, then a torn one:
+    /// qemu killed mid-copy) goes into the log (cut back to its whole chunks) before its
+    /// ring's slots, and both files are removed; without a ring file (a thread whose ring
+    /// could not be made writes to the log), the log still ends on a whole chunk.
+    #[test]
+    fn a_blocks_file_goes_into_the_log_before_the_rings() {
+        for with_ring in [true, false] {
+            blocks_then_rings(with_ring);
+        }
+    }
+
+    fn blocks_then_rings(with_ring: bool) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let log = dir.path().join(LOG_NAME);
+        let mut l = chunk(KIND_HEADER, 0, &header_payload(42, MODE_STACK));
+        l.extend_from_slice(&chunk_header(KIND_TBS, 0, 100)[..9]);
+        std::fs::write(&log, &l).expect("log");
+        let mut blocks = chunk(KIND_TBS, 0, b"first");
+        blocks.extend(chunk(KIND_TBS, 0, b"second"));
+        let whole = blocks.len();
+        blocks.extend(chunk(KIND_TBS, 0, b"torn")[..12].iter());
+        let mut file = (whole as u64 + 12).to_le_bytes().to_vec();
+        file.extend_from_slice(&blocks);
+        file.resize(4096, 0);
+        std::fs::write(dir.path().join("blocks-42.bin"), &file).expect("blocks file");
+        // One ring slot of 16 bytes, 8 used.
+        let mut ring = 1u64.to_le_bytes().to_vec();
+        ring.extend_from_slice(&8u32.to_le_bytes());
+        ring.extend_from_slice(&16u32.to_le_bytes());
+        ring.extend_from_slice(b"execexec\0\0\0\0\0\0\0\0");
+        if with_ring {
+            std::fs::write(dir.path().join("ring-42-43.bin"), &ring).expect("ring file");
+        }
+
+        append_rings(dir.path(), &log).expect("append");
+
+        let d = std::fs::read(&log).expect("log");
+        let got: Vec<(u8, u32, Vec<u8>)> = Chunks::new(&d)
+            .map(|c| c.expect("whole chunks"))
+            .map(|c| (c.kind, c.tid, c.payload.to_vec()))
+            .collect();
+        let mut want = vec![
+            (KIND_TBS, 0, b"first".to_vec()),
+            (KIND_TBS, 0, b"second".to_vec()),
+        ];
+        if with_ring {
+            want.push((KIND_EXEC, 43, b"execexec".to_vec()));
+        }
+        assert_eq!(got[1..], want);
+        assert_eq!(got[0].0, KIND_HEADER);
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left, [std::ffi::OsString::from(LOG_NAME)]);
+    }
 }

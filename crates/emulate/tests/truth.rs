@@ -631,6 +631,49 @@ fn tail_calls_cold_parts_and_signal_handlers_are_exact() {
     assert_eq!(slices_under(r, "handler", "leaf"), 5);
 }
 
+/// A signal handler whose entry block was translated before it was installed: `handler`
+/// is called directly first (its entry block, a conditional branch inside the function,
+/// is not logged in stack mode), then installed and raised. The plugin notes every block
+/// translated and, when `rt_sigaction` installs a handler whose block it has translated,
+/// flushes the translations so the entry is translated again, flagged and logged; without
+/// that, the deliveries vanish from the trace.
+#[test]
+fn a_handler_called_before_it_is_installed_is_exact() {
+    if !ptsim::testing::tools_available(&["gcc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let src = r#"
+        #include <signal.h>
+        #include <stdio.h>
+        volatile int sink;
+        __attribute__((noinline)) int leaf(int x) { __asm__ volatile(""); return x + 1; }
+        __attribute__((noinline)) void handler(int s) {
+            if (s > 0) sink += leaf(s); else sink += 2;
+        }
+        int main(void) {
+            for (int i = 0; i < 4; i++) handler(0);
+            signal(SIGUSR1, handler);
+            for (int i = 0; i < 3; i++) raise(SIGUSR1);
+            printf("%d\n", sink);
+            return 0;
+        }
+    "#;
+    let exe = ptsim::testing::compile(dir.path(), "early", "early.c", src, &["gcc", "-O2", "-g"])
+        .expect("compiling");
+    let Some(run) = score_program("early", &[&exe]) else {
+        return;
+    };
+    assert_run_exact(&run);
+    let r = &run.recon;
+    assert_eq!(slices_under(r, "main", "handler"), 4);
+    assert_eq!(
+        slices_under(r, "__pthread_kill_implementation", "handler"),
+        3
+    );
+    assert_eq!(slices_under(r, "handler", "leaf"), 3);
+}
+
 /// A timer signal delivered right after a non-local jump (`_longjmp`'s indirect `jmp`
 /// back into `worker`, as Go's `gogo` jumps into a resumed goroutine): the jump's
 /// destination is only known when `rt_sigreturn` resumes there. Settled without its

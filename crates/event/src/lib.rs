@@ -42,6 +42,22 @@ pub struct Sym(pub u32);
 #[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct LocationHandle(pub u32);
 
+/// How a process started its program, as the naming step read it from the program's
+/// file: where it entered (`e_entry`), and, when the entry's code says so, the program's
+/// `main` (the function glibc's `_start` passes to `__libc_start_main`) and the C
+/// library's function that calls it (`__libc_start_call_main` since glibc 2.34), each
+/// named as a branch there is named. A stack writer that lost the start-up to a decode
+/// error infers these frames from them (`StackWriter::set_process_start`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ProcessStart {
+    /// The program's entry (`_start`, or `sqlite3+0xa780` in a stripped program).
+    pub entry: LocationHandle,
+    /// The program's `main`, if the entry's code names it.
+    pub main: Option<LocationHandle>,
+    /// The C library's function that calls `main`, if the library names one.
+    pub main_caller: Option<LocationHandle>,
+}
+
 /// A handle to a call stack (root first) interned in a [`StringTable`]: a sampled
 /// stack is stored once however many samples repeat it.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]

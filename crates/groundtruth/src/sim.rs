@@ -17,7 +17,7 @@ use crate::names::{Names, StackBuilder, StackId};
 use crate::score::{score_interned, Fidelity, Truth};
 use crate::sink::{Recon, ReconThread, TimelineSink};
 use anyhow::{bail, Context, Result};
-use ptscope_event::{Event, EventData, Kind, LocationHandle, StringTable, Symbol, Thread};
+use ptscope_event::{Event, EventData, Kind, ProcessStart, StringTable, Symbol, Thread};
 use ptscope_pipeline::{DecodeOptions, DecoderKind, Input, Quiet};
 use ptscope_stacks::legacy::LegacyWriter;
 use ptscope_stacks::segments::SegmentsWriter;
@@ -74,13 +74,13 @@ pub fn decode_each(
 }
 
 /// [`decode_each`], also returning where each process entered its program (the
-/// pipeline's [`ptscope_pipeline::Report::process_entries`], for the writers as
+/// pipeline's [`ptscope_pipeline::Report::process_starts`], for the writers as
 /// `ptscope decode` gives them).
 fn decode_each_with_entries(
     perf_data: &Path,
     path: DecodePath,
     mut f: impl FnMut(Event, &StringTable),
-) -> Result<(StringTable, Vec<(u32, LocationHandle)>)> {
+) -> Result<(StringTable, Vec<(u32, ProcessStart)>)> {
     let mut options = DecodeOptions::new(Input::Recording(perf_data.to_path_buf()));
     options.decoder = match path {
         DecodePath::Text => DecoderKind::Text,
@@ -93,7 +93,7 @@ fn decode_each_with_entries(
     if let Some(why) = report.incomplete.first() {
         bail!("decoding {} failed: {why}", perf_data.display());
     }
-    Ok((strings, report.process_entries))
+    Ok((strings, report.process_starts))
 }
 
 /// The naming step `ptscope decode` runs between decoding and its writers, for the
@@ -909,15 +909,15 @@ impl Writers {
     fn finish(
         mut self,
         strings: &StringTable,
-        entries: &[(u32, LocationHandle)],
+        entries: &[(u32, ProcessStart)],
     ) -> Option<(TimelineSink, TimelineSink, u64)> {
         if self.both.is_none() {
             self.start(0, strings);
         }
         let (mut l, mut s) = self.both?;
-        for &(pid, entry) in entries {
-            l.set_process_entry(pid, entry);
-            s.set_process_entry(pid, entry);
+        for &(pid, start) in entries {
+            l.set_process_start(pid, start);
+            s.set_process_start(pid, start);
         }
         Some((l.finish(strings), s.finish(strings), self.earliest))
     }
@@ -1162,6 +1162,10 @@ pub struct SimProgram {
     /// `_start`; 0 if none is found): the one just before the entry's call of
     /// `__libc_start_main`, `_start` having no branch of its own before it.
     pub program_entry_step: usize,
+    /// The main thread's step where glibc's `__libc_start_call_main` calls the program's
+    /// `main` (its one indirect call; 0 if none is found): found by the caller, so
+    /// also in a stripped program, where perf names `main` after the file.
+    pub main_call_step: usize,
 }
 
 impl SimProgram {
@@ -1202,6 +1206,19 @@ impl SimProgram {
                 })
             })
             .map_or(0, |i| i.saturating_sub(1));
+        let main_call_step = out
+            .sim
+            .traces
+            .first()
+            .and_then(|t| {
+                t.steps.iter().position(|s| {
+                    s.kind == ptsim::truth::StepKind::IndirectCall
+                        && syms
+                            .function(s.from)
+                            .is_some_and(|(f, _)| f == "__libc_start_call_main")
+                })
+            })
+            .unwrap_or(0);
         Ok(SimProgram {
             name: name.to_string(),
             dir: dir.to_path_buf(),
@@ -1211,6 +1228,7 @@ impl SimProgram {
             main_steps: out.sim.traces.first().map_or(0, |t| t.steps.len()),
             main_entry_step,
             program_entry_step,
+            main_call_step,
         })
     }
 

@@ -55,6 +55,15 @@ const WITH_GAPS: Floor = Floor {
     below_legacy: None,
 };
 
+/// With decode errors, on a program whose fault placements were swept (issue 25's goal for
+/// them: 99.9 % exact outside the gaps). Suffix counts the time inside the gaps too.
+const WITH_GAPS_SWEPT: Floor = Floor {
+    exact: 0.999,
+    suffix: 0.995,
+    root: 0.999,
+    below_legacy: None,
+};
+
 /// dash: its SIGCHLD handler, delivered as `wait4` returns, runs on top of `wait4` (the
 /// truth since issue 15). Segments measured 94.9-95.4 % exact when it replaced `wait4` by
 /// the handler; since it pushes a handler wherever tracing restarts elsewhere than after
@@ -566,6 +575,40 @@ fn a_gap_over_the_jump_into_a_stripped_program_keeps_its_entry() {
     check_variant(&prog, "gap over the entry", &cfg, FULL);
 }
 
+/// gzip, one overflow from inside `__libc_start_main` (before it calls
+/// `__libc_start_call_main`) into `main`: after it the trace shows `main` with no caller,
+/// and `main` never returns (gzip leaves by `exit`), so nothing in the trace names the
+/// function between `main` and `__libc_start_main`. The program's code does (`_start`
+/// passes `main` to `__libc_start_main`), and glibc's symbols name the caller
+/// (`__libc_start_call_main`): without them `main` stood on whatever was open when the
+/// gap began (`__libc_start_main`, or ld.so's lazy binder under it) for the whole run.
+#[test]
+fn a_gap_from_libc_start_main_into_main_keeps_mains_caller() {
+    if !qemu_perf() || !files_available(&["/usr/bin/gzip"]) {
+        return;
+    }
+    let d = scratch();
+    let input = write(d.path(), "in.txt", &text(8 << 10));
+    let prog = SimProgram::record(
+        "gzip",
+        d.path(),
+        &[Path::new("/usr/bin/gzip"), Path::new("-k"), &input],
+    )
+    .unwrap_or_else(|e| panic!("gzip: recording failed: {e:#}"));
+    let at = prog.main_call_step;
+    assert!(at > 40, "gzip: no call of main found");
+    // From 40 steps before `main`'s call (in `__libc_start_main`, before it calls
+    // `__libc_start_call_main`) to 60 steps into `main`.
+    let cfg = SimConfig {
+        main_faults: Some(ptsim::pt::Faults {
+            overflows: vec![(at - 40, 100)],
+            corruptions: Vec::new(),
+        }),
+        ..SimConfig::default()
+    };
+    check_variant(&prog, "gap into main", &cfg, FULL);
+}
+
 #[test]
 fn grep_text() {
     if !qemu_perf() || !files_available(&["/usr/bin/grep"]) {
@@ -643,14 +686,16 @@ fn sqlite3_queries() {
     check_variant(&prog, "snapshot", &snapshot(SNAPSHOT), SNAPSHOT_SUFFIX);
 }
 
-/// sqlite3 under simulated PT with eight overflows.
+/// sqlite3 under simulated PT with eight decode errors (four overflows, four corrupt
+/// packets). Where they fall depends on the environment's size (the loader's steps);
+/// swept over 75 placements of the eight (FIDELITY.md, issue 25), every one at 99.93 %
+/// or more exact outside the gaps, root 100 %: the floor is the issue's 99.9 %.
 #[test]
-#[ignore = "intermittent, where the faults fall depends on the environment's size (FIDELITY.md, issue 25): a root closed by two jumps after an overflow is fixed (8804a55), and at placement k=36/37 the entry inferred below __libc_start_main is now named as perf names the stripped entry (sqlite3+0xa780, from the ELF header: root 67 -> 100 %), but there the overflow begins inside __libc_start_main's lazy binding (_dl_runtime_resolve_xsave > _dl_fixup) and ends inside main, which still gives 67 % exact: nothing after it shows __libc_start_call_main (main never returns in the trace), so main is carried on the binder's frames for the rest of the run; the floor is 95 %"]
 fn sqlite3_queries_with_faults() {
     let Some((_d, prog)) = sqlite3_recording() else {
         return;
     };
-    check_variant(&prog, "faults", &eight_faults(), WITH_GAPS);
+    check_variant(&prog, "faults", &eight_faults(), WITH_GAPS_SWEPT);
 }
 
 /// sqlite3 creating, filling and querying a table, recorded under ptsim (`None` when

@@ -530,9 +530,9 @@ pub struct Report {
     pub interrupted: bool,
     /// The trace's size before compression (0 for transcripts).
     pub trace_bytes: u64,
-    /// Where each process entered its program, by pid, in the returned table: for a
-    /// stack writer fed the events ([`ptscope_stacks::StackWriter::set_process_entry`]).
-    pub process_entries: Vec<(u32, ptscope_event::LocationHandle)>,
+    /// How each process started its program, by pid, in the returned table: for a
+    /// stack writer fed the events ([`ptscope_stacks::StackWriter::set_process_start`]).
+    pub process_starts: Vec<(u32, ptscope_event::ProcessStart)>,
 }
 
 impl From<Totals> for Report {
@@ -545,7 +545,7 @@ impl From<Totals> for Report {
             incomplete: t.errors,
             interrupted: t.interrupted,
             trace_bytes: t.trace_bytes,
-            process_entries: t.entries,
+            process_starts: t.entries,
         }
     }
 }
@@ -725,7 +725,7 @@ pub fn for_each_event(
         &mut totals,
         |step, strings, _| {
             if let drive::Step::Event(e) = step {
-                f(e, strings);
+                f(e.clone(), strings);
             }
         },
     )?;

@@ -28,9 +28,9 @@ pub(crate) enum Msg {
         /// Instants for the trace's own info track (`(time from the trace's start,
         /// text)`): an emulate trace's clock, its execs.
         markers: Vec<(u64, String)>,
-        /// Where each process entered its program (`Namer::process_entries`), interned
+        /// How each process started its program (`Namer::process_starts`), interned
         /// in the table the batches sent so far carry.
-        entries: Vec<(u32, ptscope_event::LocationHandle)>,
+        entries: Vec<(u32, ptscope_event::ProcessStart)>,
     },
 }
 
@@ -224,7 +224,7 @@ pub(crate) fn decode_inputs(
             }
         }
         // The processes' entries are interned last: the final batch carries them.
-        let entries = namer.process_entries(&mut strings);
+        let entries = namer.process_starts(&mut strings);
         if (!batch.is_empty() || !entries.is_empty())
             && tx.send(flush(&strings, &mut sent, batch)).is_err()
         {

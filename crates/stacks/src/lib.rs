@@ -70,7 +70,7 @@ pub mod transcript;
 pub use sink::{Arg, ArgValue, Name, TraceSink};
 
 use ptscope_event::{
-    Event, Hit, LocationHandle, OcamlExceptionInfo, SourcePosition, StringTable, TraceScope,
+    Event, Hit, OcamlExceptionInfo, ProcessStart, SourcePosition, StringTable, TraceScope,
 };
 use rustc_hash::FxHashMap;
 
@@ -160,11 +160,12 @@ pub trait StackWriter<S: TraceSink> {
     fn end_snapshot(&mut self, strings: &StringTable);
     /// Writes whatever is still pending and returns the sink.
     fn finish(self, strings: &StringTable) -> S;
-    /// Where process `pid` entered its program (`entry`, in the table `finish` gets):
+    /// How process `pid` started its program (locations in the table `finish` gets):
     /// a writer that infers the program's entry below `__libc_start_main` (its caller
-    /// lost to a decode error) names that frame as the trace would have. Call it before
-    /// [`StackWriter::finish`]; writers that infer no such frame ignore it.
-    fn set_process_entry(&mut self, pid: u32, entry: LocationHandle) {
-        let _ = (pid, entry);
+    /// lost to a decode error) names that frame as the trace would have, and one that
+    /// sees `main` with its callers lost knows what called it. Call it before
+    /// [`StackWriter::finish`]; writers that infer no such frames ignore it.
+    fn set_process_start(&mut self, pid: u32, start: ProcessStart) {
+        let _ = (pid, start);
     }
 }

@@ -57,7 +57,7 @@
 use crate::sink::TraceSink;
 use crate::transaction::Transaction;
 use crate::{StackWriter, WriterConfig};
-use ptscope_event::{Event, EventData, LocationHandle, StringTable, Thread};
+use ptscope_event::{Event, EventData, ProcessStart, StringTable, Thread};
 use rustc_hash::FxHashMap;
 
 mod bursts;
@@ -73,7 +73,7 @@ mod write;
 
 use frames::{close_segment, new_segment, Join, Locations, ThreadState};
 use samples::flush_off_cpu_at_end;
-use stitch::{add_process_entry, extend_roots_backwards};
+use stitch::{add_main_caller, add_process_entry, extend_roots_backwards};
 
 /// The segment-based stack writer.
 pub struct SegmentsWriter<S: TraceSink> {
@@ -98,9 +98,9 @@ pub struct SegmentsWriter<S: TraceSink> {
     /// The recording has context switches ([`EventData::Switch`]): gaps between
     /// samples are then not taken as time off CPU, switches say exactly when it was.
     switches: bool,
-    /// Where each process entered its program, by pid
-    /// ([`StackWriter::set_process_entry`]).
-    entries: FxHashMap<u32, LocationHandle>,
+    /// How each process started its program, by pid
+    /// ([`StackWriter::set_process_start`]).
+    starts: FxHashMap<u32, ProcessStart>,
     /// Bytes of a thread's frames (and of its stack changes) held in memory before
     /// they go to a temporary file (see [`store`]).
     spill_after: usize,
@@ -129,7 +129,7 @@ impl<S: TraceSink> SegmentsWriter<S> {
             in_region: true,
             tracks: crate::tracks::Tracks::default(),
             switches: false,
-            entries: FxHashMap::default(),
+            starts: FxHashMap::default(),
             spill_after: store::SPILL_AFTER,
             spill_dir: None,
         };
@@ -198,6 +198,9 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
             }
         }
         // TSX: events inside a transaction count only if it commits.
+        if self.transaction.passes(event) {
+            return self.ingest(event, strings);
+        }
         let Some(admitted) = self.transaction.admit(event, ()) else {
             return;
         };
@@ -240,8 +243,8 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
         }
     }
 
-    fn set_process_entry(&mut self, pid: u32, entry: LocationHandle) {
-        self.entries.insert(pid, entry);
+    fn set_process_start(&mut self, pid: u32, start: ProcessStart) {
+        self.starts.insert(pid, start);
     }
 
     /// Writes everything and returns the sink.
@@ -269,8 +272,11 @@ impl<S: TraceSink> StackWriter<S> for SegmentsWriter<S> {
             flush_off_cpu_at_end(&mut ts, &mut self.locs, strings, &self.config);
             close_segment(&mut ts);
             if self.config.stitch {
-                let entry = ts.thread.pid.and_then(|p| self.entries.get(&p).copied());
-                add_process_entry(&mut ts, &mut self.locs, strings, entry);
+                let start = ts.thread.pid.and_then(|p| self.starts.get(&p).copied());
+                if let Some(s) = start {
+                    add_main_caller(&mut ts, &self.locs, strings, s);
+                }
+                add_process_entry(&mut ts, &mut self.locs, strings, start.map(|s| s.entry));
                 extend_roots_backwards(&mut ts, &self.locs, strings);
             }
             let marker = self

@@ -64,6 +64,21 @@ impl<X> Transaction<X> {
     }
 
     /// Forgets what is held (a new snapshot begins).
+    /// Would [`admit`](Self::admit) pass `event` on at once with nothing before it and
+    /// nothing changed? (Nothing is held and the event is not inside a transaction:
+    /// nearly every event, and the writer then skips the call.)
+    #[inline]
+    pub(crate) fn passes(&self, event: &Event) -> bool {
+        self.held.is_empty()
+            && !matches!(
+                event,
+                Event::Ok {
+                    in_transaction: true,
+                    ..
+                }
+            )
+    }
+
     pub(crate) fn clear(&mut self) {
         self.held.clear();
     }
@@ -121,5 +136,54 @@ mod tests {
         };
         assert_eq!(times(tx.admit(&error, 7)), (vec![], true));
         assert!(tx.take().is_empty());
+    }
+
+    /// `passes` says yes only where `admit` would hand the event on alone and change
+    /// nothing: the writer's shortcut past `admit` must not lose a held event.
+    #[test]
+    fn passes_only_where_admit_would_pass_the_event_alone() {
+        let mut s = StringTable::new();
+        let error = Event::DecodeError {
+            thread: Thread::default(),
+            time: Some(9),
+            ip: None,
+            message: s.intern("lost"),
+        };
+        let events = [
+            branch(1, Kind::Call, false),
+            branch(2, Kind::Call, true),
+            branch(3, Kind::TxAbort, false),
+            error,
+        ];
+        for holding in [false, true] {
+            for e in &events {
+                let mut tx = Transaction::default();
+                if holding {
+                    assert!(tx.admit(&branch(0, Kind::Call, true), ()).is_none());
+                }
+                let passes = tx.passes(e);
+                let held_before = tx.held.len();
+                let alone = tx
+                    .admit(e, ())
+                    .is_some_and(|a| a.earlier.is_empty() && !a.dropped_at_error)
+                    && tx.held.len() == held_before;
+                assert!(
+                    !passes || alone,
+                    "passes {e:?} (holding: {holding}), admit does not agree"
+                );
+                // And it does say yes to the plain case, or the shortcut would never run.
+                if !holding
+                    && !matches!(
+                        e,
+                        Event::Ok {
+                            in_transaction: true,
+                            ..
+                        }
+                    )
+                {
+                    assert!(passes, "{e:?}");
+                }
+            }
+        }
     }
 }

@@ -1054,3 +1054,79 @@ fn a_burst_lined_up_inside_a_recursion_marks_the_level_it_does_not_know() {
     ]);
     assert_stacks("proven", &transcript_with(&both, true), &[(45, carried)]);
 }
+
+/// A snapshot that starts in `b` (`_start > main > a > b`, the first segment learns only
+/// `a > b`), then a burst: a gap, a short segment in `q` that lines up with nothing, a
+/// gap, and a segment whose returns reveal `_start > main > a > b`. That later stack
+/// holds the first segment's whole stack above `_start > main`: they ran below it all
+/// along, though the short segment between (what the gap called, carried on top) shows
+/// none of it. Before, only the next segment was searched for a stack that holds the
+/// earlier one, and the first segment stayed rootless (`snapshot_gaps_bursts` seed 4:
+/// root 94.73 -> 100 %).
+#[test]
+fn a_root_found_after_a_burst_reaches_the_segment_before_it() {
+    let mut lines: Vec<Line> = as_lines([
+        (100, "call", (0x401310, "b", 0x10), (0x401400, "c", 0)),
+        (110, "return", (0x401420, "c", 0x20), (0x401315, "b", 0x15)),
+    ])
+    .collect();
+    // Long enough not to count as a segment of the burst itself.
+    for i in 0..8u64 {
+        lines.extend(as_lines([
+            (
+                120 + 20 * i,
+                "call",
+                (0x401320, "b", 0x20),
+                (0x401600, "e", 0),
+            ),
+            (
+                130 + 20 * i,
+                "return",
+                (0x401610, "e", 0x10),
+                (0x401325, "b", 0x25),
+            ),
+        ]));
+    }
+    lines.extend(as_lines([
+        (280, "return", (0x401340, "b", 0x40), (0x401215, "a", 0x15)),
+        (290, "call", (0x401220, "a", 0x20), (0x401300, "b", 0)),
+    ]));
+    lines.push(Line::Lost {
+        ns: 300,
+        resume: (0x401710, "q", 0x10),
+    });
+    lines.extend(as_lines([(
+        310,
+        "call",
+        (0x401720, "q", 0x20),
+        (0x401800, "r", 0),
+    )]));
+    lines.push(Line::Lost {
+        ns: 320,
+        resume: (0x401350, "b", 0x50),
+    });
+    lines.extend(as_lines([
+        (330, "return", (0x401360, "b", 0x60), (0x401225, "a", 0x25)),
+        (
+            340,
+            "return",
+            (0x401230, "a", 0x30),
+            (0x401144, "main", 0x44),
+        ),
+        main_returns(350),
+    ]));
+    let got = transcript(&input_text(&lines));
+    assert_stacks(
+        "a root found after a burst",
+        &got,
+        &[
+            (5, &["_start", "main", "a", "b", "c"]),
+            (15, &["_start", "main", "a", "b"]),
+            (25, &["_start", "main", "a", "b", "e"]),
+            (185, &["_start", "main", "a"]),
+            (195, &["_start", "main", "a", "b"]),
+            (235, &["_start", "main", "a"]),
+            (245, &["_start", "main"]),
+        ],
+    );
+}

@@ -37,6 +37,7 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use crate::elf::{strip_clone_suffixes, strip_param_list, LoadSegment, MappedFile};
 use crate::error::Result;
@@ -72,6 +73,9 @@ pub struct FileFunctions {
     segments: Vec<LoadSegment>,
     /// Every start and end above, sorted and unique: the naming is constant between two.
     bounds: Vec<u64>,
+    /// Bit `j`: some function covers `bounds[j]..bounds[j + 1]` (made at the first
+    /// [`Self::region_of`]: the qemu plugin asks at every translation).
+    covered: OnceLock<Vec<u64>>,
 }
 
 impl FileFunctions {
@@ -108,6 +112,7 @@ impl FileFunctions {
             ranges,
             segments: elf.load_segments(),
             bounds,
+            covered: OnceLock::new(),
         })
     }
 
@@ -139,13 +144,38 @@ impl FileFunctions {
         })
     }
 
+    /// Whether a function holds the link-time address `v`: [`Self::function_at`]
+    /// without making its name.
+    fn covers(&self, v: u64) -> bool {
+        let i = self.funcs.partition_point(|x| x.0 <= v);
+        self.funcs[..i].iter().rev().take(16).any(|x| v < x.1)
+            || self.ranges.as_ref().is_some_and(|r| r.contains(v))
+    }
+
     /// The region holding the link-time address `v`.
     pub fn region_of(&self, v: u64) -> Region {
         let i = self.bounds.partition_point(|&b| b <= v);
-        let start = i.checked_sub(1).map_or(0, |j| self.bounds[j]);
+        let Some(j) = i.checked_sub(1) else {
+            // Below every function's start: nothing covers it.
+            return Region {
+                start: 0,
+                covered: false,
+            };
+        };
+        // What covers an address is the same all over its interval between two bounds
+        // (every start and end is a bound), so it is worked out once per interval.
+        let bits = self.covered.get_or_init(|| {
+            let mut bits = vec![0u64; self.bounds.len().div_ceil(64)];
+            for (k, &b) in self.bounds.iter().enumerate() {
+                if self.covers(b) {
+                    bits[k / 64] |= 1 << (k % 64);
+                }
+            }
+            bits
+        });
         Region {
-            start,
-            covered: self.function_at(v).is_some(),
+            start: self.bounds[j],
+            covered: bits[j / 64] >> (j % 64) & 1 != 0,
         }
     }
 }

@@ -275,6 +275,27 @@ impl FunctionRanges {
         crate::elf::address_of_offset(&self.segments, offset)
     }
 
+    /// The file offset where the function named `name` (by its raw symbol name, as
+    /// [`FunctionRanges::function_at`] gives it) starts, if a symbol of that name starts
+    /// in an executable segment. A linear scan: for a few names per decode.
+    pub fn offset_of_function(&self, name: &str) -> Option<u64> {
+        let start = self
+            .ranges
+            .iter()
+            .find(|r| r.name.as_deref() == Some(name))?
+            .start;
+        let seg = (self.segments.iter())
+            .find(|s| s.executable && start >= s.vaddr && start - s.vaddr < s.filesz)?;
+        Some(seg.offset + (start - seg.vaddr))
+    }
+
+    /// Whether a function contains the link-time address `addr`: [`Self::function_at`]
+    /// without making the name (a range without a symbol formats one).
+    pub fn contains(&self, addr: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.start <= addr);
+        self.ranges[..i].iter().rev().take(64).any(|r| addr < r.end)
+    }
+
     /// The innermost function containing the link-time address `addr`.
     pub fn function_at(&self, addr: u64) -> Option<FoundFunction<'_>> {
         let i = self.ranges.partition_point(|r| r.start <= addr);

@@ -33,7 +33,7 @@
 use std::path::Path;
 
 use ptscope_event::{
-    Event, EventData, Location, LocationHandle, StackHandle, StringTable, Sym, Symbol,
+    Event, EventData, Location, LocationHandle, ProcessStart, StackHandle, StringTable, Sym, Symbol,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -197,7 +197,7 @@ pub struct Namer {
     /// (DSO, file offset looked up) → the calls inlined there (`None`: none).
     inlined: FxHashMap<(Sym, u64), Option<InlinedCalls>>,
     /// Processes whose events were named since the mappings were set (for
-    /// [`Namer::process_entries`]), and the last one seen (most events repeat it).
+    /// [`Namer::process_starts`]), and the last one seen (most events repeat it).
     pids: FxHashSet<u32>,
     last_pid: Option<u32>,
 }
@@ -804,13 +804,13 @@ impl Namer {
         f
     }
 
-    /// Where each process whose events this step named (since the mappings were set)
-    /// entered its program, by pid: see [`Namer::process_entry`].
-    pub fn process_entries(&mut self, strings: &mut impl NameTable) -> Vec<(u32, LocationHandle)> {
+    /// How each process whose events this step named (since the mappings were set)
+    /// started its program, by pid: see [`Namer::process_start`].
+    pub fn process_starts(&mut self, strings: &mut impl NameTable) -> Vec<(u32, ProcessStart)> {
         let mut pids: Vec<u32> = self.pids.iter().copied().collect();
         pids.sort_unstable();
         pids.into_iter()
-            .filter_map(|pid| Some((pid, self.process_entry(pid, strings)?)))
+            .filter_map(|pid| Some((pid, self.process_start(pid, strings)?)))
             .collect()
     }
 
@@ -827,6 +827,20 @@ impl Namer {
         pid: u32,
         strings: &mut impl NameTable,
     ) -> Option<LocationHandle> {
+        self.process_start(pid, strings).map(|s| s.entry)
+    }
+
+    /// How process `pid` started its program: its entry ([`Namer::process_entry`]); the
+    /// program's `main`, when the entry is glibc's `_start`, which passes `main` to
+    /// `__libc_start_main` in `rdi` (`lea rdi,[rip+main]` in a PIE, `mov rdi,main` in
+    /// a program at a fixed address) before its one call; and the C library's
+    /// `__libc_start_call_main` (glibc 2.34 and later), which calls `main`, when the
+    /// library's symbols name it. Each is named as a branch there is named.
+    pub fn process_start(
+        &mut self,
+        pid: u32,
+        strings: &mut impl NameTable,
+    ) -> Option<ProcessStart> {
         if !self.grouping() {
             return None;
         }
@@ -847,29 +861,96 @@ impl Namer {
                 return None;
             }
             let offset = elf.offset_of_address(entry)?;
-            // The symbol starting at the entry (`_start`), by raw name as perf shows it:
-            // not `Elf::symbols`, which demangles the whole table (seconds for a large
-            // program, on every decode).
-            let own = (elf.function_starts().into_iter())
-                .find(|&(_, at)| at == entry)
-                .map(|(name, _)| name.to_owned());
+            // The symbols starting at the entry (`_start`) and at `main`, by raw name as
+            // perf shows them: not `Elf::symbols`, which demangles the whole table
+            // (seconds for a large program, on every decode).
+            let starts = elf.function_starts();
+            let own = |at: u64| {
+                (starts.iter())
+                    .find(|&&(_, a)| a == at)
+                    .map(|&(name, _)| name.to_owned())
+            };
+            let code = usize::try_from(offset)
+                .ok()
+                .and_then(|o| file.bytes().get(o..))
+                .unwrap_or_default();
+            let main = main_passed_by_start(code, entry).and_then(|m| {
+                let off = elf.offset_of_address(m)?;
+                Some((off, maps.address_of_offset(pid, path, off)?, own(m)))
+            });
             let ip = maps.address_of_offset(pid, path, offset)?;
-            found = Some((path.to_owned(), offset, ip, own));
+            found = Some((path.to_owned(), (offset, ip, own(entry)), main));
             break;
         }
-        let (path, offset, ip, own) = found?;
+        let (path, entry, main) = found?;
         let dso = strings.intern(&path);
+        let entry = self.function_location(dso, entry, strings, false)?;
+        // `main` must start a function this step knows, or the bytes were not `_start`'s.
+        let main = main.and_then(|m| self.function_location(dso, m, strings, true));
+        let main_caller = main.and_then(|_| self.libc_start_call_main(pid, strings));
+        Some(ProcessStart {
+            entry,
+            main,
+            main_caller,
+        })
+    }
+
+    /// The location of the function starting at file offset `offset` of `dso`, mapped at
+    /// `ip`: named `own` (its symbol in the file) if it has one, else as this step names
+    /// the function there (`None` when it names none, or, with `start`, when that
+    /// function does not start at `offset`).
+    fn function_location(
+        &mut self,
+        dso: Sym,
+        (offset, ip, own): (u64, u64, Option<String>),
+        strings: &mut impl NameTable,
+        start: bool,
+    ) -> Option<LocationHandle> {
         let (name, off) = match own {
             Some(name) => (strings.intern(&name), 0),
             None => {
-                let (name, start) = self.lookup(dso, offset, strings)?;
-                (name, offset.wrapping_sub(start))
+                let (name, at) = self.lookup(dso, offset, strings)?;
+                (name, offset.wrapping_sub(at))
             }
         };
+        if start && off != 0 {
+            return None;
+        }
         Some(strings.intern_location(Location {
             ip,
             symbol: Symbol::FromPerf(name),
             offset: off,
+            dso: Some(dso),
+        }))
+    }
+
+    /// glibc's `__libc_start_call_main` in the `libc.so.*` process `pid` mapped, if that
+    /// library's symbols (its debug file's, it is a local symbol) name it.
+    fn libc_start_call_main(
+        &mut self,
+        pid: u32,
+        strings: &mut impl NameTable,
+    ) -> Option<LocationHandle> {
+        const NAME: &str = "__libc_start_call_main";
+        let maps = self.mappings.as_ref()?;
+        let libc = (maps.files_of(pid).into_iter())
+            .find(|p| {
+                p.rsplit('/')
+                    .next()
+                    .is_some_and(|f| f.starts_with("libc.so"))
+            })?
+            .to_owned();
+        let dso = strings.intern(&libc);
+        let offset = self.ranges(dso, strings)?.offset_of_function(NAME)?;
+        let ip = self
+            .mappings
+            .as_ref()?
+            .address_of_offset(pid, &libc, offset)?;
+        let name = strings.intern(NAME);
+        Some(strings.intern_location(Location {
+            ip,
+            symbol: Symbol::FromPerf(name),
+            offset: 0,
             dso: Some(dso),
         }))
     }
@@ -889,6 +970,43 @@ impl Namer {
         let name = f.name.into_owned();
         Some((strings.intern(&name), start))
     }
+}
+
+/// The link-time address of `main` that glibc's `_start` at `entry` (its code from
+/// `code`) passes to `__libc_start_main` in `rdi`: `lea rdi,[rip+X]` (`48 8d 3d`, a PIE)
+/// or `mov rdi,X` / `mov edi,X` (`48 c7 c7`, `bf`: a program at a fixed address), the
+/// last such before the first call. `_start` sets up the other arguments with short
+/// moves, pushes and `xor`s; the search stops at the first call or after 64 bytes, and
+/// the caller checks that a function starts there.
+pub fn main_passed_by_start(code: &[u8], entry: u64) -> Option<u64> {
+    let code = &code[..code.len().min(64)];
+    let rel = |at: usize| {
+        let b: [u8; 4] = code.get(at..at + 4)?.try_into().ok()?;
+        Some(i32::from_le_bytes(b))
+    };
+    let mut main = None;
+    let mut i = 0;
+    while i < code.len() {
+        match code[i..] {
+            // `call rel32`, `call [rip+X]`: `__libc_start_main`.
+            [0xe8, ..] | [0xff, 0x15, ..] => break,
+            [0x48, 0x8d, 0x3d, ..] => {
+                let d = rel(i + 3)?;
+                main = Some((entry + i as u64 + 7).wrapping_add_signed(i64::from(d)));
+                i += 7;
+            }
+            [0x48, 0xc7, 0xc7, ..] => {
+                main = Some(i64::from(rel(i + 3)?) as u64);
+                i += 7;
+            }
+            [0xbf, ..] => {
+                main = Some(u64::from(rel(i + 1)? as u32));
+                i += 5;
+            }
+            _ => i += 1,
+        }
+    }
+    main
 }
 
 /// What `load` reads from the file perf named `dso`, if it is the file that was
@@ -955,6 +1073,30 @@ fn is_unmapped(loc: &Location, strings: &impl NameTable) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// glibc's `_start` as Debian 12's sqlite3 has it (a PIE: `lea rdi,[rip-0x192b]` at
+    /// 0xa794, so `main` is at 0xa79b - 0x192b = 0x8e70), and as a program at a fixed
+    /// address has it (`mov rdi,0x401136`); code that passes nothing before its call
+    /// names no `main`.
+    #[test]
+    fn main_is_what_start_passes_to_libc_start_main() {
+        let pie = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x31, 0xed, 0x49, 0x89, 0xd1, 0x5e, 0x48, 0x89, 0xe2, 0x48,
+            0x83, 0xe4, 0xf0, 0x50, 0x54, 0x45, 0x31, 0xc0, 0x31, 0xc9, 0x48, 0x8d, 0x3d, 0xd5,
+            0xe6, 0xff, 0xff, 0xff, 0x15, 0x47, 0x08, 0x04, 0x00, 0xf4,
+        ];
+        assert_eq!(main_passed_by_start(&pie, 0xa77c), Some(0x8e70));
+        let fixed = [
+            0x31, 0xed, 0x49, 0x89, 0xd1, 0x5e, 0x48, 0x89, 0xe2, 0x48, 0x83, 0xe4, 0xf0, 0x50,
+            0x54, 0x45, 0x31, 0xc0, 0x31, 0xc9, 0x48, 0xc7, 0xc7, 0x36, 0x11, 0x40, 0x00, 0xff,
+            0x15, 0x00, 0x00, 0x00, 0x00, 0xf4,
+        ];
+        assert_eq!(main_passed_by_start(&fixed, 0x401040), Some(0x401136));
+        let no_main = [
+            0x31, 0xed, 0xe8, 0x00, 0x00, 0x00, 0x00, 0x48, 0x8d, 0x3d, 1, 0, 0, 0,
+        ];
+        assert_eq!(main_passed_by_start(&no_main, 0x1000), None);
+    }
     use ptscope_event::Thread;
 
     fn sample(strings: &mut StringTable, frames: &[(&str, Option<&str>)]) -> Event {

@@ -11,7 +11,9 @@ use std::process::Command;
 
 use common::{run, tool, TempDir};
 use ptscope_event::StringTable;
-use ptscope_symbols::{eh_frame_ranges, FunctionRanges, MappedFile, Mappings, NameSource, Namer};
+use ptscope_symbols::{
+    eh_frame_ranges, FileFunctions, FunctionRanges, MappedFile, Mappings, NameSource, Namer,
+};
 
 /// `nm`'s address of the (local or global) text symbol `name` in `file`.
 fn nm_address(nm: &Path, file: &Path, name: &str) -> u64 {
@@ -151,6 +153,45 @@ fn debian_gzip_has_one_function_per_fde() {
     // perf's frames are file offsets; gzip's text is mapped at its file offset.
     let (start, _) = *theirs.iter().next().unwrap();
     assert_eq!(r.address_of_offset(start), Some(start));
+}
+
+/// `contains` (the plugin's question at every translation: is this code in a function?)
+/// answers as `function_at` does, at every address of Debian's stripped gzip, whose
+/// functions are FDE ranges with names made on demand; and `FileFunctions` (symbols,
+/// PLT entries, then those ranges) agrees with its own `function_at` the same way.
+#[test]
+fn contains_agrees_with_function_at_everywhere_in_gzip() {
+    if tool("gzip").is_none() {
+        return;
+    }
+    let gzip = Path::new("/usr/bin/gzip");
+    let r = FunctionRanges::load(gzip).unwrap();
+    let f = FileFunctions::load(gzip).unwrap();
+    let file = MappedFile::open(gzip).unwrap();
+    let elf = file.elf().unwrap();
+    let fdes = eh_frame_ranges(&elf).unwrap();
+    let lo = fdes.iter().map(|x| x.0).min().unwrap();
+    let hi = fdes.iter().map(|x| x.1).max().unwrap();
+    let (mut inside, mut outside) = (0, 0);
+    // From below the first function to past the last: gaps between FDEs included.
+    for addr in lo.saturating_sub(64)..hi + 64 {
+        let found = r.function_at(addr).is_some();
+        assert_eq!(r.contains(addr), found, "FunctionRanges at {addr:#x}");
+        assert_eq!(
+            f.region_of(addr).covered,
+            f.function_at(addr).is_some(),
+            "FileFunctions at {addr:#x}"
+        );
+        if found {
+            inside += 1;
+        } else {
+            outside += 1;
+        }
+    }
+    assert!(
+        inside > 10_000 && outside > 100,
+        "{inside} in, {outside} out"
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! A callback's user-data word is `trigger << 48 | id << 16 | n_insns` ([`userdata`]).
 
 use crate::state::{fast_state, state, write_chunk, Rec, ThreadState, STAMP_EVERY};
-use crate::{icount, proc, write_published, CLOCK, SHARED, STOPPED, TRIGGER_BLOCKS};
+use crate::{icount, proc, set_icount, write_published, CLOCK, SHARED, STOPPED, TRIGGER_BLOCKS};
 use ptscope_blocklog::format::{
     HOST, KIND_HIT, MARKER, PACKED, PACKED_ID_LIMIT, PACKED_SKIP_MAX, SKIP,
 };
@@ -34,34 +34,30 @@ pub(crate) extern "C" fn on_exec(vcpu: c_uint, userdata: *mut c_void) {
     let (_, id, n) = unpack(userdata);
     let start = CLOCK.fetch_add(n, Ordering::Relaxed);
     if let Some(st) = fast_state(vcpu) {
-        if start == st.expected && st.countdown != 0 && st.used + 4 <= st.cap {
+        if start == st.expected && st.room != 0 {
             st.put_id(id);
             st.expected = start + n;
-            st.countdown -= 1;
+            st.room -= 1;
             return;
         }
     }
     exec_slow(vcpu, id, start, n, false);
 }
 
-/// Stack mode: runs at the blocks a call stack needs only; every block adds its
-/// instructions to the inline counter, which stands at this block's start here (the
-/// counter's add is registered after this callback).
+/// Stack mode: runs at the blocks a call stack needs only. The counter stands at this
+/// block's start (the unlogged blocks before it added theirs inline); this block has no
+/// inline add, so its callback counts its own instructions, stopped or not.
 pub(crate) extern "C" fn on_exec_stack(vcpu: c_uint, userdata: *mut c_void) {
+    let (_, id, n) = unpack(userdata);
+    let start = icount();
+    set_icount(start.wrapping_add(n));
     if STOPPED.load(Ordering::Relaxed) {
         return;
     }
-    let (_, id, n) = unpack(userdata);
-    let start = icount();
     if let Some(st) = fast_state(vcpu) {
         // A few unlogged instructions since the last logged block go in the id's word.
         let gap = start.wrapping_sub(st.expected);
-        if gap <= u64::from(PACKED_SKIP_MAX)
-            && st.countdown != 0
-            && st.used != 0
-            && st.used + 4 <= st.cap
-            && id < PACKED_ID_LIMIT
-        {
+        if gap <= u64::from(PACKED_SKIP_MAX) && st.room != 0 && id < PACKED_ID_LIMIT {
             let word = if gap == 0 {
                 id
             } else {
@@ -69,7 +65,7 @@ pub(crate) extern "C" fn on_exec_stack(vcpu: c_uint, userdata: *mut c_void) {
             };
             st.put_id(word);
             st.expected = start + n;
-            st.countdown -= 1;
+            st.room -= 1;
             return;
         }
     }
@@ -81,6 +77,7 @@ pub(crate) extern "C" fn on_exec_stack(vcpu: c_uint, userdata: *mut c_void) {
 #[inline(never)]
 fn exec_slow(vcpu: c_uint, id: u32, start: u64, n: u64, stack: bool) {
     let Some(st) = state(vcpu) else { return };
+    st.settle();
     let mut rec = Rec::default();
     // In stack mode the counter only moves with this thread (a second thread switches
     // the process to every-block logging): a gap is its own unlogged instructions.
@@ -103,6 +100,7 @@ fn exec_slow(vcpu: c_uint, id: u32, start: u64, n: u64, stack: bool) {
     st.append(rec.bytes(), start);
     st.expected = start + n;
     st.countdown -= 1;
+    st.arm();
 }
 
 /// The exec callback of a trigger's block (every-block mode): logs it, then the hit.
@@ -116,10 +114,11 @@ pub(crate) extern "C" fn on_trigger(vcpu: c_uint, userdata: *mut c_void) {
 
 /// The exec callback of a trigger's block (stack mode): logs it, then the hit.
 pub(crate) extern "C" fn on_trigger_stack(vcpu: c_uint, userdata: *mut c_void) {
+    // First: the block's instructions are counted even once stopped.
+    on_exec_stack(vcpu, userdata);
     if STOPPED.load(Ordering::Relaxed) {
         return;
     }
-    on_exec_stack(vcpu, userdata);
     on_trigger_insn(vcpu, userdata);
 }
 

@@ -15,8 +15,9 @@
 //!   translation from the functions of the ELF files, [`regions`]), any block of code no
 //!   function covers, the entries of installed signal handlers (`rt_sigaction` is
 //!   watched; a handler's block translated before it was installed is retranslated).
-//!   Every other block only adds its instructions to an inline counter, so time stays
-//!   exact: a `SKIP` word tells the instructions run between two logged blocks. The
+//!   Every other block only adds its instructions to an inline counter (a logged
+//!   block's callback adds its own), so time stays exact: a `SKIP` word tells the
+//!   instructions run between two logged blocks. The
 //!   counter cannot tell threads apart, so a process that starts its second thread
 //!   switches to every-block logging (the translation cache is flushed; what is logged
 //!   from then on is every block, as in the other mode).
@@ -64,7 +65,6 @@ use ptscope_blocklog::format::{
 use ptscope_blocklog::parse_maps;
 use regions::Regions;
 use state::{write_chunk, write_maps, ThreadState, FIRST_EXPECTED, STATES};
-use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -119,6 +119,15 @@ struct Proc {
     hits: AtomicU32,
     /// Open descriptors of threads' `comm` files: `(fd, thread)`.
     comm_fds: Mutex<Vec<(i64, u32)>>,
+    /// Flight recorder: where block descriptions go (`None`: to the log, each flushed).
+    blocks: Mutex<Option<state::BlocksFile>>,
+}
+
+/// The blocks file of process `pid` when there is a ring (its directory); `None` without
+/// one, or when it cannot be made (descriptions then go to the log).
+fn blocks_file(shared: &Shared, pid: u32) -> Option<state::BlocksFile> {
+    let (dir, _) = shared.ring.as_ref()?;
+    state::BlocksFile::create(dir, pid)
 }
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -132,8 +141,9 @@ fn proc() -> Option<&'static Proc> {
 
 /// Every-block mode's clock: instructions over all threads, one atomic add per block.
 static CLOCK: AtomicU64 = AtomicU64::new(0);
-/// Stack mode's clock: the inline counter every block adds its instructions to
-/// (generated code does a plain add: exact while one thread runs).
+/// Stack mode's clock: the instructions run so far. An unlogged block adds its count by
+/// an inline op (generated code does a plain add: exact while one thread runs); a logged
+/// block's callback adds its own ([`set_icount`]): one op less per logged block.
 static mut ICOUNT: u64 = 0;
 /// The logging mode now (`MODE_STACK` switches to `MODE_EVERY_BLOCK` once, for good).
 static MODE: AtomicU32 = AtomicU32::new(MODE_EVERY_BLOCK);
@@ -149,9 +159,26 @@ static TRIGGER_BLOCKS: Mutex<Vec<(u32, u64)>> = Mutex::new(Vec::new());
 static STOPPED: AtomicBool = AtomicBool::new(false);
 /// Entries of the signal handlers installed so far.
 static HANDLERS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
-/// Start addresses of the blocks translated so far (to know whether a new handler's
-/// block needs translating again).
-static TRANSLATED: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+/// Start addresses of the blocks translated so far, in translation order (to know
+/// whether a new handler's block needs translating again: a rare question, answered by
+/// a scan). Appended at every translation: a hash set's insert (a cache miss into a
+/// table of ~40 000 entries on python3) showed in profiles, a push does not.
+static TRANSLATED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Entries of [`TRANSLATED`] past which it is sorted and deduplicated (retranslations of
+/// the same blocks after qemu flushed its code cache).
+const TRANSLATED_COMPACT: usize = 1 << 22;
+
+/// Notes that a block starting at `vaddr` was translated.
+pub(crate) fn note_translated(vaddr: u64) {
+    if let Ok(mut t) = TRANSLATED.lock() {
+        if t.len() >= TRANSLATED_COMPACT && t.len() == t.capacity() {
+            t.sort_unstable();
+            t.dedup();
+        }
+        t.push(vaddr);
+    }
+}
 /// vCPUs (threads) created in this process so far.
 static VCPUS: AtomicU32 = AtomicU32::new(0);
 /// The id QEMU gave the plugin, to register again after a reset.
@@ -168,9 +195,19 @@ fn icount_ptr() -> *mut c_void {
 /// The inline counter's value.
 #[inline(always)]
 fn icount() -> u64 {
-    // SAFETY: a plain read of a static only generated code writes; a torn or stale
-    // read is impossible for an aligned u64 on x86-64.
+    // SAFETY: a plain read of a static that generated code and the stack-mode callback
+    // write; a torn or stale read is impossible for an aligned u64 on x86-64.
     unsafe { std::ptr::read_volatile(std::ptr::addr_of!(ICOUNT)) }
+}
+
+/// Sets the inline counter: a logged block's callback counts its own instructions (its
+/// block has no inline add), so the next block sees the count at its start.
+#[inline(always)]
+fn set_icount(v: u64) {
+    // SAFETY: a plain store to an aligned static; in stack mode one thread runs guest
+    // code (a second thread switches the process to every-block mode), as for the adds
+    // of generated code.
+    unsafe { std::ptr::write_volatile(std::ptr::addr_of_mut!(ICOUNT), v) }
 }
 
 /// The clock of the current mode (for chunks dated by it).
@@ -196,9 +233,7 @@ fn add_handler(handler: u64) {
     }
     h.push(handler);
     drop(h);
-    let translated = TRANSLATED
-        .lock()
-        .is_ok_and(|t| t.as_ref().is_some_and(|t| t.contains(&handler)));
+    let translated = TRANSLATED.lock().is_ok_and(|t| t.contains(&handler));
     if translated {
         request_reset();
     }
@@ -226,9 +261,7 @@ extern "C" fn after_reset(id: PluginId) {
         }
     }
     if let Ok(mut t) = TRANSLATED.lock() {
-        if let Some(t) = t.as_mut() {
-            t.clear();
-        }
+        t.clear();
     }
     register(id);
     RESETTING.store(false, Ordering::Release);
@@ -343,6 +376,8 @@ extern "C" fn in_child() {
         threads: Mutex::new(Vec::new()),
         hits: AtomicU32::new(0),
         comm_fds: Mutex::new(Vec::new()),
+        // Its own: the parent's mapping is shared with the parent.
+        blocks: Mutex::new(blocks_file(shared, pid)),
     };
     // The child's log names its own mappings (the same as the parent's at the fork).
     if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
@@ -351,7 +386,7 @@ extern "C" fn in_child() {
             let _ = out.flush();
         }
         if let Ok(mut r) = child.regions.lock() {
-            r.maps = parse_maps(&text);
+            r.set_maps(parse_maps(&text));
         }
     }
     PROC.store(Box::into_raw(Box::new(child)), Ordering::Release);
@@ -466,9 +501,6 @@ pub unsafe extern "C" fn qemu_plugin_install(
     }
     MODE.store(mode, Ordering::Relaxed);
     PLUGIN_ID.store(id, Ordering::Relaxed);
-    if let Ok(mut t) = TRANSLATED.lock() {
-        *t = Some(HashSet::new());
-    }
     let p = Proc {
         pid,
         out: Mutex::new(BufWriter::with_capacity(LOG_BUFFER, file)),
@@ -476,6 +508,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
         threads: Mutex::new(Vec::new()),
         hits: AtomicU32::new(0),
         comm_fds: Mutex::new(Vec::new()),
+        blocks: Mutex::new(SHARED.get().and_then(|s| blocks_file(s, pid))),
     };
     PROC.store(Box::into_raw(Box::new(p)), Ordering::Release);
     // SAFETY: registering a fork handler with no preconditions.

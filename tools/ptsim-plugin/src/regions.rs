@@ -35,7 +35,12 @@ impl Key {
 pub(crate) struct Regions {
     /// Every mapping, whatever its permissions: qemu-user maps guest code without host
     /// execute permission.
-    pub(crate) maps: Vec<MapEntry>,
+    maps: Vec<MapEntry>,
+    /// Per mapping of `maps`, the index of its file in `files` once looked up (the
+    /// lookups of a translation stay in one or two mappings: no path hashed each time).
+    file_of: Vec<Option<usize>>,
+    /// The mapping the last lookup found: the next one is most often in it.
+    last: usize,
     /// Loaded files by path, and their functions (`None`: not readable as ELF).
     files: Vec<(String, Option<Arc<FileFunctions>>)>,
     by_path: HashMap<String, usize>,
@@ -47,35 +52,57 @@ impl Regions {
     pub(crate) fn inherit(&self) -> Regions {
         Regions {
             maps: Vec::new(),
+            file_of: Vec::new(),
+            last: 0,
             files: self.files.clone(),
             by_path: self.by_path.clone(),
         }
     }
 
+    /// The maps snapshot.
+    pub(crate) fn maps(&self) -> &[MapEntry] {
+        &self.maps
+    }
+
+    /// Replaces the maps snapshot.
+    pub(crate) fn set_maps(&mut self, maps: Vec<MapEntry>) {
+        self.file_of = vec![None; maps.len()];
+        self.maps = maps;
+        self.last = 0;
+    }
+
     /// True when `addr` is inside a mapping of the snapshot.
-    pub(crate) fn covers(&self, addr: u64) -> bool {
-        self.maps.iter().any(|m| addr >= m.start && addr < m.end)
+    pub(crate) fn covers(&mut self, addr: u64) -> bool {
+        self.mapping(addr).is_some()
+    }
+
+    /// The index in `maps` of the mapping holding `addr`.
+    fn mapping(&mut self, addr: u64) -> Option<usize> {
+        let hit = |m: &MapEntry| addr >= m.start && addr < m.end;
+        if self.maps.get(self.last).is_some_and(hit) {
+            return Some(self.last);
+        }
+        let i = self.maps.iter().position(hit)?;
+        self.last = i;
+        Some(i)
     }
 
     /// The region of `addr`.
     pub(crate) fn key(&mut self, addr: u64) -> Key {
-        let Some(m) = self.maps.iter().find(|m| addr >= m.start && addr < m.end) else {
+        let Some(mi) = self.mapping(addr) else {
             return Key::Unmapped;
         };
+        let m = &self.maps[mi];
         if !m.path.starts_with('/') {
             return Key::Anonymous;
         }
         let off = addr - m.start + m.pgoff;
-        let path = m.path.clone();
-        let i = match self.by_path.get(&path) {
-            Some(&i) => i,
+        let i = match self.file_of[mi] {
+            Some(i) => i,
             None => {
-                let f = FileFunctions::load(std::path::Path::new(&path))
-                    .ok()
-                    .map(Arc::new);
-                self.files.push((path.clone(), f));
-                self.by_path.insert(path, self.files.len() - 1);
-                self.files.len() - 1
+                let i = self.file_index(mi);
+                self.file_of[mi] = Some(i);
+                i
             }
         };
         let Some(f) = self.files[i].1.as_ref() else {
@@ -89,5 +116,21 @@ impl Regions {
             }
             None => Key::File(i, addr, false),
         }
+    }
+
+    /// The index in `files` of mapping `mi`'s file, loaded at its first use.
+    #[cold]
+    fn file_index(&mut self, mi: usize) -> usize {
+        let path = &self.maps[mi].path;
+        if let Some(&i) = self.by_path.get(path) {
+            return i;
+        }
+        let path = path.clone();
+        let f = FileFunctions::load(std::path::Path::new(&path))
+            .ok()
+            .map(Arc::new);
+        self.files.push((path.clone(), f));
+        self.by_path.insert(path, self.files.len() - 1);
+        self.files.len() - 1
     }
 }

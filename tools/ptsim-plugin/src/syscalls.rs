@@ -73,7 +73,9 @@ pub(crate) extern "C" fn on_syscall(
     let ns = now_ns();
     let mut rec = Rec::default();
     rec.word(SYSCALL).word(num as u32).u64(ns);
+    st.settle();
     st.append(rec.bytes(), st.expected);
+    st.arm();
     let Some(p) = proc() else { return };
     match num {
         SYS_EXECVE | SYS_EXECVEAT => {
@@ -132,7 +134,9 @@ pub(crate) extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, r
     let Some(st) = state(vcpu) else { return };
     let mut rec = Rec::default();
     rec.word(SYSRET).u64(ret as u64).u64(now_ns());
+    st.settle();
     st.append(rec.bytes(), st.expected);
+    st.arm();
     let Some(naming) = st.naming.take() else {
         return;
     };

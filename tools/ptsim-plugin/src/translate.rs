@@ -10,7 +10,7 @@ use crate::regions::Regions;
 use crate::state::{write_chunk, write_maps};
 use crate::{
     current_clock, icount_ptr, is_handler, proc, Shared, Trigger, MODE, NEXT_TB, SHARED,
-    TRANSLATED, TRIGGER_BLOCKS,
+    TRIGGER_BLOCKS,
 };
 use ptscope_blocklog::classify::{classify, Flow};
 use ptscope_blocklog::format::{
@@ -120,11 +120,7 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
     let end = last_vaddr + last.len() as u64;
     let size = end.saturating_sub(vaddr);
     let handler = is_handler(vaddr);
-    if let Ok(mut t) = TRANSLATED.lock() {
-        if let Some(t) = t.as_mut() {
-            t.insert(vaddr);
-        }
-    }
+    crate::note_translated(vaddr);
     let mut rec = Vec::with_capacity(48);
     push_tb_record(
         &mut rec,
@@ -143,16 +139,20 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
         };
         if !regions.covers(vaddr) {
             if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-                regions.maps = parse_maps(&maps);
+                regions.set_maps(parse_maps(&maps));
                 if let Ok(mut out) = p.out.lock() {
                     write_maps(&mut *out, current_clock(), &maps);
+                    // With a ring, at once: however qemu ends, the log names the code.
+                    if shared.ring.is_some() {
+                        let _ = out.flush();
+                    }
                 }
             }
         }
         let trigger = if shared.triggers.is_empty() {
             None
         } else {
-            trigger_at(shared, &regions.maps, vaddr, size)
+            trigger_at(shared, regions.maps(), vaddr, size)
         };
         let first_block = !FIRST_DONE.swap(true, Ordering::Relaxed);
         let logged = !stack
@@ -168,12 +168,19 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             );
         (trigger, logged)
     };
-    if let Ok(mut out) = p.out.lock() {
-        write_chunk(&mut *out, KIND_TBS, 0, &rec);
-        // With a ring, the log must be complete however qemu ends (no exit callback runs
-        // when a signal kills the program): every block description goes out at once.
-        if shared.ring.is_some() {
-            let _ = out.flush();
+    // With a ring, the recording must be complete however qemu ends (no exit callback
+    // runs when a signal kills the program): every block description goes out at once,
+    // into the mapped blocks file, else to the log, flushed.
+    let mapped = p
+        .blocks
+        .lock()
+        .is_ok_and(|mut b| b.as_mut().is_some_and(|b| b.push(KIND_TBS, 0, &rec)));
+    if !mapped {
+        if let Ok(mut out) = p.out.lock() {
+            write_chunk(&mut *out, KIND_TBS, 0, &rec);
+            if shared.ring.is_some() {
+                let _ = out.flush();
+            }
         }
     }
     // The block id and instruction count travel in the callback's user-data word (and a
@@ -219,8 +226,8 @@ pub(crate) extern "C" fn on_translate(_id: PluginId, tb: *mut c_void) {
             qemu_plugin_register_vcpu_tb_exec_cb(tb, cb, CB_NO_REGS, ud as usize as *mut c_void)
         };
     }
-    if stack {
-        // After the callback: a logged block's callback sees the count at its start.
+    if stack && !logged {
+        // A logged block's callback counts its instructions itself.
         // SAFETY: the counter is a static that lives as long as the process.
         unsafe {
             qemu_plugin_register_vcpu_tb_exec_inline(tb, INLINE_ADD_U64, icount_ptr(), n as u64)

@@ -45,7 +45,16 @@ pub(super) struct Store<T: Copy> {
     dir: Option<std::path::PathBuf>,
     /// Why the store is in memory past its limit (the file could not be made or grown).
     problem: Option<std::io::Error>,
+    /// Where the values are now (the vector's buffer or the mapping) and how many:
+    /// kept up to date by every change of either, so that indexing, the writer's most
+    /// frequent use of a store, needs no look at which of the two holds them (that
+    /// `match` was 2 % of an end-to-end decode's instructions).
+    view: (std::ptr::NonNull<T>, usize),
 }
+
+// SAFETY: `view` points into the store's own vector or mapping, which move with it;
+// the store is otherwise a `Vec<T>` and a file mapping, both `Send`.
+unsafe impl<T: Copy + Send> Send for Store<T> {}
 
 /// The temporary file and its shared mapping, `cap` values long.
 struct Mapped {
@@ -71,7 +80,25 @@ impl<T: Copy> Store<T> {
             since_release: 0,
             dir: None,
             problem: None,
+            view: (std::ptr::NonNull::dangling(), 0),
         }
+    }
+
+    /// Points `view` at where the values are now.
+    #[inline]
+    fn sync_view(&mut self) {
+        self.view = match &mut self.file {
+            Some(m) => (
+                std::ptr::NonNull::new(m.map.as_mut_ptr().cast::<T>())
+                    .unwrap_or(std::ptr::NonNull::dangling()),
+                self.len,
+            ),
+            None => (
+                std::ptr::NonNull::new(self.mem.as_mut_ptr())
+                    .unwrap_or(std::ptr::NonNull::dangling()),
+                self.mem.len(),
+            ),
+        };
     }
 
     /// Makes its file in `dir` (`None`: the system's temporary directory).
@@ -92,6 +119,7 @@ impl<T: Copy> Store<T> {
             Some(m) if self.len < m.cap => {
                 let len = self.len;
                 self.len += 1;
+                self.view.1 = self.len;
                 self.as_mut_slice()[len] = value;
                 self.since_release += size_of::<T>();
                 if self.since_release >= self.limit {
@@ -115,6 +143,7 @@ impl<T: Copy> Store<T> {
                         self.limit = usize::MAX;
                     }
                 }
+                self.sync_view();
             }
         }
     }
@@ -159,6 +188,7 @@ impl<T: Copy> Store<T> {
         m.cap = cap;
         self.len = self.mem.len();
         self.file = Some(m);
+        self.sync_view();
         let mem = std::mem::take(&mut self.mem);
         self.as_mut_slice()[..mem.len()].copy_from_slice(&mem);
         self.since_release = 0;
@@ -175,6 +205,7 @@ impl<T: Copy> Store<T> {
         // SAFETY: as in `Mapped::new`.
         m.map = unsafe { MmapMut::map_mut(&m.file)? };
         m.cap = cap;
+        self.sync_view();
         Ok(())
     }
 
@@ -184,29 +215,26 @@ impl<T: Copy> Store<T> {
         self.file = None;
         self.len = 0;
         self.limit = usize::MAX;
+        self.sync_view();
     }
 
+    #[inline]
     fn as_slice(&self) -> &[T] {
-        match &self.file {
-            // SAFETY: the mapping is `cap * size_of::<T>()` bytes, page-aligned (so
-            // aligned for `T`), and its first `len` values were written as `T`s through
-            // `as_mut_slice` (or copied from a `Vec<T>`): they are valid `T`s. The file
-            // is unnamed (O_TMPFILE) and only this store maps it, so nothing else
-            // changes it while the slice lives (it borrows `self`).
-            Some(m) => unsafe { std::slice::from_raw_parts(m.map.as_ptr().cast::<T>(), self.len) },
-            None => &self.mem,
-        }
+        // SAFETY: `view` is where the values are (`sync_view` runs after every change of
+        // the vector's buffer, the mapping or the count): in memory, the vector's first
+        // `len` values; in the file, the mapping, `cap * size_of::<T>()` bytes,
+        // page-aligned (so aligned for `T`), whose first `len` values were written as
+        // `T`s through `as_mut_slice` (or copied from a `Vec<T>`): valid `T`s. The file
+        // is unnamed (O_TMPFILE) and only this store maps it, so nothing else changes
+        // it while the slice lives (it borrows `self`).
+        unsafe { std::slice::from_raw_parts(self.view.0.as_ptr(), self.view.1) }
     }
 
+    #[inline]
     fn as_mut_slice(&mut self) -> &mut [T] {
-        match &mut self.file {
-            // SAFETY: as in `as_slice`; the slice borrows `self` mutably, so it is the
-            // only view of the values while it lives.
-            Some(m) => unsafe {
-                std::slice::from_raw_parts_mut(m.map.as_mut_ptr().cast::<T>(), self.len)
-            },
-            None => &mut self.mem,
-        }
+        // SAFETY: as in `as_slice`; the slice borrows `self` mutably, so it is the only
+        // view of the values while it lives.
+        unsafe { std::slice::from_raw_parts_mut(self.view.0.as_ptr(), self.view.1) }
     }
 }
 
