@@ -372,15 +372,17 @@ fn sqlite3_is_exact() {
 /// the top frame), the writer does not, e.g. where a goroutine's function returns into
 /// `runtime.goexit` (an address no call pushed).
 ///
-/// Some runs are not exact: 10 in 740 (session 10), on the events path only: the
-/// preemption landed at a function's first instruction, so `asyncPreempt` returns onto
-/// the function's entry, and the segments writer drops one of its callers (four
-/// `runtime.doInit` where there are five, 84-99 %). Until that is fixed, a run that is
-/// not exact is reported and run again; three in a row fail the test. The truth's own
-/// misses (the preempted function shown twice, a restarted syscall's handler kept) were
-/// fixed in session 10 (ptsim's `signal_after_a_branch_whose_handler_redirects_the_resumption`
-/// and `a_restarted_syscall_returns_from_the_handler`): the exact writer was then exact in
-/// 740 of 740 runs.
+/// Runs were not exact for three known reasons, all fixed in session 10: the truth
+/// showed the preempted function twice, and kept a handler whose `rt_sigreturn`
+/// restarted the interrupted syscall (ptsim's
+/// `signal_after_a_branch_whose_handler_redirects_the_resumption` and
+/// `a_restarted_syscall_returns_from_the_handler`); on the events path, a preemption at
+/// a function's first instruction made `asyncPreempt` return onto its entry and the
+/// segments writer dropped one of its callers (four `runtime.doInit` where there are
+/// five: `segments_behaviour::an_injected_call_returning_onto_an_entry_keeps_the_caller`).
+/// Before: 10 runs in 740 below 99.9 %; after: none in 200 (exact writer and events
+/// path). Where preemptions land varies from run to run, so a run that is not exact is
+/// still reported and run again, and three in a row fail the test.
 #[test]
 fn go_program_is_exact() {
     if !ptsim::testing::tools_available(&["go"]) {

@@ -1421,3 +1421,101 @@ fn a_goroutine_resumed_on_another_thread_runs_on_the_threads_scheduler() {
         assert_eq!(at(45), with(&[park]), "{root}: {:?}", s.done);
     }
 }
+
+/// Go's asynchronous preemption at a function's first instruction, right after the
+/// indirect call into it (`runtime.doInit` calling a package's `init`): the signal hid
+/// where the call went, and the decoder took `runtime.asyncPreempt`, where the code
+/// resumed, for the callee. Its return lands on the entry of the function the call
+/// entered, which then runs in `asyncPreempt`'s place, under the caller. Before, that
+/// return popped `asyncPreempt` and the caller went on in the function, losing the
+/// caller's frame (four `runtime.doInit` where five were open, in the emulate Go test).
+#[test]
+fn an_injected_call_returning_onto_an_entry_keeps_the_caller() {
+    let mut b = Build::new();
+    b.k(
+        0,
+        Kind::Call,
+        (0x103, "runtime.main"),
+        (0x200, "runtime.doInit"),
+    );
+    // The indirect call, as the decoder settled it, and the signal stopping the code.
+    b.k(
+        5,
+        Kind::Call,
+        (0x271, "runtime.doInit"),
+        (0x700, "runtime.asyncPreempt"),
+    );
+    b.br(
+        10,
+        Some(Kind::Async),
+        Some(TraceStateChange::End),
+        (0x700, "runtime.asyncPreempt"),
+        (0, ""),
+        false,
+    );
+    trace_start(&mut b, 20, (0x400, "runtime.sigtramp"));
+    b.k_to(
+        30,
+        Kind::Return,
+        (0x420, "runtime.sigtramp"),
+        (0x600, "runtime.sigreturn", 0),
+    );
+    syscall_stop(&mut b, 35, (0x607, "runtime.sigreturn"));
+    trace_start(&mut b, 40, (0x700, "runtime.asyncPreempt"));
+    b.k(
+        45,
+        Kind::Call,
+        (0x710, "runtime.asyncPreempt"),
+        (0x800, "runtime.asyncPreempt2"),
+    );
+    b.k(
+        50,
+        Kind::Return,
+        (0x810, "runtime.asyncPreempt2"),
+        (0x715, "runtime.asyncPreempt"),
+    );
+    b.k_to(
+        60,
+        Kind::Return,
+        (0x720, "runtime.asyncPreempt"),
+        (0x500, "strconv.init", 0),
+    );
+    b.k(
+        70,
+        Kind::Call,
+        (0x540, "strconv.init"),
+        (0x900, "runtime.mapassign"),
+    );
+    b.k(
+        80,
+        Kind::Return,
+        (0x910, "runtime.mapassign"),
+        (0x545, "strconv.init"),
+    );
+    b.k(
+        90,
+        Kind::Return,
+        (0x550, "strconv.init"),
+        (0x276, "runtime.doInit"),
+    );
+    b.k(
+        100,
+        Kind::Return,
+        (0x280, "runtime.doInit"),
+        (0x108, "runtime.main"),
+    );
+    let s = b.run(WriterConfig::default(), None);
+    for slice in [
+        (0, 100, 1, "runtime.doInit"),
+        (60, 90, 2, "strconv.init"),
+        (70, 80, 3, "runtime.mapassign"),
+    ] {
+        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
+    }
+    assert_eq!(
+        s.done.iter().filter(|d| d.3 == "runtime.doInit").count(),
+        1,
+        "{:?}",
+        s.done
+    );
+}

@@ -3,7 +3,7 @@
 //! stack before it only when the two line up, and stacks of goroutines seen parking are
 //! remembered to give a resumed goroutine its own outer frames back.
 
-use super::frames::{Join, Loc, Locations, ThreadState};
+use super::frames::{plain_name, Flow, Frame, Join, Loc, Locations, ThreadState, KERNEL_ENTRY};
 use super::ingest::Cx;
 use super::stitch::Stitch;
 use super::write::{Open, ThreadWriter};
@@ -27,6 +27,37 @@ impl<T> Cx<'_, T> {
     pub(super) fn gogo(&mut self, dst: &Loc) {
         self.split(Join::Verified);
         self.ensure_current(dst);
+    }
+
+    /// Go's asynchronous preemption makes the interrupted code run
+    /// `runtime.asyncPreempt`, which later returns to the interrupted instruction.
+    /// Interrupted at a function's first instruction right after an indirect call, the
+    /// signal hid where the call went, and the decoder took `asyncPreempt` for the
+    /// callee; its return then lands on the entry of the function the call really
+    /// entered, which takes `asyncPreempt`'s place. Read as an ordinary return (pop, then
+    /// the caller going on in another function), the caller's frame went instead (four
+    /// `runtime.doInit` where five were open, about one Go run in seventy under
+    /// emulation). When the frame below already runs that function (the call was seen),
+    /// the return is an ordinary one. True when the leaf was replaced.
+    pub(super) fn async_preempt_onto_entry(&mut self, leaf: u32, dst: &Loc) -> bool {
+        if dst.offset != 0 {
+            return false;
+        }
+        let name = self.symbol(leaf).and_then(|s| plain_name(self.strings, s));
+        if name.map(|n| n.strip_suffix(".abi0").unwrap_or(n)) != Some("runtime.asyncPreempt") {
+            return false;
+        }
+        let fr = self.ts.frames[leaf as usize];
+        if self.symbol(fr.parent) == Some(dst.symbol) {
+            return false;
+        }
+        self.ts.frames.push(Frame {
+            site: fr.site,
+            ..Frame::new(dst.id, fr.parent, fr.flags & KERNEL_ENTRY)
+        });
+        self.ts.leaf = (self.ts.frames.len() - 1) as u32;
+        self.record(Flow::Jump);
+        true
     }
 }
 

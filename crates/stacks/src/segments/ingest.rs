@@ -421,6 +421,9 @@ impl<T> Cx<'_, T> {
             self.record(Flow::Return);
             return;
         }
+        if self.async_preempt_onto_entry(leaf, dst) {
+            return;
+        }
         self.ts.leaf = fr.parent;
         if self.is_sentinel(self.ts.leaf) {
             self.ts.leaf = self.discover_root(dst);
