@@ -384,8 +384,8 @@ fn append_rings(dir: &Path, log: &Path) -> Result<()> {
 /// its last whole chunk; what the file holds past its last whole chunk is left out.
 fn append_blocks(log: &Path, blocks: &Path) -> Result<()> {
     use ptscope_blocklog::whole_chunks_len;
-    use std::io::{Seek, SeekFrom, Write};
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
     let f =
         std::fs::File::open(blocks).with_context(|| format!("cannot open {}", blocks.display()))?;
     let len = f.metadata()?.len();
@@ -398,6 +398,17 @@ fn append_blocks(log: &Path, blocks: &Path) -> Result<()> {
     f.read_exact_at(&mut data, 8)
         .with_context(|| format!("cannot read {}", blocks.display()))?;
     data.truncate(whole_chunks_len(&data));
+    open_to_append(log)?
+        .write_all(&data)
+        .with_context(|| format!("cannot write {}", log.display()))
+}
+
+/// Opens a process's log (not following a link) to append to it, cut back first to its
+/// last whole chunk: qemu may have died while writing one, and what follows must parse.
+fn open_to_append(log: &Path) -> Result<std::fs::File> {
+    use ptscope_blocklog::whole_chunks_len;
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
     let mut out = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -407,33 +418,20 @@ fn append_blocks(log: &Path, blocks: &Path) -> Result<()> {
     let old = std::fs::read(log).with_context(|| format!("cannot read {}", log.display()))?;
     out.set_len(whole_chunks_len(&old) as u64)
         .and_then(|_| out.seek(SeekFrom::End(0)))
-        .and_then(|_| out.write_all(&data))
         .with_context(|| format!("cannot write {}", log.display()))?;
-    Ok(())
+    Ok(out)
 }
 
-/// Appends one process's ring files to its log: their used slots, oldest first, become
-/// the threads' exec chunks. The log is first cut back to its last whole chunk (qemu may
-/// have died while writing one), so what follows still parses. The ring files are removed.
+/// Appends one process's ring files to its log (cut back to its last whole chunk first,
+/// [`open_to_append`]): their used slots, oldest first, become the threads' exec chunks.
+/// The ring files are removed.
 fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
     use ptscope_blocklog::format::{chunk_header, KIND_EXEC, KIND_RING_WRAPPED};
-    use ptscope_blocklog::whole_chunks_len;
-    use std::io::{Seek, SeekFrom, Write};
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::io::Write;
     if rings.is_empty() {
         return Ok(());
     }
-    let mut out = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(log)
-        .with_context(|| format!("cannot open the block log {}", log.display()))?;
-    let data = std::fs::read(log).with_context(|| format!("cannot read {}", log.display()))?;
-    out.set_len(whole_chunks_len(&data) as u64)
-        .and_then(|_| out.seek(SeekFrom::End(0)))
-        .with_context(|| format!("cannot write {}", log.display()))?;
-    let mut w = std::io::BufWriter::new(out);
+    let mut w = std::io::BufWriter::new(open_to_append(log)?);
     for (tid, path) in &rings {
         let slots = ring_slots(path)
             .with_context(|| format!("cannot read the ring file {}", path.display()))?;

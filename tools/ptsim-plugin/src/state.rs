@@ -72,6 +72,37 @@ pub(crate) struct Ring {
     pub(crate) copied: u64,
 }
 
+/// Creates `path` (new, private, not following links), sizes it to `size` bytes and maps
+/// it shared, writable, with `flags` besides `MAP_SHARED`. The mapping is never unmapped:
+/// it must outlive every write, and the process ends anyway. `None` when any step fails
+/// (the caller then writes to the log as without the file).
+fn map_new_file(path: &std::path::Path, size: usize, flags: libc::c_int) -> Option<*mut u8> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    f.set_len(size as u64).ok()?;
+    // SAFETY: a fresh shared mapping of a file we just sized, at an address the kernel
+    // picks; the file may be closed after, the mapping keeps it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | flags,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    (base != libc::MAP_FAILED).then_some(base as *mut u8)
+}
+
 impl Ring {
     /// Creates `dir/ring-PID-TID.bin` (new, private, not following links) and maps it.
     fn create(
@@ -81,35 +112,10 @@ impl Ring {
         slots: usize,
         chunk: usize,
     ) -> Option<Ring> {
-        use std::os::unix::fs::OpenOptionsExt;
-        use std::os::unix::io::AsRawFd;
         let size = slots * (SLOT_HEADER + chunk);
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(dir.join(format!("ring-{pid}-{tid}.bin")))
-            .ok()?;
-        f.set_len(size as u64).ok()?;
-        // SAFETY: a fresh shared mapping of a file we just sized; unmapped never (it
-        // must outlive every write, and the process ends anyway).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return None;
-        }
+        let base = map_new_file(&dir.join(format!("ring-{pid}-{tid}.bin")), size, 0)?;
         let mut r = Ring {
-            base: base as *mut u8,
+            base,
             slots,
             chunk,
             slot: 0,
@@ -203,34 +209,13 @@ const BLOCKS_BYTES: usize = 256 << 20;
 impl BlocksFile {
     /// Creates `dir/blocks-PID.bin` (new, private, not following links) and maps it.
     pub(crate) fn create(dir: &std::path::Path, pid: u32) -> Option<BlocksFile> {
-        use std::os::unix::fs::OpenOptionsExt;
-        use std::os::unix::io::AsRawFd;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(dir.join(format!("blocks-{pid}.bin")))
-            .ok()?;
-        f.set_len(BLOCKS_BYTES as u64).ok()?;
-        // SAFETY: a fresh shared mapping of a file we just sized; never unmapped (it must
-        // outlive every write, and the process ends anyway).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                BLOCKS_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_NORESERVE,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return None;
-        }
+        let base = map_new_file(
+            &dir.join(format!("blocks-{pid}.bin")),
+            BLOCKS_BYTES,
+            libc::MAP_NORESERVE,
+        )?;
         Some(BlocksFile {
-            base: base as *mut u8,
+            base,
             cap: BLOCKS_BYTES - BLOCKS_HEADER,
             used: 0,
         })
