@@ -272,7 +272,10 @@ fn more_than_a_mebibyte_of_perf_text_between_records() {
     let run = largest_text_run(&data);
     assert!(run > 1 << 20, "only {run} bytes of text in a row");
     let (n, lines) = compare(&data);
-    assert_eq!(n, 1500 * 8, "1500 × 8 calls to leaf");
+    // At least one hit per call; a KVM guest under load sometimes reports an execute
+    // breakpoint twice for one execution (a CI run: 12 281 hits for 12 000 calls), which
+    // both paths then show alike (`compare` checked them event by event).
+    assert!(n >= 1500 * 8, "{n} hits for 1500 × 8 calls to leaf");
     assert_eq!(lines, n as u64);
 }
 

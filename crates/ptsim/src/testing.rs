@@ -28,16 +28,23 @@ pub fn tools_available(tools: &[&str]) -> bool {
     false
 }
 
-static BUILD: Mutex<()> = Mutex::new(());
+/// The plugin built by this test process, once: cargo is asked on the first call.
+static BUILD: Mutex<Option<PathBuf>> = Mutex::new(None);
 
-/// The plugin library: found next to the test binary, or built with cargo.
+/// The plugin library: `$PTSIM_PLUGIN`, else built (or found up to date) with cargo,
+/// once per test process.
 ///
-/// The build goes to its own target directory: the `cargo test` running this holds the
-/// lock on the main one.
+/// Always asking cargo, never taking a library found beside the test binary: a library
+/// built earlier from older plugin sources was used as it was, so a local test run
+/// silently tested an old plugin. The build goes to its own target directory: the
+/// `cargo test` running this holds the lock on the main one.
 pub fn plugin() -> Result<PathBuf> {
-    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = crate::find_plugin() {
-        return Ok(p);
+    let mut built = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = std::env::var_os("PTSIM_PLUGIN") {
+        return Ok(PathBuf::from(p));
+    }
+    if let Some(p) = built.as_ref() {
+        return Ok(p.clone());
     }
     let exe = std::env::current_exe().context("cannot locate the test binary")?;
     // target/<profile>/deps/test-binary -> target/ptsim-plugin
@@ -61,6 +68,7 @@ pub fn plugin() -> Result<PathBuf> {
     }
     let lib = target.join("release/libptsim_plugin.so");
     if lib.is_file() {
+        *built = Some(lib.clone());
         Ok(lib)
     } else {
         bail!("ptsim-plugin built but {} is missing", lib.display())
