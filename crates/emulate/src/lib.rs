@@ -613,11 +613,11 @@ mod tests {
         assert_eq!(got[1..], want);
     }
 
-    /// A range of one file is appended at the other's position, in the middle of what
-    /// it already holds' end, however long.
+    /// A range of one file is appended at the other's position, after what it already
+    /// holds, however long.
     #[test]
     fn append_range_copies_the_range_at_the_position() {
-        use std::io::{Seek, SeekFrom, Write};
+        use std::io::{Seek, Write};
         let dir = tempfile::tempdir().expect("temporary directory");
         let from: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 253) as u8).collect();
         std::fs::write(dir.path().join("from"), &from).expect("from");
@@ -626,7 +626,7 @@ mod tests {
         out.write_all(b"head").expect("head");
         append_range(&mut out, &src, 12_345, 2_500_000).expect("append");
         out.write_all(b"tail").expect("tail");
-        assert_eq!(out.seek(SeekFrom::Current(0)).expect("pos"), 2_500_008);
+        assert_eq!(out.stream_position().expect("pos"), 2_500_008);
         let got = std::fs::read(dir.path().join("out")).expect("read");
         assert_eq!(&got[..4], b"head");
         assert!(got[4..2_500_004] == from[12_345..2_512_345]);
