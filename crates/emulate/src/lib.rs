@@ -279,13 +279,12 @@ pub fn record_with(
 /// (the data bytes of every slot of the file).
 const SLOT_HEADER: usize = 16;
 
-/// A ring file's used slots (sequence number, bytes), oldest first; empty if the file is
-/// not one the plugin wrote.
-/// Only slot headers and used bytes are read: a short-lived process's ring is a mostly
-/// unwritten (sparse) file of the full ring size.
-fn ring_slots(path: &Path) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
+/// A ring file's used slots (sequence number, offset of the data in the file, bytes
+/// used), oldest first; empty if the file is not one the plugin wrote.
+/// Only slot headers are read: a short-lived process's ring is a mostly unwritten
+/// (sparse) file of the full ring size.
+fn ring_slots(f: &std::fs::File) -> std::io::Result<Vec<(u64, u64, u64)>> {
     use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path)?;
     let len = f.metadata()?.len();
     let mut head = [0u8; SLOT_HEADER];
     if f.read_exact_at(&mut head, 0).is_err() {
@@ -296,7 +295,7 @@ fn ring_slots(path: &Path) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
     if size == 0 || !len.is_multiple_of(stride) {
         return Ok(Vec::new());
     }
-    let mut slots: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut slots = Vec::new();
     for at in (0..len).step_by(stride as usize) {
         f.read_exact_at(&mut head, at)?;
         let seq = u64::from_le_bytes(head[..8].try_into().unwrap_or([0; 8]));
@@ -304,21 +303,63 @@ fn ring_slots(path: &Path) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
         if seq == 0 || used == 0 || used > size {
             continue;
         }
-        let mut data = vec![0u8; used as usize];
-        f.read_exact_at(&mut data, at + SLOT_HEADER as u64)?;
-        slots.push((seq, data));
+        slots.push((seq, at + SLOT_HEADER as u64, used));
     }
     slots.sort_by_key(|s| s.0);
     Ok(slots)
+}
+
+/// Appends `len` bytes of `from` at `at` to `out` (at its file position): in the kernel
+/// (`copy_file_range`, no copy through this process's memory), else by reading them.
+fn append_range(
+    out: &mut std::fs::File,
+    from: &std::fs::File,
+    at: u64,
+    len: u64,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let (mut off, end) = (at as libc::loff_t, (at + len) as libc::loff_t);
+    while off < end {
+        // SAFETY: both descriptors are open for the call; `off` is a valid loff_t that
+        // the kernel advances; a null out-offset means `out`'s own file position.
+        let n = unsafe {
+            libc::copy_file_range(
+                from.as_raw_fd(),
+                &mut off,
+                out.as_raw_fd(),
+                std::ptr::null_mut(),
+                (end - off) as usize,
+                0,
+            )
+        };
+        if n > 0 {
+            continue;
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        // Not supported here (an old kernel, a file system that refuses): copy in memory.
+        let mut data = vec![0u8; (end - off) as usize];
+        from.read_exact_at(&mut data, off as u64)?;
+        return out.write_all(&data);
+    }
+    Ok(())
 }
 
 /// After qemu has exited (however: a Ctrl-C or a crash runs no plugin exit code), moves
 /// every thread's ring file (`ring-PID-TID.bin`) into its process's block log: the first
 /// process's is `log`, a forked child's is beside it.
 fn append_rings(dir: &Path, log: &Path) -> Result<()> {
-    let main_pid = std::fs::read(log).ok().and_then(|d| {
-        d.get(16..20)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    let main_pid = std::fs::File::open(log).ok().and_then(|f| {
+        use std::os::unix::fs::FileExt;
+        let mut b = [0u8; 4];
+        f.read_exact_at(&mut b, 16).ok()?;
+        Some(u32::from_le_bytes(b))
     });
     let target = |pid: u32| {
         if Some(pid) == main_pid {
@@ -431,24 +472,23 @@ fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
     if rings.is_empty() {
         return Ok(());
     }
-    let mut w = std::io::BufWriter::new(open_to_append(log)?);
+    let mut out = open_to_append(log)?;
     for (tid, path) in &rings {
-        let slots = ring_slots(path)
+        let (slots, ring) = std::fs::File::open(path)
+            .and_then(|f| Ok((ring_slots(&f)?, f)))
             .with_context(|| format!("cannot read the ring file {}", path.display()))?;
         // Slot 1 overwritten: the thread's first moments are gone, its stack's bottom
         // is not known (the decoder infers it from the returns it sees).
         if slots.first().is_some_and(|s| s.0 > 1) {
-            w.write_all(&chunk_header(KIND_RING_WRAPPED, *tid, 0))
+            out.write_all(&chunk_header(KIND_RING_WRAPPED, *tid, 0))
                 .with_context(|| format!("cannot write {}", log.display()))?;
         }
-        for (_, data) in slots {
-            w.write_all(&chunk_header(KIND_EXEC, *tid, data.len() as u64))
-                .and_then(|_| w.write_all(&data))
+        for (_, at, used) in slots {
+            out.write_all(&chunk_header(KIND_EXEC, *tid, used))
+                .and_then(|_| append_range(&mut out, &ring, at, used))
                 .with_context(|| format!("cannot write {}", log.display()))?;
         }
     }
-    w.flush()
-        .with_context(|| format!("cannot write {}", log.display()))?;
     for (_, path) in rings {
         let _ = std::fs::remove_file(path);
     }
@@ -459,7 +499,8 @@ fn append_process_rings(log: &Path, rings: Vec<(u32, PathBuf)>) -> Result<()> {
 mod tests {
     use super::*;
     use ptscope_blocklog::format::{
-        chunk_header, header_payload, KIND_EXEC, KIND_HEADER, KIND_TBS, MODE_STACK,
+        chunk_header, header_payload, KIND_EXEC, KIND_HEADER, KIND_RING_WRAPPED, KIND_TBS,
+        MODE_STACK,
     };
     use ptscope_blocklog::Chunks;
 
@@ -525,5 +566,71 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(left, [std::ffi::OsString::from(LOG_NAME)]);
+    }
+
+    /// A ring that wrapped (slot 1 overwritten): a wrapped marker, then the used bytes of
+    /// each slot, oldest first, whatever their place in the file; an unused slot and the
+    /// unused tail of a slot are not copied.
+    #[test]
+    fn a_wrapped_ring_goes_into_the_log_oldest_slot_first() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let log = dir.path().join(LOG_NAME);
+        std::fs::write(&log, chunk(KIND_HEADER, 0, &header_payload(42, MODE_STACK))).expect("log");
+        let size = 4096u32;
+        let mut ring = Vec::new();
+        for (seq, used, fill) in [
+            (4u64, 24u32, b'd'),
+            (0, 0, 0),
+            (2, 4096, b'b'),
+            (3, 8, b'c'),
+        ] {
+            ring.extend_from_slice(&seq.to_le_bytes());
+            ring.extend_from_slice(&used.to_le_bytes());
+            ring.extend_from_slice(&size.to_le_bytes());
+            let mut data: Vec<u8> = (0..size).map(|i| fill ^ (i % 251) as u8).collect();
+            data[used as usize..].fill(0xee);
+            ring.extend_from_slice(&data);
+        }
+        std::fs::write(dir.path().join("ring-42-7.bin"), &ring).expect("ring file");
+
+        append_rings(dir.path(), &log).expect("append");
+
+        let d = std::fs::read(&log).expect("log");
+        let got: Vec<(u8, u32, Vec<u8>)> = Chunks::new(&d)
+            .map(|c| c.expect("whole chunks"))
+            .map(|c| (c.kind, c.tid, c.payload.to_vec()))
+            .collect();
+        let slot = |fill: u8, used: u32| -> Vec<u8> {
+            (0..used).map(|i| fill ^ (i % 251) as u8).collect()
+        };
+        let want = vec![
+            (KIND_RING_WRAPPED, 7, Vec::new()),
+            (KIND_EXEC, 7, slot(b'b', 4096)),
+            (KIND_EXEC, 7, slot(b'c', 8)),
+            (KIND_EXEC, 7, slot(b'd', 24)),
+        ];
+        assert_eq!(got[1..], want);
+    }
+
+    /// A range of one file is appended at the other's position, after what it already
+    /// holds, however long.
+    #[test]
+    fn append_range_copies_the_range_at_the_position() {
+        use std::io::{Seek, Write};
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let from: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        std::fs::write(dir.path().join("from"), &from).expect("from");
+        let src = std::fs::File::open(dir.path().join("from")).expect("open");
+        let mut out = std::fs::File::create(dir.path().join("out")).expect("out");
+        out.write_all(b"head").expect("head");
+        append_range(&mut out, &src, 12_345, 2_500_000).expect("append");
+        out.write_all(b"tail").expect("tail");
+        assert_eq!(out.stream_position().expect("pos"), 2_500_008);
+        let got = std::fs::read(dir.path().join("out")).expect("read");
+        assert_eq!(&got[..4], b"head");
+        assert!(got[4..2_500_004] == from[12_345..2_512_345]);
+        assert_eq!(&got[2_500_004..], b"tail");
+        // Past the end of the file: an error, not a short copy.
+        assert!(append_range(&mut out, &src, 2_999_000, 2_000).is_err());
     }
 }
