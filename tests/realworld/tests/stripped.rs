@@ -165,9 +165,12 @@ fn assert_named_per_function(exe: &Path, t: &Trace, work: &Path, dir: &Path, run
         "the legacy writer shows names the segments writer does not: {:?}",
         legacy_names.difference(&on_cpu).collect::<Vec<_>>()
     );
+    // `main`'s caller, which the segments writer puts below a `main` whose callers a
+    // stack lost (read from the program's `_start` and libc's symbols, issue 25): the
+    // legacy writer shows it only when some sample's frame-pointer chain reached it.
     let only_segments: Vec<&String> = on_cpu
         .difference(&legacy_names)
-        .filter(|n| !waited_in.contains(*n))
+        .filter(|n| !waited_in.contains(*n) && n.as_str() != "__libc_start_call_main")
         .collect();
     assert!(
         only_segments.is_empty(),
