@@ -99,6 +99,14 @@ pub(crate) fn address_of_offset(segments: &[LoadSegment], offset: u64) -> Option
     Some(seg.vaddr.wrapping_add(offset - seg.offset))
 }
 
+/// The file offset of the link-time address `vaddr`, if an executable load segment holds
+/// it in the file (the inverse of [`address_of_offset`]).
+pub(crate) fn offset_of_address(segments: &[LoadSegment], vaddr: u64) -> Option<u64> {
+    let seg = (segments.iter())
+        .find(|s| s.executable && vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)?;
+    Some(seg.offset + (vaddr - seg.vaddr))
+}
+
 /// A parsed ELF file borrowing its bytes.
 pub struct Elf<'a> {
     path: &'a Path,
@@ -156,11 +164,7 @@ impl<'a> Elf<'a> {
     /// The file offset of the link-time address `vaddr`, if an executable load segment
     /// holds it in the file.
     pub fn offset_of_address(&self, vaddr: u64) -> Option<u64> {
-        let seg = self
-            .load_segments()
-            .into_iter()
-            .find(|s| s.executable && vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)?;
-        Some(seg.offset + (vaddr - seg.vaddr))
+        offset_of_address(&self.load_segments(), vaddr)
     }
 
     /// The file named by `.gnu_debuglink`, where a stripped binary's symbols and DWARF live.

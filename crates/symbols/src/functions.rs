@@ -284,9 +284,7 @@ impl FunctionRanges {
             .iter()
             .find(|r| r.name.as_deref() == Some(name))?
             .start;
-        let seg = (self.segments.iter())
-            .find(|s| s.executable && start >= s.vaddr && start - s.vaddr < s.filesz)?;
-        Some(seg.offset + (start - seg.vaddr))
+        crate::elf::offset_of_address(&self.segments, start)
     }
 
     /// Whether a function contains the link-time address `addr`: [`Self::function_at`]

@@ -1073,6 +1073,7 @@ fn is_unmapped(loc: &Location, strings: &impl NameTable) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ptscope_event::Thread;
 
     /// glibc's `_start` as Debian 12's sqlite3 has it (a PIE: `lea rdi,[rip-0x192b]` at
     /// 0xa794, so `main` is at 0xa79b - 0x192b = 0x8e70), and as a program at a fixed
@@ -1097,7 +1098,6 @@ mod tests {
         ];
         assert_eq!(main_passed_by_start(&no_main, 0x1000), None);
     }
-    use ptscope_event::Thread;
 
     fn sample(strings: &mut StringTable, frames: &[(&str, Option<&str>)]) -> Event {
         let callstack = locations(strings, frames);
