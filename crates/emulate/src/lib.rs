@@ -504,6 +504,15 @@ mod tests {
     };
     use ptscope_blocklog::Chunks;
 
+    /// The log's chunks as (kind, thread, payload), which must all be whole.
+    fn log_chunks(log: &Path) -> Vec<(u8, u32, Vec<u8>)> {
+        let d = std::fs::read(log).expect("log");
+        Chunks::new(&d)
+            .map(|c| c.expect("whole chunks"))
+            .map(|c| (c.kind, c.tid, c.payload.to_vec()))
+            .collect()
+    }
+
     fn chunk(kind: u8, tid: u32, payload: &[u8]) -> Vec<u8> {
         let mut c = chunk_header(kind, tid, payload.len() as u64).to_vec();
         c.extend_from_slice(payload);
@@ -546,11 +555,7 @@ mod tests {
 
         append_rings(dir.path(), &log).expect("append");
 
-        let d = std::fs::read(&log).expect("log");
-        let got: Vec<(u8, u32, Vec<u8>)> = Chunks::new(&d)
-            .map(|c| c.expect("whole chunks"))
-            .map(|c| (c.kind, c.tid, c.payload.to_vec()))
-            .collect();
+        let got = log_chunks(&log);
         let mut want = vec![
             (KIND_TBS, 0, b"first".to_vec()),
             (KIND_TBS, 0, b"second".to_vec()),
@@ -595,11 +600,7 @@ mod tests {
 
         append_rings(dir.path(), &log).expect("append");
 
-        let d = std::fs::read(&log).expect("log");
-        let got: Vec<(u8, u32, Vec<u8>)> = Chunks::new(&d)
-            .map(|c| c.expect("whole chunks"))
-            .map(|c| (c.kind, c.tid, c.payload.to_vec()))
-            .collect();
+        let got = log_chunks(&log);
         let slot = |fill: u8, used: u32| -> Vec<u8> {
             (0..used).map(|i| fill ^ (i % 251) as u8).collect()
         };

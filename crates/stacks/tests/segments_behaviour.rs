@@ -1212,6 +1212,41 @@ fn an_unnamed_jump_across_objects_into_an_ancestor_unwinds() {
     );
 }
 
+/// Go's preemption signal stopping the code at `at` (10 ns), its handler (20-35 ns)
+/// making the code resume in `runtime.asyncPreempt` (40 ns), which calls
+/// `runtime.asyncPreempt2` (45-50 ns); the caller adds `asyncPreempt`'s return.
+fn preempted_at(b: &mut Build, at: (u64, &str)) {
+    b.br(
+        10,
+        Some(Kind::Async),
+        Some(TraceStateChange::End),
+        at,
+        (0, ""),
+        false,
+    );
+    trace_start(b, 20, (0x400, "runtime.sigtramp"));
+    b.k_to(
+        30,
+        Kind::Return,
+        (0x420, "runtime.sigtramp"),
+        (0x600, "runtime.sigreturn", 0),
+    );
+    syscall_stop(b, 35, (0x607, "runtime.sigreturn"));
+    trace_start(b, 40, (0x700, "runtime.asyncPreempt"));
+    b.k(
+        45,
+        Kind::Call,
+        (0x710, "runtime.asyncPreempt"),
+        (0x800, "runtime.asyncPreempt2"),
+    );
+    b.k(
+        50,
+        Kind::Return,
+        (0x810, "runtime.asyncPreempt2"),
+        (0x715, "runtime.asyncPreempt"),
+    );
+}
+
 /// Go's asynchronous preemption: the handler makes the interrupted code resume in
 /// `runtime.asyncPreempt`, as if called where the signal stopped it (the interrupted pc
 /// pushed as its return address). `asyncPreempt` runs in the handler's place from the
@@ -1227,35 +1262,7 @@ fn a_call_injected_by_a_handler_returns_to_the_interrupted_frame() {
         (0x103, "runtime.main"),
         (0x200, "unicode.init"),
     );
-    b.br(
-        10,
-        Some(Kind::Async),
-        Some(TraceStateChange::End),
-        (0x230, "unicode.init"),
-        (0, ""),
-        false,
-    );
-    trace_start(&mut b, 20, (0x400, "runtime.sigtramp"));
-    b.k_to(
-        30,
-        Kind::Return,
-        (0x420, "runtime.sigtramp"),
-        (0x600, "runtime.sigreturn", 0),
-    );
-    syscall_stop(&mut b, 35, (0x607, "runtime.sigreturn"));
-    trace_start(&mut b, 40, (0x700, "runtime.asyncPreempt"));
-    b.k(
-        45,
-        Kind::Call,
-        (0x710, "runtime.asyncPreempt"),
-        (0x800, "runtime.asyncPreempt2"),
-    );
-    b.k(
-        50,
-        Kind::Return,
-        (0x810, "runtime.asyncPreempt2"),
-        (0x715, "runtime.asyncPreempt"),
-    );
+    preempted_at(&mut b, (0x230, "unicode.init"));
     b.k(
         60,
         Kind::Return,
@@ -1445,35 +1452,7 @@ fn an_injected_call_returning_onto_an_entry_keeps_the_caller() {
         (0x271, "runtime.doInit"),
         (0x700, "runtime.asyncPreempt"),
     );
-    b.br(
-        10,
-        Some(Kind::Async),
-        Some(TraceStateChange::End),
-        (0x700, "runtime.asyncPreempt"),
-        (0, ""),
-        false,
-    );
-    trace_start(&mut b, 20, (0x400, "runtime.sigtramp"));
-    b.k_to(
-        30,
-        Kind::Return,
-        (0x420, "runtime.sigtramp"),
-        (0x600, "runtime.sigreturn", 0),
-    );
-    syscall_stop(&mut b, 35, (0x607, "runtime.sigreturn"));
-    trace_start(&mut b, 40, (0x700, "runtime.asyncPreempt"));
-    b.k(
-        45,
-        Kind::Call,
-        (0x710, "runtime.asyncPreempt"),
-        (0x800, "runtime.asyncPreempt2"),
-    );
-    b.k(
-        50,
-        Kind::Return,
-        (0x810, "runtime.asyncPreempt2"),
-        (0x715, "runtime.asyncPreempt"),
-    );
+    preempted_at(&mut b, (0x700, "runtime.asyncPreempt"));
     b.k_to(
         60,
         Kind::Return,
