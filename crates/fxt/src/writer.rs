@@ -469,7 +469,14 @@ pub struct FxtWriter<W: Write> {
     strings: StringTable,
     threads: ThreadTable,
     stats: WriterStats,
+    /// Argument names the caller gave as `'static` text ([`FxtWriter::frequent_arg_names`])
+    /// and the token of each one's slot: an argument named by the same address is
+    /// written by token, not looked up by text (two lookups per frame begin before).
+    frequent: [(&'static str, NameToken); FREQUENT_ARG_NAMES],
 }
+
+/// How many argument names [`FxtWriter::frequent_arg_names`] keeps.
+const FREQUENT_ARG_NAMES: usize = 4;
 
 impl<W: Write> FxtWriter<W> {
     /// Starts a trace: writes the magic, provider and initialization records.
@@ -508,6 +515,19 @@ impl<W: Write> FxtWriter<W> {
             strings: StringTable::new(),
             threads: ThreadTable::new(),
             stats: WriterStats::default(),
+            frequent: [("", NameToken::default()); FREQUENT_ARG_NAMES],
+        }
+    }
+
+    /// Names (at most four; more are ignored) that arguments will be named by, given as
+    /// `'static` text: an argument whose name is one of these at the same address is
+    /// then written by its string-table slot, without hashing or comparing its text.
+    /// The records written are the same bytes as without it: a slot taken over by
+    /// another string since (eviction, [`FxtWriter::cut`]) is noticed by its
+    /// generation, and the name is looked up by text then.
+    pub fn frequent_arg_names(&mut self, names: &[&'static str]) {
+        for (f, name) in self.frequent.iter_mut().zip(names) {
+            *f = (name, NameToken::default());
         }
     }
 
@@ -859,7 +879,7 @@ impl<W: Write> FxtWriter<W> {
         let mut remaining = budget.saturating_sub(2 * n);
         let mut total = 0;
         for (a, p) in args.iter().take(n).zip(out.iter_mut()) {
-            let name_ref = self.string_ref(a.name);
+            let name_ref = self.arg_name_ref(a.name);
             let mut plan = PlannedArg {
                 name_ref,
                 ..PlannedArg::default()
@@ -944,6 +964,29 @@ impl<W: Write> FxtWriter<W> {
                 self.word(w);
             }
         }
+    }
+
+    /// [`FxtWriter::string_ref`] of an argument's name, by token when it is one of the
+    /// [`FxtWriter::frequent_arg_names`] (the same `'static` text: compared by address
+    /// and length, which no other text can share).
+    #[inline]
+    fn arg_name_ref(&mut self, name: &str) -> u16 {
+        let Some(i) = self
+            .frequent
+            .iter()
+            .position(|(f, _)| f.as_ptr() == name.as_ptr() && f.len() == name.len())
+        else {
+            return self.string_ref(name);
+        };
+        if name.is_empty() {
+            return 0;
+        }
+        if let Some(index) = self.strings.by_token(self.frequent[i].1) {
+            return index;
+        }
+        let index = self.string_ref(name);
+        self.frequent[i].1 = self.strings.token(index);
+        index
     }
 
     /// Returns the table index for `s`, writing a string record if it is not resident.

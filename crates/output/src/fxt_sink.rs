@@ -151,7 +151,9 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
     }
 
     /// A sink over `writer`, numbering the kernel objects it makes from `next_koid`.
-    fn over(writer: FxtWriter<W>, next_koid: u32, on_warning: H) -> Self {
+    fn over(mut writer: FxtWriter<W>, next_koid: u32, on_warning: H) -> Self {
+        // Every frame begin names its arguments so.
+        writer.frequent_arg_names(&[ptscope_stacks::ADDRESS_ARG, ptscope_stacks::SYMBOL_ARG]);
         FxtSink {
             writer,
             next_koid,
