@@ -475,6 +475,9 @@ pub struct FxtWriter<W: Write> {
     frequent: [(&'static str, NameToken); FREQUENT_ARG_NAMES],
 }
 
+/// Arguments an event's plan holds without the format's full fifteen.
+const FEW_ARGS: usize = 6;
+
 /// How many argument names [`FxtWriter::frequent_arg_names`] keeps.
 const FREQUENT_ARG_NAMES: usize = 4;
 
@@ -817,17 +820,34 @@ impl<W: Write> FxtWriter<W> {
             // Most events carry none: no plan to fill (it is 15 arguments wide).
             self.event_words(&head, refs, fixed, &[]);
         } else {
-            let mut planned = [PlannedArg::default(); format::MAX_ARGS];
             let name_at = (name_ref != 0).then_some((name, name_ref));
-            let (nargs, arg_words) = self.plan_args(
-                args,
-                format::MAX_RECORD_WORDS - fixed,
-                &mut planned,
-                name_at,
-            );
-            self.event_words(&head, refs, fixed + arg_words, &planned[..nargs]);
+            // A frame's begin has two to six: a plan that wide, not fifteen (the
+            // clearing of the wide one was a fifth of a begin's instructions).
+            if args.len() <= FEW_ARGS {
+                let mut planned = [PlannedArg::default(); FEW_ARGS];
+                self.planned_event(&head, refs, fixed, args, &mut planned, name_at);
+            } else {
+                let mut planned = [PlannedArg::default(); format::MAX_ARGS];
+                self.planned_event(&head, refs, fixed, args, &mut planned, name_at);
+            }
         }
         self.strings.token(name_ref)
+    }
+
+    /// Plans `args` in `planned` (as wide as the arguments kept) and writes the event.
+    #[inline]
+    fn planned_event<'a>(
+        &mut self,
+        head: &EventHead,
+        refs: (u8, u16, u16),
+        fixed: usize,
+        args: &[Arg<'a>],
+        planned: &mut [PlannedArg<'a>],
+        name_at: Option<(&str, u16)>,
+    ) {
+        let (nargs, arg_words) =
+            self.plan_args(args, format::MAX_RECORD_WORDS - fixed, planned, name_at);
+        self.event_words(head, refs, fixed + arg_words, &planned[..nargs]);
     }
 
     /// Writes an event record of `size` words: its header (`refs`: thread slot,
@@ -869,10 +889,11 @@ impl<W: Write> FxtWriter<W> {
         &mut self,
         args: &[Arg<'a>],
         budget: usize,
-        out: &mut [PlannedArg<'a>; format::MAX_ARGS],
+        out: &mut [PlannedArg<'a>],
         name: Option<(&str, u16)>,
     ) -> (usize, usize) {
-        let n = args.len().min(format::MAX_ARGS);
+        // `out` is at most MAX_ARGS wide, and as wide as `args` when narrower.
+        let n = args.len().min(out.len()).min(format::MAX_ARGS);
         self.stats.dropped_args += (args.len() - n) as u64;
         // Every argument takes at most two words besides inline strings, so reserve
         // that much first and hand the rest out to inline strings in order.
