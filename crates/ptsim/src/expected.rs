@@ -194,7 +194,12 @@ pub fn expected(
     gaps.sort_by_key(|g| g.first);
     let start = i;
     for g in gaps.iter().filter(|g| g.first >= start && g.first < n) {
-        let end = g.first.min(n);
+        let mut end = g.first.min(n);
+        if g.cause == GapCause::Overflow {
+            // perf walks direct calls and jumps only on its way to the next packet that
+            // needs an instruction; the next packet is the OVF, which it reports at once.
+            end -= crate::pt::packetless_tail(&steps[i.min(end)..end]);
+        }
         reported(&mut out.branches, &steps[i..end], t.tid, ns);
         let when = steps.get(g.first).or(steps.last()).map_or(0, |s| s.clock);
         out.branches.push(Branch {

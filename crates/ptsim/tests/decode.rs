@@ -279,6 +279,81 @@ fn c_variants_noretcomp_snapshot_faults() {
     }
 }
 
+/// An overflow that starts right after direct branches loses them: perf walks a direct
+/// call or jump only on its way to the next packet that needs an instruction, and that
+/// packet is the OVF, which it reports at once. Before the expectation knew this, the
+/// variants test failed wherever its evenly spread overflow happened to land after a
+/// direct jump (in one CI's environment, not here).
+#[test]
+fn an_overflow_right_after_direct_branches_loses_them() {
+    if !tools() {
+        return;
+    }
+    let tmp = scratch_dir("ovf-direct").unwrap();
+    let dir = tmp.path().to_owned();
+    let exe = compile(
+        &dir,
+        "calltree",
+        "calltree.c",
+        CALL_TREE_C,
+        &["cc", "-O1", "-fno-inline"],
+    )
+    .unwrap();
+    record(&dir, &[&exe], &SimConfig::default()).unwrap();
+    let log = BlockLog::read(&dir.join("ptsim-blocks.log")).unwrap();
+    let cfg = SimConfig::default();
+    let (traces, _) = ptsim::truth::derive(&log, cfg.kernel_cycles);
+    let steps = &traces
+        .iter()
+        .find(|t| t.tid == log.pid)
+        .expect("the main thread")
+        .steps;
+    let direct = |k: StepKind| matches!(k, StepKind::Jmp | StepKind::Call);
+    let after_tnt = |i: usize, tail: usize| {
+        (1..=tail).all(|d| direct(steps[i - d].kind))
+            && steps[i - tail - 1].kind == StepKind::Jcc { taken: true }
+            && !direct(steps[i].kind)
+    };
+    // One placement after each shape, found in this run's steps wherever they fall.
+    let shapes: [(&str, usize, Option<StepKind>); 3] = [
+        ("jmp", 1, Some(StepKind::Jmp)),
+        ("call", 1, Some(StepKind::Call)),
+        ("two direct branches", 2, None),
+    ];
+    for (name, tail, kind) in shapes {
+        let at = (steps.len() / 4..steps.len() - 100)
+            .find(|&i| after_tnt(i, tail) && kind.is_none_or(|k| steps[i - 1].kind == k))
+            .unwrap_or_else(|| panic!("no overflow placement after a {name}"));
+        let sim = simulate(
+            &log,
+            "calltree",
+            &SimConfig {
+                main_faults: Some(ptsim::pt::Faults {
+                    overflows: vec![(at, 50)],
+                    corruptions: Vec::new(),
+                }),
+                ..SimConfig::default()
+            },
+        );
+        let sub = dir.join(name.replace(' ', "-"));
+        std::fs::create_dir_all(&sub).unwrap();
+        write_outputs(&sim, &sub.join("perf.data"), false).unwrap();
+        assert_exact(
+            &format!("overflow after a {name} (step {at})"),
+            &check(&sub, &sim),
+        );
+        // The expectation perf met reports the conditional branch last, not the tail.
+        let b = &sim.expected[0].branches;
+        let e = b.iter().position(|b| b.kind == BranchKind::Error).unwrap();
+        let jcc = steps[at - tail - 1];
+        assert_eq!(
+            (b[e - 1].kind, b[e - 1].from),
+            (BranchKind::Jcc, jcc.from),
+            "{name}: the branch reported before the overflow"
+        );
+    }
+}
+
 #[test]
 fn cli_run_and_check() {
     if !tools() {
