@@ -3,6 +3,10 @@
 //! program (two plugin builds), on the instruction clock and prints, per thread, the
 //! first steps where they differ: a check that stack mode loses nothing.
 //!
+//! Two runs must be given environments of the same size: a variable of another length
+//! (`X=ab` against `X=c`) moves the stack, and `ld.so`'s and libc's steps differ from
+//! their first string comparisons on (seen on sqlite3 and python3).
+//!
 //! `cargo run -p ptscope-emulate --example compare_logs -- DIR_A DIR_B [CONTEXT]`
 
 use ptscope_emulate::{Decoding, Recording, TimeBase};

@@ -634,4 +634,28 @@ mod tests {
         // Past the end of the file: an error, not a short copy.
         assert!(append_range(&mut out, &src, 2_999_000, 2_000).is_err());
     }
+
+    /// Where the kernel refuses `copy_file_range` (here: an output opened to append, which
+    /// it rejects with `EBADF` on every kernel that has the call), the range is read and
+    /// written instead, with the same result.
+    #[test]
+    fn append_range_copies_through_memory_where_the_kernel_refuses() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let from: Vec<u8> = (0..300_000u32).map(|i| (i * 11 % 251) as u8).collect();
+        std::fs::write(dir.path().join("from"), &from).expect("from");
+        let src = std::fs::File::open(dir.path().join("from")).expect("open");
+        std::fs::write(dir.path().join("out"), b"head").expect("out");
+        let mut out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join("out"))
+            .expect("open to append");
+        append_range(&mut out, &src, 1_000, 250_000).expect("append");
+        out.write_all(b"tail").expect("tail");
+        let got = std::fs::read(dir.path().join("out")).expect("read");
+        assert_eq!(got.len(), 250_008);
+        assert_eq!(&got[..4], b"head");
+        assert!(got[4..250_004] == from[1_000..251_000]);
+        assert_eq!(&got[250_004..], b"tail");
+    }
 }

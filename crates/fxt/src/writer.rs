@@ -469,7 +469,17 @@ pub struct FxtWriter<W: Write> {
     strings: StringTable,
     threads: ThreadTable,
     stats: WriterStats,
+    /// Argument names the caller gave as `'static` text ([`FxtWriter::frequent_arg_names`])
+    /// and the token of each one's slot: an argument named by the same address is
+    /// written by token, not looked up by text (two lookups per frame begin before).
+    frequent: [(&'static str, NameToken); FREQUENT_ARG_NAMES],
 }
+
+/// Arguments an event's plan holds without the format's full fifteen.
+const FEW_ARGS: usize = 6;
+
+/// How many argument names [`FxtWriter::frequent_arg_names`] keeps.
+const FREQUENT_ARG_NAMES: usize = 4;
 
 impl<W: Write> FxtWriter<W> {
     /// Starts a trace: writes the magic, provider and initialization records.
@@ -508,6 +518,19 @@ impl<W: Write> FxtWriter<W> {
             strings: StringTable::new(),
             threads: ThreadTable::new(),
             stats: WriterStats::default(),
+            frequent: [("", NameToken::default()); FREQUENT_ARG_NAMES],
+        }
+    }
+
+    /// Names (at most four; more are ignored) that arguments will be named by, given as
+    /// `'static` text: an argument whose name is one of these at the same address is
+    /// then written by its string-table slot, without hashing or comparing its text.
+    /// The records written are the same bytes as without it: a slot taken over by
+    /// another string since (eviction, [`FxtWriter::cut`]) is noticed by its
+    /// generation, and the name is looked up by text then.
+    pub fn frequent_arg_names(&mut self, names: &[&'static str]) {
+        for (f, name) in self.frequent.iter_mut().zip(names) {
+            *f = (name, NameToken::default());
         }
     }
 
@@ -797,17 +820,34 @@ impl<W: Write> FxtWriter<W> {
             // Most events carry none: no plan to fill (it is 15 arguments wide).
             self.event_words(&head, refs, fixed, &[]);
         } else {
-            let mut planned = [PlannedArg::default(); format::MAX_ARGS];
             let name_at = (name_ref != 0).then_some((name, name_ref));
-            let (nargs, arg_words) = self.plan_args(
-                args,
-                format::MAX_RECORD_WORDS - fixed,
-                &mut planned,
-                name_at,
-            );
-            self.event_words(&head, refs, fixed + arg_words, &planned[..nargs]);
+            // A frame's begin has two to six: a plan that wide, not fifteen (the
+            // clearing of the wide one was a fifth of a begin's instructions).
+            if args.len() <= FEW_ARGS {
+                let mut planned = [PlannedArg::default(); FEW_ARGS];
+                self.planned_event(&head, refs, fixed, args, &mut planned, name_at);
+            } else {
+                let mut planned = [PlannedArg::default(); format::MAX_ARGS];
+                self.planned_event(&head, refs, fixed, args, &mut planned, name_at);
+            }
         }
         self.strings.token(name_ref)
+    }
+
+    /// Plans `args` in `planned` (as wide as the arguments kept) and writes the event.
+    #[inline]
+    fn planned_event<'a>(
+        &mut self,
+        head: &EventHead,
+        refs: (u8, u16, u16),
+        fixed: usize,
+        args: &[Arg<'a>],
+        planned: &mut [PlannedArg<'a>],
+        name_at: Option<(&str, u16)>,
+    ) {
+        let (nargs, arg_words) =
+            self.plan_args(args, format::MAX_RECORD_WORDS - fixed, planned, name_at);
+        self.event_words(head, refs, fixed + arg_words, &planned[..nargs]);
     }
 
     /// Writes an event record of `size` words: its header (`refs`: thread slot,
@@ -849,17 +889,18 @@ impl<W: Write> FxtWriter<W> {
         &mut self,
         args: &[Arg<'a>],
         budget: usize,
-        out: &mut [PlannedArg<'a>; format::MAX_ARGS],
+        out: &mut [PlannedArg<'a>],
         name: Option<(&str, u16)>,
     ) -> (usize, usize) {
-        let n = args.len().min(format::MAX_ARGS);
+        // `out` is at most MAX_ARGS wide, and as wide as `args` when narrower.
+        let n = args.len().min(out.len()).min(format::MAX_ARGS);
         self.stats.dropped_args += (args.len() - n) as u64;
         // Every argument takes at most two words besides inline strings, so reserve
         // that much first and hand the rest out to inline strings in order.
         let mut remaining = budget.saturating_sub(2 * n);
         let mut total = 0;
         for (a, p) in args.iter().take(n).zip(out.iter_mut()) {
-            let name_ref = self.string_ref(a.name);
+            let name_ref = self.arg_name_ref(a.name);
             let mut plan = PlannedArg {
                 name_ref,
                 ..PlannedArg::default()
@@ -944,6 +985,29 @@ impl<W: Write> FxtWriter<W> {
                 self.word(w);
             }
         }
+    }
+
+    /// [`FxtWriter::string_ref`] of an argument's name, by token when it is one of the
+    /// [`FxtWriter::frequent_arg_names`] (the same `'static` text: compared by address
+    /// and length, which no other text can share).
+    #[inline]
+    fn arg_name_ref(&mut self, name: &str) -> u16 {
+        let Some(i) = self
+            .frequent
+            .iter()
+            .position(|(f, _)| f.as_ptr() == name.as_ptr() && f.len() == name.len())
+        else {
+            return self.string_ref(name);
+        };
+        if name.is_empty() {
+            return 0;
+        }
+        if let Some(index) = self.strings.by_token(self.frequent[i].1) {
+            return index;
+        }
+        let index = self.string_ref(name);
+        self.frequent[i].1 = self.strings.token(index);
+        index
     }
 
     /// Returns the table index for `s`, writing a string record if it is not resident.

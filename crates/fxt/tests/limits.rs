@@ -304,3 +304,70 @@ fn an_argument_that_is_the_name_writes_what_a_copy_of_it_writes() {
         );
     }
 }
+
+static ADDRESS: &str = "address";
+static SYMBOL: &str = "symbol";
+
+/// Arguments named by [`FxtWriter::frequent_arg_names`] are written by their slot's
+/// token; the bytes are those of a writer that looks every name up by text, through
+/// the names' slots being evicted (long stretches without them), fragments cut, and
+/// the same text given as a copy at another address.
+#[test]
+fn frequent_argument_names_write_what_names_by_text_write() {
+    let write = |frequent: bool| {
+        let mut w = FxtWriter::new(Vec::new());
+        if frequent {
+            w.frequent_arg_names(&[ADDRESS, SYMBOL]);
+        }
+        let t = w.thread(1, 2);
+        let copy = String::from("symbol");
+        let mut filler = String::new();
+        let mut time = 0;
+        for round in 0..4u64 {
+            for i in 0..2_000u64 {
+                let name = format!("function_{}", (i * 7 + round) % 1_500);
+                // Every tenth begin names its symbol by a copy (another address).
+                let symbol = if i % 10 == 0 { copy.as_str() } else { SYMBOL };
+                let args = [
+                    Arg::new(ADDRESS, W::Pointer(0x1000 + i)),
+                    Arg::new(symbol, W::Str(&name)),
+                ];
+                w.begin(t, "", &name, time, &args);
+                w.end(t, "", &name, time + 1, &[]);
+                time += 2;
+            }
+            // A stretch of other names long enough to take every slot, the
+            // arguments' names' included (the clock sweeps twice to evict a used slot).
+            for i in 0..70_000u64 {
+                filler.clear();
+                filler.push_str(&format!("filler_{round}_{i}"));
+                w.instant(t, "", &filler, time, &[]);
+                time += 1;
+            }
+            if round == 1 {
+                w.cut();
+            }
+        }
+        let stats = w.stats().clone();
+        (w.finish().unwrap(), stats)
+    };
+    let ((by_token, stats), (by_text, _)) = (write(true), write(false));
+    assert!(stats.string_evictions > 6 * 32_767, "{stats:?}");
+    assert!(by_token == by_text, "the bytes differ");
+    // The names' slots really went stale: each was registered again in every round.
+    let registered = |text: &str| {
+        reader::Reader::new(&by_token)
+            .filter(|r| matches!(r, Ok(Record::String { value, .. }) if *value == text))
+            .count()
+    };
+    assert!(registered("address") >= 4, "{}", registered("address"));
+    assert!(registered("symbol") >= 4, "{}", registered("symbol"));
+    let report = validate_bytes(&by_token);
+    assert!(report.is_ok(), "{report}");
+    let begins = reader::read_events(&by_token)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == reader::EventKind::Begin)
+        .count();
+    assert_eq!(begins, 8_000);
+}

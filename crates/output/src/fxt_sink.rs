@@ -151,7 +151,9 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
     }
 
     /// A sink over `writer`, numbering the kernel objects it makes from `next_koid`.
-    fn over(writer: FxtWriter<W>, next_koid: u32, on_warning: H) -> Self {
+    fn over(mut writer: FxtWriter<W>, next_koid: u32, on_warning: H) -> Self {
+        // Every frame begin names its arguments so.
+        writer.frequent_arg_names(&[ptscope_stacks::ADDRESS_ARG, ptscope_stacks::SYMBOL_ARG]);
         FxtSink {
             writer,
             next_koid,
@@ -271,12 +273,9 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
     }
 
     /// Converts up to 15 arguments into `out`; returns how many.
-    fn convert<'a>(
-        stats: &mut SinkStats,
-        args: &[Arg<'a>],
-        out: &mut [FxtArg<'a>; MAX_ARGS],
-    ) -> usize {
-        let n = args.len().min(MAX_ARGS);
+    fn convert<'a>(stats: &mut SinkStats, args: &[Arg<'a>], out: &mut [FxtArg<'a>]) -> usize {
+        // `out` is at most MAX_ARGS wide, and as wide as `args` when narrower.
+        let n = args.len().min(out.len()).min(MAX_ARGS);
         stats.dropped_args += (args.len() - n) as u64;
         for (a, o) in args.iter().zip(out.iter_mut()) {
             let value = match a.value {
@@ -289,6 +288,26 @@ impl<W: Write, H: FnMut(&str)> FxtSink<W, H> {
             *o = FxtArg::new(a.name, value);
         }
         n
+    }
+
+    /// `args` converted ([`FxtSink::convert`]) into an array only as wide as needed,
+    /// handed to `write`: a frame's begin has two to six, and clearing the format's
+    /// fifteen on every begin cost more than converting them.
+    #[inline]
+    fn with_converted<'a, R>(
+        stats: &mut SinkStats,
+        args: &[Arg<'a>],
+        write: impl FnOnce(&[FxtArg<'a>]) -> R,
+    ) -> R {
+        if args.len() <= FEW_ARGS {
+            let mut buf = [EMPTY_ARG; FEW_ARGS];
+            let n = Self::convert(stats, args, &mut buf);
+            write(&buf[..n])
+        } else {
+            let mut buf = [EMPTY_ARG; MAX_ARGS];
+            let n = Self::convert(stats, args, &mut buf);
+            write(&buf[..n])
+        }
     }
 
     /// Ends `thread`'s innermost open slice (its begin's name: the end names it too).
@@ -410,6 +429,9 @@ impl<H: FnMut(&str)> FxtSink<TraceOutput, H> {
     }
 }
 
+/// Arguments converted without the format's full fifteen ([`FxtSink::with_converted`]).
+const FEW_ARGS: usize = 6;
+
 const EMPTY_ARG: FxtArg<'static> = FxtArg {
     name: "",
     value: FxtValue::Null,
@@ -471,9 +493,9 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
             th.held = Some(time);
             writer.name_token(name)
         } else {
-            let mut buf = [EMPTY_ARG; MAX_ARGS];
-            let n = Self::convert(stats, args, &mut buf);
-            writer.begin_token(th.id, "", name, time, &buf[..n])
+            Self::with_converted(stats, args, |a| {
+                writer.begin_token(th.id, "", name, time, a)
+            })
         };
         Self::push_open(th, NO_KEY, name, token);
     }
@@ -510,11 +532,12 @@ impl<W: Write, H: FnMut(&str)> TraceSink for FxtSink<W, H> {
             th.held = Some(time);
             writer.name_token_again(entry.token, &entry.text)
         } else {
-            let mut buf = [EMPTY_ARG; MAX_ARGS];
-            let n = Self::convert(stats, args, &mut buf);
             // The caller's text, not the copy: an argument naming the same text (a
             // frame's `symbol`) is then known to be the name without a lookup.
-            writer.begin_by_token(th.id, "", entry.token, name.text, time, &buf[..n])
+            let token = entry.token;
+            Self::with_converted(stats, args, |a| {
+                writer.begin_by_token(th.id, "", token, name.text, time, a)
+            })
         };
         Self::push_open(th, name.key, "", entry.token);
     }

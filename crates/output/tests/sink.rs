@@ -3,7 +3,7 @@
 use ptscope_fxt::check::validate_bytes;
 use ptscope_fxt::reader::{self, ArgValue as R, EventKind, Record};
 use ptscope_output::{open_trace_output, read_trace_file, FxtSink};
-use ptscope_stacks::{Arg, ArgValue, TraceSink};
+use ptscope_stacks::{Arg, ArgValue, Name, TraceSink};
 use std::path::PathBuf;
 
 /// `name` in a fresh private directory, removed (with what is in it) when the guard
@@ -216,4 +216,53 @@ fn gzip_output_appears_only_after_finish_and_complete() {
     out.finish().unwrap();
     assert_eq!(read_trace_file(&path).unwrap(), b"0123456789");
     std::fs::remove_file(&path).unwrap();
+}
+
+/// A begin keeps its first fifteen arguments, in order, whatever their number: the
+/// sink and the writer hold up to six in narrow arrays and more in the format's full
+/// width, and the counts on both sides of that boundary (and of fifteen) arrive whole,
+/// by text and by a numbered name alike.
+#[test]
+fn begins_keep_every_argument_up_to_fifteen_on_both_sides_of_the_narrow_arrays() {
+    let mut sink = FxtSink::new(Vec::new());
+    let pid = sink.allocate_pid("p");
+    let t = sink.allocate_thread(pid, "t");
+    let names: Vec<String> = (0..18).map(|i| format!("arg{i}")).collect();
+    let mut time = 0;
+    for n in 0..=17 {
+        let args: Vec<Arg<'_>> = names[..n]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Arg::new(name, ArgValue::Int(100 * n as i64 + i as i64)))
+            .collect();
+        let by_text = format!("text{n}");
+        sink.duration_begin(t, &by_text, time, &args);
+        sink.duration_end(t, &by_text, time + 1, &[]);
+        let by_key = format!("keyed{n}");
+        sink.duration_begin_name(t, Name::new(n as u32, &by_key), time + 2, &args);
+        sink.duration_end(t, &by_key, time + 3, &[]);
+        time += 4;
+    }
+    // 16 and 17 arguments lose one and two, twice each.
+    assert_eq!(sink.stats().dropped_args, 6);
+    let bytes = sink.finish().unwrap();
+    let report = validate_bytes(&bytes);
+    assert!(report.is_ok(), "{report}");
+    let begins: Vec<_> = reader::read_events(&bytes)
+        .unwrap()
+        .into_iter()
+        // A begin without arguments followed by its end is written as one complete.
+        .filter(|e| matches!(e.kind, EventKind::Begin | EventKind::Complete { .. }))
+        .collect();
+    assert_eq!(begins.len(), 36);
+    for (i, e) in begins.iter().enumerate() {
+        let n = i / 2;
+        let got: Vec<(&str, R<'_>)> = e.args.iter().map(|a| (a.name, a.value)).collect();
+        let want: Vec<(&str, R<'_>)> = names[..n.min(15)]
+            .iter()
+            .enumerate()
+            .map(|(k, name)| (name.as_str(), R::Int32(100 * n as i32 + k as i32)))
+            .collect();
+        assert_eq!(got, want, "{} with {n} arguments", e.name);
+    }
 }

@@ -67,7 +67,7 @@ mod tracks;
 mod transaction;
 pub mod transcript;
 
-pub use sink::{Arg, ArgValue, Name, TraceSink};
+pub use sink::{Arg, ArgValue, Name, TraceSink, ADDRESS_ARG, SYMBOL_ARG};
 
 use ptscope_event::{
     Event, Hit, OcamlExceptionInfo, ProcessStart, SourcePosition, StringTable, TraceScope,

@@ -20,6 +20,14 @@ pub enum ArgValue<'a> {
     Float(f64),
 }
 
+/// The argument naming a frame's address (every frame begin with a known address has
+/// it): a `static`, so every use is the same text at the same address, which a sink may
+/// recognise by address (the FXT writer keeps its string-table slot instead of looking
+/// it up on every begin).
+pub static ADDRESS_ARG: &str = "address";
+/// The argument naming a frame's function (every frame begin has it); see [`ADDRESS_ARG`].
+pub static SYMBOL_ARG: &str = "symbol";
+
 /// A named argument of a slice, instant or counter.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Arg<'a> {

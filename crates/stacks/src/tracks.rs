@@ -2,7 +2,7 @@
 //! names, trigger hits, and the events that are not part of a stack (extra events'
 //! samples and ptwrite payloads).
 
-use crate::sink::{Arg, ArgValue, TraceSink};
+use crate::sink::{Arg, ArgValue, TraceSink, ADDRESS_ARG, SYMBOL_ARG};
 use ptscope_event::{EventData, ExtraEvent, Hit, Location, SourcePosition, StringTable, Thread};
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
@@ -313,7 +313,7 @@ impl<'a> FrameBegin<'a> {
         let mut args: [Arg<'a>; 6] = [Arg::new("", ArgValue::Int(0)); 6];
         let mut n = 0;
         if let Some(a) = address {
-            args[n] = Arg::new("address", ArgValue::Pointer(a));
+            args[n] = Arg::new(ADDRESS_ARG, ArgValue::Pointer(a));
             n += 1;
         }
         if let Some(pos) = debug {
@@ -321,7 +321,7 @@ impl<'a> FrameBegin<'a> {
             args[n + 1] = Arg::new("col", ArgValue::Int(pos.col));
             n += 2;
         }
-        args[n] = Arg::new("symbol", ArgValue::Interned(name));
+        args[n] = Arg::new(SYMBOL_ARG, ArgValue::Interned(name));
         n += 1;
         if let Some(f) = debug.and_then(|p| p.file.as_deref()) {
             args[n] = Arg::new("file", ArgValue::Interned(f));
