@@ -59,10 +59,16 @@ pub struct DecodeArgs {
     pub writer: WriterKind,
 
     /// Where decode errors leave frames unproven (a burst of overflows: they may have
-    /// returned in a gap, others may have been called there), show one
-    /// `[unknown frames lost in decode error]` frame in their place instead of the likelier
-    /// guess that they kept running (the default). Segments writer only.
-    #[arg(long)]
+    /// returned in a gap, others may have been called there), show the likelier guess
+    /// that they kept running instead of one `[unknown frames lost in decode error]`
+    /// frame in their place (the default: what the trace cannot decide is marked, not
+    /// invented). Segments writer only.
+    #[arg(long, conflicts_with = "mark_unknown_frames")]
+    pub guess_unknown_frames: bool,
+
+    /// The marker frame where decode errors leave frames unproven: the default now,
+    /// accepted for scripts written when it was not.
+    #[arg(long, hide = true)]
     pub mark_unknown_frames: bool,
 
     /// Output format.
@@ -228,7 +234,7 @@ impl DecodeArgs {
                 .unwrap_or_else(ptscope_decode::perf::default_perf),
             clock: self.clock.map(Into::into),
             output_filter: self.shape.filter(),
-            mark_unknown_frames: self.mark_unknown_frames,
+            mark_unknown_frames: !self.guess_unknown_frames,
         }
     }
 }

@@ -263,37 +263,41 @@ fn a_jump_into_an_ancestor_unwinds_to_it_through_the_cli() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
 }
 
-/// `--mark-unknown-frames`: a burst where the trace cannot say whether `m` returned in
+/// By default (issue 25), a burst where the trace cannot say whether `m` returned in
 /// the first gap or the second (the input of `segments_unwinds::frames_a_burst_does_not_
 /// prove_give_way_to_the_marker_frame`) shows the marker frame in `m`'s place under the
-/// short segment; without the flag `m` is carried, as before.
+/// short segment, as `--mark-unknown-frames` (still accepted) did; with
+/// `--guess-unknown-frames` `m` is carried, as the default did before.
 #[test]
-fn mark_unknown_frames_shows_the_marker_where_a_burst_proves_nothing() {
+fn the_marker_frame_stands_by_default_where_a_burst_proves_nothing() {
     let input = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../stacks/tests/data/burst_unproven_frames.perf");
-    let decode = |mark: bool| {
+    let decode = |flags: &[&str]| {
         let mut cmd = ptscope();
         cmd.args(["decode", "--quiet", "--format", "transcript", "-o", "-"])
+            .args(flags)
             .arg("--perf-script")
             .arg(&input);
-        if mark {
-            cmd.arg("--mark-unknown-frames");
-        }
         let out = run(&mut cmd);
         assert!(out.status.success(), "{}", stderr(&out));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     const MARKER: &str = "[unknown frames lost in decode error]";
-    let carried = decode(false);
+    let carried = decode(&["--guess-unknown-frames"]);
     assert!(
         !carried.contains(MARKER),
-        "no marker by default:\n{carried}"
+        "no marker when guessing:\n{carried}"
     );
     // A transcript line without its ` [inferred start time]` note.
     let bare = |l: &str| l.trim_end_matches(" [inferred start time]").to_string();
     let lines = |t: &str, name: &str| t.lines().filter(|l| bare(l).ends_with(name)).count();
     assert_eq!(lines(&carried, "BEGIN m"), 1, "{carried}");
-    let marked = decode(true);
+    let marked = decode(&[]);
+    assert_eq!(
+        decode(&["--mark-unknown-frames"]),
+        marked,
+        "the old flag is the default"
+    );
     assert_eq!(lines(&marked, &format!("BEGIN {MARKER}")), 1, "{marked}");
     assert_eq!(lines(&marked, &format!("END   {MARKER}")), 1, "{marked}");
     // The marker begins where `m` ends, and both `f` and `g` run on it.

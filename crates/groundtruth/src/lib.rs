@@ -132,8 +132,17 @@ pub fn segments_writer(sink: TimelineSink, scenario: &Scenario) -> SegmentsWrite
     sim::segments(sink, scenario.earliest_time())
 }
 
+/// [`segments_writer`] without the marker frame: frames a decode error hid and nothing
+/// later proves are carried, guessed to have survived (the default before issue 25).
+pub fn segments_guessing_writer(
+    sink: TimelineSink,
+    scenario: &Scenario,
+) -> SegmentsWriter<TimelineSink> {
+    sim::segments_guessing(sink, scenario.earliest_time())
+}
+
 /// [`segments_writer`] with the marker frame for frames a decode error hid
-/// ([`ptscope_stacks::WriterConfig::mark_unknown_frames`]).
+/// ([`ptscope_stacks::WriterConfig::mark_unknown_frames`], the default; explicit here).
 pub fn segments_marked_writer(
     sink: TimelineSink,
     scenario: &Scenario,

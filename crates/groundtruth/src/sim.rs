@@ -814,8 +814,22 @@ pub fn segments(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSin
     segments_timed(sink, earliest, false)
 }
 
-/// [`segments`] with [`WriterConfig::mark_unknown_frames`]: frames carried across a
-/// decode error that nothing later proves give way to the marker frame.
+/// [`segments`] without [`WriterConfig::mark_unknown_frames`]: frames carried across a
+/// decode error that nothing later proves are shown, guessed to have survived.
+pub fn segments_guessing(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSink> {
+    SegmentsWriter::new(
+        sink,
+        WriterConfig {
+            earliest_time: earliest,
+            mark_unknown_frames: false,
+            ..WriterConfig::default()
+        },
+    )
+}
+
+/// [`segments`] with [`WriterConfig::mark_unknown_frames`] (the default, explicit here):
+/// frames carried across a decode error that nothing later proves give way to the
+/// marker frame.
 pub fn segments_marked(sink: TimelineSink, earliest: u64) -> SegmentsWriter<TimelineSink> {
     SegmentsWriter::new(
         sink,

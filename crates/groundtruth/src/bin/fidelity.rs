@@ -20,8 +20,8 @@
 //! placement's exact share outside the gaps, then the ones below 99.9 %.
 
 use ptscope_groundtruth::{
-    evaluate, gen, legacy_writer, reconstruct, score, segments_marked_writer, segments_writer,
-    Fidelity, Scenario,
+    evaluate, gen, legacy_writer, reconstruct, score, segments_guessing_writer,
+    segments_marked_writer, segments_writer, Fidelity, Scenario,
 };
 
 /// Prints a writer's first mismatching intervals on one scenario (debugging aid).
@@ -37,6 +37,7 @@ fn explain(seed: u64, name: &str, writer: &str) {
     let recon = match writer {
         "segments" => reconstruct(&sc, segments_writer),
         "segments-marked" => reconstruct(&sc, segments_marked_writer),
+        "segments-guess" => reconstruct(&sc, segments_guessing_writer),
         _ => reconstruct(&sc, legacy_writer),
     };
     for t in &sc.truth {
@@ -76,6 +77,7 @@ const WRITERS: &[(&str, Run)] = &[
     ("legacy", |s| evaluate(s, legacy_writer)),
     ("segments", |s| evaluate(s, segments_writer)),
     ("segments-marked", |s| evaluate(s, segments_marked_writer)),
+    ("segments-guess", |s| evaluate(s, segments_guessing_writer)),
 ];
 
 fn pct(x: f64) -> String {
