@@ -178,23 +178,31 @@ fn c_call_tree_ground_truth_and_decode() {
     assert!(c.max_lag_ns < 1_000 && c.max_early_ns < 1_000, "{c:?}");
 }
 
-#[test]
-fn c_variants_noretcomp_snapshot_faults() {
-    if !tools() {
-        return;
-    }
-    let tmp = scratch_dir("variants").unwrap();
-    let dir = tmp.path().to_owned();
+/// The position-independent call tree compiled in a scratch directory and run once
+/// under the simulator: the directory, the run, and its every-block log (simulated
+/// again with other settings by the tests).
+fn record_calltree(tag: &str) -> (tempfile::TempDir, ptsim::RunOutput, BlockLog) {
+    let tmp = scratch_dir(tag).unwrap();
     let exe = compile(
-        &dir,
+        tmp.path(),
         "calltree",
         "calltree.c",
         CALL_TREE_C,
         &["cc", "-O1", "-fno-inline"],
     )
     .unwrap();
-    let out = record(&dir, &[&exe], &SimConfig::default()).unwrap();
-    let log = BlockLog::read(&dir.join("ptsim-blocks.log")).unwrap();
+    let out = record(tmp.path(), &[&exe], &SimConfig::default()).unwrap();
+    let log = BlockLog::read(&tmp.path().join("ptsim-blocks.log")).unwrap();
+    (tmp, out, log)
+}
+
+#[test]
+fn c_variants_noretcomp_snapshot_faults() {
+    if !tools() {
+        return;
+    }
+    let (tmp, out, log) = record_calltree("variants");
+    let dir = tmp.path().to_owned();
     let full_bytes = out.sim.stats.pt_bytes;
 
     let mut noret = SimConfig::default();
@@ -289,18 +297,8 @@ fn an_overflow_right_after_direct_branches_loses_them() {
     if !tools() {
         return;
     }
-    let tmp = scratch_dir("ovf-direct").unwrap();
+    let (tmp, _, log) = record_calltree("ovf-direct");
     let dir = tmp.path().to_owned();
-    let exe = compile(
-        &dir,
-        "calltree",
-        "calltree.c",
-        CALL_TREE_C,
-        &["cc", "-O1", "-fno-inline"],
-    )
-    .unwrap();
-    record(&dir, &[&exe], &SimConfig::default()).unwrap();
-    let log = BlockLog::read(&dir.join("ptsim-blocks.log")).unwrap();
     let cfg = SimConfig::default();
     let (traces, _) = ptsim::truth::derive(&log, cfg.kernel_cycles);
     let steps = &traces
