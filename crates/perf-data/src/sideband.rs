@@ -41,6 +41,7 @@ use crate::cursor::word_at;
 use crate::layout::{self, FEATURES_AT, HEADER_LEN};
 use crate::records::kind;
 use crate::PerfData;
+use crate::Record;
 use rustc_hash::{FxHashMap, FxHasher};
 use std::hash::{Hash, Hasher};
 use std::io::{self, Write};
@@ -81,7 +82,26 @@ impl Sideband {
             return;
         }
         let file = data.bytes();
+        // A process (not one of its threads) that ends in this file: nothing before its
+        // end is about a live process. Found first, by time, because the file is not in
+        // time order: each CPU's buffer goes out in chunks, so a short-lived process's
+        // FORK (one CPU) can follow its EXIT (another) in the file.
+        let mut ended: FxHashMap<u32, Option<u64>> = FxHashMap::default();
+        for r in data.records().flatten() {
+            if let Record::Exit(t) = r.record {
+                if t.pid == t.tid && t.pid != KERNEL {
+                    let at = ended.entry(t.pid).or_insert(r.sample.time);
+                    *at = (*at).zip(r.sample.time).map(|(a, b)| a.max(b));
+                }
+            }
+        }
         let mut exits = false;
+        for pid in ended.keys() {
+            for e in self.index.iter_mut().filter(|e| e.0 == *pid) {
+                e.0 = GONE;
+                exits = true;
+            }
+        }
         for r in data.records().flatten() {
             let Ok(at) = usize::try_from(r.offset) else {
                 continue;
@@ -97,19 +117,15 @@ impl Sideband {
             let pid = match ty as u32 {
                 kind::MMAP | kind::COMM | kind::FORK | kind::MMAP2 | NAMESPACES => pid,
                 KSYMBOL | BPF_EVENT | CGROUP => KERNEL,
-                kind::EXIT => {
-                    // A process (not one of its threads) ended: nothing later is about it.
-                    let tid = word_at(file, at + 16, 4, big).unwrap_or(0) as u32;
-                    if pid == tid && pid != KERNEL {
-                        for e in self.index.iter_mut().filter(|e| e.0 == pid) {
-                            e.0 = GONE;
-                        }
-                        exits = true;
-                    }
-                    continue;
-                }
                 _ => continue,
             };
+            // About a process that ended in this file, unless it is a later process
+            // given the same pid (known only by time).
+            if let Some(&end) = ended.get(&pid) {
+                if end.zip(r.sample.time).is_none_or(|(end, t)| t <= end) {
+                    continue;
+                }
+            }
             self.push(pid, record);
         }
         if exits {
