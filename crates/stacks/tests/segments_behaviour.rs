@@ -174,6 +174,13 @@ fn has(s: &Slices, slice: (i64, i64, usize, &str)) -> bool {
         .any(|d| (d.0, d.1, d.2, d.3.as_str()) == slice)
 }
 
+/// Asserts that every one of `slices` (begin, end, depth, name) was shown.
+fn assert_has_all(s: &Slices, slices: &[(i64, i64, usize, &str)]) {
+    for &slice in slices {
+        assert!(has(s, slice), "no {slice:?} in {:?}", s.done);
+    }
+}
+
 const K: u64 = 0xffff_ffff_8100_0000;
 
 /// With kernel tracing, a syscall runs on a stack of its own on top of the user stack;
@@ -617,18 +624,19 @@ fn a_signal_at_a_syscall_return_runs_on_the_interrupted_frame() {
     b.k(130, Kind::Return, (0x330, "raise"), (0x225, "main"));
     b.k(140, Kind::Return, (0x230, "main"), (0x108, "_start"));
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 140, 1, "main"),
-        (10, 90, 2, "raise"),
-        (30, 50, 3, "on_usr1"),
-        (40, 45, 4, "note"),
-        (50, 60, 3, "__restore_rt"),
-        (60, 70, 3, "on_usr1"),
-        (70, 80, 3, "__restore_rt"),
-        (100, 130, 2, "raise"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 140, 1, "main"),
+            (10, 90, 2, "raise"),
+            (30, 50, 3, "on_usr1"),
+            (40, 45, 4, "note"),
+            (50, 60, 3, "__restore_rt"),
+            (60, 70, 3, "on_usr1"),
+            (70, 80, 3, "__restore_rt"),
+            (100, 130, 2, "raise"),
+        ],
+    );
     // `main` is shown once, under `_start`: no level is added by the trampoline.
     let mains = s.done.iter().filter(|d| d.3 == "main").count();
     assert_eq!(mains, 1, "{:?}", s.done);
@@ -672,15 +680,16 @@ fn unwind_resume_lands_above_its_caller_in_a_recursion() {
     b.k(90, Kind::Return, (0x350, "attempt"), (0x215, "main"));
     b.k(95, Kind::Return, (0x230, "main"), (0x108, "_start"));
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (30, 55, 6, "parse"),
-        (24, 65, 5, "nest"),
-        (22, 75, 4, "nest"),
-        (20, 85, 3, "nest"),
-        (10, 90, 2, "attempt"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (30, 55, 6, "parse"),
+            (24, 65, 5, "nest"),
+            (22, 75, 4, "nest"),
+            (20, 85, 3, "nest"),
+            (10, 90, 2, "attempt"),
+        ],
+    );
     // No `nest` left over above `attempt` after the catch.
     assert!(
         !s.done.iter().any(|d| d.3 == "nest" && d.1 > 85),
@@ -761,15 +770,16 @@ fn a_snapshot_starting_in_a_handler_finds_the_interrupted_frame() {
     b.k(30, Kind::Return, (0x330, "raise"), (0x215, "main"));
     b.k(40, Kind::Return, (0x230, "main"), (0x108, "_start"));
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 40, 1, "main"),
-        (0, 30, 2, "raise"),
-        (0, 10, 3, "on_usr1"),
-        (0, 5, 4, "note"),
-        (10, 20, 3, "__restore_rt"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 40, 1, "main"),
+            (0, 30, 2, "raise"),
+            (0, 10, 3, "on_usr1"),
+            (0, 5, 4, "note"),
+            (10, 20, 3, "__restore_rt"),
+        ],
+    );
     assert_eq!(
         s.done.iter().filter(|d| d.3 == "raise").count(),
         1,
@@ -817,14 +827,15 @@ fn a_signal_interrupting_a_loop_runs_on_the_interrupted_frame() {
     b.k(70, Kind::Return, (0x340, "spin"), (0x215, "main"));
     b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 80, 1, "main"),
-        (10, 70, 2, "spin"),
-        (40, 50, 3, "on_alarm"),
-        (50, 60, 3, "__restore_rt"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 80, 1, "main"),
+            (10, 70, 2, "spin"),
+            (40, 50, 3, "on_alarm"),
+            (50, 60, 3, "__restore_rt"),
+        ],
+    );
     assert_eq!(
         s.done.iter().filter(|d| d.3 == "main").count(),
         1,
@@ -868,16 +879,17 @@ fn an_exec_ends_the_old_program_and_starts_the_new_one_as_root() {
         (0x7200, "user_entry"),
     );
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 25, 1, "main"),
-        (10, 25, 2, "execve"),
-        (20, 25, 3, "[syscall]"),
-        (30, 60, 0, "_dl_entry"),
-        (40, 50, 1, "_dl_start"),
-        (60, 60, 1, "user_entry"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 25, 1, "main"),
+            (10, 25, 2, "execve"),
+            (20, 25, 3, "[syscall]"),
+            (30, 60, 0, "_dl_entry"),
+            (40, 50, 1, "_dl_start"),
+            (60, 60, 1, "user_entry"),
+        ],
+    );
 }
 
 /// The loader's start-up up to a decode error: ld.so's `_start` (named `_dl_start_user`
@@ -928,14 +940,15 @@ fn a_gap_across_the_jump_to_the_program_keeps_libc_start_main_under_start() {
         (0x3000, "main"),
     );
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (40, 70, 0, "_start"),
-        (40, 70, 1, "__libc_start_main"),
-        (60, 70, 2, "__libc_start_call_main"),
-        (70, 70, 3, "main"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (40, 70, 0, "_start"),
+            (40, 70, 1, "__libc_start_main"),
+            (60, 70, 2, "__libc_start_call_main"),
+            (70, 70, 3, "main"),
+        ],
+    );
     assert!(
         !s.done.iter().any(|d| d.3 == "call_init" && d.1 > 40),
         "the loader's frames carried past the gap: {:?}",
@@ -975,14 +988,15 @@ fn a_gap_in_libc_start_main_puts_libc_start_call_main_on_it() {
         (0x3000, "main"),
     );
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 40, 0, "_start"),
-        (0, 40, 1, "__libc_start_main"),
-        (30, 40, 2, "__libc_start_call_main"),
-        (40, 40, 3, "main"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 40, 0, "_start"),
+            (0, 40, 1, "__libc_start_main"),
+            (30, 40, 2, "__libc_start_call_main"),
+            (40, 40, 3, "main"),
+        ],
+    );
 }
 
 /// A decode error while ld.so maps the program: tracing resumes in `_dl_start_user` (the
@@ -1076,17 +1090,18 @@ fn a_jump_into_cold_code_an_ancestor_runs_is_not_an_unwind() {
     b.k(70, Kind::Return, (0x4d10, COLD), (0x215, "main"));
     b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 80, 1, "main"),
-        (10, 15, 2, IMPORT),
-        (15, 70, 2, COLD),
-        (20, 60, 3, "import_find_and_load"),
-        (30, 35, 4, IMPORT),
-        (35, 50, 4, COLD),
-        (40, 45, 5, "getattr"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 80, 1, "main"),
+            (10, 15, 2, IMPORT),
+            (15, 70, 2, COLD),
+            (20, 60, 3, "import_find_and_load"),
+            (30, 35, 4, IMPORT),
+            (35, 50, 4, COLD),
+            (40, 45, 5, "getattr"),
+        ],
+    );
     assert_eq!(s.done.len(), 8, "{:?}", s.done);
 }
 
@@ -1120,16 +1135,17 @@ fn a_jump_back_from_cold_code_into_an_ancestors_function_is_not_an_unwind() {
     b.k(70, Kind::Return, (0x330, HOT), (0x215, "main"));
     b.k(80, Kind::Return, (0x230, "main"), (0x108, "_start"));
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 80, 1, "main"),
-        (10, 70, 2, HOT),
-        (20, 60, 3, "load"),
-        (30, 35, 4, HOT),
-        (35, 40, 4, COLD),
-        (40, 50, 4, HOT),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 80, 1, "main"),
+            (10, 70, 2, HOT),
+            (20, 60, 3, "load"),
+            (30, 35, 4, HOT),
+            (35, 40, 4, COLD),
+            (40, 50, 4, HOT),
+        ],
+    );
     assert_eq!(s.done.len(), 7, "{:?}", s.done);
 }
 
@@ -1197,13 +1213,14 @@ fn an_unnamed_jump_across_objects_into_an_ancestor_unwinds() {
     b.set_dsos(dso, prog);
     b.k(40, Kind::Return, (0x840, "prog+0x800"), (0x108, "_start"));
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 40, 1, "prog+0x800"),
-        (10, 30, 2, "prog+0x300"),
-        (20, 30, 3, "libc.so.6+0x3be30"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 40, 1, "prog+0x800"),
+            (10, 30, 2, "prog+0x300"),
+            (20, 30, 3, "libc.so.6+0x3be30"),
+        ],
+    );
     assert_eq!(
         s.done.iter().filter(|d| d.3 == "prog+0x800").count(),
         1,
@@ -1288,16 +1305,17 @@ fn a_call_injected_by_a_handler_returns_to_the_interrupted_frame() {
         (0x108, "runtime.main"),
     );
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 90, 1, "unicode.init"),
-        (20, 30, 2, "runtime.sigtramp"),
-        (30, 40, 2, "runtime.sigreturn"),
-        (40, 60, 2, "runtime.asyncPreempt"),
-        (45, 50, 3, "runtime.asyncPreempt2"),
-        (70, 80, 2, "runtime.mapassign"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 90, 1, "unicode.init"),
+            (20, 30, 2, "runtime.sigtramp"),
+            (30, 40, 2, "runtime.sigreturn"),
+            (40, 60, 2, "runtime.asyncPreempt"),
+            (45, 50, 3, "runtime.asyncPreempt2"),
+            (70, 80, 2, "runtime.mapassign"),
+        ],
+    );
     assert_eq!(
         s.done.iter().filter(|d| d.3 == "unicode.init").count(),
         1,
@@ -1331,9 +1349,7 @@ fn exact_times_are_not_spread() {
         ..WriterConfig::default()
     };
     let s = b.run(exact, None);
-    for slice in [(10, 60, 2, "casgstatus"), (10, 50, 3, "[untraced]")] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(&s, &[(10, 60, 2, "casgstatus"), (10, 50, 3, "[untraced]")]);
 }
 
 /// Go's scheduler resumes a goroutine on another thread than the one it parked on: `gogo`
@@ -1484,13 +1500,14 @@ fn an_injected_call_returning_onto_an_entry_keeps_the_caller() {
         (0x108, "runtime.main"),
     );
     let s = b.run(WriterConfig::default(), None);
-    for slice in [
-        (0, 100, 1, "runtime.doInit"),
-        (60, 90, 2, "strconv.init"),
-        (70, 80, 3, "runtime.mapassign"),
-    ] {
-        assert!(has(&s, slice), "no {slice:?} in {:?}", s.done);
-    }
+    assert_has_all(
+        &s,
+        &[
+            (0, 100, 1, "runtime.doInit"),
+            (60, 90, 2, "strconv.init"),
+            (70, 80, 3, "runtime.mapassign"),
+        ],
+    );
     assert_eq!(
         s.done.iter().filter(|d| d.3 == "runtime.doInit").count(),
         1,
